@@ -1,0 +1,391 @@
+"""The ordered saturating multiply-accumulate (``mac``) and its literal reference.
+
+Semantics (both functions). For every output ``n`` and every leading batch index,
+the products ``x[k] * w[n, k]`` are visited in ``order``; after every ``chunk``
+consecutive products their exact sum is added to the accumulator, which then
+saturates symmetrically to ``acc_bits``: ``acc <- sat(acc + chunk_sum)`` with
+``sat(v) = min(max(v, -M), M)``, ``M = 2**(acc_bits-1) - 1``. The accumulator starts
+at ``acc0``. Saturation is not associative, so ``order`` and ``chunk`` matter.
+
+How ``mac`` stays exact and fast:
+
+* Fast path: if a conservative bound ``|acc0| + sum_k |x_k| * max_k |w_nk| <= M``
+  holds for every output, no prefix can reach the bounds and the result is
+  ``acc0 + x . w`` computed by one integer ``dot_general`` (int32 wrapping
+  arithmetic is exact when the true result fits int32). The (batch, N, K) product
+  tensor is never formed.
+* Slow path: the chunks are grouped into blocks whose total ``sum |products|`` is
+  below 2**31. Per block, if ``acc + positive part <= M`` and ``acc - negative
+  part >= -M`` (two integer dots) nothing in the block can clip and the block sum is
+  added. Otherwise the block's chunk sums and their prefix sums ``P_j`` are formed;
+  because the prefix sums span less than ``2M``, at most one bound is touched in the
+  block and the saturating recurrence has the closed form (one-sided reflection)
+  ``M + S - max_j P_j`` (upper bound hit), ``-M + S - min_j P_j`` (lower bound hit)
+  or ``acc + S`` (none), with ``S`` the block sum. This is exact and vectorised.
+* Routes: integer dots (``route="int"``), or float32 dots at ``precision=HIGHEST``
+  on contraction blocks small enough that every partial sum stays below 2**24
+  (exact), with block results added in int32 (``route="float"``; the default on
+  GPU, where integer dots are slow and TF32 would drop bits).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Literal, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import _validate as V
+from hwjax.core._ops import _SAT_GRADS, _unbroadcast, int_bounds, magnitude_bits
+
+Order = Union[None, Sequence[int], np.ndarray, Callable[[int], Sequence[int]]]
+Route = Literal["auto", "int", "float"]
+
+_I32 = jnp.int32
+_F32_EXACT = 2**24  # every integer of magnitude <= 2**24 is exact in float32
+
+
+# ------------------------------------------------------------------ argument handling
+
+
+def _resolve_order(order: Order, k: int, chunk: int) -> np.ndarray:
+    """Static visiting order as an int array padded with -1 (empty lane) to a chunk multiple."""
+    if order is None:
+        o = np.arange(k)
+    else:
+        if callable(order):
+            order = order(k)
+        try:
+            o = np.asarray(order)
+        except Exception as e:  # pragma: no cover
+            raise TypeError("order must be a static sequence of ints or a callable(K)") from e
+        if isinstance(order, jax.core.Tracer) or o.dtype == object:
+            raise TypeError("order must be static (a NumPy array, list or tuple), not a traced array")
+        if o.ndim != 1 or not np.issubdtype(o.dtype, np.integer):
+            raise TypeError(f"order must be a 1-D sequence of ints, got shape {o.shape} dtype {o.dtype}")
+        o = o.astype(np.int64)
+        if o.size and (o.min() < -1 or o.max() >= k):
+            raise ValueError(f"order entries must lie in [-1, {k - 1}] (-1 = empty lane), got "
+                             f"[{o.min()}, {o.max()}]")
+        real = o[o >= 0]
+        if real.size != k or np.unique(real).size != k:
+            raise ValueError(f"order must visit every k in [0, {k - 1}] exactly once "
+                             f"(plus any number of -1 empty lanes)")
+    pad = (-o.size) % chunk
+    return np.concatenate([o, -np.ones(pad, np.int64)]) if pad else o
+
+
+def _dtype_for(a: jax.Array, declared, name: str):
+    """Integer dtype that the values of ``a`` are guaranteed to fit."""
+    if V.kind(a, name) == "int":
+        return np.dtype(a.dtype) if np.dtype(a.dtype) != np.int64 else np.dtype(np.int32)
+    dt = np.dtype(declared if declared is not None else np.int8)
+    V.int_range(dt)  # raises KeyError for unsupported
+    return dt
+
+
+# ------------------------------------------------------------------------ dot routes
+
+
+def _dot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
+    """Exact int32 ``x @ w.T`` over the last axis: x (..., K), w (N, K) -> (..., N)."""
+    dims = (((x.ndim - 1,), (1,)), ((), ()))
+    if route == "int":
+        return jax.lax.dot_general(x, w, dims, preferred_element_type=_I32)
+    k = x.shape[-1]
+    kb = max(1, _F32_EXACT >> prod_bits)  # partial sums of kb products stay <= 2**24
+    if k <= kb:
+        return jax.lax.dot_general(x.astype(jnp.float32), w.astype(jnp.float32), dims,
+                                   precision=jax.lax.Precision.HIGHEST).astype(_I32)
+    nb = -(-k // kb)
+    pad = nb * kb - k
+    xf = jnp.pad(x.astype(jnp.float32), [(0, 0)] * (x.ndim - 1) + [(0, pad)])
+    wf = jnp.pad(w.astype(jnp.float32), [(0, 0), (0, pad)])
+    xb = xf.reshape(x.shape[:-1] + (nb, kb))
+    wb = wf.reshape(w.shape[0], nb, kb)
+    bdims = (((x.ndim,), (2,)), ((x.ndim - 1,), (1,)))
+    part = jax.lax.dot_general(xb, wb, bdims, precision=jax.lax.Precision.HIGHEST)
+    return part.astype(_I32).sum(axis=0)  # (nb, ..., N) -> (..., N), exact int32 adds
+
+
+def _chunk_sums(xb: jax.Array, wb: jax.Array, route: str, prod_bits: int) -> jax.Array:
+    """xb (B, C, c), wb (N, C, c) -> exact chunk sums (B, N, C)."""
+    dims = (((2,), (2,)), ((1,), (1,)))  # batch over chunks, contract lanes -> (C, B, N)
+    if route == "int":
+        out = jax.lax.dot_general(xb, wb, dims, preferred_element_type=_I32)
+    else:  # chunk * 2**prod_bits < 2**31 but may exceed 2**24: split the lanes
+        c = xb.shape[-1]
+        kb = max(1, _F32_EXACT >> prod_bits)
+        parts = []
+        for s in range(0, c, kb):
+            parts.append(jax.lax.dot_general(
+                xb[..., s:s + kb].astype(jnp.float32), wb[..., s:s + kb].astype(jnp.float32),
+                dims, precision=jax.lax.Precision.HIGHEST).astype(_I32))
+        out = functools.reduce(jnp.add, parts)
+    return jnp.transpose(out, (1, 2, 0))
+
+
+# --------------------------------------------------------------------- saturating add
+
+
+def _sat_add(acc: jax.Array, s: jax.Array, lo: int, hi: int) -> jax.Array:
+    """``clip(acc + s, lo, hi)`` exactly for int32 ``acc``, ``s`` (no wrap)."""
+    r = acc + s
+    overflow = ((acc ^ r) & (s ^ r)) < 0
+    r = jnp.where(overflow, jnp.where(s > 0, _I32(hi), _I32(lo)), r)
+    return jnp.clip(r, _I32(lo), _I32(hi))
+
+
+def _sum_gt(a: jax.Array, p: jax.Array, bound: int) -> jax.Array:
+    """``a + p > bound`` exactly for int32 ``a``, ``p``."""
+    r = a + p
+    overflow = ((a ^ r) & (p ^ r)) < 0
+    return jnp.where(overflow, p > 0, r > _I32(bound))
+
+
+def _sum_lt(a: jax.Array, p: jax.Array, bound: int) -> jax.Array:
+    """``a + p < bound`` exactly for int32 ``a``, ``p``."""
+    r = a + p
+    overflow = ((a ^ r) & (p ^ r)) < 0
+    return jnp.where(overflow, p < 0, r < _I32(bound))
+
+
+def _reflect_block(a: jax.Array, cs: jax.Array, lo: int, hi: int) -> jax.Array:
+    """Saturating accumulation of chunk sums ``cs`` (..., C) onto ``a`` (...), exactly.
+
+    Requires ``sum |cs| < 2**30`` per entry, so prefix sums fit int32 and span less
+    than ``hi - lo``: at most one bound can be touched, and the recurrence
+    ``a <- clip(a + cs_j, lo, hi)`` has the closed form of a one-sided reflection.
+    """
+    p = jnp.cumsum(cs, axis=-1, dtype=_I32)
+    s, pmax, pmin = p[..., -1], p.max(axis=-1), p.min(axis=-1)
+    return jnp.where(_sum_gt(a, pmax, hi), _I32(hi) + (s - pmax),
+                     jnp.where(_sum_lt(a, pmin, lo), _I32(lo) + (s - pmin), a + s))
+
+
+def _abs_widened(a: jax.Array) -> jax.Array:
+    """|a| in a dtype that holds it (int8 -> int16, int16 -> int32)."""
+    wider = {np.dtype(np.int8): jnp.int16, np.dtype(np.int16): _I32}.get(np.dtype(a.dtype))
+    return jnp.abs(a.astype(wider)) if wider is not None else a
+
+
+# -------------------------------------------------------------------------- the paths
+
+
+def _fast_bound_ok(acc0, x, w, hi):
+    """Conservative float32 proof that no prefix of any output can leave [-hi, hi]."""
+    sx = jnp.abs(x.astype(_I32)).sum(axis=-1).astype(jnp.float32)  # (B,)
+    wm = jnp.abs(w.astype(_I32)).max(axis=-1).astype(jnp.float32)  # (N,)
+    margin = 1.0 + 2.0**-16
+    bound = (sx[:, None] * wm[None, :]) * margin + jnp.abs(acc0.astype(jnp.float32)) * margin
+    return jnp.all(bound < hi * (1.0 - 2.0**-16))
+
+
+def _slow(acc0, x, w, order, chunk, lo, hi, route, prod_bits):
+    b, n = acc0.shape
+    k = x.shape[-1]
+    xz = jnp.concatenate([x, jnp.zeros((b, 1), x.dtype)], axis=-1)  # index k = empty lane
+    wz = jnp.concatenate([w, jnp.zeros((n, 1), w.dtype)], axis=-1)
+    idx = np.where(order < 0, k, order)
+    n_chunks = idx.size // chunk
+    # chunks per block: keep sum|products| of a block < 2**30, aim at ~256 products
+    max_cpb = max(1, ((2**30 - 1) >> prod_bits) // chunk)
+    cpb = max(1, min(max_cpb, max(1, 256 // chunk), n_chunks))
+    nb = -(-n_chunks // cpb)
+    cpb = -(-n_chunks // nb)
+    pad = nb * cpb * chunk - idx.size
+    idx = np.concatenate([idx, np.full(pad, k)]).reshape(nb, cpb, chunk)
+    xs = jnp.moveaxis(xz[:, idx], 1, 0)  # (nb, B, cpb, c)
+    ws = jnp.moveaxis(wz[:, idx], 1, 0)  # (nb, N, cpb, c)
+
+    def block(a, xw):
+        xb, wb = xw
+        xf, wf = xb.reshape(b, -1), wb.reshape(n, -1)
+        s = _dot(xf, wf, route, prod_bits)
+        mag = _dot(_abs_widened(xf), _abs_widened(wf), route, prod_bits)
+        pos, neg = (mag + s) >> 1, (mag - s) >> 1  # exact: mag and s have equal parity
+        risky = _sum_gt(a, pos, hi) | _sum_lt(a, -neg, lo)
+
+        def fine(_):
+            return _reflect_block(a, _chunk_sums(xb, wb, route, prod_bits), lo, hi)
+
+        return jax.lax.cond(jnp.any(risky), fine, lambda _: a + s, None), None
+
+    out, _ = jax.lax.scan(block, acc0, (xs, ws))
+    return out
+
+
+def _mac_int(acc0, x, w, order, chunk, lo, hi, route, prod_bits):
+    """acc0 (B, N) int32, x (B, K), w (N, K) integer -> (B, N) int32."""
+    if order.size == 0:  # no chunk at all: the accumulator is untouched
+        return acc0
+
+    def fast(_):
+        return acc0 + _dot(x, w, route, prod_bits)
+
+    def slow(_):
+        return _slow(acc0, x, w, order, chunk, lo, hi, route, prod_bits)
+
+    return jax.lax.cond(_fast_bound_ok(acc0, x, w, hi), fast, slow, None)
+
+
+# ----------------------------------------------------------------------- public API
+
+
+def _prepare(acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype):
+    chunk = V.check_static_int(chunk, 1, 2**20, "chunk")
+    acc_bits = V.check_static_int(acc_bits, 2, 32, "acc_bits")
+    x, w, acc0 = V.as_array(x, "x"), V.as_array(w, "w"), V.as_array(acc0, "acc0")
+    if w.ndim != 2:
+        raise ValueError(f"w must have shape (N, K), got {w.shape}")
+    if x.ndim < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"x must have shape (..., K) with K = w.shape[1] = {w.shape[1]}, got {x.shape}")
+    out_shape = x.shape[:-1] + (w.shape[0],)
+    try:
+        if jnp.broadcast_shapes(acc0.shape, out_shape) != out_shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"acc0 of shape {acc0.shape} must broadcast to the output shape {out_shape}") from None
+    xd, wd = _dtype_for(x, x_dtype, "x"), _dtype_for(w, w_dtype, "w")
+    for a, dt, name in ((x, xd, "x"), (w, wd, "w")):
+        if magnitude_bits(dt) > 16:
+            raise TypeError(f"{name} must hold values of at most 16 bits (int8, uint8, int16, uint16); "
+                            f"got {dt}: products of wider operands are not exact in 32 bits")
+        if V.kind(a, name) == "float":
+            V.check_integral(a, name)
+            V.check_range(a, *V.int_range(dt), f"{name} (declared {dt})")
+    prod_bits = magnitude_bits(xd) + magnitude_bits(wd)
+    if prod_bits > 30 or chunk * 2**prod_bits >= 2**30:
+        raise ValueError(f"chunk={chunk} with {xd} x {wd} products: a chunk sum can reach "
+                         f"{chunk} * 2**{prod_bits} >= 2**30, which is not exact in 32 bits; "
+                         f"use a smaller chunk or narrower operands")
+    lo, hi = int_bounds(acc_bits, True)
+    V.check_range(acc0, lo - 1, hi, f"acc0 (acc_bits={acc_bits})")
+    o = _resolve_order(order, w.shape[1], chunk)
+    return acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape
+
+
+def _default_route(route: str) -> str:
+    V.check_choice(route, ("auto", "int", "float"), "route")
+    if route == "auto":
+        return "float" if jax.default_backend() == "gpu" else "int"
+    return route
+
+
+@functools.lru_cache(maxsize=None)
+def _mac_float(order_key, chunk, lo, hi, route, prod_bits, xd, wd, saturation_grad):
+    order = np.asarray(order_key, np.int64)
+
+    def ints(acc0, x, w):
+        return _mac_int(acc0.astype(_I32), x.astype(xd), w.astype(wd), order, chunk, lo, hi, route, prod_bits)
+
+    def out_dtype(*arrays):
+        return jnp.result_type(*[a.dtype for a in arrays if jnp.issubdtype(a.dtype, jnp.floating)])
+
+    @jax.custom_vjp
+    def f(acc0, x, w):
+        return ints(acc0, x, w).astype(out_dtype(acc0, x, w))
+
+    def fwd(acc0, x, w):
+        y = ints(acc0, x, w)
+        return y.astype(out_dtype(acc0, x, w)), (acc0, x, w, (y == hi) | (y == lo))
+
+    def bwd(res, g):
+        acc0, x, w, clipped = res
+        if saturation_grad == "zero":
+            g = jnp.where(clipped, jnp.zeros_like(g), g)
+        def ct(a, val):
+            return _unbroadcast(val, a.shape).astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.floating) \
+                else np.zeros(a.shape, jax.dtypes.float0)
+        gx = g @ w.astype(g.dtype)
+        gw = g.T @ x.astype(g.dtype)
+        return ct(acc0, g), ct(x, gx), ct(w, gw)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
+        route: Route = "auto", x_dtype=None, w_dtype=None,
+        saturation_grad: Literal["zero", "pass"] = "zero") -> jax.Array:
+    """Ordered saturating multiply-accumulate, exact.
+
+    For each output ``n`` (and each leading batch index): start at ``acc0[..., n]``;
+    visit the products ``x[..., k] * w[n, k]`` in ``order``; after every ``chunk``
+    consecutive products add their exact sum to the accumulator and saturate it to
+    ``[-M, M]``, ``M = 2**(acc_bits-1) - 1``. ``chunk=1`` saturates after every
+    product (XS3 VLMACC), ``chunk=32`` once per 32-product instruction (VLMACCR).
+
+    Args:
+      acc0: initial accumulators, broadcastable to ``x.shape[:-1] + (N,)``; values in
+        ``[-M-1, M]`` (e.g. an int32 bias).
+      x: (..., K) inputs: int8/uint8/int16/uint16, or floats holding integers of
+        ``x_dtype`` (default int8).
+      w: (N, K) weights, same rules (``w_dtype``).
+      order: static visiting order: a permutation of ``range(K)``, optionally with
+        ``-1`` entries (empty lanes contributing 0, so chunks can be padded to model
+        tails and varying chunk sizes), or a callable ``order(K)`` returning one.
+        Default: ascending ``k``. The sequence is padded with empty lanes to a
+        multiple of ``chunk``.
+      chunk: products per saturation step; ``chunk * max|x*w|`` must be < 2**30.
+      acc_bits: accumulator width, 2..32.
+      route: ``"int"`` (integer dots), ``"float"`` (exact float32 dots on <= 2**24
+        partial sums, HIGHEST precision) or ``"auto"`` (float on GPU, int elsewhere).
+        All routes give identical results.
+      x_dtype, w_dtype: for float inputs, the integer dtype their values represent
+        (checked when concrete); ignored for integer inputs.
+      saturation_grad: ``"zero"`` (default) or ``"pass"``; see Gradient.
+
+    Returns:
+      int32 array of shape ``x.shape[:-1] + (N,)`` (float dtype for float inputs).
+
+    Gradient (float inputs): that of the linear function ``acc0 + x @ w.T``
+    (``d/dx = g @ w``, ``d/dw = g.T @ x``, ``d/dacc0 = g``), with ``g`` set to 0 for
+    outputs whose final value is at a saturation bound (``saturation_grad="zero"``).
+    """
+    route = _default_route(route)
+    V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
+    acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
+        acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
+    k = w.shape[1]
+    batch = x.shape[:-1]
+    x2 = x.reshape((-1, k))
+    a2 = jnp.broadcast_to(acc0, out_shape).reshape((-1, w.shape[0]))
+    if "float" in (V.kind(x, "x"), V.kind(w, "w"), V.kind(acc0, "acc0")):
+        f = _mac_float(tuple(o.tolist()), chunk, lo, hi, route, prod_bits, xd, wd, saturation_grad)
+        return f(a2, x2, w).reshape(out_shape)
+    y = _mac_int(V.to_int32(a2, "acc0"), x2.astype(xd), w.astype(wd), o, chunk, lo, hi, route, prod_bits)
+    return y.reshape(batch + (w.shape[0],))
+
+
+def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
+                  x_dtype=None, w_dtype=None) -> jax.Array:
+    """Literal ``lax.scan`` implementation of :func:`mac` (same arguments and result).
+
+    One scan step per visited product: the product is added exactly to the running
+    chunk sum; after every ``chunk``-th product the chunk sum is added to the
+    accumulator with saturation. Slow; kept public as the executable definition.
+    Integer inputs only.
+    """
+    acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
+        acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
+    k = w.shape[1]
+    a = V.to_int32(jnp.broadcast_to(acc0, out_shape), "acc0")
+    xz = jnp.concatenate([x.astype(_I32), jnp.zeros(x.shape[:-1] + (1,), _I32)], axis=-1)
+    wz = jnp.concatenate([w.astype(_I32), jnp.zeros((w.shape[0], 1), _I32)], axis=-1)
+    idx = jnp.asarray(np.where(o < 0, k, o), _I32)
+    ends = jnp.asarray((np.arange(o.size) % chunk) == chunk - 1)
+
+    def step(carry, item):
+        acc, part = carry
+        kk, end = item
+        part = part + xz[..., kk, None] * wz[:, kk]
+        acc = jnp.where(end, _sat_add(acc, part, lo, hi), acc)
+        part = jnp.where(end, jnp.zeros_like(part), part)
+        return (acc, part), None
+
+    (acc, _), _ = jax.lax.scan(step, (a, jnp.zeros_like(a)), (idx, ends))
+    return acc

@@ -1,0 +1,318 @@
+"""Element-wise exact integer primitives: saturate, shift_right, fixed_mul.
+
+Each primitive takes integer arrays (int8, uint8, int16, uint16, int32; Python
+ints become int32) and returns int32, exactly, independent of ``jax_enable_x64``.
+Each also takes float arrays holding integer values and then returns the same
+integers in that float dtype, differentiably: the backward pass is the surrogate
+gradient stated in the docstring (``jax.custom_vjp``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import _validate as V
+from hwjax.core import _wide
+
+Rounding = Literal["half_up", "half_away", "half_even", "floor", "trunc"]
+ROUNDING_MODES: tuple[str, ...] = ("half_up", "half_away", "half_even", "floor", "trunc")
+SaturationGrad = Literal["zero", "pass"]
+_SAT_GRADS = ("zero", "pass")
+
+_I32 = jnp.int32
+_U32 = jnp.uint32
+
+
+def int_bounds(bits: int, symmetric: bool = True) -> tuple[int, int]:
+    """Bounds of a ``bits``-wide signed integer: symmetric ±(2^(bits-1)-1) or two's complement."""
+    hi = 2 ** (bits - 1) - 1
+    return (-hi if symmetric else -hi - 1), hi
+
+
+def _float0_zeros(x: jax.Array):
+    return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
+
+
+def _cotangent_like(x: jax.Array, g: jax.Array):
+    """Cotangent for ``x``: ``g`` for float inputs, float0 zeros for integer inputs."""
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.broadcast_to(g, x.shape) if g.shape == x.shape else _unbroadcast(g, x.shape)
+    return _float0_zeros(x)
+
+
+def _unbroadcast(g: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Sums ``g`` over the axes that broadcasting added to reach ``g.shape`` from ``shape``."""
+    extra = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(extra))) if extra else g
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+# --------------------------------------------------------------------------- saturate
+
+
+def _saturate_int(x: jax.Array, bits: int, symmetric: bool) -> tuple[jax.Array, jax.Array]:
+    lo, hi = int_bounds(bits, symmetric)
+    y = jnp.clip(x, _I32(lo), _I32(hi))
+    return y, y != x
+
+
+@functools.lru_cache(maxsize=None)
+def _saturate_float(bits: int, symmetric: bool, saturation_grad: str):
+    @jax.custom_vjp
+    def f(x):
+        return _saturate_int(x.astype(_I32), bits, symmetric)[0].astype(x.dtype)
+
+    def fwd(x):
+        y, clipped = _saturate_int(x.astype(_I32), bits, symmetric)
+        return y.astype(x.dtype), clipped
+
+    def bwd(clipped, g):
+        return (g if saturation_grad == "pass" else jnp.where(clipped, jnp.zeros_like(g), g),)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def saturate(x, bits: int, *, symmetric: bool = True,
+             saturation_grad: SaturationGrad = "zero") -> jax.Array:
+    """Clamps ``x`` to a ``bits``-wide signed range.
+
+    Semantics: ``min(max(x, lo), hi)`` with ``hi = 2**(bits-1) - 1`` and
+    ``lo = -hi`` (``symmetric=True``, as the XS3 VPU and most accumulators do) or
+    ``lo = -hi - 1`` (two's complement, ``symmetric=False``).
+
+    Args:
+      x: integer array (at most 32 bits) or float array holding integer values.
+      bits: static width, 2..32.
+      symmetric: symmetric bounds (default) or two's-complement bounds.
+      saturation_grad: float inputs only. ``"zero"``: gradient 1 where ``x`` is
+        inside the bounds, 0 where it was clipped. ``"pass"``: gradient 1 everywhere
+        (straight-through).
+
+    Returns:
+      int32 for integer inputs; the input float dtype for float inputs.
+    """
+    bits = V.check_static_int(bits, 2, 32, "bits")
+    V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
+    x = V.as_array(x, "x")
+    if V.kind(x, "x") == "float":
+        V.check_integral(x, "x")
+        return _saturate_float(bits, bool(symmetric), saturation_grad)(x)
+    return _saturate_int(V.to_int32(x, "x"), bits, bool(symmetric))[0]
+
+
+# ------------------------------------------------------------------------ shift_right
+
+
+def _round_shift_int32(x: jax.Array, s: jax.Array, rounding: str) -> jax.Array:
+    """``round(x / 2**s)`` for int32 ``x`` and ``s >= 0`` (any size), without overflow."""
+    q = x >> jnp.minimum(s, 31)
+    shifted = s >= 1
+    n = s - 1  # index of the rounding bit; bits above 31 are sign bits
+    rb = ((x >> jnp.clip(n, 0, 31)) & 1) == 1
+    mask = jnp.where(n >= 32, _U32(0xFFFFFFFF),
+                     (_U32(1) << jnp.clip(n, 0, 31).astype(_U32)) - _U32(1))
+    sticky = (jax.lax.bitcast_convert_type(x, _U32) & mask) != 0
+    inc = _wide.round_increment(rounding, x < 0, rb & shifted, sticky, (q & 1) == 1, shifted)
+    return q + inc.astype(_I32)
+
+
+def _left_shift_sat32(x: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``x * 2**k`` clamped to the int32 range, ``k >= 0``; returns (value, clipped)."""
+    kc = jnp.clip(k, 0, 31)
+    big = k >= 31
+    lim_hi = jnp.where(big, _I32(0), _I32(2**31 - 1) >> kc)
+    lim_lo = jnp.where(big, _I32(-1), _I32(-(2**31)) >> kc)
+    over = x > lim_hi
+    under = jnp.where(big, x < -1, x < lim_lo)
+    shifted = jnp.where(big, jnp.where(x == -1, _I32(-(2**31)), _I32(0)), x << kc)
+    y = jnp.where(over, _I32(2**31 - 1), jnp.where(under, _I32(-(2**31)), shifted))
+    return y, over | under
+
+
+def _shift_int(x, s, rounding, allow_left):
+    right = _round_shift_int32(x, jnp.maximum(s, 0), rounding)
+    if not allow_left:
+        return right, jnp.zeros(right.shape, bool)
+    left, clipped = _left_shift_sat32(x, jnp.maximum(-s, 0))
+    neg = s < 0
+    return jnp.where(neg, left, right), neg & clipped
+
+
+@functools.lru_cache(maxsize=None)
+def _shift_float(rounding: str, allow_left: bool, saturation_grad: str):
+    @jax.custom_vjp
+    def f(x, s):
+        return _shift_int(x.astype(_I32), s, rounding, allow_left)[0].astype(x.dtype)
+
+    def fwd(x, s):
+        y, clipped = _shift_int(x.astype(_I32), s, rounding, allow_left)
+        return y.astype(x.dtype), (x, s, clipped)
+
+    def bwd(res, g):
+        x, s, clipped = res
+        scale = jnp.exp2(-s.astype(g.dtype))
+        gx = g * scale
+        if saturation_grad == "zero":
+            gx = jnp.where(clipped, jnp.zeros_like(gx), gx)
+        return _unbroadcast(gx, x.shape), _float0_zeros(s)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
+                saturation_grad: SaturationGrad = "zero") -> jax.Array:
+    """Arithmetic right shift with rounding: ``round(x / 2**shift)``.
+
+    Exact for every int32 ``x`` and every ``shift >= 0`` (shifts of 32 and more are
+    well defined: the quotient is 0 or -1 before rounding); no intermediate wraps, so
+    ``shift_right(2**31 - 1, 1, rounding="half_up") == 2**30``.
+
+    Rounding of the exact quotient ``v = x / 2**shift``:
+      * ``"half_up"``: ``floor(v + 1/2)`` (ties toward +inf; XS3 VLSAT, gemmlowp RDBPOT
+        uses ``"half_away"``).
+      * ``"half_away"``: ties away from zero.
+      * ``"half_even"``: ties to the even integer.
+      * ``"floor"``: toward -inf (plain ``>>``).
+      * ``"trunc"``: toward zero.
+
+    Negative shifts mean a left shift ``x * 2**(-shift)``; they are allowed only with
+    ``allow_left=True`` and then saturate to the int32 range [-2**31, 2**31-1]
+    (documented, reported by the ``"zero"`` gradient mask). Without ``allow_left`` a
+    concrete negative shift raises ``ValueError``; under ``jit`` negative shifts are
+    the caller's error and are treated as 0.
+
+    Args:
+      x: integer array (<= 32 bits) or float array holding integers.
+      shift: integer scalar or array broadcastable against ``x``.
+      rounding: one of ``ROUNDING_MODES``.
+      allow_left: permit negative shifts (left shifts).
+      saturation_grad: gradient where a left shift clipped: ``"zero"`` or ``"pass"``.
+
+    Returns:
+      int32 (integer ``x``) or ``x``'s float dtype. Gradient (float ``x``):
+      straight-through for the rounding, ``dy/dx = 2**-shift``; 0 where a left shift
+      clipped (unless ``saturation_grad="pass"``); no gradient for ``shift``.
+    """
+    V.check_choice(rounding, ROUNDING_MODES, "rounding")
+    V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
+    x = V.as_array(x, "x")
+    s = V.as_array(shift, "shift")
+    if V.kind(s, "shift") != "int":
+        raise TypeError(f"shift must be an integer array or int, got dtype {s.dtype}")
+    s = V.to_int32(s, "shift")
+    if not allow_left:
+        V.check_range(s, 0, 2**31 - 1, "shift (use allow_left=True for left shifts)")
+    try:
+        jnp.broadcast_shapes(x.shape, s.shape)
+    except ValueError as e:
+        raise ValueError(f"shift of shape {s.shape} does not broadcast against x of shape {x.shape}") from e
+    if V.kind(x, "x") == "float":
+        V.check_integral(x, "x")
+        return _shift_float(rounding, bool(allow_left), saturation_grad)(x, s)
+    return _shift_int(V.to_int32(x, "x"), s, rounding, bool(allow_left))[0]
+
+
+# -------------------------------------------------------------------------- fixed_mul
+
+# Magnitude bits of each integer dtype: |v| <= 2**mag.
+_MAG_BITS = {np.dtype(np.int8): 7, np.dtype(np.uint8): 8, np.dtype(np.int16): 15,
+             np.dtype(np.uint16): 16}
+
+
+def magnitude_bits(dtype) -> int:
+    """Smallest m with |v| <= 2**m for every value of the integer ``dtype`` (int32: 31)."""
+    return _MAG_BITS.get(np.dtype(dtype), 31)
+
+
+def _fixed_mul_int(x, m, frac_bits, rounding, bits, symmetric, narrow):
+    lo, hi = int_bounds(bits, symmetric)
+    if narrow:  # the product provably fits int32
+        p = x * m
+        r = _round_shift_int32(p, jnp.asarray(frac_bits, _I32), rounding)
+        y = jnp.clip(r, _I32(lo), _I32(hi))
+        return y, y != r
+    p = _wide.mul_int32(x, m)
+    r = _wide.shift_right(p, jnp.asarray(frac_bits, _I32), rounding)
+    return _wide.saturate_to_int32(r, lo, hi)
+
+
+@functools.lru_cache(maxsize=None)
+def _fixed_mul_float(frac_bits, rounding, bits, symmetric, saturation_grad):
+    def ints(x, m):
+        return _fixed_mul_int(x.astype(_I32), m.astype(_I32), frac_bits, rounding, bits,
+                              symmetric, narrow=False)
+
+    @jax.custom_vjp
+    def f(x, m):
+        dt = jnp.result_type(*[a.dtype for a in (x, m) if jnp.issubdtype(a.dtype, jnp.floating)])
+        return ints(x, m)[0].astype(dt)
+
+    def fwd(x, m):
+        y, clipped = ints(x, m)
+        dt = jnp.result_type(*[a.dtype for a in (x, m) if jnp.issubdtype(a.dtype, jnp.floating)])
+        return y.astype(dt), (x, m, clipped)
+
+    def bwd(res, g):
+        x, m, clipped = res
+        if saturation_grad == "zero":
+            g = jnp.where(clipped, jnp.zeros_like(g), g)
+        g = g * (2.0 ** -frac_bits)
+        gx = _cotangent_like(x, _unbroadcast(g * m.astype(g.dtype), x.shape)) if jnp.issubdtype(x.dtype, jnp.floating) else _float0_zeros(x)
+        gm = _cotangent_like(m, _unbroadcast(g * x.astype(g.dtype), m.shape)) if jnp.issubdtype(m.dtype, jnp.floating) else _float0_zeros(m)
+        return gx, gm
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int = 32,
+              symmetric: bool = True, saturation_grad: SaturationGrad = "zero") -> jax.Array:
+    """Q-format multiply: ``saturate(shift_right(x * m, frac_bits, rounding), bits)``.
+
+    The product ``x * m`` is formed exactly (64-bit, as two 32-bit words when the
+    dtypes do not prove that it fits int32), shifted right by ``frac_bits`` with
+    ``rounding`` and saturated to ``bits`` (symmetric by default). Q1.14 (XS3 VLMUL
+    16-bit mode) is ``frac_bits=14, bits=16``; the rounding multiply of gemmlowp is
+    ``frac_bits=31, rounding="half_away"`` on int32 operands.
+
+    Args:
+      x, m: integer arrays (<= 32 bits) or float arrays holding integers; broadcast.
+      frac_bits: static, 0..62.
+      rounding: one of ``ROUNDING_MODES``.
+      bits: static output width, 2..32.
+      symmetric: symmetric (default) or two's-complement saturation.
+      saturation_grad: ``"zero"`` or ``"pass"`` where the output clipped.
+
+    Returns:
+      int32 for integer inputs, else the float dtype. Gradient (float inputs):
+      ``dy/dx = m / 2**frac_bits``, ``dy/dm = x / 2**frac_bits`` (exact for the linear
+      part, straight-through for rounding), 0 where saturation clipped.
+    """
+    frac_bits = V.check_static_int(frac_bits, 0, 62, "frac_bits")
+    bits = V.check_static_int(bits, 2, 32, "bits")
+    V.check_choice(rounding, ROUNDING_MODES, "rounding")
+    V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
+    x = V.as_array(x, "x")
+    m = V.as_array(m, "m")
+    try:
+        jnp.broadcast_shapes(x.shape, m.shape)
+    except ValueError as e:
+        raise ValueError(f"m of shape {m.shape} does not broadcast against x of shape {x.shape}") from e
+    kx, km = V.kind(x, "x"), V.kind(m, "m")
+    if "float" in (kx, km):
+        for a, name in ((x, "x"), (m, "m")):
+            if V.kind(a, name) == "float":
+                V.check_integral(a, name)
+                V.check_range(a, -(2**31), 2**31 - 1, name)
+        return _fixed_mul_float(frac_bits, rounding, bits, bool(symmetric), saturation_grad)(x, m)
+    narrow = magnitude_bits(x.dtype) + magnitude_bits(m.dtype) <= 31
+    return _fixed_mul_int(V.to_int32(x, "x"), V.to_int32(m, "m"), frac_bits, rounding, bits,
+                          bool(symmetric), narrow)[0]
