@@ -46,6 +46,7 @@ Route = Literal["auto", "int", "float"]
 
 _I32 = jnp.int32
 _F32_EXACT = 2**24  # every integer of magnitude <= 2**24 is exact in float32
+_FLOAT_PROD_BITS = 24  # the float route needs every product exact in float32
 
 
 # ------------------------------------------------------------------ argument handling
@@ -93,7 +94,7 @@ def _dtype_for(a: jax.Array, declared, name: str):
 def _dot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
     """Exact int32 ``x @ w.T`` over the last axis: x (..., K), w (N, K) -> (..., N)."""
     dims = (((x.ndim - 1,), (1,)), ((), ()))
-    if route == "int":
+    if route == "int" or prod_bits > _FLOAT_PROD_BITS:
         return jax.lax.dot_general(x, w, dims, preferred_element_type=_I32)
     k = x.shape[-1]
     kb = max(1, _F32_EXACT >> prod_bits)  # partial sums of kb products stay <= 2**24
@@ -108,13 +109,13 @@ def _dot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
     wb = wf.reshape(w.shape[0], nb, kb)
     bdims = (((x.ndim,), (2,)), ((x.ndim - 1,), (1,)))
     part = jax.lax.dot_general(xb, wb, bdims, precision=jax.lax.Precision.HIGHEST)
-    return part.astype(_I32).sum(axis=0)  # (nb, ..., N) -> (..., N), exact int32 adds
+    return part.astype(_I32).sum(axis=0, dtype=_I32)  # (nb, ..., N) -> (..., N), exact int32 adds
 
 
 def _chunk_sums(xb: jax.Array, wb: jax.Array, route: str, prod_bits: int) -> jax.Array:
     """xb (B, C, c), wb (N, C, c) -> exact chunk sums (B, N, C)."""
     dims = (((2,), (2,)), ((1,), (1,)))  # batch over chunks, contract lanes -> (C, B, N)
-    if route == "int":
+    if route == "int" or prod_bits > _FLOAT_PROD_BITS:
         out = jax.lax.dot_general(xb, wb, dims, preferred_element_type=_I32)
     else:  # chunk * 2**prod_bits < 2**31 but may exceed 2**24: split the lanes
         c = xb.shape[-1]
@@ -156,8 +157,8 @@ def _sum_lt(a: jax.Array, p: jax.Array, bound: int) -> jax.Array:
 def _reflect_block(a: jax.Array, cs: jax.Array, lo: int, hi: int) -> jax.Array:
     """Saturating accumulation of chunk sums ``cs`` (..., C) onto ``a`` (...), exactly.
 
-    Requires ``sum |cs| < 2**30`` per entry, so prefix sums fit int32 and span less
-    than ``hi - lo``: at most one bound can be touched, and the recurrence
+    Requires ``sum |cs| <= 2**30`` per entry (prefix sums fit int32) and prefix sums
+    spanning at most ``hi - lo``: then at most one bound can be touched, and the recurrence
     ``a <- clip(a + cs_j, lo, hi)`` has the closed form of a one-sided reflection.
     """
     p = jnp.cumsum(cs, axis=-1, dtype=_I32)
@@ -177,27 +178,36 @@ def _abs_widened(a: jax.Array) -> jax.Array:
 
 def _fast_bound_ok(acc0, x, w, hi):
     """Conservative float32 proof that no prefix of any output can leave [-hi, hi]."""
-    sx = jnp.abs(x.astype(_I32)).sum(axis=-1).astype(jnp.float32)  # (B,)
+    sx = jnp.abs(x.astype(_I32)).sum(axis=-1, dtype=_I32).astype(jnp.float32)  # (B,)
     wm = jnp.abs(w.astype(_I32)).max(axis=-1).astype(jnp.float32)  # (N,)
     margin = 1.0 + 2.0**-16
     bound = (sx[:, None] * wm[None, :]) * margin + jnp.abs(acc0.astype(jnp.float32)) * margin
     return jnp.all(bound < hi * (1.0 - 2.0**-16))
 
 
-def _slow(acc0, x, w, order, chunk, lo, hi, route, prod_bits):
-    b, n = acc0.shape
-    k = x.shape[-1]
-    xz = jnp.concatenate([x, jnp.zeros((b, 1), x.dtype)], axis=-1)  # index k = empty lane
-    wz = jnp.concatenate([w, jnp.zeros((n, 1), w.dtype)], axis=-1)
+def _block_layout(order: np.ndarray, k: int, chunk: int, lo: int, hi: int, prod_bits: int) -> np.ndarray:
+    """Static gather indices (blocks, chunks per block, chunk) into x/w padded with a zero at ``k``.
+
+    Chunks per block: (1) sum|products| of a block <= 2**30, so block sums and the
+    bound dots fit int32; (2) the chunk prefix sums of a block span at most
+    (cpb - 1) * max|chunk sum| <= hi - lo, so at most one bound is touched per block
+    (the premise of ``_reflect_block``). Aim at ~256 products per block.
+    """
     idx = np.where(order < 0, k, order)
     n_chunks = idx.size // chunk
-    # chunks per block: keep sum|products| of a block < 2**30, aim at ~256 products
-    max_cpb = max(1, ((2**30 - 1) >> prod_bits) // chunk)
+    max_chunk = chunk << prod_bits
+    max_cpb = max(1, min((2**30 - 1) // max_chunk, 1 + (hi - lo) // max_chunk))
     cpb = max(1, min(max_cpb, max(1, 256 // chunk), n_chunks))
     nb = -(-n_chunks // cpb)
     cpb = -(-n_chunks // nb)
     pad = nb * cpb * chunk - idx.size
-    idx = np.concatenate([idx, np.full(pad, k)]).reshape(nb, cpb, chunk)
+    return np.concatenate([idx, np.full(pad, k)]).reshape(nb, cpb, chunk).astype(np.int32)
+
+
+def _slow(acc0, x, w, idx, lo, hi, route, prod_bits):
+    b, n = acc0.shape
+    xz = jnp.concatenate([x, jnp.zeros((b, 1), x.dtype)], axis=-1)  # index k = empty lane
+    wz = jnp.concatenate([w, jnp.zeros((n, 1), w.dtype)], axis=-1)
     xs = jnp.moveaxis(xz[:, idx], 1, 0)  # (nb, B, cpb, c)
     ws = jnp.moveaxis(wz[:, idx], 1, 0)  # (nb, N, cpb, c)
 
@@ -206,7 +216,10 @@ def _slow(acc0, x, w, order, chunk, lo, hi, route, prod_bits):
         xf, wf = xb.reshape(b, -1), wb.reshape(n, -1)
         s = _dot(xf, wf, route, prod_bits)
         mag = _dot(_abs_widened(xf), _abs_widened(wf), route, prod_bits)
-        pos, neg = (mag + s) >> 1, (mag - s) >> 1  # exact: mag and s have equal parity
+        # mag >= |s| and mag <= 2**30: mag - s lies in [0, 2**31], exact in uint32.
+        diff = jax.lax.bitcast_convert_type(mag, jnp.uint32) - jax.lax.bitcast_convert_type(s, jnp.uint32)
+        neg = (diff >> 1).astype(_I32)  # sum of the negative products' magnitudes
+        pos = mag - neg
         risky = _sum_gt(a, pos, hi) | _sum_lt(a, -neg, lo)
 
         def fine(_):
@@ -218,16 +231,20 @@ def _slow(acc0, x, w, order, chunk, lo, hi, route, prod_bits):
     return out
 
 
-def _mac_int(acc0, x, w, order, chunk, lo, hi, route, prod_bits):
-    """acc0 (B, N) int32, x (B, K), w (N, K) integer -> (B, N) int32."""
-    if order.size == 0:  # no chunk at all: the accumulator is untouched
+@functools.partial(jax.jit, static_argnames=("lo", "hi", "route", "prod_bits"))
+def _mac_int(acc0, x, w, idx, *, lo, hi, route, prod_bits):
+    """acc0 (B, N) int32, x (B, K), w (N, K) integer, idx from _block_layout -> (B, N) int32.
+
+    ``idx`` is traced, so calls that differ only in ``order`` share one compilation.
+    """
+    if idx.size == 0:  # no chunk at all: the accumulator is untouched
         return acc0
 
     def fast(_):
         return acc0 + _dot(x, w, route, prod_bits)
 
     def slow(_):
-        return _slow(acc0, x, w, order, chunk, lo, hi, route, prod_bits)
+        return _slow(acc0, x, w, idx, lo, hi, route, prod_bits)
 
     return jax.lax.cond(_fast_bound_ok(acc0, x, w, hi), fast, slow, None)
 
@@ -258,9 +275,9 @@ def _prepare(acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype):
             V.check_integral(a, name)
             V.check_range(a, *V.int_range(dt), f"{name} (declared {dt})")
     prod_bits = magnitude_bits(xd) + magnitude_bits(wd)
-    if prod_bits > 30 or chunk * 2**prod_bits >= 2**30:
+    if prod_bits > 30 or chunk * 2**prod_bits > 2**30:
         raise ValueError(f"chunk={chunk} with {xd} x {wd} products: a chunk sum can reach "
-                         f"{chunk} * 2**{prod_bits} >= 2**30, which is not exact in 32 bits; "
+                         f"{chunk} * 2**{prod_bits} > 2**30, which is not exact in 32 bits; "
                          f"use a smaller chunk or narrower operands")
     lo, hi = int_bounds(acc_bits, True)
     V.check_range(acc0, lo - 1, hi, f"acc0 (acc_bits={acc_bits})")
@@ -276,11 +293,12 @@ def _default_route(route: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _mac_float(order_key, chunk, lo, hi, route, prod_bits, xd, wd, saturation_grad):
-    order = np.asarray(order_key, np.int64)
+def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturation_grad):
+    idx = np.frombuffer(idx_bytes, np.int32).reshape(idx_shape)
 
     def ints(acc0, x, w):
-        return _mac_int(acc0.astype(_I32), x.astype(xd), w.astype(wd), order, chunk, lo, hi, route, prod_bits)
+        return _mac_int(acc0.astype(_I32), x.astype(xd), w.astype(wd), idx,
+                        lo=lo, hi=hi, route=route, prod_bits=prod_bits)
 
     def out_dtype(*arrays):
         return jnp.result_type(*[a.dtype for a in arrays if jnp.issubdtype(a.dtype, jnp.floating)])
@@ -330,11 +348,12 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
         tails and varying chunk sizes), or a callable ``order(K)`` returning one.
         Default: ascending ``k``. The sequence is padded with empty lanes to a
         multiple of ``chunk``.
-      chunk: products per saturation step; ``chunk * max|x*w|`` must be < 2**30.
+      chunk: products per saturation step; ``chunk * max|x*w|`` must be <= 2**30.
       acc_bits: accumulator width, 2..32.
       route: ``"int"`` (integer dots), ``"float"`` (exact float32 dots on <= 2**24
-        partial sums, HIGHEST precision) or ``"auto"`` (float on GPU, int elsewhere).
-        All routes give identical results.
+        partial sums, HIGHEST precision; used only when every product fits 24 bits,
+        e.g. 8-bit x 8-bit or 16-bit x 8-bit, otherwise integer dots) or ``"auto"``
+        (float on GPU, int elsewhere). All routes give identical results.
       x_dtype, w_dtype: for float inputs, the integer dtype their values represent
         (checked when concrete); ignored for integer inputs.
       saturation_grad: ``"zero"`` (default) or ``"pass"``; see Gradient.
@@ -352,12 +371,15 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
     k = w.shape[1]
     batch = x.shape[:-1]
+    idx = _block_layout(o, k, chunk, lo, hi, prod_bits)
     x2 = x.reshape((-1, k))
     a2 = jnp.broadcast_to(acc0, out_shape).reshape((-1, w.shape[0]))
     if "float" in (V.kind(x, "x"), V.kind(w, "w"), V.kind(acc0, "acc0")):
-        f = _mac_float(tuple(o.tolist()), chunk, lo, hi, route, prod_bits, xd, wd, saturation_grad)
+        f = _mac_float(idx.tobytes(), idx.shape, lo, hi, route, prod_bits,
+                       xd, wd, saturation_grad)
         return f(a2, x2, w).reshape(out_shape)
-    y = _mac_int(V.to_int32(a2, "acc0"), x2.astype(xd), w.astype(wd), o, chunk, lo, hi, route, prod_bits)
+    y = _mac_int(V.to_int32(a2, "acc0"), x2.astype(xd), w.astype(wd), idx,
+                 lo=lo, hi=hi, route=route, prod_bits=prod_bits)
     return y.reshape(batch + (w.shape[0],))
 
 
@@ -374,10 +396,15 @@ def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: 
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
     k = w.shape[1]
     a = V.to_int32(jnp.broadcast_to(acc0, out_shape), "acc0")
-    xz = jnp.concatenate([x.astype(_I32), jnp.zeros(x.shape[:-1] + (1,), _I32)], axis=-1)
-    wz = jnp.concatenate([w.astype(_I32), jnp.zeros((w.shape[0], 1), _I32)], axis=-1)
     idx = jnp.asarray(np.where(o < 0, k, o), _I32)
-    ends = jnp.asarray((np.arange(o.size) % chunk) == chunk - 1)
+    return _reference_scan(a, x.astype(_I32), w.astype(_I32), idx, chunk=chunk, lo=lo, hi=hi)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk", "lo", "hi"))
+def _reference_scan(a, x, w, idx, *, chunk, lo, hi):
+    xz = jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (1,), _I32)], axis=-1)
+    wz = jnp.concatenate([w, jnp.zeros((w.shape[0], 1), _I32)], axis=-1)
+    ends = (jnp.arange(idx.shape[0]) % chunk) == chunk - 1
 
     def step(carry, item):
         acc, part = carry

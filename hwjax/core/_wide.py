@@ -176,3 +176,93 @@ def from_python(values, shape=None) -> Wide:
     hi = np.vectorize(lambda t: int(t) >> 32, otypes=[np.int64])(v).astype(np.int32)
     lo = np.vectorize(lambda t: int(t) & 0xFFFFFFFF, otypes=[np.int64])(v).astype(np.uint32)
     return Wide(jnp.asarray(hi), jnp.asarray(lo))
+
+
+# ------------------------------------------------------------------ constants, comparisons
+
+
+def from_uint32(x: jax.Array) -> Wide:
+    """Zero-extends a uint32 array to :class:`Wide`."""
+    x = jnp.asarray(x, _U32)
+    return Wide(jnp.zeros(x.shape, _I32), x)
+
+
+def const(value: int) -> Wide:
+    """A Python integer inside the signed 64-bit range as a scalar :class:`Wide`."""
+    value = int(value)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{value} is outside the signed 64-bit range")
+    hi = (value >> 32) & 0xFFFFFFFF
+    hi = hi - (1 << 32) if hi >= 1 << 31 else hi
+    return Wide(jnp.asarray(hi, _I32), jnp.asarray(value & 0xFFFFFFFF, _U32))
+
+
+def where(cond: jax.Array, a: Wide, b: Wide) -> Wide:
+    """Element-wise ``a if cond else b``."""
+    return Wide(jnp.where(cond, a.hi, b.hi), jnp.where(cond, a.lo, b.lo))
+
+
+def eq(a: Wide, b: Wide) -> jax.Array:
+    """``a == b``."""
+    return (a.hi == b.hi) & (a.lo == b.lo)
+
+
+def lt(a: Wide, b: Wide) -> jax.Array:
+    """``a < b`` (signed)."""
+    return (a.hi < b.hi) | ((a.hi == b.hi) & (a.lo < b.lo))
+
+
+def le(a: Wide, b: Wide) -> jax.Array:
+    """``a <= b`` (signed)."""
+    return (a.hi < b.hi) | ((a.hi == b.hi) & (a.lo <= b.lo))
+
+
+def clamp(a: Wide, lo: int, hi: int) -> Wide:
+    """Clamps ``a`` to the Python-integer bounds ``[lo, hi]`` (inside int64)."""
+    lo_w, hi_w = const(lo), const(hi)
+    return where(lt(a, lo_w), lo_w, where(lt(hi_w, a), hi_w, a))
+
+
+# -------------------------------------------------------------------- shifts and products
+
+
+def shift_left(a: Wide, s: jax.Array) -> Wide:
+    """``a * 2**s`` modulo 2**64, for 0 <= s <= 63 (the caller keeps it inside int64)."""
+    s = jnp.asarray(s, _I32)
+    s_lo = jnp.clip(s, 0, 31)
+    hi_u = jax.lax.bitcast_convert_type(a.hi, _U32)
+    carry = jnp.where(s_lo == 0, _U32(0), a.lo >> jnp.clip(32 - s_lo, 1, 31).astype(_U32))
+    hi_small = (hi_u << s_lo.astype(_U32)) | carry
+    lo_small = a.lo << s_lo.astype(_U32)
+    hi_big = a.lo << jnp.clip(s - 32, 0, 31).astype(_U32)
+    big = s >= 32
+    hi = jnp.where(big, hi_big, hi_small)
+    return Wide(jax.lax.bitcast_convert_type(hi, _I32), jnp.where(big, _U32(0), lo_small))
+
+
+def mul_wide_int32(a: Wide, m: jax.Array) -> Wide:
+    """``a * m`` modulo 2**64 for an int32 array ``m`` (exact while the product fits int64)."""
+    m = jnp.asarray(m, _I32)
+    lo_s = jax.lax.bitcast_convert_type(a.lo, _I32)
+    p = mul_int32(lo_s, m)  # lo_s * m, where lo = lo_s + 2**32 * (lo_s < 0)
+    hi = p.hi + a.hi * m + jnp.where(lo_s < 0, m, _I32(0))  # wraps modulo 2**32 as intended
+    return Wide(hi, p.lo)
+
+
+def low_bits(a: Wide, n: jax.Array) -> Wide:
+    """``a mod 2**n`` (the ``n`` lowest bits, a non-negative value) for 0 <= n <= 64."""
+    n = jnp.asarray(n, _I32)
+
+    def mask(k):
+        return jnp.where(k >= 32, _U32(0xFFFFFFFF), (_U32(1) << jnp.clip(k, 0, 31).astype(_U32)) - _U32(1))
+
+    hi_u = jax.lax.bitcast_convert_type(a.hi, _U32) & mask(jnp.clip(n - 32, 0, 32))
+    return Wide(jax.lax.bitcast_convert_type(hi_u, _I32), a.lo & mask(jnp.clip(n, 0, 32)))
+
+
+def bit_length(a: Wide) -> jax.Array:
+    """Number of significant bits of a non-negative ``a`` (0 for 0), as int32: floor(log2 a) + 1."""
+    hi_u = jax.lax.bitcast_convert_type(a.hi, _U32)
+    n_hi = 64 - jax.lax.clz(hi_u).astype(_I32)
+    n_lo = 32 - jax.lax.clz(a.lo).astype(_I32)
+    return jnp.where(a.hi != 0, n_hi, n_lo)

@@ -1,0 +1,243 @@
+"""saturate, shift_right, fixed_mul: big-integer model, golden VPU tables, x64, grads, errors."""
+
+from __future__ import annotations
+
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hwjax.core import ROUNDING_MODES, fixed_mul, saturate, shift_right
+from tests.conftest import golden_path
+
+I32 = st.integers(-(2**31), 2**31 - 1)
+
+
+# ------------------------------------------------------------ plain-Python model
+
+
+def py_round_shift(x: int, s: int, rounding: str) -> int:
+    """round(x / 2**s) with Python's unbounded integers (s may be negative: x * 2**-s)."""
+    if s <= 0:
+        return x << -s
+    q, r = divmod(x, 1 << s)  # floor division, 0 <= r < 2**s
+    half = 1 << (s - 1)
+    if rounding == "floor":
+        return q
+    if rounding == "half_up":
+        return q + (r >= half)
+    if rounding == "half_away":
+        return q + (r > half or (r == half and x >= 0))
+    if rounding == "half_even":
+        return q + (r > half or (r == half and q % 2 == 1))
+    if rounding == "trunc":
+        return q + (r != 0 and x < 0)
+    raise ValueError(rounding)
+
+
+def py_sat(v: int, bits: int, symmetric: bool = True) -> int:
+    hi = 2 ** (bits - 1) - 1
+    lo = -hi if symmetric else -hi - 1
+    return min(max(v, lo), hi)
+
+
+# -------------------------------------------------------------- property tests
+
+
+@given(x=I32, s=st.integers(0, 70), rounding=st.sampled_from(ROUNDING_MODES))
+def test_shift_right_matches_bigint_model(x, s, rounding):
+    assert int(shift_right(np.int32(x), s, rounding=rounding)) == py_round_shift(x, s, rounding)
+
+
+@given(x=st.lists(I32, min_size=1, max_size=16), s=st.integers(-40, 40), rounding=st.sampled_from(ROUNDING_MODES))
+def test_shift_right_left_shifts_saturate_to_int32(x, s, rounding):
+    got = np.asarray(shift_right(np.array(x, np.int32), s, rounding=rounding, allow_left=True))
+    want = [py_sat(py_round_shift(v, s, rounding), 32, symmetric=False) for v in x]
+    np.testing.assert_array_equal(got, np.array(want, np.int64))
+
+
+@given(x=I32, bits=st.integers(2, 32), symmetric=st.booleans())
+def test_saturate_matches_model(x, bits, symmetric):
+    assert int(saturate(np.int32(x), bits, symmetric=symmetric)) == py_sat(x, bits, symmetric)
+
+
+@given(x=I32, m=I32, f=st.integers(0, 62), bits=st.integers(2, 32),
+       rounding=st.sampled_from(ROUNDING_MODES), symmetric=st.booleans())
+def test_fixed_mul_int32_operands_exact(x, m, f, bits, rounding, symmetric):
+    got = int(fixed_mul(np.int32(x), np.int32(m), f, rounding=rounding, bits=bits, symmetric=symmetric))
+    assert got == py_sat(py_round_shift(x * m, f, rounding), bits, symmetric)
+
+
+@given(x=st.integers(-(2**15), 2**15 - 1), m=st.integers(-(2**15), 2**15 - 1),
+       f=st.integers(0, 31), rounding=st.sampled_from(ROUNDING_MODES))
+def test_fixed_mul_int16_operands_exact(x, m, f, rounding):
+    got = int(fixed_mul(np.int16(x), np.int16(m), f, rounding=rounding, bits=16))
+    assert got == py_sat(py_round_shift(x * m, f, rounding), 16)
+
+
+def test_shift_right_issue_examples():
+    assert int(shift_right(2**31 - 1, 1, rounding="half_up")) == 2**30
+    assert int(shift_right(-(2**31), 32, rounding="half_away")) == -1
+    assert int(shift_right(-(2**31), 32, rounding="half_up")) == 0
+    assert int(shift_right(-8, 4, rounding="half_up")) == 0
+
+
+# ------------------------------------------------------ golden VPU tables (core)
+
+
+@pytest.fixture(scope="module")
+def vpu():
+    return np.load(golden_path("xs3", "vpu_instructions.npz"))
+
+
+@pytest.mark.parametrize("name,bits", [("vlsat16", 16), ("vlsat8", 8)])
+def test_golden_vlsat_is_half_up_shift_then_symmetric_saturation(vpu, name, bits):
+    acc, s = vpu[f"{name}__acc"], vpu[f"{name}__shift"]
+    got = saturate(shift_right(acc, s, rounding="half_up"), bits)
+    np.testing.assert_array_equal(np.asarray(got), vpu[f"{name}__out_v2026"])
+
+
+@pytest.mark.parametrize("name,bits,frac", [("vlmul16", 16, 14), ("vlmul8", 8, 6)])
+@pytest.mark.parametrize("variant,rounding", [("v2026", "half_up"), ("host2024", "half_up"), ("v2021", "floor")])
+def test_golden_vlmul_is_fixed_mul(vpu, name, bits, frac, variant, rounding):
+    x, m = vpu[f"{name}__x"], vpu[f"{name}__m"]
+    dt = np.int16 if bits == 16 else np.int8
+    got = fixed_mul(x.astype(dt), m.astype(dt), frac, rounding=rounding, bits=bits)
+    np.testing.assert_array_equal(np.asarray(got), vpu[f"{name}__out_{variant}"])
+
+
+@pytest.mark.parametrize("name,shift,bits", [("vdepth8_16", 8, 8), ("vdepth8_32", 24, 8), ("vdepth16_32", 16, 16)])
+def test_golden_vdepth_is_half_up_shift_then_saturation(vpu, name, shift, bits):
+    got = saturate(shift_right(vpu[f"{name}__x"], shift, rounding="half_up"), bits)
+    for variant in ("v2026", "host2024", "v2021"):
+        np.testing.assert_array_equal(np.asarray(got), vpu[f"{name}__out_{variant}"])
+
+
+@pytest.mark.parametrize("name,bits", [("vlashr16", 16), ("vlashr8", 8)])
+def test_golden_vlashr_hardware_in_range_is_floor_shift_then_saturation(vpu, name, bits):
+    x, s = vpu[f"{name}__x"], vpu[f"{name}__shr"]
+    keep = s > -(bits - 1)  # left shifts beyond b-1 are capped by the VPU; see hwjax.xs3
+    got = saturate(shift_right(x[keep], s[keep], rounding="floor", allow_left=True), bits)
+    np.testing.assert_array_equal(np.asarray(got), vpu[f"{name}__out_v2026"][keep])
+
+
+# ------------------------------------------------------- jit / vmap / x64 / dtypes
+
+
+class TestTransforms(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_shift_right_variants(self):
+        x = np.arange(-300, 300, 7, dtype=np.int32)
+        for rounding in ROUNDING_MODES:
+            f = self.variant(lambda a, r=rounding: shift_right(a, 3, rounding=r))
+            want = [py_round_shift(int(v), 3, rounding) for v in x]
+            np.testing.assert_array_equal(np.asarray(f(x)), want)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_fixed_mul_variants(self):
+        x = np.arange(-2**15, 2**15, 997, dtype=np.int32)
+        f = self.variant(lambda a: fixed_mul(a, np.int32(-20000), 14, bits=16))
+        np.testing.assert_array_equal(np.asarray(f(x)),
+                                      [py_sat(py_round_shift(int(v) * -20000, 14, "half_up"), 16) for v in x])
+
+    def test_vmap_per_element_shift(self):
+        x = np.arange(-50, 50, dtype=np.int32).reshape(10, 10)
+        s = np.arange(10, dtype=np.int32)
+        got = jax.vmap(lambda a, b: shift_right(a, b, rounding="half_even"))(x, s)
+        want = [[py_round_shift(int(v), int(b), "half_even") for v in row] for row, b in zip(x, s)]
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_results_identical_with_x64():
+    rng = np.random.default_rng(1)
+    x = rng.integers(-(2**31), 2**31, 4096, dtype=np.int64).astype(np.int32)
+    m = rng.integers(-(2**31), 2**31, 4096, dtype=np.int64).astype(np.int32)
+    s = rng.integers(0, 40, 4096).astype(np.int32)
+
+    def run():
+        return [np.asarray(shift_right(x, s, rounding=r)) for r in ROUNDING_MODES] + [
+            np.asarray(fixed_mul(x, m, 31, rounding="half_away")), np.asarray(saturate(x, 20))]
+
+    base = run()
+    with jax.enable_x64(True):
+        wide = run()
+    for a, b in zip(base, wide):
+        assert a.dtype == b.dtype == np.int32
+        np.testing.assert_array_equal(a, b)
+
+
+def test_narrow_dtypes_accepted():
+    for dt in (np.int8, np.uint8, np.int16, np.uint16):
+        x = np.array([0, 1, 5, 100], dt)
+        np.testing.assert_array_equal(np.asarray(shift_right(x, 1, rounding="half_up")), [0, 1, 3, 50])
+
+
+# ------------------------------------------------------------------- gradients
+
+
+def test_grad_shift_right_is_straight_through_scale():
+    x = jnp.array([-7.0, -1.0, 0.0, 3.0, 1000.0])
+    s = jnp.array([0, 1, 2, 3, 4])
+    g = jax.grad(lambda a: shift_right(a, s, rounding="half_up").sum())(x)
+    np.testing.assert_array_equal(np.asarray(g), 2.0 ** -np.arange(5))
+    # The surrogate is the derivative of the float function it approximates, x / 2**s:
+    fd = (np.asarray(x + 0.5) / 2.0 ** np.arange(5) - np.asarray(x - 0.5) / 2.0 ** np.arange(5))
+    np.testing.assert_array_equal(np.asarray(g), fd)
+
+
+def test_grad_left_shift_zero_where_clipped():
+    x = jnp.array([1.0, 2.0**30])
+    g = jax.grad(lambda a: shift_right(a, -2, rounding="floor", allow_left=True).sum())(x)
+    np.testing.assert_array_equal(np.asarray(g), [4.0, 0.0])
+
+
+def test_grad_saturate_zero_where_clipped_or_pass():
+    x = jnp.array([-200.0, -127.0, 0.0, 127.0, 128.0])
+    g = jax.grad(lambda a: saturate(a, 8).sum())(x)
+    np.testing.assert_array_equal(np.asarray(g), [0, 1, 1, 1, 0])
+    g = jax.grad(lambda a: saturate(a, 8, saturation_grad="pass").sum())(x)
+    np.testing.assert_array_equal(np.asarray(g), [1, 1, 1, 1, 1])
+
+
+def test_grad_fixed_mul_linear_part():
+    x = jnp.array([100.0, -3000.0, 32000.0])
+    m = jnp.array([16384.0, 8192.0, 32767.0])
+    gx, gm = jax.grad(lambda a, b: fixed_mul(a, b, 14, bits=16).sum(), argnums=(0, 1))(x, m)
+    np.testing.assert_array_equal(np.asarray(gx), [1.0, 0.5, 0.0])  # last one saturates
+    np.testing.assert_array_equal(np.asarray(gm), [100.0 / 16384, -3000.0 / 16384, 0.0])
+    # Integer multiplier, float activations: gradient flows to x only.
+    g = jax.grad(lambda a: fixed_mul(a, np.int16(8192), 14, bits=16).sum())(x)
+    np.testing.assert_array_equal(np.asarray(g), [0.5, 0.5, 0.5])
+
+
+def test_float_forward_equals_integer_forward():
+    x = np.arange(-1000, 1000, 13)
+    np.testing.assert_array_equal(np.asarray(shift_right(x.astype(np.float32), 3, rounding="half_even")),
+                                  np.asarray(shift_right(x.astype(np.int32), 3, rounding="half_even")))
+
+
+# ---------------------------------------------------------------------- errors
+
+
+def test_errors_name_argument_and_range():
+    with pytest.raises(ValueError, match="bits must lie in \\[2, 32\\]"):
+        saturate(np.int32(1), 33)
+    with pytest.raises(ValueError, match="rounding must be one of"):
+        shift_right(np.int32(1), 1, rounding="nearest")
+    with pytest.raises(ValueError, match="shift .*allow_left"):
+        shift_right(np.int32(1), -1, rounding="floor")
+    with pytest.raises(TypeError, match="x must have an integer dtype"):
+        saturate(np.array([True]), 8)
+    with pytest.raises(ValueError, match="frac_bits must lie in \\[0, 62\\]"):
+        fixed_mul(np.int32(1), np.int32(1), 63)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        fixed_mul(np.zeros(3, np.int32), np.zeros(4, np.int32), 1)
+    with pytest.raises(ValueError, match="integer values only"):
+        saturate(np.array([0.5], np.float32), 8)
+    with pytest.raises(ValueError, match="int32 range"):
+        shift_right(2**40, 1, rounding="floor")
