@@ -91,42 +91,30 @@ def _dtype_for(a: jax.Array, declared, name: str):
 # ------------------------------------------------------------------------ dot routes
 
 
-def _dot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
-    """Exact int32 ``x @ w.T`` over the last axis: x (..., K), w (N, K) -> (..., N)."""
-    dims = (((x.ndim - 1,), (1,)), ((), ()))
+def _bdot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
+    """Exact int32 batched dot: x (G, B, K), w (G, N, K) -> (G, B, N).
+
+    ``route="float"`` splits K into pieces of at most ``2**24 >> prod_bits`` products,
+    so every float32 partial sum is an exactly representable integer, computes them at
+    ``precision=HIGHEST`` and adds the pieces in int32. Products wider than 24 bits
+    always use the integer route.
+    """
+    dims = (((2,), (2,)), ((0,), (0,)))
     if route == "int" or prod_bits > _FLOAT_PROD_BITS:
         return jax.lax.dot_general(x, w, dims, preferred_element_type=_I32)
     k = x.shape[-1]
-    kb = max(1, _F32_EXACT >> prod_bits)  # partial sums of kb products stay <= 2**24
-    if k <= kb:
-        return jax.lax.dot_general(x.astype(jnp.float32), w.astype(jnp.float32), dims,
-                                   precision=jax.lax.Precision.HIGHEST).astype(_I32)
-    nb = -(-k // kb)
-    pad = nb * kb - k
-    xf = jnp.pad(x.astype(jnp.float32), [(0, 0)] * (x.ndim - 1) + [(0, pad)])
-    wf = jnp.pad(w.astype(jnp.float32), [(0, 0), (0, pad)])
-    xb = xf.reshape(x.shape[:-1] + (nb, kb))
-    wb = wf.reshape(w.shape[0], nb, kb)
-    bdims = (((x.ndim,), (2,)), ((x.ndim - 1,), (1,)))
-    part = jax.lax.dot_general(xb, wb, bdims, precision=jax.lax.Precision.HIGHEST)
-    return part.astype(_I32).sum(axis=0, dtype=_I32)  # (nb, ..., N) -> (..., N), exact int32 adds
+    kb = max(1, _F32_EXACT >> prod_bits)
+    out = None
+    for s0 in range(0, max(k, 1), kb):
+        part = jax.lax.dot_general(x[..., s0:s0 + kb].astype(jnp.float32), w[..., s0:s0 + kb].astype(jnp.float32),
+                                   dims, precision=jax.lax.Precision.HIGHEST).astype(_I32)
+        out = part if out is None else out + part
+    return out
 
 
-def _chunk_sums(xb: jax.Array, wb: jax.Array, route: str, prod_bits: int) -> jax.Array:
-    """xb (B, C, c), wb (N, C, c) -> exact chunk sums (B, N, C)."""
-    dims = (((2,), (2,)), ((1,), (1,)))  # batch over chunks, contract lanes -> (C, B, N)
-    if route == "int" or prod_bits > _FLOAT_PROD_BITS:
-        out = jax.lax.dot_general(xb, wb, dims, preferred_element_type=_I32)
-    else:  # chunk * 2**prod_bits < 2**31 but may exceed 2**24: split the lanes
-        c = xb.shape[-1]
-        kb = max(1, _F32_EXACT >> prod_bits)
-        parts = []
-        for s in range(0, c, kb):
-            parts.append(jax.lax.dot_general(
-                xb[..., s:s + kb].astype(jnp.float32), wb[..., s:s + kb].astype(jnp.float32),
-                dims, precision=jax.lax.Precision.HIGHEST).astype(_I32))
-        out = functools.reduce(jnp.add, parts)
-    return jnp.transpose(out, (1, 2, 0))
+def _dot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
+    """Exact int32 ``x @ w.T``: x (B, K), w (N, K) -> (B, N)."""
+    return _bdot(x[None], w[None], route, prod_bits)[0]
 
 
 # --------------------------------------------------------------------- saturating add
@@ -154,15 +142,15 @@ def _sum_lt(a: jax.Array, p: jax.Array, bound: int) -> jax.Array:
     return jnp.where(overflow, p < 0, r < _I32(bound))
 
 
-def _reflect_block(a: jax.Array, cs: jax.Array, lo: int, hi: int) -> jax.Array:
-    """Saturating accumulation of chunk sums ``cs`` (..., C) onto ``a`` (...), exactly.
+def _reflect(a, s, pmax, pmin, lo: int, hi: int) -> jax.Array:
+    """Result of ``a <- clip(a + cs_j, lo, hi)`` over a block of chunk sums, in closed form.
 
-    Requires ``sum |cs| <= 2**30`` per entry (prefix sums fit int32) and prefix sums
-    spanning at most ``hi - lo``: then at most one bound can be touched, and the recurrence
-    ``a <- clip(a + cs_j, lo, hi)`` has the closed form of a one-sided reflection.
+    ``s``, ``pmax``, ``pmin`` are the sum and the largest / smallest prefix sum of the
+    block's chunk sums. The block layout guarantees prefix sums fit int32 and span at
+    most ``hi - lo``, so at most one bound is touched; then the recurrence is a
+    one-sided reflection: ``hi + s - pmax`` if ``a + pmax > hi``, ``lo + s - pmin`` if
+    ``a + pmin < lo``, else ``a + s`` (the Skorokhod map of the prefix-sum path).
     """
-    p = jnp.cumsum(cs, axis=-1, dtype=_I32)
-    s, pmax, pmin = p[..., -1], p.max(axis=-1), p.min(axis=-1)
     return jnp.where(_sum_gt(a, pmax, hi), _I32(hi) + (s - pmax),
                      jnp.where(_sum_lt(a, pmin, lo), _I32(lo) + (s - pmin), a + s))
 
@@ -191,7 +179,7 @@ def _block_layout(order: np.ndarray, k: int, chunk: int, lo: int, hi: int, prod_
     Chunks per block: (1) sum|products| of a block <= 2**30, so block sums and the
     bound dots fit int32; (2) the chunk prefix sums of a block span at most
     (cpb - 1) * max|chunk sum| <= hi - lo, so at most one bound is touched per block
-    (the premise of ``_reflect_block``). Aim at ~256 products per block.
+    (the premise of ``_reflect``). Aim at ~256 products per block.
     """
     idx = np.where(order < 0, k, order)
     n_chunks = idx.size // chunk
@@ -204,30 +192,54 @@ def _block_layout(order: np.ndarray, k: int, chunk: int, lo: int, hi: int, prod_
     return np.concatenate([idx, np.full(pad, k)]).reshape(nb, cpb, chunk).astype(np.int32)
 
 
+def _prefix_stats(cs_step, n_steps: int, shape) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Sequential (sum, max prefix, min prefix) of chunk sums ``cs_step(j)``, j < n_steps."""
+    lowest, highest = jnp.iinfo(jnp.int32).min, jnp.iinfo(jnp.int32).max
+
+    def body(j, carry):
+        p, pmax, pmin = carry
+        p = p + cs_step(j)
+        return p, jnp.maximum(pmax, p), jnp.minimum(pmin, p)
+
+    init = (jnp.zeros(shape, _I32), jnp.full(shape, lowest, _I32), jnp.full(shape, highest, _I32))
+    return jax.lax.fori_loop(0, n_steps, body, init, unroll=min(8, n_steps))
+
+
 def _slow(acc0, x, w, idx, lo, hi, route, prod_bits):
+    """The saturating recurrence, exactly, without a per-product scan where avoidable."""
     b, n = acc0.shape
+    nb, cpb, chunk = idx.shape
     xz = jnp.concatenate([x, jnp.zeros((b, 1), x.dtype)], axis=-1)  # index k = empty lane
     wz = jnp.concatenate([w, jnp.zeros((n, 1), w.dtype)], axis=-1)
+    if chunk > 1:  # every chunk sum from one batched dot, then one saturating add per chunk
+        flat = idx.reshape(nb * cpb, chunk)
+        cs = _bdot(jnp.moveaxis(xz[:, flat], 1, 0), jnp.moveaxis(wz[:, flat], 1, 0), route, prod_bits)
+        return jax.lax.fori_loop(0, nb * cpb, lambda j, a: _sat_add(a, cs[j], lo, hi), acc0,
+                                 unroll=min(8, nb * cpb))
+    # chunk == 1: blocks of products; only blocks in which some output may clip are
+    # resolved product by product (sequential prefix statistics + closed-form reflection).
     xs = jnp.moveaxis(xz[:, idx], 1, 0)  # (nb, B, cpb, c)
     ws = jnp.moveaxis(wz[:, idx], 1, 0)  # (nb, N, cpb, c)
+    xf, wf = xs.reshape(nb, b, -1), ws.reshape(nb, n, -1)
+    sums = _bdot(xf, wf, route, prod_bits)  # (nb, B, N) block sums
+    mags = _bdot(_abs_widened(xf), _abs_widened(wf), route, prod_bits)  # sum |products|
+    # mag >= |s| and mag <= 2**30: mag - s lies in [0, 2**31], exact in uint32.
+    diff = jax.lax.bitcast_convert_type(mags, jnp.uint32) - jax.lax.bitcast_convert_type(sums, jnp.uint32)
+    negs = (diff >> 1).astype(_I32)  # per block: sum of |negative products|
+    poss = mags - negs  # per block: sum of positive products
 
-    def block(a, xw):
-        xb, wb = xw
-        xf, wf = xb.reshape(b, -1), wb.reshape(n, -1)
-        s = _dot(xf, wf, route, prod_bits)
-        mag = _dot(_abs_widened(xf), _abs_widened(wf), route, prod_bits)
-        # mag >= |s| and mag <= 2**30: mag - s lies in [0, 2**31], exact in uint32.
-        diff = jax.lax.bitcast_convert_type(mag, jnp.uint32) - jax.lax.bitcast_convert_type(s, jnp.uint32)
-        neg = (diff >> 1).astype(_I32)  # sum of the negative products' magnitudes
-        pos = mag - neg
+    def block(a, item):
+        xb, wb, s, pos, neg = item
         risky = _sum_gt(a, pos, hi) | _sum_lt(a, -neg, lo)
 
-        def fine(_):
-            return _reflect_block(a, _chunk_sums(xb, wb, route, prod_bits), lo, hi)
+        def fine(_):  # products formed one column at a time, never as a (B, N, K) tensor
+            xc, wc = xb[:, :, 0].astype(_I32), wb[:, :, 0].astype(_I32)
+            total, pmax, pmin = _prefix_stats(lambda j: xc[:, j, None] * wc[None, :, j], cpb, (b, n))
+            return _reflect(a, total, pmax, pmin, lo, hi)
 
         return jax.lax.cond(jnp.any(risky), fine, lambda _: a + s, None), None
 
-    out, _ = jax.lax.scan(block, acc0, (xs, ws))
+    out, _ = jax.lax.scan(block, acc0, (xs, ws, sums, poss, negs))
     return out
 
 

@@ -1,0 +1,65 @@
+"""``python -m hwjax.bench mac``: exact ``mac`` vs a plain XLA dot and vs ``mac_reference``.
+
+Shapes (issue defaults): B=256 inputs, N=64 outputs, K=576 int8. Two data sets:
+(a) random int8 data with zero biases, which cannot saturate (fast path), and
+(b) the same products with biases at +-(2**31-1) minus a little, which saturate.
+For chunk=1 and chunk=32 it prints seconds per call and the ratios
+``dot / mac`` (throughput relative to the plain dot; 1.0 = as fast) and
+``reference / mac`` (speed-up over the literal scan), all measured in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.bench._timing import time_fn
+from hwjax.core import mac, mac_reference
+
+M32 = 2**31 - 1
+
+
+def make_data(b: int, n: int, k: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.integers(-128, 128, (b, k)), jnp.int8)
+    w = jnp.asarray(rng.integers(-128, 128, (n, k)), jnp.int8)
+    safe = jnp.zeros((b, n), jnp.int32)
+    near = rng.choice([M32 - 2**18, -M32 + 2**18, M32, -M32], (b, n))
+    return x, w, safe, jnp.asarray(near, jnp.int32)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hwjax.bench mac", description=__doc__.splitlines()[0])
+    p.add_argument("--b", type=int, default=256)
+    p.add_argument("--n", type=int, default=64)
+    p.add_argument("--k", type=int, default=576)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--route", default="auto", choices=("auto", "int", "float"))
+    args = p.parse_args(argv)
+
+    x, w, safe, near = make_data(args.b, args.n, args.k)
+    dims = (((1,), (1,)), ((), ()))
+    dot = jax.jit(lambda a, xx, ww: a + jax.lax.dot_general(xx, ww, dims, preferred_element_type=jnp.int32))
+    print(f"backend={jax.default_backend()} device={jax.devices()[0].device_kind} "
+          f"B={args.b} N={args.n} K={args.k} int8 route={args.route}")
+    t_dot = time_fn(dot, safe, x, w, repeats=args.repeats).best
+    print(f"plain XLA int32 dot_general: {t_dot * 1e3:9.3f} ms")
+    print(f"{'data':<12}{'chunk':>6}{'mac ms':>10}{'ref ms':>10}{'dot/mac':>9}{'ref/mac':>9}  exact")
+    for label, acc0 in (("(a) no-sat", safe), ("(b) sat", near)):
+        for chunk in (1, 32):
+            f = jax.jit(lambda a, xx, ww, c=chunk: mac(a, xx, ww, chunk=c, route=args.route))
+            r = jax.jit(lambda a, xx, ww, c=chunk: mac_reference(a, xx, ww, chunk=c))
+            same = bool(jnp.array_equal(f(acc0, x, w), r(acc0, x, w)))
+            t_mac = time_fn(f, acc0, x, w, repeats=args.repeats).best
+            t_ref = time_fn(r, acc0, x, w, repeats=max(2, args.repeats // 2)).best
+            print(f"{label:<12}{chunk:>6}{t_mac * 1e3:10.3f}{t_ref * 1e3:10.2f}"
+                  f"{t_dot / t_mac:9.2f}{t_ref / t_mac:9.1f}  {same}")
+            if not same:
+                print("ERROR: mac differs from mac_reference")
+                return 1
+    sat = int(jnp.sum(jnp.abs(jax.jit(lambda a: mac(a, x, w, chunk=1))(near)) == M32))
+    print(f"(b) outputs ending at +-(2**31-1) with chunk=1: {sat} of {args.b * args.n}")
+    return 0
