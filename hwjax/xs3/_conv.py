@@ -1,0 +1,256 @@
+"""Current lib_nn generic convolution (spec ``xs3.md`` §5.6, §4.1).
+
+``conv2d`` reproduces ``memcpyfn_imtocol_padded`` + ``mat_mul_generic_int8`` +
+``otfn_int8``: the im2col patch ``[kh][kw][c]`` (taps outside the image hold the pad
+value), accumulators from 0, one VLMACCR per 32-byte chunk of the patch (chunks span
+pixel boundaries; the last chunk is the tail), ``sat32`` after every chunk, then the
+output transform. The chunked saturating accumulation is :func:`hwjax.core.mac` with
+``chunk=32``: exactly the chip's saturation points, and a plain integer dot product
+whenever saturation is impossible.
+
+``reorder_kernel_weights`` builds the weight stream that the chip reads (§5.6); the
+convolution itself does not need it (lanes and channel order do not change any sum).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import _validate as V
+from hwjax.core import mac
+from hwjax.core import wide as W
+from hwjax.xs3 import _otfn
+from hwjax.xs3._vpu import Variant, _check_variant
+
+_I32 = jnp.int32
+CHUNK = 32  # bytes per VLMACCR in 8-bit mode
+GROUP = 16  # output channels per accumulator ring
+ACC_MAX = 2**31 - 1
+
+
+# ----------------------------------------------------------------------- validation
+
+
+def _pair(v, name: str, lo: int) -> tuple[int, int]:
+    try:
+        a, b = v
+        return (V.check_static_int(a, lo, 2**20, f"{name}[0]"), V.check_static_int(b, lo, 2**20, f"{name}[1]"))
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ValueError) and "must lie in" in str(e):
+            raise
+        raise TypeError(f"{name} must be a pair of static ints >= {lo}, got {v!r}") from None
+
+
+def _int8_operand(x, name: str) -> jax.Array:
+    a = V.as_array(x, name)
+    if V.kind(a, name) != "int":
+        raise TypeError(f"{name} must be an integer array holding int8 values, got dtype {a.dtype}")
+    V.check_range(a, -128, 127, f"{name} (int8 values)")
+    return a.astype(jnp.int8)
+
+
+# --------------------------------------------------------------------------- im2col
+
+
+@functools.lru_cache(maxsize=None)
+def _tap_indices(size: int, out: int, k: int, stride: int, pad: int, dil: int):
+    """Input coordinates of every (output, tap) pair, shifted to index a padded axis."""
+    idx = np.arange(out)[:, None] * stride - pad + np.arange(k)[None, :] * dil
+    before = max(0, -int(idx.min())) if idx.size else 0
+    after = max(0, int(idx.max()) - (size - 1)) if idx.size else 0
+    return idx + before, before, after
+
+
+def im2col(x, kernel_hw: Sequence[int], *, stride: Sequence[int], pad_top_left: Sequence[int],
+           pad_value: int, out_hw: Sequence[int], dilation: Sequence[int] = (1, 1)) -> jax.Array:
+    """The im2col patches of ``memcpyfn_imtocol_padded`` (§5.6).
+
+    For output (oy, ox) the patch is ``x[r, c, :]`` for kh, kw in row-major order with
+    ``r = oy*stride[0] - pad_top_left[0] + kh*dilation[0]`` and
+    ``c = ox*stride[1] - pad_top_left[1] + kw*dilation[1]``; taps outside the image take
+    ``pad_value``. ``x`` is (..., H, W, C); the result is (..., OH, OW, KH*KW*C) in
+    ``x``'s dtype (the chip's trailing 32 zero bytes are not materialised).
+    """
+    kh, kw = _pair(kernel_hw, "kernel_hw", 1)
+    sv, sh = _pair(stride, "stride", 1)
+    pt, pl = _pair(pad_top_left, "pad_top_left", 0)
+    dv, dh = _pair(dilation, "dilation", 1)
+    oh, ow = _pair(out_hw, "out_hw", 1)
+    x = jnp.asarray(x)
+    if x.ndim < 3:
+        raise ValueError(f"x must have shape (..., H, W, C), got {x.shape}")
+    h, w, c = x.shape[-3:]
+    rows, rb, ra = _tap_indices(h, oh, kh, sv, pt, dv)
+    cols, cb, ca = _tap_indices(w, ow, kw, sh, pl, dh)
+    pad = [(0, 0)] * (x.ndim - 3) + [(rb, ra), (cb, ca), (0, 0)]
+    xp = jnp.pad(x, pad, constant_values=jnp.asarray(pad_value, x.dtype))
+    # (..., OH, KH, W', C) -> (..., OH, KH, OW, KW, C)
+    g = jnp.take(xp, jnp.asarray(rows.reshape(-1)), axis=-3).reshape(x.shape[:-3] + (oh, kh) + xp.shape[-2:])
+    g = jnp.take(g, jnp.asarray(cols.reshape(-1)), axis=-2).reshape(g.shape[:-2] + (ow, kw, c))
+    g = jnp.moveaxis(g, -3, -4)  # (..., OH, OW, KH, KW, C)
+    return g.reshape(x.shape[:-3] + (oh, ow, kh * kw * c))
+
+
+# ------------------------------------------------------------ weight reordering §5.6
+
+
+@functools.lru_cache(maxsize=None)
+def _reorder_index(c_out: int, patch: int) -> np.ndarray:
+    """Flat OHWI index of every byte of the reordered stream; -1 = padding."""
+    n_chunks = -(-patch // CHUNK)
+    parts, block_start, pos = [], 0, 0
+    for g0 in range(0, c_out, GROUP):
+        n = min(GROUP, c_out - g0)
+        for j in range(n_chunks):
+            width = min(CHUNK, patch - CHUNK * j)
+            block_start = pos
+            for ch in range(g0 + n - 1, g0 - 1, -1):  # descending channel order
+                parts.append(ch * patch + CHUNK * j + np.arange(width))
+                pos += width
+    idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    total = block_start + GROUP * CHUNK if parts else 0
+    return np.concatenate([idx, -np.ones(total - idx.size, np.int64)])
+
+
+def _check_kernel(k, name: str = "k_ohwi") -> jax.Array:
+    k = _int8_operand(k, name)
+    if k.ndim != 4:
+        raise ValueError(f"{name} must have shape (C_out, K_h, K_w, C_in), got {k.shape}")
+    return k
+
+
+def reorder_kernel_weights(k_ohwi, *, pad_value: int = 0) -> jax.Array:
+    """The weight stream of ``MatMulInt8::reorder_kernel_weights(K, shape, 8, pad, false)``.
+
+    With L = K_h*K_w*C_in bytes per output channel and chunks of 32 bytes (the last one
+    ``L - 32*(ceil(L/32)-1)`` bytes): for each group of 16 output channels (the last
+    group may be smaller), for each chunk j, for each of the group's channels in
+    **descending** order, that channel's bytes of chunk j, stored densely. The stream
+    is padded with ``pad_value`` to (offset of the last chunk block of the last
+    group) + 16*32 bytes.
+
+    Args:
+      k_ohwi: (C_out, K_h, K_w, C_in) int8 values.
+      pad_value: int8 padding value.
+
+    Returns:
+      1-D int8 array (traceable: a static gather).
+    """
+    k = _check_kernel(k_ohwi)
+    V.check_range(np.asarray(pad_value), -128, 127, "pad_value")
+    c_out, patch = k.shape[0], int(np.prod(k.shape[1:]))
+    idx = _reorder_index(c_out, patch)
+    flat = k.reshape(-1)
+    vals = jnp.take(flat, jnp.asarray(np.maximum(idx, 0)), axis=0) if flat.size else jnp.zeros(idx.size, jnp.int8)
+    return jnp.where(jnp.asarray(idx >= 0), vals, jnp.int8(pad_value))
+
+
+def reorder_kernel_weights_inverse(reordered, kernel_shape: Sequence[int]) -> jax.Array:
+    """Recovers the (C_out, K_h, K_w, C_in) kernel from :func:`reorder_kernel_weights`'s
+    stream (padding ignored). ``kernel_shape`` is static."""
+    shape = tuple(V.check_static_int(s, 1, 2**30, "kernel_shape[i]") for s in kernel_shape)
+    if len(shape) != 4:
+        raise ValueError(f"kernel_shape must be (C_out, K_h, K_w, C_in), got {kernel_shape!r}")
+    r = _int8_operand(reordered, "reordered")
+    idx = _reorder_index(shape[0], int(np.prod(shape[1:])))
+    if r.shape != idx.shape:
+        raise ValueError(f"reordered must have shape {idx.shape} for kernel_shape {shape}, got {r.shape}")
+    inverse = np.empty(int(np.prod(shape)), np.int64)
+    valid = np.nonzero(idx >= 0)[0]
+    inverse[idx[valid]] = valid
+    return jnp.take(r, jnp.asarray(inverse), axis=0).reshape(shape)
+
+
+# -------------------------------------------------------------------------- conv2d
+
+
+def _exact_saturated(patches: jax.Array, w: jax.Array, acc: jax.Array) -> jax.Array:
+    """Where the chunk-saturated ``acc`` differs from the exact (unsaturated) dot product.
+
+    The exact sum is formed from two dots that cannot overflow int32
+    (x = 16*(x >> 4) + (x & 15)) and compared as a 64-bit value. Needs L < 2**20.
+    """
+    hi = mac(0, (patches >> 4).astype(jnp.int8), w)
+    lo = mac(0, (patches & 15).astype(jnp.int8), w)
+    exact = W.add(W.Wide(hi >> 28, jax.lax.bitcast_convert_type(hi << 4, jnp.uint32)), W.from_int32(lo))
+    as32, clipped = W.saturate_to_int32(exact, -(2**31), 2**31 - 1)
+    return clipped | (as32 != acc)
+
+
+def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int,
+           stride: Sequence[int], pad_top_left: Sequence[int], pad_value: int,
+           out_shape: Sequence[int], dilation: Sequence[int] = (1, 1),
+           variant: Variant = "hardware", return_accumulators: bool = False,
+           return_stats: bool = False):
+    """Current-API int8 convolution: im2col + ``mat_mul_generic_int8`` + ``otfn_int8``.
+
+    Per output pixel and channel c: ``acc = 0``; for chunk j = 0..ceil(L/32)-1 of the
+    im2col patch P (L = K_h*K_w*C_in, see :func:`im2col`),
+    ``acc = sat32(acc + sum_{i in chunk j} P[i] * K[c, i])``; then
+    ``y = otfn_int8(acc, multipliers, biases, initial_shift, final_shr, variant)``.
+
+    Args:
+      x: (H, W, C_in) or (B, H, W, C_in) int8 values (any integer dtype; checked when
+        concrete).
+      k_ohwi: (C_out, K_h, K_w, C_in) int8 values.
+      multipliers, biases: (C_out,) int16 values.
+      initial_shift: static int in [-16, 16]; final_shr: static int in [-16, 15].
+      stride: (vertical, horizontal) >= 1. pad_top_left: (top, left) >= 0 (bottom and
+        right padding follow from ``out_shape``). pad_value: int8 value of padded
+        taps (xformer: the input zero point). dilation: (vertical, horizontal).
+      out_shape: (OH, OW) or (OH, OW, C_out).
+      variant: ``"hardware"``, ``"host"`` or ``"v2021"`` (only the output transform
+        depends on it; the accumulation is identical in all variants).
+      return_accumulators: also return the int32 accumulators (..., OH, OW, C_out).
+      return_stats: also return a dict of per-output-channel int32 counts (shape
+        (C_out,), summed over batch and pixels): ``acc_saturated`` (accumulators that
+        differ from the exact dot product because a chunk saturated; computed only
+        when L*2**14 can exceed 2**31-1, else statically 0) and the output-transform
+        counts of :func:`otfn_int8`.
+
+    Returns:
+      ``y`` int8 (..., OH, OW, C_out); with the flags, a tuple
+      ``(y, [acc], [stats])`` in that order.
+    """
+    _check_variant(variant)
+    xv = _int8_operand(x, "x")
+    if xv.ndim not in (3, 4):
+        raise ValueError(f"x must have shape (H, W, C_in) or (B, H, W, C_in), got {xv.shape}")
+    k = _check_kernel(k_ohwi)
+    c_out, kh, kw, c_in = k.shape
+    if xv.shape[-1] != c_in:
+        raise ValueError(f"x has {xv.shape[-1]} channels but k_ohwi expects C_in = {c_in}")
+    out_shape = tuple(out_shape)
+    if len(out_shape) not in (2, 3) or (len(out_shape) == 3 and out_shape[2] != c_out):
+        raise ValueError(f"out_shape must be (OH, OW) or (OH, OW, {c_out}), got {out_shape!r}")
+    _otfn._static_shift(initial_shift, *_otfn.INITIAL_SHIFT_RANGE, "initial_shift")
+    _otfn._static_shift(final_shr, *_otfn.FINAL_SHR_RANGE, "final_shr")
+    V.check_range(np.asarray(pad_value), -128, 127, "pad_value (int8)")
+    patches = im2col(xv, (kh, kw), stride=stride, pad_top_left=pad_top_left, pad_value=int(pad_value),
+                     out_hw=out_shape[:2], dilation=dilation)
+    w = k.reshape(c_out, -1)
+    acc = mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK)
+    y = _otfn.otfn_int8(acc, multipliers, biases, initial_shift=initial_shift, final_shr=final_shr,
+                        variant=variant, return_stats=return_stats)
+    if not (return_accumulators or return_stats):
+        return y
+    y, stats = y if return_stats else (y, None)
+    out = (y,) + ((acc,) if return_accumulators else ())
+    if return_stats:
+        out += ({"acc_saturated": _acc_saturation_counts(patches, w, acc), **stats},)
+    return out
+
+
+def _acc_saturation_counts(patches: jax.Array, w: jax.Array, acc: jax.Array) -> jax.Array:
+    """Per output channel: accumulators changed by chunk saturation (int32 counts)."""
+    c_out, patch = w.shape
+    if patch * 2**14 <= ACC_MAX:  # no chunk sequence can reach the bound
+        return jnp.zeros(c_out, _I32)
+    if patch >= 2**20:
+        raise ValueError(f"return_stats needs K_h*K_w*C_in < 2**20, got {patch}")
+    return _otfn._count_per_channel(_exact_saturated(patches, w, acc))

@@ -1,0 +1,488 @@
+"""Current lib_nn output transforms (spec ``xs3.md`` §4), composed from VPU instructions.
+
+An output transform turns the int32 accumulators that the aggregate functions leave
+(one per output channel, last axis) into int8 outputs. Every transform here is the
+exact instruction sequence of lib_nn's ``output_transform_fn_impl`` / assembly, built
+from :mod:`hwjax.xs3._vpu`, so the variant quirks come from the instructions.
+
+Accumulators may have any leading shape ``(..., C)``; per-channel parameters have
+shape ``(C,)`` (or broadcast against ``acc``). Outputs are int8 arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import _validate as V
+from hwjax.xs3 import _vpu as vpu
+from hwjax.xs3._vpu import Variant
+
+_I32 = jnp.int32
+EPV16 = 16  # 16-bit lanes per vector = output channels per group
+
+INITIAL_SHIFT_RANGE = (-16, 16)
+FINAL_SHR_RANGE = (-16, 15)
+STEPS = ("after_vlsat", "after_initial_vlashr", "after_vlmul", "after_vladd", "after_final_vlashr",
+         "y_int8")
+STAT_KEYS = ("initial_clipped", "mul_clipped", "bias_clipped", "final_clipped", "output_clipped")
+
+
+# ----------------------------------------------------------------------- validation
+
+
+def _static_shift(value, lo: int, hi: int, name: str) -> int:
+    """A per-op shift: a static Python int inside the assembly's supported range."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"{name} must be a static Python int in [{lo}, {hi}] (one per op), "
+                        f"not a traced value")
+    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0:
+        value = int(value)
+    try:
+        return V.check_static_int(value, lo, hi, name)
+    except ValueError:
+        raise ValueError(f"{name}={value} is outside the supported range [{lo}, {hi}] of the XS3 "
+                         f"otfn_int8 assembly (spec §4.1)") from None
+
+
+def _acc32(acc, name: str = "acc") -> jax.Array:
+    a = V.as_array(acc, name)
+    if V.kind(a, name) != "int":
+        raise TypeError(f"{name} must be an integer array of int32 accumulators, got dtype {a.dtype}")
+    if a.ndim < 1:
+        raise ValueError(f"{name} must have the output channels on its last axis, got a scalar")
+    V.check_range(a, -(2**31), 2**31 - 1, name)
+    return a.astype(_I32)
+
+
+def _channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: int = 2**15 - 1) -> jax.Array:
+    a = V.as_array(p, name)
+    if V.kind(a, name) != "int":
+        raise TypeError(f"{name} must be an integer array (int16 values), got dtype {a.dtype}")
+    if a.shape != (channels,):
+        raise ValueError(f"{name} must have shape ({channels},) (one per output channel), got {a.shape}")
+    V.check_range(a, lo, hi, name)
+    return a.astype(_I32)
+
+
+# ------------------------------------------------------------------------- the steps
+
+
+def _vdepth8_fixed(t: jax.Array, variant: Variant) -> jax.Array:
+    """Step 5 of §4.1: ``clamp(floor((t + 128) / 256), -128, 127)``.
+
+    As the assembly does it: lanes with ``sat16(t + 0x7F80) < 0`` (VLADD, VDEPTH1)
+    get -128, the others VDEPTH8.
+    """
+    low = vpu.vladd(t, 0x7F80, mode=16, variant=variant) < 0
+    return jnp.where(low, _I32(-128), vpu.vdepth8(t, mode=16, variant=variant))
+
+
+def _output_clipped(t: jax.Array) -> jax.Array:
+    """Where step 5 clamped: ``floor((t + 128) / 256)`` outside [-128, 127]."""
+    q = (t + 128) >> 8
+    return (q > 127) | (q < -128)
+
+
+def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: int, variant: Variant) -> dict:
+    """Steps 2–5 of §4.1 (shared by every int8 transform), with their clip flags."""
+    p = vpu.vlmul_raw(t, mul, mode=16, variant=variant)
+    t_mul = vpu.vlmul(t, mul, mode=16, variant=variant)
+    t_add = vpu.vladd(t_mul, bias, mode=16, variant=variant)
+    shr = jnp.asarray(final_shr, _I32)
+    t_fin = vpu.vlashr(t_add, shr, mode=16, variant=variant)
+    raw_fin = vpu.vlashr_raw(t_add, shr, mode=16, variant=variant)
+    return {
+        "after_vlmul": t_mul,
+        "after_vladd": t_add,
+        "after_final_vlashr": t_fin,
+        "y_int8": _vdepth8_fixed(t_fin, variant),
+        "mul_clipped": p != t_mul,
+        "bias_clipped": (t_mul + bias) != t_add,
+        "final_clipped": raw_fin != t_fin,  # only left shifts can clip here
+        "output_clipped": _output_clipped(t_fin),
+    }
+
+
+def _initial_int8(acc: jax.Array, initial_shift: int, variant: Variant) -> dict:
+    """Step 1 of §4.1: VLSAT16 by ``max(initial_shift, 0)``, then VLASHR16 by
+    ``initial_shift`` when it is <= 0 (a saturating left shift)."""
+    s = jnp.asarray(max(initial_shift, 0), _I32)
+    raw = vpu.vlsat_raw(acc, s, variant=variant)
+    t = vpu.vlsat(acc, s, mode=16, variant=variant)
+    clipped = raw != t
+    if initial_shift > 0:
+        return {"after_vlsat": t, "after_initial_vlashr": t, "initial_clipped": clipped}
+    shr = jnp.asarray(initial_shift, _I32)
+    t2 = vpu.vlashr(t, shr, mode=16, variant=variant)
+    clipped = clipped | (vpu.vlashr_raw(t, shr, mode=16, variant=variant) != t2)
+    return {"after_vlsat": t, "after_initial_vlashr": t2, "initial_clipped": clipped}
+
+
+def _count_per_channel(flags: jax.Array) -> jax.Array:
+    """Number of True entries per output channel (last axis), int32."""
+    return flags.reshape((-1, flags.shape[-1])).sum(axis=0, dtype=_I32)
+
+
+def _finish(steps: dict, return_stats: bool):
+    y = steps["y_int8"].astype(jnp.int8)
+    if not return_stats:
+        return y
+    return y, {k: _count_per_channel(steps[k]) for k in STAT_KEYS}
+
+
+# --------------------------------------------------------------------- §4.1 otfn_int8
+
+
+def otfn_int8_steps(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
+                    variant: Variant = "hardware") -> dict[str, jax.Array]:
+    """Every intermediate of :func:`otfn_int8` (int32 lane values), keyed as the golden
+    ``otfn_int8_chain.json`` columns: ``after_vlsat``, ``after_initial_vlashr``,
+    ``after_vlmul``, ``after_vladd``, ``after_final_vlashr``, ``y_int8``; plus boolean
+    clip flags ``initial_clipped``, ``mul_clipped``, ``bias_clipped``,
+    ``final_clipped``, ``output_clipped`` (same shape as ``acc``).
+
+    ``after_vlsat`` is ``VLSAT16(acc, max(initial_shift, 0))``; ``after_initial_vlashr``
+    equals it when ``initial_shift > 0``. Arguments as for :func:`otfn_int8`.
+    """
+    vpu._check_variant(variant)
+    initial_shift = _static_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
+    final_shr = _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
+    a = _acc32(acc)
+    c = a.shape[-1]
+    mul = _channel_param(multipliers, "multipliers", c)
+    bias = _channel_param(biases, "biases", c)
+    head = _initial_int8(a, initial_shift, variant)
+    return {**head, **_tail(head["after_initial_vlashr"], mul, bias, final_shr, variant)}
+
+
+def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
+              variant: Variant = "hardware", return_stats: bool = False):
+    """``otfn_int8`` (§4.1): int32 accumulators -> int8, group-wise parameters.
+
+    Per lane (channel c = last axis of ``acc``), in 16-bit mode:
+
+    1. ``initial_shift > 0``: ``t = VLSAT16(acc, initial_shift)``; otherwise
+       ``t = VLASHR16(VLSAT16(acc, 0), initial_shift)`` (saturating left shift).
+    2. ``t = VLMUL16(t, multipliers[c])`` (Q1.14, round half up; ``v2021`` floors).
+    3. ``t = VLADD16(t, biases[c])``.
+    4. ``t = VLASHR16(t, final_shr)`` (floors on ``hardware``/``v2021``, rounds half up
+       on ``host``).
+    5. ``y = clamp(floor((t + 128) / 256), -128, 127)`` (the VDEPTH8_FIXED fix-up).
+
+    Args:
+      acc: (..., C) int32 accumulators (integer dtype).
+      multipliers, biases: (C,) int16 values.
+      initial_shift: static int in [-16, 16]; final_shr: static int in [-16, 15] (the
+        ranges the chip's assembly supports; ValueError outside).
+      variant: ``"hardware"``, ``"host"`` or ``"v2021"``.
+      return_stats: also return per-channel counts (int32, shape (C,)) of lanes that
+        saturated in step 1 (``initial_clipped``), 2 (``mul_clipped``), 3
+        (``bias_clipped``), 4 (``final_clipped``, left shifts) and 5
+        (``output_clipped``), summed over the leading axes.
+
+    Returns:
+      int8 array shaped like ``acc`` (and the stats dict when ``return_stats``).
+    """
+    steps = otfn_int8_steps(acc, multipliers, biases, initial_shift=initial_shift,
+                            final_shr=final_shr, variant=variant)
+    return _finish(steps, return_stats)
+
+
+# --------------------------------------------------------- §4.2 otfn_int8_channelwise
+
+
+def otfn_int8_channelwise(acc, shifts, multipliers, biases, *, final_shr: int,
+                          variant: Variant = "hardware", return_stats: bool = False):
+    """``otfn_int8_channelwise`` (§4.2): as :func:`otfn_int8` but step 1 is always
+    ``t = VLSAT16(acc, shifts[c])`` with a per-channel 16-bit shift read unsigned
+    (int16 or uint16 values; no left-shift path). Steps 2–5 as in :func:`otfn_int8`.
+
+    ``shifts``, ``multipliers``, ``biases``: (C,). ``final_shr`` static in [-16, 15].
+    Returns int8 (and stats as in :func:`otfn_int8`, step 1 = the VLSAT clip).
+    """
+    vpu._check_variant(variant)
+    final_shr = _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
+    a = _acc32(acc)
+    c = a.shape[-1]
+    sh = _channel_param(shifts, "shifts", c, -(2**15), 2**16 - 1) & 0xFFFF
+    mul = _channel_param(multipliers, "multipliers", c)
+    bias = _channel_param(biases, "biases", c)
+    t = vpu.vlsat(a, sh, mode=16, variant=variant)
+    steps = {"initial_clipped": vpu.vlsat_raw(a, sh, variant=variant) != t,
+             **_tail(t, mul, bias, final_shr, variant)}
+    return _finish(steps, return_stats)
+
+
+# ------------------------------------------------------------ §4.3 otfn_int8_clamped
+
+
+def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, final_shr: int,
+                      variant: Variant = "hardware", return_stats: bool = False):
+    """``otfn_int8_clamped`` (§4.3, after binary convolutions).
+
+    Only the low 16 bits of each accumulator are read (``vR.s16``, signed), so ``acc``
+    may be int32 accumulators (the low half is taken) or int16 values. Per lane::
+
+        t = sat16(x + offsets[c])          (VLADD)
+        t = max(t, 0)                      (VPOS, 16-bit mode)
+        t = VLASHR16(t, initial_shift)     (positive = right shift, floor on hardware)
+        then steps 2–5 of otfn_int8
+
+    ``initial_shift`` static in [-16, 16], ``final_shr`` in [-16, 15]. Returns int8
+    (and stats as in :func:`otfn_int8`; ``initial_clipped`` counts the VLADD and
+    VLASHR saturations).
+    """
+    vpu._check_variant(variant)
+    initial_shift = _static_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
+    final_shr = _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
+    a = _acc32(acc)
+    x = ((a & 0xFFFF) ^ 0x8000) - 0x8000  # vR.s16: the low half, signed
+    c = a.shape[-1]
+    off = _channel_param(offsets, "offsets", c)
+    mul = _channel_param(multipliers, "multipliers", c)
+    bias = _channel_param(biases, "biases", c)
+    t = vpu.vladd(x, off, mode=16, variant=variant)
+    clipped = (x + off) != t
+    t = vpu.vpos(t, mode=16, variant=variant)
+    shr = jnp.asarray(initial_shift, _I32)
+    t2 = vpu.vlashr(t, shr, mode=16, variant=variant)
+    clipped = clipped | (vpu.vlashr_raw(t, shr, mode=16, variant=variant) != t2)
+    return _finish({"initial_clipped": clipped, **_tail(t2, mul, bias, final_shr, variant)},
+                   return_stats)
+
+
+# -------------------------------------------------------------------- serialisation
+
+
+def serialise_output_transform(multipliers, biases, *, leading=None, pad_value: int = 0,
+                               pad_final_access: bool = True) -> np.ndarray:
+    """The int16 parameter memory that the output transforms read (§4.1, §4.2, §4.3).
+
+    Channels go in groups of 16. For each full group g: the group's 16 ``leading``
+    values (if given: channel-wise shifts §4.2 or clamped offsets §4.3), then its 16
+    ``multipliers``, then its 16 ``biases``. The last group (n = C - 16*(G-1)
+    channels) stores n of each, so its group starts at int16 offset 32*g (48*g with
+    ``leading``) and its biases start n elements after its multipliers.
+
+    With ``pad_final_access`` (lib_nn's ``pad_final_access(vec, 16, pad_value)``) the
+    array is extended with ``pad_value`` by ``(16 - (len // 2) % 16) % 16`` elements,
+    so the last group's 16-lane bias load (two arrays: 16 - n elements) stays inside
+    it. The golden ``multipliers_and_biases_serialised`` is the unpadded prefix.
+
+    Args:
+      multipliers, biases (and ``leading``): (C,) int16 values (concrete arrays).
+      pad_value: int16 pad value.
+      pad_final_access: append the padding.
+
+    Returns:
+      NumPy int16 array.
+    """
+    cols = ([] if leading is None else [("leading", leading)]) + [("multipliers", multipliers),
+                                                                   ("biases", biases)]
+    arrays = []
+    for name, a in cols:
+        if isinstance(a, jax.core.Tracer):
+            raise TypeError(f"{name} must be concrete: serialisation builds a memory image")
+        a = np.asarray(a)
+        if not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"{name} must be an integer array (int16 values), got dtype {a.dtype}")
+        if a.ndim != 1:
+            raise ValueError(f"{name} must be 1-D (one value per output channel), got shape {a.shape}")
+        V.check_range(a, -(2**15), 2**16 - 1 if name == "leading" else 2**15 - 1, name)
+        arrays.append(a.astype(np.int64))
+    c = arrays[0].size
+    if any(a.size != c for a in arrays):
+        raise ValueError(f"all parameter arrays must have the same length; got "
+                         f"{[a.size for a in arrays]}")
+    V.check_range(np.asarray(pad_value), -(2**15), 2**15 - 1, "pad_value")
+    parts = [a[g:g + EPV16] for g in range(0, c, EPV16) for a in arrays]
+    out = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    if pad_final_access:
+        out = np.concatenate([out, np.full((EPV16 - (out.size // 2) % EPV16) % EPV16, pad_value)])
+    return ((out + 2**15) % 2**16 - 2**15).astype(np.int16)  # uint16 shifts as their int16 bits
+
+
+def deserialise_output_transform(memory, channels: int, *, with_leading: bool = False) -> dict[str, Any]:
+    """Inverse of :func:`serialise_output_transform` (trailing padding ignored).
+
+    Returns ``{"multipliers", "biases"}`` (and ``"leading"`` when ``with_leading``) as
+    NumPy int16 arrays of length ``channels``.
+    """
+    channels = V.check_static_int(channels, 0, 2**31 - 1, "channels")
+    mem = np.asarray(memory)
+    names = (["leading"] if with_leading else []) + ["multipliers", "biases"]
+    k = len(names)
+    if mem.size < k * channels:
+        raise ValueError(f"memory holds {mem.size} values, fewer than the {k * channels} of "
+                         f"{channels} channels")
+    out: dict[str, list] = {n: [] for n in names}
+    pos = 0
+    for g in range(0, channels, EPV16):
+        n = min(EPV16, channels - g)
+        for name in names:
+            out[name].append(mem[pos:pos + n])
+            pos += n
+    return {n: (np.concatenate(v) if v else np.zeros(0)).astype(np.int16) for n, v in out.items()}
+
+
+# ------------------------------------------------------- §4.5 xformer parameter recipe
+
+
+def _frexp_exp(v) -> int:
+    """``e`` with ``v = f * 2**e``, 0.5 <= |f| < 1 (frexp); v != 0."""
+    return int(np.frexp(np.float64(v))[1])
+
+
+def _fits16(v: int) -> bool:
+    return -(2**15) <= v <= 2**15 - 1
+
+
+def _sig_bits(v: int) -> int:
+    """Bits of a two's-complement representation of ``v`` (sign included)."""
+    return (v if v >= 0 else ~v).bit_length() + 1
+
+
+def _scale_accu(a: int, A: int) -> int:
+    """``accu16``: ``a * 2**A`` for A >= 0, ``rshr(a, -A)`` for A < 0."""
+    return a << A if A >= 0 else (a + (1 << (-A - 1))) >> -A
+
+
+def _rint(x: float) -> int:
+    return int(np.rint(x))
+
+
+def _narrow_accu_range(m: np.ndarray, beta: np.ndarray, amin: np.ndarray, amax: np.ndarray):
+    """§4.5 step 2: keep the accumulators whose output is not clamped to [-128, 127].
+
+    Returns (m, beta, amin, amax) with constant channels (empty range, or m = 0) turned
+    into m = 0, beta = the clamped constant output, range [0, 0].
+    """
+    m, beta = m.astype(np.float64).copy(), beta.copy()
+    amin, amax = amin.copy(), amax.copy()
+    for c in range(m.size):
+        if m[c] != 0:
+            ends = sorted(((-128 - beta[c]) / m[c], (127 - beta[c]) / m[c]))
+            amin[c] = max(amin[c], int(np.floor(ends[0])))
+            amax[c] = min(amax[c], int(np.ceil(ends[1])))
+        if m[c] == 0 or amin[c] > amax[c]:
+            beta[c] = float(np.clip(beta[c] + m[c] * amin[c], -128, 127))
+            m[c], amin[c], amax[c] = 0.0, 0, 0
+    return m, beta, amin, amax
+
+
+def _solve_exponents(m: np.ndarray, beta: np.ndarray, amin: np.ndarray, amax: np.ndarray,
+                     max_steps: int = 512) -> tuple[int, int]:
+    """§4.5 step 3: the accumulator exponent A and multiplier exponent M (B = A + M - 14)."""
+    accus = [int(v) for v in np.concatenate([amin, amax]) if v != 0]
+    muls = [float(v) for v in m if v != 0]
+    if not accus or not muls:
+        return 0, 14
+    A = 15 - max(_frexp_exp(v) for v in accus)
+    M = 15 - max(_frexp_exp(v) for v in muls)
+    accu_bits = max(_sig_bits(_scale_accu(v, A)) for v in accus)
+    mul_bits = max(_sig_bits(_rint(np.ldexp(v, M))) for v in muls)
+    for _ in range(max_steps):
+        retry = None
+        for c in range(m.size):
+            ends = (_scale_accu(int(amin[c]), A), _scale_accu(int(amax[c]), A))
+            if not all(_fits16(e) for e in ends):
+                retry = "A"
+                break
+            mul16 = _rint(np.ldexp(m[c], M))
+            if not _fits16(mul16):
+                retry = "M"
+                break
+            b16 = _rint(np.ldexp(beta[c], A + M - 14))
+            ps = [(e * mul16 + (1 << 13)) >> 14 for e in ends]
+            if not all(_fits16(v) for v in ps + [p + b16 for p in ps] + [b16]):
+                retry = "A" if (A >= 0 or accu_bits > mul_bits) else "M"
+                break
+        if retry is None:
+            return A, M
+        if retry == "A":
+            A, accu_bits = A - 1, accu_bits - 1
+        else:
+            M, mul_bits = M - 1, mul_bits - 1
+    raise ValueError("no accumulator/multiplier exponents satisfy the otfn_int8 constraints")
+
+
+def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out: float, z_out: int,
+                            *, multiplier_factor: float | None = None) -> dict[str, Any]:
+    """Group-wise :func:`otfn_int8` parameters as xformer derives them (§4.5).
+
+    Inputs (per output channel c): ``bias_q[c]`` (TFLite int32 bias), ``weights``
+    (C_out, ...) int8 (flattened per channel), input scale/zero point ``s_in, z_in``,
+    weight scale ``s_w`` (scalar or (C_out,)), output ``s_out, z_out``. Steps:
+
+    1. ``m_c = float32(s_in * s_w[c] / s_out)``; with ``multiplier_factor`` (xformer's
+       ``--xcore-conv-multiplier-factor``; default None = UINT32_MAX = no clamp)
+       ``m_c = min(m_c, min_c(m_c) * factor)``.
+    2. ``beta_c = (bias_q[c] - z_in * sum_k w[c,k]) * m_c + z_out`` (float64);
+       ``accu_max = sum_k (w > 0 ? 127w : -128w)``, ``accu_min = sum_k (w > 0 ? -128w : 127w)``;
+       the range is narrowed to ``[floor((-128 - beta)/m), ceil((127 - beta)/m)]``
+       (ends sorted: rounded outward). An empty range (or m = 0) makes the channel
+       constant: m = 0, beta = the clamped constant output
+       ``clip(beta + m * accu_min, -128, 127)``, range [0, 0].
+    3. Exponents A (accumulator), M (multiplier), B = A + M - 14: start at
+       ``A = 15 - max e(accu)``, ``M = 15 - max e(m)`` (frexp exponents over non-zero
+       range ends / multipliers; A = 0, M = 14 when there are none). Repeat over the
+       channels in order until all pass, with ``accu16 = accu * 2**A`` (A >= 0) or
+       ``rshr(accu, -A)``: decrement A if an ``accu16`` end leaves int16; decrement M if
+       ``rint(m * 2**M)`` does; else with ``b16 = rint(beta * 2**B)`` and
+       ``p = rshr(accu16 * mul16, 14)`` at both ends, if any of p, p + b16, b16 leaves
+       int16, decrement A when ``A >= 0`` or the accumulator needs more significant
+       bits than the multiplier, else M. "Significant bits" (the spec leaves it open)
+       are tracked as in lib_nn's earlier solver: the largest two's-complement width
+       of the ``accu16`` ends (of ``rint(m * 2**M)``) at the starting exponents,
+       decremented with every decrement of A (of M).
+    4. ``initial_shift = -A``, ``final_shr = B - 8``,
+       ``multipliers[c] = clip(rint(m_c * 2**M), -32768, 32767)``,
+       ``biases[c] = clip(rint(beta_c * 2**B - 1), -32768, 32767)`` for B >= 0 (one LSB
+       compensates the double rounding of steps 4–5 of §4.1); for B < 0 (not covered by
+       the spec) ``rint(beta_c * 2**B)``.
+
+    ``rint`` rounds half to even. The error check and channel-wise fallback of §4.5
+    step 5 are not performed. Raises ValueError when the resulting shifts leave the
+    supported ranges (initial_shift in [-16, 16], final_shr in [-16, 15]).
+
+    Returns:
+      dict with ``multipliers``, ``biases`` (NumPy int16, (C_out,)), ``initial_shift``,
+      ``final_shr`` (ints) and the exponents ``A``, ``M``, ``B``.
+    """
+    w = np.asarray(weights)
+    if not np.issubdtype(w.dtype, np.integer) or w.ndim < 1:
+        raise TypeError(f"weights must be an integer array (C_out, ...) of int8 values, got {w.dtype}")
+    V.check_range(w, -128, 127, "weights (int8 values)")
+    c_out = w.shape[0]
+    w2 = w.reshape(c_out, -1).astype(np.int64)
+    bq = np.asarray(bias_q)
+    if not np.issubdtype(bq.dtype, np.integer) or bq.shape != (c_out,):
+        raise ValueError(f"bias_q must be an integer array of shape ({c_out},), got {bq.dtype} {bq.shape}")
+    V.check_range(bq, -(2**31), 2**31 - 1, "bias_q (int32)")
+    for v, name in ((z_in, "z_in"), (z_out, "z_out")):
+        V.check_range(np.asarray(v), -128, 127, f"{name} (int8 zero point)")
+    sw = np.broadcast_to(np.asarray(s_w, np.float32), (c_out,))
+    if not (np.all(sw > 0) and s_in > 0 and s_out > 0):
+        raise ValueError("scales s_in, s_w, s_out must be positive")
+    m = (np.float32(s_in) * sw / np.float32(s_out)).astype(np.float32)
+    if multiplier_factor is not None:
+        m = np.minimum(m, np.float32(m.min() * np.float32(multiplier_factor)))
+    m = m.astype(np.float64)
+    beta = (bq.astype(np.float64) - float(z_in) * w2.sum(axis=1)) * m + float(z_out)
+    amax = np.where(w2 > 0, 127 * w2, -128 * w2).sum(axis=1)
+    amin = np.where(w2 > 0, -128 * w2, 127 * w2).sum(axis=1)
+    m, beta, amin, amax = _narrow_accu_range(m, beta, amin, amax)
+    A, M = _solve_exponents(m, beta, amin, amax)
+    B = A + M - 14
+    initial_shift, final_shr = -A, B - 8
+    _static_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift (= -A)")
+    _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr (= B - 8)")
+    mul = np.clip(np.rint(np.ldexp(m, M)), -(2**15), 2**15 - 1)
+    bias = np.rint(np.ldexp(beta, B) - 1) if B >= 0 else np.rint(np.ldexp(beta, B))
+    return {"multipliers": mul.astype(np.int16),
+            "biases": np.clip(bias, -(2**15), 2**15 - 1).astype(np.int16),
+            "initial_shift": initial_shift, "final_shr": final_shr, "A": A, "M": M, "B": B}

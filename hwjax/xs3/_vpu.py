@@ -1,0 +1,539 @@
+"""XS3 VPU instructions, lane-wise and bit-exact (spec ``xs3.md`` §1–§2).
+
+Every instruction here is a pure function of its operands. Lane-wise instructions
+accept integer arrays of any (broadcastable) shape: one array element is one lane.
+Ring and reduction instructions (``vlmaccr``, ``vdepth1``, the ``host`` 8-bit
+``vpos``) work on the last axis, which must hold the lanes of one vector.
+
+Values are passed as their signed lane values (int8/int16/int32 numbers held in any
+integer dtype of at most 32 bits; uint32 is also accepted where a 32-bit pattern is
+read unsigned). Results are int32 arrays holding the lane values, independent of
+``jax_enable_x64``. 40-bit (32-bit mode) accumulators are
+:class:`hwjax.core.wide.Wide` values (``hi * 2**32 + lo``); an ``(hi, lo)`` pair is
+accepted too.
+
+Variants (§0): ``"hardware"`` (the chip; default), ``"host"`` (lib_nn 0.4/0.5 model,
+xmos-ai-tools 1.4.2 host interpreter), ``"v2021"`` (lib_nn 96bd67c5 model). Each
+instruction's variant quirks are written once, in that instruction's function.
+
+Values are checked against the lane range of the mode when they are concrete (not
+traced); under ``jit`` the ranges are the caller's contract. Static arguments
+(``mode``, ``variant``) are checked at trace time.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Literal, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import _validate as V
+from hwjax.core import fixed_mul, saturate, shift_right
+from hwjax.core import wide as W
+
+Variant = Literal["hardware", "host", "v2021"]
+Mode = Literal[8, 16, 32]
+AccLike = Union[jax.Array, np.ndarray, W.Wide, tuple]
+
+VARIANTS: tuple[str, ...] = ("hardware", "host", "v2021")
+MODES: tuple[int, ...] = (8, 16, 32)
+
+_I32 = jnp.int32
+_U32 = jnp.uint32
+ACC40_MAX = 2**39 - 1  # 32-bit-mode accumulator bound (sat40)
+_VLMUL_FRAC = {8: 6, 16: 14, 32: 30}
+_EPV = {8: 32, 16: 16, 32: 8}  # elements per vector
+_RING = {8: 16, 16: 16, 32: 8}  # accumulators per ring
+
+
+# ----------------------------------------------------------------------- validation
+
+
+def _check_mode(mode, allowed: tuple[int, ...] = MODES) -> int:
+    if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or int(mode) not in allowed:
+        raise ValueError(f"mode must be one of {allowed}, got {mode!r}")
+    return int(mode)
+
+
+def _check_variant(variant) -> str:
+    return V.check_choice(variant, VARIANTS, "variant")
+
+
+def _lane_range(bits: int) -> tuple[int, int]:
+    """Two's-complement range of a ``bits``-wide lane."""
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def _int_operand(x, name: str, lo: int, hi: int) -> jax.Array:
+    """Integer operand as int32, value range checked when concrete."""
+    a = V.as_array(x, name)
+    if V.kind(a, name) != "int":
+        raise TypeError(f"{name} must be an integer array (lane values), got dtype {a.dtype}")
+    V.check_range(a, lo, hi, name)
+    return a.astype(_I32)
+
+
+def _lanes(x, name: str, bits: int) -> jax.Array:
+    """A vector operand of ``bits``-wide signed lanes, as int32."""
+    return _int_operand(x, name, *_lane_range(bits))
+
+
+def _bits_u32(x, name: str) -> jax.Array:
+    """A 32-bit field read unsigned: int32 (bit pattern) or uint32 input -> uint32."""
+    a = V.as_array(x, name)
+    if np.dtype(a.dtype) == np.uint32:
+        return a
+    return jax.lax.bitcast_convert_type(_int_operand(a, name, -(2**31), 2**31 - 1), _U32)
+
+
+def _need_hardware(variant: str, what: str) -> None:
+    if variant != "hardware":
+        raise ValueError(f"variant={variant!r} does not model {what} (spec §2); "
+                         f"only variant='hardware' does")
+
+
+def _sat(x: jax.Array, bits: int) -> jax.Array:
+    """Symmetric saturation ``sat_b`` (§1.1)."""
+    return saturate(x, bits)
+
+
+def _sat_sum32(a: jax.Array, b: jax.Array, bits: int) -> jax.Array:
+    """``sat_b(a + b)`` exactly for int32 ``a``, ``b`` (the sum may exceed int32)."""
+    if bits < 32:
+        return _sat(a + b, bits)
+    hi = 2**31 - 1
+    return W.saturate_to_int32(W.add(W.from_int32(a), W.from_int32(b)), -hi, hi)[0]
+
+
+# --------------------------------------------------------------- 40-bit accumulators
+
+
+def as_acc40(acc: AccLike, name: str = "acc") -> W.Wide:
+    """A 32-bit-mode accumulator as :class:`Wide`.
+
+    Accepts a ``Wide``, an ``(hi, lo)`` pair (``hi`` int32, ``lo`` uint32 or the int32
+    bit pattern of the low word) or an int32 array (sign-extended).
+    """
+    if isinstance(acc, W.Wide):
+        return W.from_parts(acc.hi, acc.lo)
+    if isinstance(acc, tuple):
+        if len(acc) != 2:
+            raise ValueError(f"{name} must be a Wide or an (hi, lo) pair, got a tuple of {len(acc)}")
+        hi = _int_operand(acc[0], f"{name}.hi", -(2**31), 2**31 - 1)
+        lo = _bits_u32(acc[1], f"{name}.lo")
+        hi, lo = jnp.broadcast_arrays(hi, lo)
+        return W.Wide(hi, lo)
+    return W.from_int32(_int_operand(acc, name, -(2**31), 2**31 - 1))
+
+
+def acc40_from_registers(vd, vr) -> W.Wide:
+    """§1.4: ``acc40 = int8(vD & 0xFF) * 2**32 + u32(vR)`` for 32-bit mode lanes."""
+    vd = _int_operand(vd, "vd", -(2**31), 2**31 - 1)
+    lo = _bits_u32(vr, "vr")
+    hi = ((vd & 0xFF) ^ 0x80) - 0x80  # low byte, signed
+    hi, lo = jnp.broadcast_arrays(hi, lo)
+    return W.Wide(hi, lo)
+
+
+def _sat40(a: W.Wide) -> W.Wide:
+    """``sat40``: clamp a Wide value to ``[-(2**39-1), 2**39-1]``."""
+    over = a.hi >= 128  # > 2**39 - 1  (hi = 127, lo = 0xFFFFFFFF is the bound)
+    under = (a.hi < -128) | ((a.hi == -128) & (a.lo == 0))  # < -(2**39 - 1)
+    hi = jnp.where(over, _I32(127), jnp.where(under, _I32(-128), a.hi))
+    lo = jnp.where(over, _U32(0xFFFFFFFF), jnp.where(under, _U32(1), a.lo))
+    return W.Wide(hi, lo)
+
+
+def _wide_sum_last(a: W.Wide) -> W.Wide:
+    """Exact sum over the last axis of a Wide array (fewer than 2**15 lanes).
+
+    ``hi`` words are summed in int32 (the caller keeps them small); the uint32 low
+    words are split into 16-bit halves whose sums cannot overflow.
+    """
+    hi = a.hi.sum(axis=-1, dtype=_I32)
+    lo_hi = (a.lo >> 16).astype(_I32).sum(axis=-1, dtype=_I32)
+    lo_lo = (a.lo & 0xFFFF).astype(_I32).sum(axis=-1, dtype=_I32)
+    acc = W.Wide(hi, jnp.zeros_like(hi, _U32))
+    acc = W.add(acc, W.Wide(lo_hi >> 16, jax.lax.bitcast_convert_type(lo_hi << 16, _U32)))
+    return W.add(acc, W.from_int32(lo_lo))
+
+
+def _product_terms(c: jax.Array, m: jax.Array, mode: int) -> W.Wide:
+    """Per-lane MAC terms: ``c*m`` (8/16-bit) or ``rshr(c*m, 30)`` (32-bit), as Wide."""
+    if mode == 8:
+        return W.from_int32(c * m)
+    p = W.mul_int32(c, m)
+    return W.shift_right(p, jnp.asarray(30, _I32), "half_up") if mode == 32 else p
+
+
+# -------------------------------------------------------------------------- §2.1 VLMACC
+
+
+def vlmacc(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware"):
+    """VLMACC (§2.1): lane-wise multiply-accumulate, saturating after every product.
+
+    * 8/16-bit mode: ``acc <- sat32(acc + c*m)`` with int32 ``acc`` and int8/int16
+      ``c`` (vC lane), ``m`` (memory lane). The chip uses 16 lanes (in 8-bit mode the
+      first 16 bytes of vC and memory); here every array element is a lane.
+    * 32-bit mode (``hardware`` only): ``acc40 <- sat40(acc40 + rshr(c*m, 30))`` with
+      the exact 64-bit product; ``acc`` is a Wide / ``(hi, lo)`` / int32 array and the
+      result a :class:`Wide`.
+
+    Identical in all variants in 8/16-bit mode; ``host``/``v2021`` do not model
+    32-bit mode (ValueError).
+    """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    c, m = _lanes(vc, "vc", mode), _lanes(mem, "mem", mode)
+    if mode == 32:
+        _need_hardware(variant, "32-bit VLMACC")
+        return _sat40(W.add(as_acc40(acc), _product_terms(c, m, 32)))
+    a = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
+    hi = 2**31 - 1
+    return W.saturate_to_int32(W.add(W.from_int32(a), _product_terms(c, m, mode)), -hi, hi)[0]
+
+
+# ------------------------------------------------------------------------- §2.2 VLMACCR
+
+
+def vlmaccr(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware"):
+    """VLMACCR (§2.2): reducing multiply-accumulate into the rotating accumulator ring.
+
+    ``acc`` is the ring, last axis = ring slots (16 in 8/16-bit mode, 8 in 32-bit
+    mode); ``vc`` and ``mem`` have the EPV lanes (32 / 16 / 8) on the last axis.
+    Leading axes broadcast. Per instruction::
+
+        s = sum_i c[i]*m[i]            (exact; 32-bit mode: sum_i rshr(c[i]*m[i], 30))
+        a = sat32(acc[-1] + s)         (32-bit mode: sat40 on 40-bit accumulators)
+        ring <- [a, acc[0], ..., acc[-2]]   (a leaves in slot 0)
+
+    One saturation per instruction, not per product. Returns the new ring (int32, or
+    :class:`Wide` in 32-bit mode, which only ``hardware`` models).
+    """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    c, m = _lanes(vc, "vc", mode), _lanes(mem, "mem", mode)
+    epv, ring = _EPV[mode], _RING[mode]
+    for a, name in ((c, "vc"), (m, "mem")):
+        if a.ndim < 1 or a.shape[-1] != epv:
+            raise ValueError(f"{name} must have the {epv} lanes of a {mode}-bit vector on its "
+                             f"last axis, got shape {a.shape}")
+    s = _wide_sum_last(_product_terms(c, m, mode))
+    if mode == 32:
+        _need_hardware(variant, "32-bit VLMACCR")
+        r = as_acc40(acc)
+        _check_ring(r.hi, ring)
+        new = _sat40(W.add(W.Wide(r.hi[..., -1], r.lo[..., -1]), s))
+        return W.Wide(_rotate_in(new.hi, r.hi), _rotate_in(new.lo, r.lo))
+    r = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
+    _check_ring(r, ring)
+    hi = 2**31 - 1
+    new = W.saturate_to_int32(W.add(W.from_int32(r[..., -1]), s), -hi, hi)[0]
+    return _rotate_in(new, r)
+
+
+def _check_ring(r: jax.Array, ring: int) -> None:
+    if r.ndim < 1 or r.shape[-1] != ring:
+        raise ValueError(f"acc must hold the {ring}-accumulator ring on its last axis, "
+                         f"got shape {r.shape}")
+
+
+def _rotate_in(new: jax.Array, ring: jax.Array) -> jax.Array:
+    """``[new, ring[0], ..., ring[-2]]`` along the last axis (broadcasting leading axes)."""
+    lead = jnp.broadcast_shapes(new.shape, ring.shape[:-1])
+    ring = jnp.broadcast_to(ring, lead + ring.shape[-1:])
+    return jnp.concatenate([jnp.broadcast_to(new, lead)[..., None], ring[..., :-1]], axis=-1)
+
+
+# --------------------------------------------------------------------------- §2.3 VLSAT
+
+
+def _vlsat_shift_16(shift) -> jax.Array:
+    """8/16-bit mode: the 16-bit shift element read unsigned, as int32 in [0, 65535]."""
+    s = _int_operand(shift, "shift", -(2**15), 2**16 - 1)
+    return s & 0xFFFF
+
+
+def _rshr_or_floor(acc: jax.Array, s: jax.Array) -> jax.Array:
+    """hardware R: ``rshr(acc, s)`` exactly for s <= 31, ``acc >> s`` (0/-1) for s >= 32."""
+    rounded = shift_right(acc, jnp.minimum(s, 31), rounding="half_up")
+    return jnp.where(s >= 32, acc >> 31, rounded)
+
+
+def _rshr_wrapped(acc: jax.Array, s: jax.Array) -> jax.Array:
+    """host/v2021 R for 1 <= s <= 31: ``wrap32(acc + 2**(s-1)) >> s``; s = 0: ``acc``."""
+    sc = jnp.clip(s, 1, 31)
+    r = (acc + (_I32(1) << (sc - 1))) >> sc  # int32 add wraps like the C model
+    return jnp.where(s == 0, acc, r)
+
+
+def vlsat(acc: AccLike, shift, *, mode: Mode, variant: Variant = "hardware",
+          symmetric: bool = True) -> jax.Array:
+    """VLSAT (§2.3): round-shift the accumulators right and saturate to the lane width.
+
+    8/16-bit mode: ``acc`` int32, ``shift`` the 16-bit memory element, given as its
+    int16 or uint16 value and read **unsigned** (``s = shift mod 2**16``; a negative
+    int16 shift is a shift >= 32768). Result ``sat_b(R(acc, s))``, b = 8 / 16:
+
+    * ``hardware``: ``R = rshr(acc, s)`` exactly for s <= 31 (round half up, no
+      overflow); ``R = acc >> s`` (0 or -1, no rounding) for s >= 32.
+    * ``host``/``v2021``: ``R = wrap32(acc + 2**(s-1)) >> s`` for s >= 1 (the rounding
+      add wraps in int32, so acc near +2**31 saturates to -MAX), ``R = acc`` for s = 0.
+      Shifts >= 32 are undefined in those models; they are computed as ``hardware``
+      and a warning is issued when the shift is concrete.
+
+    32-bit mode (``hardware`` only): ``acc`` is the 64-bit ``vD.s32*2**32 + u32(vR)``
+    (a Wide / ``(hi, lo)`` pair / int32 array), ``shift`` a 32-bit element read
+    unsigned (int32 or uint32), result ``sat32(rshr(acc64, min(s, 62)))``.
+
+    ``symmetric=False`` models the ``VLSAT_ASYMMETRIC``/``VLSAT_FIXED`` software
+    fix-up: the same R, then clamp to the two's-complement range (e.g. [-128, 127]).
+
+    Returns int32 lane values.
+    """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    if mode == 32:
+        _need_hardware(variant, "32-bit VLSAT")
+        a = as_acc40(acc)
+        s = _bits_u32(shift, "shift")
+        s = jnp.where(s > 62, _U32(62), s).astype(_I32)
+        r = W.shift_right(a, s, "half_up")
+        lo, hi = (-(2**31 - 1), 2**31 - 1) if symmetric else (-(2**31), 2**31 - 1)
+        return W.saturate_to_int32(r, lo, hi)[0]
+    a = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
+    s = _vlsat_shift_16(shift)
+    if variant != "hardware" and V.is_concrete(s) and np.any(np.asarray(s) >= 32):
+        warnings.warn(f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3);"
+                      " computing them as variant='hardware'", stacklevel=2)
+    return saturate(vlsat_raw(a, s, variant=variant), mode, symmetric=bool(symmetric))
+
+
+def vlsat_raw(acc: jax.Array, s: jax.Array, *, variant: Variant) -> jax.Array:
+    """The rounding shift R of 8/16-bit VLSAT before saturation (int32; no checks).
+
+    ``acc`` int32, ``s`` the unsigned shift in [0, 65535]. ``vlsat`` is
+    ``saturate(vlsat_raw(...), mode)``; comparing the two tells where VLSAT clipped.
+    """
+    hard = _rshr_or_floor(acc, s)
+    if variant == "hardware":
+        return hard
+    return jnp.where(s >= 32, hard, _rshr_wrapped(acc, s))
+
+
+
+
+# -------------------------------------------------------------------------- §2.4 VLASHR
+
+
+def _left_wrapped(x: jax.Array, k: jax.Array, zero_extend: bool) -> jax.Array:
+    """``wrap32(x * 2**k)`` (k >= 0; 0 for k >= 32); the bit pattern read as unsigned
+    and saturated to int32 when ``zero_extend`` (the 32-bit host/v2021 model bug)."""
+    u = jax.lax.bitcast_convert_type(x, _U32) << jnp.clip(k, 0, 31).astype(_U32)
+    u = jnp.where(k >= 32, _U32(0), u)
+    if zero_extend:
+        return jnp.where(u > _U32(2**31 - 1), _I32(2**31 - 1), u.astype(_I32))
+    return jax.lax.bitcast_convert_type(u, _I32)
+
+
+def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+    """VLASHR (§2.4): arithmetic shift of a memory vector by a signed 32-bit ``shr``.
+
+    ``x`` holds b-bit lane values (b = ``mode``), ``shr`` int32 (broadcast against
+    ``x``; the chip uses one scalar for all lanes). Per variant:
+
+    * ``hardware``: shr >= 0: ``sat_b(floor(x / 2**min(shr, b-1)))`` (floor, no
+      rounding; shr = 0 maps the raw minimum to -MAX); shr < 0 (k = -shr):
+      ``sat_b(x * 2**min(k, b-1))``.
+    * ``host``: shr >= b-1: -1 if x < 0 else 0; 1 <= shr <= b-2: round half up,
+      ``sat_b(floor((x + 2**(shr-1)) / 2**shr))``; shr <= 0 in 8/16-bit mode:
+      ``sat_b(wrap32(x * 2**k))``; shr <= 0 in 32-bit mode: ``sat32((x * 2**k) mod 2**32)``
+      (the result bits read zero-extended: the model's bug).
+    * ``v2021``: as ``hardware`` for shr >= 0 (floor), as ``host`` for shr < 0
+      (wrap, and the zero-extension bug in 32-bit mode).
+
+    Returns int32 lane values.
+    """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    b = mode
+    xv = _lanes(x, "x", b)
+    s = _int_operand(shr, "shr", -(2**31), 2**31 - 1)
+    try:
+        jnp.broadcast_shapes(xv.shape, s.shape)
+    except ValueError as e:
+        raise ValueError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
+    return _sat(vlashr_raw(xv, s, mode=b, variant=variant), b)
+
+
+def vlashr_raw(x: jax.Array, shr: jax.Array, *, mode: int, variant: Variant) -> jax.Array:
+    """VLASHR before the final ``sat_b`` (int32; no checks). Exact in 8/16-bit mode;
+    in 32-bit mode left shifts are already clamped to the int32 range."""
+    b = mode
+    capped = jnp.clip(shr, -(b - 1), b - 1)
+    floor = shift_right(x, capped, rounding="floor", allow_left=True)
+    if variant == "hardware":
+        return floor
+    left = _left_wrapped(x, jnp.maximum(-shr, 0), zero_extend=(b == 32))
+    if variant == "host":
+        rounded = shift_right(x, jnp.clip(shr, 0, b - 1), rounding="half_up")
+        right = jnp.where(shr >= b - 1, floor, rounded)
+        buggy_zero = b == 32  # the 32-bit host model also zero-extends at shr = 0
+        return jnp.where((shr < 0) | ((shr == 0) & buggy_zero), left, right)
+    return jnp.where(shr < 0, left, floor)
+
+
+# --------------------------------------------------------------------------- §2.5 VLMUL
+
+
+_LANE_DTYPE = {8: jnp.int8, 16: jnp.int16, 32: _I32}
+
+
+def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+    """VLMUL (§2.5): fixed-point multiply of vR lanes ``x`` by memory lanes ``m``.
+
+    With k = 6 / 14 / 30 in 8 / 16 / 32-bit mode (Q1.6 / Q1.14 / Q1.30):
+
+    * ``hardware``, ``host``: ``sat_b(floor((x*m + 2**(k-1)) / 2**k))`` (round half up;
+      -32768 * -32768 gives 32767 in 16-bit mode).
+    * ``v2021``: ``sat_b(floor(x*m / 2**k))`` (truncation, no rounding term).
+
+    The product is exact (64-bit in 32-bit mode). Returns int32 lane values.
+    """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    return _sat(vlmul_raw(_lanes(x, "x", mode), _lanes(m, "m", mode), mode=mode, variant=variant), mode)
+
+
+def vlmul_raw(x: jax.Array, m: jax.Array, *, mode: int, variant: Variant) -> jax.Array:
+    """VLMUL's rounded (``v2021``: floored) ``x*m / 2**k`` before ``sat_b`` (int32; no
+    checks). Exact in 8/16-bit mode; already ``sat32`` in 32-bit mode."""
+    rounding = "floor" if variant == "v2021" else "half_up"
+    dt = _LANE_DTYPE[mode]
+    return fixed_mul(x.astype(dt), m.astype(dt), _VLMUL_FRAC[mode], rounding=rounding, bits=32)
+
+
+# ------------------------------------------------------------------- §2.6–2.8 VDEPTH*
+
+
+def vdepth8(x, *, mode: Literal[16, 32], variant: Variant = "hardware") -> jax.Array:
+    """VDEPTH8 (§2.6): narrow 16-bit (``mode=16``) or 32-bit (``mode=32``) lanes to int8.
+
+    ``sat8(floor((x + 2**(b-9)) / 2**(b-8)))``: ``sat8(rshr(x, 8))`` in 16-bit mode,
+    ``sat8(rshr(x, 24))`` in 32-bit mode. It saturates (x >= 32640 gives 127 in 16-bit
+    mode). Identical in all variants. The chip clears the other bytes of vR; only the
+    lane values are returned here.
+    """
+    mode = _check_mode(mode, (16, 32))
+    _check_variant(variant)
+    xv = _lanes(x, "x", mode)
+    return _sat(shift_right(xv, mode - 8, rounding="half_up"), 8)
+
+
+def vdepth16(x, *, variant: Variant = "hardware") -> jax.Array:
+    """VDEPTH16 (§2.7, 32-bit mode): ``sat16(floor((x + 2**15) / 2**16))``. All variants."""
+    _check_variant(variant)
+    xv = _lanes(x, "x", 32)
+    return _sat(shift_right(xv, 16, rounding="half_up"), 16)
+
+
+def vdepth1(x, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+    """VDEPTH1 (§2.8): sign bits of one vector, ``sum_{i: x[i] < 0} 2**i``.
+
+    ``x`` has the EPV lanes (32 / 16 / 8) on its last axis; the result (the new
+    ``vR.s32[0]``) is returned as int32 holding that bit pattern (bit 31 set makes it
+    negative in 8-bit mode). Identical in all variants.
+    """
+    mode = _check_mode(mode)
+    _check_variant(variant)
+    xv = _lanes(x, "x", mode)
+    epv = _EPV[mode]
+    if xv.ndim < 1 or xv.shape[-1] != epv:
+        raise ValueError(f"x must have the {epv} lanes of a {mode}-bit vector on its last axis, "
+                         f"got shape {xv.shape}")
+    weights = jnp.asarray(np.arange(epv, dtype=np.uint32), _U32)
+    bits = jnp.where(xv < 0, _U32(1) << weights, _U32(0)).sum(axis=-1, dtype=_U32)
+    return jax.lax.bitcast_convert_type(bits, _I32)
+
+
+# ------------------------------------------------------------------ §2.9–2.10 add/sub
+
+
+def vladd(vr, mem, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+    """VLADD (§2.9): ``sat_b(x + m)``, exact (no int32 wrap in 32-bit mode). All variants."""
+    mode = _check_mode(mode)
+    _check_variant(variant)
+    return _sat_sum32(_lanes(vr, "vr", mode), _lanes(mem, "mem", mode), mode)
+
+
+def vlsub(vr, mem, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+    """VLSUB (§2.10): **memory minus register**, ``sat_b(m - x)``.
+
+    ``hardware`` quirk for x = -2**(b-1) (the raw minimum): in 8/16-bit mode, m = 0
+    returns -2**(b-1) itself (other m: ``sat_b(m - x)``); in 32-bit mode the negation
+    of MIN is MIN, so the result is ``sat32(m - 2**31)``. ``host``/``v2021``: always
+    ``sat_b(m - x)`` (0 - MIN gives +MAX). Returns int32 lane values.
+    """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    x, m = _lanes(vr, "vr", mode), _lanes(mem, "mem", mode)
+    xmin = -(2 ** (mode - 1))
+    if mode == 32:
+        neg_x = -x  # int32 negation wraps: -MIN == MIN, the hardware quirk
+        plain = W.saturate_to_int32(W.sub(W.from_int32(m), W.from_int32(x)), -(2**31 - 1), 2**31 - 1)[0]
+        quirk = _sat_sum32(m, neg_x, 32)
+    else:
+        plain = _sat(m - x, mode)
+        quirk = jnp.where(m == 0, _I32(xmin), plain)
+    if variant != "hardware":
+        return plain
+    return jnp.where(x == xmin, quirk, plain)
+
+
+# --------------------------------------------------------------------------- §2.11 VPOS
+
+
+def vpos(x, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+    """VPOS (§2.11): clamp negative lanes of vR to 0.
+
+    * ``hardware`` (and ``host``/``v2021`` in 16-bit mode): lane-wise ``max(x, 0)``,
+      any shape.
+    * ``host``/``v2021`` in 8-bit mode (the broken model): ``x`` is one whole vector
+      (32 lanes on the last axis); lanes i = 0..15 become ``max(x[2i], 0)``, lanes
+      16..31 are unchanged. 32-bit mode is not modelled there (ValueError).
+
+    Returns int32 lane values.
+    """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    xv = _lanes(x, "x", mode)
+    if variant == "hardware" or mode == 16:
+        return jnp.maximum(xv, 0)
+    if mode == 32:
+        _need_hardware(variant, "32-bit VPOS")
+    if xv.ndim < 1 or xv.shape[-1] != 32:
+        raise ValueError(f"variant={variant!r} 8-bit VPOS works on whole vectors: x must have 32 "
+                         f"lanes on its last axis, got shape {xv.shape}")
+    return jnp.concatenate([jnp.maximum(xv[..., 0:32:2], 0), xv[..., 16:]], axis=-1)
+
+
+# ------------------------------------------------------------------------ §2.12 VLMACCR1
+
+
+def _popcount32(u: jax.Array) -> jax.Array:
+    return jax.lax.population_count(u).astype(_I32)
+
+
+def vlmaccr1(acc, vc_words, mem_words, *, variant: Variant = "hardware") -> jax.Array:
+    """VLMACCR1 (§2.12): binary MAC into the 16-accumulator ring.
+
+    ``vc_words``, ``mem_words``: the 8 32-bit words of vC and memory on the last axis
+    (int32 bit patterns or uint32). ``s = sum_w popcount(~(vc_w ^ mem_w)) - 16``;
+    ``a = sat32(acc[15] + s)``; the ring rotates exactly as in :func:`vlmaccr`.
+    Identical in all variants.
+    """
+    _check_variant(variant)
+    c, m = _bits_u32(vc_words, "vc_words"), _bits_u32(mem_words, "mem_words")
+    for a, name in ((c, "vc_words"), (m, "mem_words")):
+        if a.ndim < 1 or a.shape[-1] != 8:
+            raise ValueError(f"{name} must have the 8 words of a vector on its last axis, got {a.shape}")
+    s = (_popcount32(~(c ^ m)) - 16).sum(axis=-1, dtype=_I32)
+    r = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
+    _check_ring(r, 16)
+    return _rotate_in(_sat_sum32(r[..., -1], s, 32), r)

@@ -1,0 +1,360 @@
+"""Current lib_nn API (spec xs3.md §4, §5.6): output transforms, serialisation,
+weight reordering, generic conv2d, xformer parameters, stats and argument errors."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwjax import xs3
+from tests.conftest import golden_path
+from tests.test_xs3_vpu import m_vlashr, m_vlmul, m_vlsat, sat
+
+CHAIN_KEY = {"hardware": "v2026", "host": "host2024", "v2021": "v2021"}
+VARIANTS = ("hardware", "host", "v2021")
+STEPS = ("after_vlsat", "after_initial_vlashr", "after_vlmul", "after_vladd", "after_final_vlashr",
+         "y_int8")
+
+
+# ---------------------------------------------------------------- big-integer model
+
+
+def m_otfn(acc: int, mul: int, bias: int, s0: int, shr: int, v: str) -> list[int]:
+    """§4.1 on Python ints, returning the value after every step."""
+    t1 = m_vlsat(acc, max(s0, 0), 16, v)
+    t2 = t1 if s0 > 0 else m_vlashr(t1, s0, 16, v)
+    t3 = m_vlmul(t2, mul, 16, v)
+    t4 = sat(t3 + bias, 16)
+    t5 = m_vlashr(t4, shr, 16, v)
+    return [t1, t2, t3, t4, t5, max(-128, min(127, (t5 + 128) >> 8))]
+
+
+def m_conv_acc(x: np.ndarray, k: np.ndarray, stride, pad_tl, pad_value, out_hw, dil=(1, 1)):
+    """im2col [kh][kw][c], chunks of 32 spanning pixels, sat32 after each chunk."""
+    c_out, kh, kw, c_in = k.shape
+    h, w, _ = x.shape
+    acc = np.zeros(out_hw + (c_out,), object)
+    for oy in range(out_hw[0]):
+        for ox in range(out_hw[1]):
+            patch = []
+            for i in range(kh):
+                for j in range(kw):
+                    r = oy * stride[0] - pad_tl[0] + i * dil[0]
+                    c = ox * stride[1] - pad_tl[1] + j * dil[1]
+                    inside = 0 <= r < h and 0 <= c < w
+                    patch += [int(v) for v in x[r, c]] if inside else [pad_value] * c_in
+            for o in range(c_out):
+                wk = [int(v) for v in k[o].ravel()]
+                a = 0
+                for s in range(0, len(patch), 32):
+                    a = sat(a + sum(p * q for p, q in zip(patch[s:s + 32], wk[s:s + 32])), 32)
+                acc[oy, ox, o] = a
+    return acc
+
+
+# ---------------------------------------------------------------------- golden files
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return json.loads(golden_path("xs3", "otfn_int8_chain.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def convs():
+    return json.loads(golden_path("xs3", "new_api_generic_conv.json").read_text())
+
+
+GROUP_ROWS = 128  # every group is padded to this many lanes: one shape, so eager ops are reused
+
+
+def _chain_groups(cols, fields=("acc32", "mul", "bias")):
+    """Rows sharing one (initial_shift, final_shr) pair (both are per-op): yields
+    s0, shr, the row selection and ``fields`` zero-padded to GROUP_ROWS lanes."""
+    keys = sorted(set(zip(cols["initial_shift"].tolist(), cols["final_shr"].tolist())))
+    for s0, shr in keys:
+        sel = (cols["initial_shift"] == s0) & (cols["final_shr"] == shr)
+        n = int(sel.sum())
+        assert n <= GROUP_ROWS
+        yield s0, shr, sel, [np.pad(cols[f][sel], (0, GROUP_ROWS - n)) for f in fields]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_otfn_chain_every_step(chain, variant):
+    cols = {k: np.asarray(v) for k, v in chain[CHAIN_KEY[variant]].items()}
+    seen = 0
+    for s0, shr, sel, (acc, mul, bias) in _chain_groups(cols):
+        n = int(sel.sum())
+        steps = xs3.otfn_int8_steps(acc, mul, bias, initial_shift=s0, final_shr=shr, variant=variant)
+        for k in STEPS:
+            np.testing.assert_array_equal(np.asarray(steps[k])[:n], cols[k][sel], err_msg=f"{k} {s0} {shr}")
+        y = xs3.otfn_int8(acc, mul, bias, initial_shift=s0, final_shr=shr, variant=variant)
+        assert y.dtype == jnp.int8
+        np.testing.assert_array_equal(np.asarray(y)[:n], cols["y_int8"][sel])
+        seen += n
+    assert seen == cols["acc32"].size == 1227
+
+
+def test_otfn_chain_variants_differ(chain):
+    hw, host = (np.asarray(chain[k]["y_int8"]) for k in ("v2026", "host2024"))
+    assert int((hw != host).sum()) == 76
+
+
+def test_otfn_stats_against_golden_chain(chain):
+    cols = {k: np.asarray(v) for k, v in chain["v2026"].items()}
+    fields = ("acc32", "mul", "bias", "after_initial_vlashr", "after_final_vlashr")
+    for s0, shr, sel, (acc, mul, bias, t2, t5) in _chain_groups(cols, fields):
+        _, stats = xs3.otfn_int8(acc[None], mul, bias, initial_shift=s0, final_shr=shr, return_stats=True)
+        q = (t5 + 128) >> 8
+        np.testing.assert_array_equal(np.asarray(stats["output_clipped"]), ((q > 127) | (q < -128)).astype(int))
+        exact = [(a + (1 << (s0 - 1))) >> s0 if s0 > 0 else a << -s0 for a in acc.astype(object)]
+        np.testing.assert_array_equal(np.asarray(stats["initial_clipped"]),
+                                      [int(abs(e) > 32767) for e in exact])
+        prod = [m_vlmul(int(a), int(m), 32, "hardware") for a, m in zip(t2, mul)]
+        np.testing.assert_array_equal(np.asarray(stats["mul_clipped"]), [int(abs(p) > 32767) for p in prod])
+
+
+@given(data=st.data(), variant=st.sampled_from(VARIANTS), s0=st.integers(-16, 16), shr=st.integers(-16, 15))
+def test_otfn_model(data, variant, s0, shr):
+    n = 4
+    acc = data.draw(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=n, max_size=n))
+    mul = data.draw(st.lists(st.integers(-(2**15), 2**15 - 1), min_size=n, max_size=n))
+    bias = data.draw(st.lists(st.integers(-(2**15), 2**15 - 1), min_size=n, max_size=n))
+    steps = xs3.otfn_int8_steps(np.array(acc, np.int32), np.array(mul, np.int16), np.array(bias, np.int16),
+                                initial_shift=s0, final_shr=shr, variant=variant)
+    for i in range(n):
+        want = m_otfn(acc[i], mul[i], bias[i], s0, shr, variant)
+        assert [int(steps[k][i]) for k in STEPS] == want
+
+
+def test_otfn_channelwise_matches_groupwise(chain):
+    cols = {k: np.asarray(v) for k, v in chain["host2024"].items()}
+    for s0, shr, sel, (acc, mul, bias) in _chain_groups(cols):
+        if s0 <= 0:
+            continue
+        sh = np.full(GROUP_ROWS, s0, np.int16)
+        y = xs3.otfn_int8_channelwise(acc, sh, mul, bias, final_shr=shr, variant="host")
+        np.testing.assert_array_equal(np.asarray(y)[:int(sel.sum())], cols["y_int8"][sel])
+
+
+@given(data=st.data(), variant=st.sampled_from(VARIANTS), s0=st.integers(-4, 8), shr=st.integers(-3, 10))
+def test_otfn_clamped_model(data, variant, s0, shr):
+    acc = data.draw(st.integers(-(2**31), 2**31 - 1))
+    off, mul, bias = (data.draw(st.integers(-(2**15), 2**15 - 1)) for _ in range(3))
+    x = ((acc & 0xFFFF) ^ 0x8000) - 0x8000
+    t = max(sat(x + off, 16), 0)
+    t = m_vlashr(t, s0, 16, variant)
+    t = sat(m_vlmul(t, mul, 16, variant) + bias, 16)
+    t = m_vlashr(t, shr, 16, variant)
+    want = max(-128, min(127, (t + 128) >> 8))
+    got = xs3.otfn_int8_clamped(np.array([acc], np.int32), [off], [mul], [bias], initial_shift=s0,
+                                final_shr=shr, variant=variant)
+    assert int(got[0]) == want
+
+
+# -------------------------------------------------------------- serialisation, layout
+
+
+def test_serialised_multipliers_and_biases(convs):
+    for name, c in convs.items():
+        mem = xs3.serialise_output_transform(np.array(c["multipliers"]), np.array(c["biases"]))
+        want = c["multipliers_and_biases_serialised"]
+        n_last = len(c["multipliers"]) - 16 * ((len(c["multipliers"]) - 1) // 16)
+        assert mem.dtype == np.int16 and mem.size == len(want) + (16 - n_last) % 16, name
+        np.testing.assert_array_equal(mem[:len(want)], want)
+        np.testing.assert_array_equal(mem[len(want):], 0)
+        back = xs3.deserialise_output_transform(mem, len(c["multipliers"]))
+        np.testing.assert_array_equal(back["multipliers"], c["multipliers"])
+        np.testing.assert_array_equal(back["biases"], c["biases"])
+
+
+def test_serialise_three_columns_layout():
+    c = 20
+    sh, mul, bias = np.arange(c), np.arange(100, 100 + c), np.arange(200, 200 + c)
+    mem = xs3.serialise_output_transform(mul, bias, leading=sh, pad_final_access=False)
+    want = np.concatenate([sh[:16], mul[:16], bias[:16], sh[16:], mul[16:], bias[16:]])
+    np.testing.assert_array_equal(mem, want)
+    back = xs3.deserialise_output_transform(mem, c, with_leading=True)
+    np.testing.assert_array_equal(back["leading"], sh)
+
+
+def test_reordered_weights_byte_for_byte(convs):
+    for name, c in convs.items():
+        k = np.array(c["K"], np.int8).reshape(c["K_shape_OHWI"])
+        rw = xs3.reorder_kernel_weights(k)
+        assert rw.dtype == jnp.int8
+        np.testing.assert_array_equal(np.asarray(rw), c["reordered_weights"], err_msg=name)
+        np.testing.assert_array_equal(np.asarray(xs3.reorder_kernel_weights_inverse(rw, k.shape)), k)
+        jitted = jax.jit(xs3.reorder_kernel_weights)(k)
+        np.testing.assert_array_equal(np.asarray(jitted), c["reordered_weights"])
+
+
+@settings(max_examples=15)
+@given(c_out=st.integers(1, 40), kh=st.integers(1, 3), kw=st.integers(1, 3), c_in=st.integers(1, 40))
+def test_reorder_roundtrip_and_layout(c_out, kh, kw, c_in):
+    k = np.random.default_rng(c_out * 1000 + c_in).integers(-128, 128, (c_out, kh, kw, c_in)).astype(np.int8)
+    rw = np.asarray(xs3.reorder_kernel_weights(k))
+    L, n_chunks = kh * kw * c_in, -(-kh * kw * c_in // 32)
+    groups = [min(16, c_out - g) for g in range(0, c_out, 16)]
+    last_block = sum(n * L for n in groups[:-1]) + groups[-1] * 32 * (n_chunks - 1)
+    assert rw.size == last_block + 512
+    # first chunk of group 0 holds its highest channel first
+    n0, w0 = groups[0], min(32, L)
+    np.testing.assert_array_equal(rw[:w0], k[n0 - 1].ravel()[:w0])
+    np.testing.assert_array_equal(np.asarray(xs3.reorder_kernel_weights_inverse(rw, k.shape)), k)
+
+
+# --------------------------------------------------------------------------- conv2d
+
+
+def _conv_args(c):
+    x = np.array(c["X"], np.int8).reshape(c["X_shape"])
+    k = np.array(c["K"], np.int8).reshape(c["K_shape_OHWI"])
+    kw = dict(initial_shift=c["initial_shift"], final_shr=c["final_shr"], stride=tuple(c["stride"]),
+              pad_top_left=tuple(c["pad_top_left"]), pad_value=c["input_zero_point_pad_value"],
+              out_shape=tuple(c["Y_shape"]))
+    return x, k, np.array(c["multipliers"], np.int16), np.array(c["biases"], np.int16), kw
+
+
+@pytest.mark.parametrize("case", ["generic_conv_p", "generic_conv_q", "generic_conv_r"])
+def test_generic_conv_golden_all_variants(convs, case):
+    c = convs[case]
+    x, k, mul, bias, kw = _conv_args(c)
+    for variant in VARIANTS:
+        f = jax.jit(functools.partial(xs3.conv2d, variant=variant, return_accumulators=True, **kw))
+        y, acc = f(x, k, mul, bias)
+        assert y.dtype == jnp.int8 and y.shape == tuple(c["Y_shape"])
+        np.testing.assert_array_equal(np.asarray(acc).ravel(), c["acc32"])
+        np.testing.assert_array_equal(np.asarray(y).ravel(), c[f"Y_{variant}"], err_msg=variant)
+
+
+def test_conv_accumulators_match_model(convs):
+    c = convs["generic_conv_p"]
+    x, k, _, _, kw = _conv_args(c)
+    want = m_conv_acc(x, k, kw["stride"], kw["pad_top_left"], kw["pad_value"], kw["out_shape"][:2])
+    np.testing.assert_array_equal(want.ravel().astype(np.int64), c["acc32"])
+
+
+def test_conv_dilation_batch_and_vmap():
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (2, 7, 6, 5)).astype(np.int8)
+    k = rng.integers(-128, 128, (18, 2, 3, 5)).astype(np.int8)
+    mul = rng.integers(-(2**15), 2**15, 18).astype(np.int16)
+    bias = rng.integers(-2000, 2000, 18).astype(np.int16)
+    kw = dict(initial_shift=4, final_shr=3, stride=(2, 1), pad_top_left=(1, 2), pad_value=-3,
+              out_shape=(4, 5), dilation=(2, 1))
+    f = jax.jit(functools.partial(xs3.conv2d, return_accumulators=True, **kw))
+    y, acc = f(x, k, mul, bias)
+    for b in range(2):
+        want = m_conv_acc(x[b], k, (2, 1), (1, 2), -3, (4, 5), dil=(2, 1))
+        np.testing.assert_array_equal(np.asarray(acc[b]), want.astype(np.int64))
+    y_un, _ = f(x[1], k, mul, bias)  # unbatched input
+    np.testing.assert_array_equal(np.asarray(y_un), np.asarray(y[1]))
+    yv, _ = jax.vmap(f, in_axes=(0, None, None, None))(x, k, mul, bias)
+    np.testing.assert_array_equal(np.asarray(yv), np.asarray(y))
+    yo = xs3.otfn_int8(acc, mul, bias, initial_shift=4, final_shr=3)
+    np.testing.assert_array_equal(np.asarray(yo), np.asarray(y))
+
+
+def test_conv_chunk_saturation_and_stats():
+    """A 1x1 conv long enough for the chunked accumulator to hit +(2**31-1) and come back."""
+    up, down = 4200 * 32, 100 * 32 + 7  # chunks of +516128 saturate after ~4161 chunks
+    x = np.concatenate([np.full(up, 127), np.full(down, -128)]).astype(np.int8).reshape(1, 1, -1)
+    k = np.stack([np.full(up + down, 127), np.resize([1, -1], up + down)]).astype(np.int8)[:, None, None, :]
+    y, acc, stats = xs3.conv2d(x, k, np.array([1 << 14, 1 << 14], np.int16), np.zeros(2, np.int16),
+                               initial_shift=16, final_shr=0, stride=(1, 1), pad_top_left=(0, 0),
+                               pad_value=0, out_shape=(1, 1), return_accumulators=True,
+                               return_stats=True)
+    a = 0
+    for s in range(0, up + down, 32):
+        a = sat(a + sum(int(p) * 127 for p in x.ravel()[s:s + 32]), 32)
+    exact0 = int(x.ravel().astype(np.int64).sum() * 127)
+    assert int(acc[0, 0, 0]) == a != exact0
+    assert int(acc[0, 0, 1]) == int((x.ravel().astype(np.int64) * k[1].ravel()).sum())
+    np.testing.assert_array_equal(np.asarray(stats["acc_saturated"]), [1, 0])
+    assert set(stats) >= {"acc_saturated", "initial_clipped", "output_clipped"}
+
+
+# ----------------------------------------------------------------- xformer recipe §4.5
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 2**31 - 1), n=st.sampled_from((8, 75, 300)))
+def test_otfn_params_from_scales_accuracy(seed, n):
+    rng = np.random.default_rng(seed)
+    c = 20
+    w = rng.integers(-128, 128, (c, n)).astype(np.int8)
+    s_in, s_out = float(rng.uniform(0.005, 0.05)), float(rng.uniform(0.02, 0.3))
+    s_w = rng.uniform(0.001, 0.02, c).astype(np.float32)
+    z_in, z_out = int(rng.integers(-20, 20)), int(rng.integers(-20, 20))
+    bq = rng.integers(-20000, 20000, c).astype(np.int32)
+    p = xs3.otfn_params_from_scales(bq, w, s_in, z_in, s_w, s_out, z_out)
+    assert p["B"] == p["A"] + p["M"] - 14 and p["initial_shift"] == -p["A"] and p["final_shr"] == p["B"] - 8
+    x = rng.integers(-128, 128, (64, n)).astype(np.int64)
+    acc = x @ w.T.astype(np.int64)
+    y = np.asarray(xs3.otfn_int8(acc.astype(np.int32), p["multipliers"], p["biases"],
+                                 initial_shift=p["initial_shift"], final_shr=p["final_shr"]))
+    m = (np.float32(s_in) * s_w / np.float32(s_out)).astype(np.float64)
+    ref = np.clip(np.round((acc - z_in * w.astype(np.int64).sum(1) + bq) * m + z_out), -128, 127)
+    assert np.abs(y - ref).max() <= 1
+
+
+def test_otfn_params_zero_accumulators_and_constant_channel():
+    # all accumulator limits zero: A = 0, M = 14, B = 0 (bias gets the -1 compensation)
+    p = xs3.otfn_params_from_scales(np.array([0, 0], np.int32), np.zeros((2, 8), np.int8),
+                                    0.1, 0, [0.1, 0.1], 0.1, 5)
+    assert (p["A"], p["M"], p["final_shr"]) == (0, 14, -8)
+    np.testing.assert_array_equal(p["multipliers"], int(np.rint(np.float32(0.1) * 2**14)))
+    np.testing.assert_array_equal(p["biases"], 4)
+    # channel 1's output is above 127 for every possible accumulator: constant 127
+    w = np.ones((2, 4), np.int8)
+    p = xs3.otfn_params_from_scales(np.array([0, 10**6], np.int32), w, 0.1, 0, 0.1, 0.1, 0)
+    assert int(p["multipliers"][1]) == 0 and int(p["multipliers"][0]) != 0
+    acc = np.array([[-512, -512], [0, 0], [508, 508]], np.int32)
+    y = xs3.otfn_int8(acc, p["multipliers"], p["biases"], initial_shift=p["initial_shift"],
+                      final_shr=p["final_shr"])
+    np.testing.assert_array_equal(np.asarray(y)[:, 1], 127)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_argument_errors():
+    acc = np.zeros((3, 4), np.int32)
+    mul = bias = np.zeros(4, np.int16)
+    with pytest.raises(ValueError, match=r"initial_shift=17 is outside the supported range \[-16, 16\]"):
+        xs3.otfn_int8(acc, mul, bias, initial_shift=17, final_shr=0)
+    with pytest.raises(ValueError, match=r"final_shr=16 is outside the supported range \[-16, 15\]"):
+        xs3.otfn_int8(acc, mul, bias, initial_shift=0, final_shr=16)
+    with pytest.raises(ValueError, match=r"multipliers must have shape \(4,\)"):
+        xs3.otfn_int8(acc, np.zeros(3, np.int16), bias, initial_shift=0, final_shr=0)
+    with pytest.raises(ValueError, match=r"biases must lie in \[-32768, 32767\]"):
+        xs3.otfn_int8(acc, mul, np.full(4, 40000), initial_shift=0, final_shr=0)
+    with pytest.raises(TypeError, match="acc must be an integer array"):
+        xs3.otfn_int8(acc.astype(np.float32), mul, bias, initial_shift=0, final_shr=0)
+    with pytest.raises(TypeError, match="initial_shift must be a static Python int"):
+        jax.jit(lambda s: xs3.otfn_int8(acc, mul, bias, initial_shift=s, final_shr=0))(3)
+    x = np.zeros((4, 4, 3), np.int8)
+    k = np.zeros((2, 2, 2, 3), np.int8)
+    kw = dict(initial_shift=0, final_shr=0, stride=(1, 1), pad_top_left=(0, 0), pad_value=0, out_shape=(3, 3))
+    with pytest.raises(ValueError, match=r"x \(int8 values\) must lie in \[-128, 127\]"):
+        xs3.conv2d(np.full((4, 4, 3), 200, np.int32), k, mul[:2], bias[:2], **kw)
+    with pytest.raises(TypeError, match="x must be an integer array"):
+        xs3.conv2d(x.astype(np.float32), k, mul[:2], bias[:2], **kw)
+    with pytest.raises(ValueError, match="k_ohwi expects C_in = 3"):
+        xs3.conv2d(np.zeros((4, 4, 5), np.int8), k, mul[:2], bias[:2], **kw)
+    with pytest.raises(ValueError, match=r"out_shape must be \(OH, OW\) or \(OH, OW, 2\)"):
+        xs3.conv2d(x, k, mul[:2], bias[:2], **{**kw, "out_shape": (3, 3, 5)})
+    with pytest.raises(ValueError, match=r"stride\[0\] must lie in"):
+        xs3.conv2d(x, k, mul[:2], bias[:2], **{**kw, "stride": (0, 1)})
+    with pytest.raises(ValueError, match=r"pad_value \(int8\) must lie in"):
+        xs3.conv2d(x, k, mul[:2], bias[:2], **{**kw, "pad_value": 300})
+    with pytest.raises(ValueError, match=r"final_shr \(= B - 8\)|initial_shift \(= -A\)"):
+        xs3.otfn_params_from_scales(np.array([0], np.int32), np.ones((1, 4), np.int8), 1e-6, 0, 1e-6, 10.0, 0)
