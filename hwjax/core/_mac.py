@@ -59,12 +59,9 @@ def _resolve_order(order: Order, k: int, chunk: int) -> np.ndarray:
     else:
         if callable(order):
             order = order(k)
-        try:
-            o = np.asarray(order)
-        except Exception as e:  # pragma: no cover
-            raise TypeError("order must be a static sequence of ints or a callable(K)") from e
-        if isinstance(order, jax.core.Tracer) or o.dtype == object:
+        if isinstance(order, jax.core.Tracer):
             raise TypeError("order must be static (a NumPy array, list or tuple), not a traced array")
+        o = np.asarray(order)
         if o.ndim != 1 or not np.issubdtype(o.dtype, np.integer):
             raise TypeError(f"order must be a 1-D sequence of ints, got shape {o.shape} dtype {o.dtype}")
         o = o.astype(np.int64)
@@ -84,7 +81,9 @@ def _dtype_for(a: jax.Array, declared, name: str):
     if V.kind(a, name) == "int":
         return np.dtype(a.dtype) if np.dtype(a.dtype) != np.int64 else np.dtype(np.int32)
     dt = np.dtype(declared if declared is not None else np.int8)
-    V.int_range(dt)  # raises KeyError for unsupported
+    if dt not in (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16)):
+        raise TypeError(f"{name}_dtype must be one of int8, uint8, int16, uint16 (the integer type "
+                        f"the float values of {name} represent), got {dt}")
     return dt
 
 
