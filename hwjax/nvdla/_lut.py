@@ -85,6 +85,7 @@ def _check_table(unit: str, name: str, table: Any, depth: int) -> jax.Array:
     return jnp.asarray(a.astype(np.int16))
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class _LutConfig:
     """Fields, validation and pytree plumbing shared by :class:`SdpLutConfig` and :class:`CdpLutConfig`."""
 
@@ -92,6 +93,28 @@ class _LutConfig:
     START_BITS: ClassVar[int]  # width of START/END
     SELECT_RANGE: ClassVar[tuple[int, int]]  # accepted active INDEX_SELECT values
     OFFSET_RANGE: ClassVar[tuple[int, int]]  # accepted EXPONENT-mode LE_INDEX_OFFSET values
+
+    le_function: str
+    le_start: int
+    le_end: int
+    lo_start: int
+    lo_end: int
+    le_index_offset: int
+    le_index_select: int
+    lo_index_select: int
+    le_uflow_scale: int
+    le_oflow_scale: int
+    lo_uflow_scale: int
+    lo_oflow_scale: int
+    le_uflow_shift: int
+    le_oflow_shift: int
+    lo_uflow_shift: int
+    lo_oflow_shift: int
+    le_table: Any
+    lo_table: Any
+    uflow_priority: int = LE
+    oflow_priority: int = LE
+    hybrid_priority: int = LE
 
     def __post_init__(self):
         u = self.UNIT
@@ -174,27 +197,6 @@ class SdpLutConfig(_LutConfig):
     SELECT_RANGE: ClassVar[tuple[int, int]] = (-128, 32)
     OFFSET_RANGE: ClassVar[tuple[int, int]] = (-128, 31)
 
-    le_function: str
-    le_start: int
-    le_end: int
-    lo_start: int
-    lo_end: int
-    le_index_offset: int
-    le_index_select: int
-    lo_index_select: int
-    le_uflow_scale: int
-    le_oflow_scale: int
-    lo_uflow_scale: int
-    lo_oflow_scale: int
-    le_uflow_shift: int
-    le_oflow_shift: int
-    lo_uflow_shift: int
-    lo_oflow_shift: int
-    le_table: Any
-    lo_table: Any
-    uflow_priority: int = LE
-    oflow_priority: int = LE
-    hybrid_priority: int = LE
     underflow_bias: str = "c_model"
 
     def __post_init__(self):
@@ -287,27 +289,6 @@ class CdpLutConfig(_LutConfig):
     SELECT_RANGE: ClassVar[tuple[int, int]] = (-24, 30)
     OFFSET_RANGE: ClassVar[tuple[int, int]] = (-128, 47)
 
-    le_function: str
-    le_start: int
-    le_end: int
-    lo_start: int
-    lo_end: int
-    le_index_offset: int
-    le_index_select: int
-    lo_index_select: int
-    le_uflow_scale: int
-    le_oflow_scale: int
-    lo_uflow_scale: int
-    lo_oflow_scale: int
-    le_uflow_shift: int
-    le_oflow_shift: int
-    lo_uflow_shift: int
-    lo_oflow_shift: int
-    le_table: Any
-    lo_table: Any
-    uflow_priority: int = LE
-    oflow_priority: int = LE
-    hybrid_priority: int = LE
     precision: str = "INT16"
 
     def __post_init__(self):
