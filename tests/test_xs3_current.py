@@ -337,8 +337,8 @@ def test_argument_errors():
         xs3.otfn_int8(acc, np.zeros(3, np.int16), bias, initial_shift=0, final_shr=0)
     with pytest.raises(ValueError, match=r"biases must lie in \[-32768, 32767\]"):
         xs3.otfn_int8(acc, mul, np.full(4, 40000), initial_shift=0, final_shr=0)
-    with pytest.raises(TypeError, match="acc must be an integer array"):
-        xs3.otfn_int8(acc.astype(np.float32), mul, bias, initial_shift=0, final_shr=0)
+    with pytest.raises(ValueError, match="acc is a float array and must hold integer values"):
+        xs3.otfn_int8(acc.astype(np.float32) + 0.5, mul, bias, initial_shift=0, final_shr=0)
     with pytest.raises(TypeError, match="initial_shift must be a static Python int"):
         jax.jit(lambda s: xs3.otfn_int8(acc, mul, bias, initial_shift=s, final_shr=0))(3)
     x = np.zeros((4, 4, 3), np.int8)
@@ -346,8 +346,8 @@ def test_argument_errors():
     kw = dict(initial_shift=0, final_shr=0, stride=(1, 1), pad_top_left=(0, 0), pad_value=0, out_shape=(3, 3))
     with pytest.raises(ValueError, match=r"x \(int8 values\) must lie in \[-128, 127\]"):
         xs3.conv2d(np.full((4, 4, 3), 200, np.int32), k, mul[:2], bias[:2], **kw)
-    with pytest.raises(TypeError, match="x must be an integer array"):
-        xs3.conv2d(x.astype(np.float32), k, mul[:2], bias[:2], **kw)
+    with pytest.raises(ValueError, match="x is a float array and must hold integer values"):
+        xs3.conv2d(x.astype(np.float32) + 0.5, k, mul[:2], bias[:2], **kw)
     with pytest.raises(ValueError, match="k_ohwi expects C_in = 3"):
         xs3.conv2d(np.zeros((4, 4, 5), np.int8), k, mul[:2], bias[:2], **kw)
     with pytest.raises(ValueError, match=r"out_shape must be \(OH, OW\) or \(OH, OW, 2\)"):

@@ -717,8 +717,8 @@ def test_argument_errors():
     k = np.zeros((4, 3, 3, 8), np.int8)
     bso = xs3.make_bso(*[np.zeros(4, np.int32)] * 6)
     geo = dict(zero_point=0, window_start=(-1, -1), window_stride=(1, 1), out_shape=(4, 4))
-    with pytest.raises(TypeError, match="x must be an integer"):
-        xs3.conv2d_deep(x.astype(np.float32), k, bso, **geo)
+    with pytest.raises(ValueError, match="x is a float array and must hold integer values"):
+        xs3.conv2d_deep(x.astype(np.float32) + 0.5, k, bso, **geo)
     with pytest.raises(ValueError, match="x must lie in \\[-128, 127\\]"):
         xs3.conv2d_deep(x.astype(np.int32) + 200, k, bso, **geo)
     with pytest.raises(ValueError, match="C_in = 8"):

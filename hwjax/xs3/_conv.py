@@ -10,6 +10,10 @@ whenever saturation is impossible.
 
 ``reorder_kernel_weights`` builds the weight stream that the chip reads (§5.6); the
 convolution itself does not need it (lanes and channel order do not change any sum).
+
+``conv2d`` also takes float arrays holding integer values (inputs, weights,
+multipliers, biases): the output is then bit-identical to the integer path, in the
+float dtype, and differentiable with a surrogate gradient (see :func:`conv2d`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from hwjax.core import _validate as V
 from hwjax.core import mac
 from hwjax.core import wide as W
 from hwjax.xs3 import _otfn
-from hwjax.xs3._vpu import Variant, _check_variant
+from hwjax.xs3 import _surrogate as S
+from hwjax.xs3._surrogate import SaturationGrad
+from hwjax.xs3._vpu import Variant
 
 _I32 = jnp.int32
 CHUNK = 32  # bytes per VLMACCR in 8-bit mode
@@ -46,12 +52,11 @@ def _pair(v, name: str, lo: int) -> tuple[int, int]:
         raise TypeError(f"{name} must be a pair of static ints >= {lo}, got {v!r}") from None
 
 
-def _int8_operand(x, name: str) -> jax.Array:
-    a = V.as_array(x, name)
-    if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array holding int8 values, got dtype {a.dtype}")
-    V.check_range(a, -128, 127, f"{name} (int8 values)")
-    return a.astype(jnp.int8)
+def _int8_operand(x, name: str, *, float_ok: bool = False) -> jax.Array:
+    """int8 values as int8, or (``float_ok``) a float array holding them."""
+    a = S.operand(x, name, -128, 127, differentiable=float_ok, what=" holding int8 values",
+                  label=f"{name} (int8 values)")
+    return a if S.is_float(a) else a.astype(jnp.int8)
 
 
 # --------------------------------------------------------------------------- im2col
@@ -117,8 +122,8 @@ def _reorder_index(c_out: int, patch: int) -> np.ndarray:
     return np.concatenate([idx, -np.ones(total - idx.size, np.int64)])
 
 
-def _check_kernel(k, name: str = "k_ohwi") -> jax.Array:
-    k = _int8_operand(k, name)
+def _check_kernel(k, name: str = "k_ohwi", *, float_ok: bool = False) -> jax.Array:
+    k = _int8_operand(k, name, float_ok=float_ok)
     if k.ndim != 4:
         raise ValueError(f"{name} must have shape (C_out, K_h, K_w, C_in), got {k.shape}")
     return k
@@ -186,7 +191,7 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
            stride: Sequence[int], pad_top_left: Sequence[int], pad_value: int,
            out_shape: Sequence[int], dilation: Sequence[int] = (1, 1),
            variant: Variant = "hardware", return_accumulators: bool = False,
-           return_stats: bool = False):
+           return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
     """Current-API int8 convolution: im2col + ``mat_mul_generic_int8`` + ``otfn_int8``.
 
     Per output pixel and channel c: ``acc = 0``; for chunk j = 0..ceil(L/32)-1 of the
@@ -195,10 +200,11 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     ``y = otfn_int8(acc, multipliers, biases, initial_shift, final_shr, variant)``.
 
     Args:
-      x: (H, W, C_in) or (B, H, W, C_in) int8 values (any integer dtype; checked when
-        concrete).
-      k_ohwi: (C_out, K_h, K_w, C_in) int8 values.
-      multipliers, biases: (C_out,) int16 values.
+      x: (H, W, C_in) or (B, H, W, C_in) int8 values (any integer dtype, or a float
+        array holding integers: differentiable; checked when concrete).
+      k_ohwi: (C_out, K_h, K_w, C_in) int8 values (integer or float array, as ``x``).
+      multipliers, biases: (C_out,) int16 values (integer arrays: no gradient; float
+        arrays: differentiable).
       initial_shift: static int in [-16, 16]; final_shr: static int in [-16, 15].
       stride: (vertical, horizontal) >= 1. pad_top_left: (top, left) >= 0 (bottom and
         right padding follow from ``out_shape``). pad_value: int8 value of padded
@@ -212,38 +218,54 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
         differ from the exact dot product because a chunk saturated; computed only
         when L*2**14 can exceed 2**31-1, else statically 0) and the output-transform
         counts of :func:`otfn_int8`.
+      saturation_grad: ``"zero"`` (default) or ``"pass"``; see Gradient.
 
     Returns:
-      ``y`` int8 (..., OH, OW, C_out); with the flags, a tuple
-      ``(y, [acc], [stats])`` in that order.
+      ``y`` int8 (..., OH, OW, C_out) (the float dtype when an input is float; equal
+      values); with the flags, a tuple ``(y, [acc], [stats])`` in that order (the
+      accumulators and stats are integer arrays and take no gradient).
+
+    Gradient (float inputs): that of the float function the pipeline approximates,
+    ``otfn(conv(x, k))`` with ``conv`` the exact real convolution (same im2col, padded
+    taps = ``pad_value``, no chunk saturation) and ``otfn`` the affine surrogate of
+    :func:`otfn_int8`: ``y ~ (conv * 2**-e1 * multipliers / 2**14 + biases) /
+    2**(e2 + 8)``. So ``d/dx`` and ``d/dk`` are the convolution gradients scaled by the
+    effective multiplier ``multipliers * 2**-(e1 + e2 + 22)``; 0 for outputs that any
+    output-transform step clipped (an accumulator that ended at ±(2**31-1) always
+    clips in step 1) with ``saturation_grad="zero"``; ``"pass"`` keeps them.
     """
-    _check_variant(variant)
-    xv = _int8_operand(x, "x")
+    xv, k = _int8_operand(x, "x", float_ok=True), _check_kernel(k_ohwi, float_ok=True)
     if xv.ndim not in (3, 4):
         raise ValueError(f"x must have shape (H, W, C_in) or (B, H, W, C_in), got {xv.shape}")
-    k = _check_kernel(k_ohwi)
     c_out, kh, kw, c_in = k.shape
     if xv.shape[-1] != c_in:
         raise ValueError(f"x has {xv.shape[-1]} channels but k_ohwi expects C_in = {c_in}")
     out_shape = tuple(out_shape)
     if len(out_shape) not in (2, 3) or (len(out_shape) == 3 and out_shape[2] != c_out):
         raise ValueError(f"out_shape must be (OH, OW) or (OH, OW, {c_out}), got {out_shape!r}")
-    _otfn._static_shift(initial_shift, *_otfn.INITIAL_SHIFT_RANGE, "initial_shift")
-    _otfn._static_shift(final_shr, *_otfn.FINAL_SHR_RANGE, "final_shr")
+    initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
     V.check_range(np.asarray(pad_value), -128, 127, "pad_value (int8)")
-    patches = im2col(xv, (kh, kw), stride=stride, pad_top_left=pad_top_left, pad_value=int(pad_value),
-                     out_hw=out_shape[:2], dilation=dilation)
-    w = k.reshape(c_out, -1)
-    acc = mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK)
-    y = _otfn.otfn_int8(acc, multipliers, biases, initial_shift=initial_shift, final_shr=final_shr,
-                        variant=variant, return_stats=return_stats)
-    if not (return_accumulators or return_stats):
-        return y
-    y, stats = y if return_stats else (y, None)
-    out = (y,) + ((acc,) if return_accumulators else ())
-    if return_stats:
-        out += ({"acc_saturated": _acc_saturation_counts(patches, w, acc), **stats},)
-    return out
+    _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=True, channels=c_out)
+    patches_of = functools.partial(im2col, kernel_hw=(kh, kw), stride=stride,
+                                   pad_top_left=pad_top_left, pad_value=int(pad_value),
+                                   out_hw=out_shape[:2], dilation=dilation)
+    otfn_forward = _otfn.int8_forward(initial_shift, final_shr, variant, return_stats)
+
+    def forward(xv, k, mul, bias):
+        patches = patches_of(xv.astype(jnp.int8))
+        w = k.astype(jnp.int8).reshape(c_out, -1)
+        acc = mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK)
+        y, clipped, *stats = otfn_forward(acc, mul, bias)
+        extras = (acc,) if return_accumulators else ()
+        if return_stats:
+            extras += ({"acc_saturated": _acc_saturation_counts(patches, w, acc), **stats[0]},)
+        return (y, clipped, *extras)
+
+    def surrogate(xv, k, mul, bias):
+        acc = jnp.matmul(patches_of(xv), k.reshape(c_out, -1).T, precision=jax.lax.Precision.HIGHEST)
+        return _otfn.int8_surrogate(acc, mul, bias, initial_shift=initial_shift, final_shr=final_shr)
+
+    return S.call(forward, surrogate, xv, k, mul, bias, saturation_grad=saturation_grad)
 
 
 def _acc_saturation_counts(patches: jax.Array, w: jax.Array, acc: jax.Array) -> jax.Array:

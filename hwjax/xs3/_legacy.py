@@ -13,8 +13,17 @@ Conventions:
   Convolution kernels are OHWI ``(C_out, K_h, K_w, C_in)``; depthwise kernels
   ``(K_h, K_w, C)``; fully-connected weights ``(C_out, N)``.
 * int8 operands may be held in any integer dtype; values are range-checked when
-  concrete (under ``jit`` the range is the caller's contract). Float inputs raise
-  TypeError.
+  concrete (under ``jit`` the range is the caller's contract).
+* Float inputs: the images/inputs and weights of ``conv2d_deep``,
+  ``conv2d_shallowin``, ``conv2d_1x1``, ``conv2d_depthwise``, ``fully_connected_8``
+  and ``fully_connected_16`` may be float arrays holding int8 values. The output is
+  then bit-identical to the integer path, in the float dtype, and differentiable
+  with the gradient of the float function the kernel approximates (the exact real
+  convolution / matrix product from the bias, then the affine BSO pipeline
+  ``((acc * 2**-shift1) * scale + offset_scale * offset) * 2**-shift2``), set to 0 for
+  outputs that clipped (accumulator at ±(2**31-1), shift1 VLSAT saturation, output
+  narrowing) unless ``saturation_grad="pass"``. BSO fields and zero points are
+  integers and take no gradient; float arrays there (and elsewhere) raise TypeError.
 * Window geometry (``window_start`` (row, col), ``window_stride`` (vertical,
   horizontal), ``out_shape`` (H_out, W_out), window shapes) is static Python ints.
 * ``symmetric=True`` selects the ``CONFIG_SYMMETRIC_SATURATION_<op> = 1`` build
@@ -48,7 +57,9 @@ import numpy as np
 from hwjax.core import _validate as V
 from hwjax.core import fixed_mul, mac, shift_right
 from hwjax.core import wide as W
+from hwjax.xs3 import _surrogate as S
 from hwjax.xs3._bso import BsoFields, check_bso, split_bso
+from hwjax.xs3._surrogate import SaturationGrad
 from hwjax.xs3._vpu import VARIANTS, vdepth8, vlmul, vlsat
 
 M32 = 2**31 - 1  # accumulator saturation bound
@@ -67,17 +78,15 @@ class LegacyStats(NamedTuple):
 # ------------------------------------------------------------------------ validation
 
 
-def _int_values(x, name: str, lo: int, hi: int, dtype) -> jax.Array:
-    """Integer array holding values in [lo, hi] (checked when concrete), cast to ``dtype``."""
-    a = V.as_array(x, name)
-    if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array (values in [{lo}, {hi}]), got dtype {a.dtype}")
-    V.check_range(a, lo, hi, name)
-    return a.astype(dtype)
+def _int_values(x, name: str, lo: int, hi: int, dtype, *, float_ok: bool = False) -> jax.Array:
+    """Integer array holding values in [lo, hi] (checked when concrete), cast to ``dtype``;
+    with ``float_ok`` a float array holding such values is returned unchanged."""
+    a = S.operand(x, name, lo, hi, differentiable=float_ok, what=f" (values in [{lo}, {hi}])")
+    return a if S.is_float(a) else a.astype(dtype)
 
 
-def _int8(x, name: str) -> jax.Array:
-    return _int_values(x, name, -128, 127, jnp.int8)
+def _int8(x, name: str, *, float_ok: bool = False) -> jax.Array:
+    return _int_values(x, name, -128, 127, jnp.int8, float_ok=float_ok)
 
 
 def _scalar(x, name: str, lo: int, hi: int) -> jax.Array:
@@ -111,9 +120,9 @@ def _multiple_of(n: int, m: int, what: str) -> None:
         raise ValueError(f"{what} must be a positive multiple of {m} (lib_nn constraint), got {n}")
 
 
-def _image(x, name: str = "x") -> tuple[jax.Array, tuple[int, ...]]:
+def _image(x, name: str = "x", *, float_ok: bool = False) -> tuple[jax.Array, tuple[int, ...]]:
     """int8 image (..., H, W, C) -> (B, H, W, C) and the leading shape."""
-    a = _int8(x, name)
+    a = _int8(x, name, float_ok=float_ok)
     if a.ndim < 3:
         raise ValueError(f"{name} must have shape (H, W, C) or (..., H, W, C), got {a.shape}")
     return a.reshape((-1,) + a.shape[-3:]), a.shape[:-3]
@@ -360,15 +369,52 @@ def _result(y: jax.Array, return_stats: bool, acc_hit=None, s1=None, out=None, c
     return y, LegacyStats(_counts(acc_hit, shape_c), _counts(s1, shape_c), _counts(out, shape_c))
 
 
+def _bso_affine(acc, f: BsoFields):
+    """The real-valued function the §3.2 pipeline approximates (rounding straight-through):
+    ``((acc * 2**-shift1) * scale + offset_scale * offset) * 2**-shift2``."""
+    t = acc * S.exp2(-f.shift1, acc) * f.scale + f.offset_scale * f.offset
+    return t * S.exp2(-f.shift2, t)
+
+
+def _bso_kernel(accumulate: Callable, real_acc: Callable, operands: tuple, f: BsoFields,
+                consts: tuple, lead: tuple[int, ...] | None, *, out_bits: int, symmetric: bool,
+                variant: str, return_stats: bool, saturation_grad: str):
+    """A BSO kernel: accumulation then the §3.2 pipeline, differentiable for float operands.
+
+    ``accumulate(*operands, bias, *consts, stats=...) -> (acc, hit)`` is the exact
+    integer accumulation (int8 operands); ``real_acc(*operands, bias, *consts)`` the
+    real-valued one (the surrogate). The output's leading batch axis is reshaped to
+    ``lead`` unless ``lead`` is None. Returns ``y`` [, LegacyStats].
+    """
+    stats, flags = bool(return_stats), bool(return_stats) or S.has_float(operands)
+
+    def unbatch(a):
+        return a if lead is None else a.reshape(lead + a.shape[1:])
+
+    def forward(operands, f, consts):
+        acc, hit = accumulate(*(o.astype(jnp.int8) for o in operands), f.bias, *consts, stats=stats)
+        y, s1, oc = _bso_output(acc, f, out_bits=out_bits, symmetric=symmetric, variant=variant,
+                                stats=flags)
+        clipped = unbatch((acc == M32) | (acc == -M32) | s1 | oc) if flags else None
+        extras = (_result(y, True, hit, s1, oc)[1],) if stats else ()
+        return (unbatch(y), clipped, *extras)
+
+    def surrogate(operands, f, consts):
+        return unbatch(_bso_affine(real_acc(*operands, f.bias, *consts), f))
+
+    return S.call(forward, surrogate, operands, f, consts, saturation_grad=saturation_grad)
+
+
 # ------------------------------------------------------------------ convolutions
 
 
 def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, symmetric,
-              variant, return_stats, order_for, check_kernel=None):
-    """Shared BSO convolution driver: validation, then the jitted :func:`_conv_core`."""
+              variant, return_stats, saturation_grad, order_for, check_kernel=None):
+    """Shared BSO convolution driver: validation, then :func:`_bso_kernel` on the jitted
+    :func:`_conv_acc`."""
     _variant(variant)
-    xb, lead = _image(x)
-    k = _int8(k, "k")
+    xb, lead = _image(x, float_ok=True)
+    k = _int8(k, "k", float_ok=True)
     if k.ndim != 4:
         raise ValueError(f"k must have shape (C_out, K_h, K_w, C_in), got {k.shape}")
     c_out, kh, kw, c_in = k.shape
@@ -381,26 +427,43 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
     win = _window((kh, kw), window_start, window_stride, out_shape)
     f = _checked_fields(bso, c_out, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
-    stats = bool(return_stats)
-    acc, hit = _conv_acc(xb, k, f.bias, zp, win=win, order_for=order_for, stats=stats)
-    y, s1, oc = _bso_output(acc, f, out_bits=8, symmetric=bool(symmetric), variant=variant,
-                            stats=stats)
-    return _result(y.reshape(lead + y.shape[1:]), return_stats, hit, s1, oc)
+    return _bso_kernel(functools.partial(_conv_acc, win=win, order_for=order_for),
+                       functools.partial(_conv_real_acc, win=win), (xb, k), f, (zp,), lead,
+                       out_bits=8, symmetric=bool(symmetric), variant=variant,
+                       return_stats=return_stats, saturation_grad=saturation_grad)
+
+
+def _conv_patches(xb, k_shape, win: _Window, zp):
+    """(B, H, W, C_in) -> the (B, H_out, W_out, K_h*K_w*C_in) window patches."""
+    patches = _windows(xb, win, zp)
+    return patches.reshape(patches.shape[:3] + (int(np.prod(k_shape[1:])),))
 
 
 @functools.partial(jax.jit, static_argnames=("win", "order_for", "stats"))
 def _conv_acc(xb, k, bias, zp, *, win, order_for, stats):
     """(B, H, W, C_in) int8 -> accumulators (B, H_out, W_out, C_out) and clip flags."""
     c_out, kh, kw, c_in = k.shape
-    patches = _windows(xb, win, zp)
-    patches = patches.reshape(patches.shape[:3] + (kh * kw * c_in,))
+    patches = _conv_patches(xb, k.shape, win, zp)
     seqs = [_row_sequence(oy, win, xb.shape[1]) for oy in range(win.out[0])]
     return _grouped_rows_mac(patches, k.reshape(c_out, -1), bias, seqs,
                              lambda seq: order_for(seq, kw, c_in), stats)
 
 
+def _conv_real_acc(xb, k, bias, zp, *, win):
+    """The exact real convolution from the bias (no saturation): the surrogate of
+    :func:`_conv_acc`."""
+    patches = _conv_patches(xb, k.shape, win, zp)
+    return bias + _real_matmul(patches, k.reshape(k.shape[0], -1))
+
+
+def _real_matmul(x, w):
+    """``x @ w.T`` in float (full precision)."""
+    return jnp.matmul(x, w.T, precision=jax.lax.Precision.HIGHEST)
+
+
 def conv2d_deep(x, k, bso, *, zero_point, window_start, window_stride, out_shape,
-                symmetric: bool = False, variant: str = "hardware", return_stats: bool = False):
+                symmetric: bool = False, variant: str = "hardware", return_stats: bool = False,
+                saturation_grad: SaturationGrad = "zero"):
     """Legacy ``conv2d_deep`` (§3.2, §5.1): int8 convolution with a BSO output stage.
 
     Output ``(oy, ox, c)``: window rows ``r0 + oy*sv + kh``, columns ``c0 + ox*sh + kw``
@@ -410,23 +473,35 @@ def conv2d_deep(x, k, bso, *, zero_point, window_start, window_stride, out_shape
     32-channel groups then the C_in tail as one chunk. Then the §3.2 pipeline.
 
     Args:
-      x: (H, W, C_in) or (..., H, W, C_in) int8 values.
-      k: (C_out, K_h, K_w, C_in) int8 values; C_in and C_out multiples of 4.
-      bso: BSO tensor (ceil(C_out/16), 7, 16) (:func:`make_bso`).
-      zero_point: value of padded pixels, int in [-128, 127] (may be traced).
+      x: (H, W, C_in) or (..., H, W, C_in) int8 values (integer array, or float array
+        holding them: differentiable).
+      k: (C_out, K_h, K_w, C_in) int8 values (integer or float, as ``x``); C_in and
+        C_out multiples of 4.
+      bso: BSO tensor (ceil(C_out/16), 7, 16) (:func:`make_bso`); integer, no gradient.
+      zero_point: value of padded pixels, int in [-128, 127] (may be traced; integer).
       window_start: static (row, col) of the first window; may be negative (padding).
       window_stride: static (vertical, horizontal) >= 1.
       out_shape: static (H_out, W_out).
       symmetric: outputs in [-127, 127] (symmetric build) instead of [-128, 127].
       variant: VPU model for shift1/shift2 (``"hardware"``, ``"host"``, ``"v2021"``).
       return_stats: also return :class:`LegacyStats` (per output channel).
+      saturation_grad: ``"zero"`` (default) or ``"pass"``; see Gradient.
 
     Returns:
-      int8 (..., H_out, W_out, C_out) [, LegacyStats].
+      int8 (..., H_out, W_out, C_out) (the float dtype when ``x`` or ``k`` is float;
+      equal values) [, LegacyStats].
+
+    Gradient (float ``x``/``k``): that of ``((bias + conv(x, k)) * 2**-shift1 * scale
+    + offset_scale * offset) * 2**-shift2`` with ``conv`` the exact real convolution
+    (padded taps = ``zero_point``): the convolution gradients scaled per channel by
+    ``scale * 2**-(shift1 + shift2)``; 0 for outputs whose accumulator ended at
+    ±(2**31-1), whose shift1 VLSAT saturated or whose output narrowing clipped
+    (``saturation_grad="zero"``).
     """
     return _conv_bso(x, k, bso, zero_point=zero_point, window_start=window_start,
                      window_stride=window_stride, out_shape=out_shape, symmetric=symmetric,
-                     variant=variant, return_stats=return_stats, order_for=deep_order)
+                     variant=variant, return_stats=return_stats, saturation_grad=saturation_grad,
+                     order_for=deep_order)
 
 
 def _shallow_kernel(kh: int, kw: int, c_in: int) -> None:
@@ -436,32 +511,38 @@ def _shallow_kernel(kh: int, kw: int, c_in: int) -> None:
 
 def conv2d_shallowin(x, k, bso, *, zero_point, window_start, window_stride, out_shape,
                      symmetric: bool = False, variant: str = "hardware",
-                     return_stats: bool = False):
+                     return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
     """Legacy ``conv2d_shallowin`` (§3.2, §5.2): as :func:`conv2d_deep`, one chunk per kernel row.
 
     ``k`` is (C_out, K_h, K_w, C_in) with K_w * C_in <= 32 (the unpadded kernel; lib_nn's
     zero padding of each row to 32 bytes contributes nothing). Chunk order: top padding
     rows, bottom padding rows, interior rows; each row's K_w*C_in products form one
-    saturating chunk. Other arguments and the result as in :func:`conv2d_deep`.
+    saturating chunk. Other arguments, the result, float inputs and the gradient as
+    in :func:`conv2d_deep`.
     """
     return _conv_bso(x, k, bso, zero_point=zero_point, window_start=window_start,
                      window_stride=window_stride, out_shape=out_shape, symmetric=symmetric,
-                     variant=variant, return_stats=return_stats, order_for=shallowin_order,
-                     check_kernel=_shallow_kernel)
+                     variant=variant, return_stats=return_stats, saturation_grad=saturation_grad,
+                     order_for=shallowin_order, check_kernel=_shallow_kernel)
 
 
 def conv2d_1x1(x, k, bso, *, symmetric: bool = False, variant: str = "hardware",
-               return_stats: bool = False):
+               return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
     """Legacy ``conv2d_1x1`` (§3.2, §5.3): per pixel, 32-channel groups then the tail.
 
     Args:
-      x: (H, W, C_in) or (..., H, W, C_in) int8 values.
-      k: (C_out, C_in) (or (C_out, 1, 1, C_in)) int8 values; C_in, C_out multiples of 4.
-      bso, symmetric, variant, return_stats: as :func:`conv2d_deep`.
+      x: (H, W, C_in) or (..., H, W, C_in) int8 values (integer, or float: differentiable).
+      k: (C_out, C_in) (or (C_out, 1, 1, C_in)) int8 values (integer or float); C_in,
+        C_out multiples of 4.
+      bso, symmetric, variant, return_stats, saturation_grad: as :func:`conv2d_deep`.
 
     Returns:
-      int8 (..., H, W, C_out) [, LegacyStats]. (lib_nn's C reference saturates after
-      every product; the chip, and this function, once per chunk.)
+      int8 (..., H, W, C_out) (float dtype for float inputs) [, LegacyStats]. (lib_nn's
+      C reference saturates after every product; the chip, and this function, once
+      per chunk.)
+
+    Gradient (float ``x``/``k``): as :func:`conv2d_deep` with the per-pixel product
+    ``x @ k.T`` in place of the convolution.
     """
     ka = V.as_array(k, "k")
     if ka.ndim == 2:
@@ -473,12 +554,13 @@ def conv2d_1x1(x, k, bso, *, symmetric: bool = False, variant: str = "hardware",
         raise ValueError(f"x must have shape (H, W, C) or (..., H, W, C), got {xa.shape}")
     return _conv_bso(xa, ka, bso, zero_point=0, window_start=(0, 0), window_stride=(1, 1),
                      out_shape=xa.shape[-3:-1], symmetric=symmetric, variant=variant,
-                     return_stats=return_stats, order_for=deep_order)
+                     return_stats=return_stats, saturation_grad=saturation_grad,
+                     order_for=deep_order)
 
 
 def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_shape,
                      symmetric: bool = False, variant: str = "hardware",
-                     return_stats: bool = False):
+                     return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
     """Legacy ``conv2d_depthwise`` (§3.2, §5.4): one saturating VLMACC per kernel tap.
 
     Per channel c: ``acc = bias[c]``, then for each tap (kh, kw) in row-major order
@@ -487,17 +569,21 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     with ``chunk=1``. Then the §3.2 pipeline.
 
     Args:
-      x: (H, W, C) or (..., H, W, C) int8 values; C a multiple of 4.
-      k: (K_h, K_w, C) int8 values.
+      x: (H, W, C) or (..., H, W, C) int8 values (integer, or float: differentiable);
+        C a multiple of 4.
+      k: (K_h, K_w, C) int8 values (integer or float).
       bso, zero_point, window_start, window_stride, out_shape, symmetric, variant,
-      return_stats: as :func:`conv2d_deep`.
+      return_stats, saturation_grad: as :func:`conv2d_deep`.
 
     Returns:
-      int8 (..., H_out, W_out, C) [, LegacyStats].
+      int8 (..., H_out, W_out, C) (float dtype for float inputs) [, LegacyStats].
+
+    Gradient (float ``x``/``k``): as :func:`conv2d_deep` with the real depthwise
+    convolution ``bias[c] + sum_taps x_tap[c] * k[kh, kw, c]`` as the accumulator.
     """
     _variant(variant)
-    xb, lead = _image(x)
-    k = _int8(k, "k")
+    xb, lead = _image(x, float_ok=True)
+    k = _int8(k, "k", float_ok=True)
     if k.ndim != 3:
         raise ValueError(f"k must have shape (K_h, K_w, C), got {k.shape}")
     kh, kw, c = k.shape
@@ -507,11 +593,17 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     win = _window((kh, kw), window_start, window_stride, out_shape)
     f = _checked_fields(bso, c, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
-    stats = bool(return_stats)
-    acc, hit = _depthwise_acc(xb, k, f.bias, zp, win=win, stats=stats)
-    y, s1, oc = _bso_output(acc, f, out_bits=8, symmetric=bool(symmetric), variant=variant,
-                            stats=stats)
-    return _result(y.reshape(lead + y.shape[1:]), return_stats, hit, s1, oc)
+    return _bso_kernel(functools.partial(_depthwise_acc, win=win),
+                       functools.partial(_depthwise_real_acc, win=win), (xb, k), f, (zp,), lead,
+                       out_bits=8, symmetric=bool(symmetric), variant=variant,
+                       return_stats=return_stats, saturation_grad=saturation_grad)
+
+
+def _depthwise_real_acc(xb, k, bias, zp, *, win):
+    """The exact real depthwise convolution from the bias: the surrogate of
+    :func:`_depthwise_acc`."""
+    kh, kw, c = k.shape
+    return bias + (_windows(xb, win, zp) * k.reshape(kh * kw, c)).sum(axis=3)
 
 
 @functools.partial(jax.jit, static_argnames=("win", "stats"))
@@ -530,9 +622,9 @@ def _depthwise_acc(xb, k, bias, zp, *, win, stats):
 # --------------------------------------------------------------- fully connected
 
 
-def _fc_operands(x, w, *, n_multiple: int):
-    xa = _int8(x, "x")
-    wa = _int8(w, "w")
+def _fc_operands(x, w, *, n_multiple: int, float_ok: bool = False):
+    xa = _int8(x, "x", float_ok=float_ok)
+    wa = _int8(w, "w", float_ok=float_ok)
     if wa.ndim != 2:
         raise ValueError(f"w must have shape (C_out, N), got {wa.shape}")
     if xa.ndim < 1 or xa.shape[-1] != wa.shape[1]:
@@ -541,15 +633,18 @@ def _fc_operands(x, w, *, n_multiple: int):
     return xa, wa
 
 
-def _fully_connected(x, w, bso, *, out_bits, symmetric, variant, return_stats):
+def _fully_connected(x, w, bso, *, out_bits, symmetric, variant, return_stats, saturation_grad):
     _variant(variant)
-    xa, wa = _fc_operands(x, w, n_multiple=4)
+    xa, wa = _fc_operands(x, w, n_multiple=4, float_ok=True)
     f = _checked_fields(bso, wa.shape[0], variant)
-    stats = bool(return_stats)
-    acc, hit = _fc_acc(xa, wa, f.bias, tail_first=True, stats=stats)
-    y, s1, oc = _bso_output(acc, f, out_bits=out_bits, symmetric=bool(symmetric), variant=variant,
-                            stats=stats)
-    return _result(y, return_stats, hit, s1, oc)
+    return _bso_kernel(functools.partial(_fc_acc, tail_first=True), _fc_real_acc, (xa, wa), f, (),
+                       None, out_bits=out_bits, symmetric=bool(symmetric), variant=variant,
+                       return_stats=return_stats, saturation_grad=saturation_grad)
+
+
+def _fc_real_acc(xa, wa, bias):
+    """``bias + x @ w.T`` in float: the surrogate of :func:`_fc_acc`."""
+    return bias + _real_matmul(xa, wa)
 
 
 @functools.partial(jax.jit, static_argnames=("tail_first", "stats"))
@@ -560,30 +655,38 @@ def _fc_acc(xa, wa, bias, *, tail_first, stats):
 
 
 def fully_connected_8(x, w, bso, *, symmetric: bool = False, variant: str = "hardware",
-                      return_stats: bool = False):
+                      return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
     """Legacy ``fully_connected_8`` (§3.2, §5.5): int8 outputs.
 
     ``acc = bias[c]``; first the chunk of the N mod 32 leading inputs ``x[0:t]``, then
     the full chunks ``x[t+32j : t+32j+32]``, saturating after each; then §3.2.
 
     Args:
-      x: (N,) or (..., N) int8 values; N a multiple of 4.
-      w: (C_out, N) int8 values.
-      bso: BSO tensor for C_out channels. symmetric, variant, return_stats: as
-        :func:`conv2d_deep`.
+      x: (N,) or (..., N) int8 values (integer, or float: differentiable); N a
+        multiple of 4.
+      w: (C_out, N) int8 values (integer or float).
+      bso: BSO tensor for C_out channels. symmetric, variant, return_stats,
+        saturation_grad: as :func:`conv2d_deep`.
 
     Returns:
-      int8 (..., C_out) [, LegacyStats].
+      int8 (..., C_out) (float dtype for float inputs) [, LegacyStats].
+
+    Gradient (float ``x``/``w``): that of ``((bias + x @ w.T) * 2**-shift1 * scale +
+    offset_scale * offset) * 2**-shift2``, i.e. ``d/dx = g' @ w``, ``d/dw = g'.T @ x``
+    with ``g' = g * scale * 2**-(shift1 + shift2)``; 0 for clipped outputs (see
+    :func:`conv2d_deep`).
     """
     return _fully_connected(x, w, bso, out_bits=8, symmetric=symmetric, variant=variant,
-                            return_stats=return_stats)
+                            return_stats=return_stats, saturation_grad=saturation_grad)
 
 
-def fully_connected_16(x, w, bso, *, variant: str = "hardware", return_stats: bool = False):
+def fully_connected_16(x, w, bso, *, variant: str = "hardware", return_stats: bool = False,
+                       saturation_grad: SaturationGrad = "zero"):
     """Legacy ``fully_connected_16``: as :func:`fully_connected_8` with int16 outputs
-    ``y = VLSAT16(t, shift2) = sat16(R(t, shift2))`` (§3.2)."""
+    ``y = VLSAT16(t, shift2) = sat16(R(t, shift2))`` (§3.2). Float inputs and the
+    gradient as in :func:`fully_connected_8` (int16 values in the float dtype)."""
     return _fully_connected(x, w, bso, out_bits=16, symmetric=False, variant=variant,
-                            return_stats=return_stats)
+                            return_stats=return_stats, saturation_grad=saturation_grad)
 
 
 def _fc_deepin(x, w, bias, shift, scale, *, out_bits, variant, return_stats):

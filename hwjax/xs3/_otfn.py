@@ -7,10 +7,18 @@ from :mod:`hwjax.xs3._vpu`, so the variant quirks come from the instructions.
 
 Accumulators may have any leading shape ``(..., C)``; per-channel parameters have
 shape ``(C,)`` (or broadcast against ``acc``). Outputs are int8 arrays.
+
+Float inputs (:func:`otfn_int8`, :func:`otfn_int8_channelwise`): ``acc``,
+``multipliers`` and ``biases`` may be float arrays holding integer values. The output
+is then the int8 result in that float dtype (bit-identical to the integer path) and
+differentiable with the gradient of the float affine function the transform
+approximates (see :func:`otfn_int8`); shifts are integers and take no gradient.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any
 
 import jax
@@ -18,7 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
+from hwjax.xs3 import _surrogate as S
 from hwjax.xs3 import _vpu as vpu
+from hwjax.xs3._surrogate import SaturationGrad
 from hwjax.xs3._vpu import Variant
 
 _I32 = jnp.int32
@@ -48,24 +58,22 @@ def _static_shift(value, lo: int, hi: int, name: str) -> int:
                          f"otfn_int8 assembly (spec §4.1)") from None
 
 
-def _acc32(acc, name: str = "acc") -> jax.Array:
-    a = V.as_array(acc, name)
-    if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array of int32 accumulators, got dtype {a.dtype}")
+def _acc32(acc, name: str = "acc", *, float_ok: bool = False) -> jax.Array:
+    """int32 accumulators (..., C) as int32, or (``float_ok``) a float array holding them."""
+    a = S.operand(acc, name, -(2**31), 2**31 - 1, differentiable=float_ok,
+                  what=" of int32 accumulators")
     if a.ndim < 1:
         raise ValueError(f"{name} must have the output channels on its last axis, got a scalar")
-    V.check_range(a, -(2**31), 2**31 - 1, name)
-    return a.astype(_I32)
+    return a
 
 
-def _channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: int = 2**15 - 1) -> jax.Array:
-    a = V.as_array(p, name)
-    if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array (int16 values), got dtype {a.dtype}")
+def _channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: int = 2**15 - 1, *,
+                   float_ok: bool = False) -> jax.Array:
+    """A (C,) parameter of int16 values (shifts: up to 65535) as int32, or a float array."""
+    a = S.operand(p, name, lo, hi, differentiable=float_ok, what=" (int16 values)")
     if a.shape != (channels,):
         raise ValueError(f"{name} must have shape ({channels},) (one per output channel), got {a.shape}")
-    V.check_range(a, lo, hi, name)
-    return a.astype(_I32)
+    return a
 
 
 # ------------------------------------------------------------------------- the steps
@@ -127,11 +135,55 @@ def _count_per_channel(flags: jax.Array) -> jax.Array:
     return flags.reshape((-1, flags.shape[-1])).sum(axis=0, dtype=_I32)
 
 
-def _finish(steps: dict, return_stats: bool):
+def _outputs(steps: dict, return_stats: bool) -> tuple:
+    """``(y int8, clipped, [stats])`` of an int8 transform, the forward result of
+    :func:`hwjax.xs3._surrogate.call`: ``clipped`` marks lanes that any step clipped."""
     y = steps["y_int8"].astype(jnp.int8)
+    clipped = functools.reduce(operator.or_, (steps[k] for k in STAT_KEYS))
     if not return_stats:
-        return y
-    return y, {k: _count_per_channel(steps[k]) for k in STAT_KEYS}
+        return y, clipped
+    return y, clipped, {k: _count_per_channel(steps[k]) for k in STAT_KEYS}
+
+
+def _finish(steps: dict, return_stats: bool):
+    """``y`` or ``(y, stats)`` of an integer-only transform."""
+    return S.integer_result(_outputs(steps, return_stats))
+
+
+# ------------------------------------------------------------------- the surrogates
+
+
+def _initial_scale(initial_shift: int) -> float:
+    """Step 1's factor ``2**-e``: VLSAT right shifts by ``initial_shift > 0``; VLASHR16
+    left shifts by at most 15 (the ``hardware`` cap)."""
+    return 2.0 ** -max(initial_shift, -15)
+
+
+def _tail_affine(t, mul, bias, final_shr: int):
+    """The real-valued function steps 2–5 approximate: ``(t*mul/2**14 + bias) / 2**(final_shr+8)``
+    (a left shift capped at 15 as in VLASHR16)."""
+    return (t * mul * 2.0**-14 + bias) * 2.0 ** -(max(final_shr, -15) + 8)
+
+
+def int8_surrogate(acc, mul, bias, *, initial_shift: int, final_shr: int):
+    """The float affine function :func:`otfn_int8` approximates (its surrogate)."""
+    return _tail_affine(acc * _initial_scale(initial_shift), mul, bias, final_shr)
+
+
+def int8_steps(a, mul, bias, *, initial_shift: int, final_shr: int, variant: Variant) -> dict:
+    """Steps 1–5 of §4.1 on checked int32 operands (see :func:`otfn_int8_steps`)."""
+    a, mul, bias = vpu._i32(a, mul, bias)
+    head = _initial_int8(a, initial_shift, variant)
+    return {**head, **_tail(head["after_initial_vlashr"], mul, bias, final_shr, variant)}
+
+
+def int8_forward(initial_shift: int, final_shr: int, variant: Variant, return_stats: bool):
+    """The forward function of :func:`otfn_int8` for :func:`hwjax.xs3._surrogate.call`."""
+    def forward(a, mul, bias):
+        steps = int8_steps(a, mul, bias, initial_shift=initial_shift, final_shr=final_shr,
+                           variant=variant)
+        return _outputs(steps, return_stats)
+    return forward
 
 
 # --------------------------------------------------------------------- §4.1 otfn_int8
@@ -148,19 +200,29 @@ def otfn_int8_steps(acc, multipliers, biases, *, initial_shift: int, final_shr: 
     ``after_vlsat`` is ``VLSAT16(acc, max(initial_shift, 0))``; ``after_initial_vlashr``
     equals it when ``initial_shift > 0``. Arguments as for :func:`otfn_int8`.
     """
+    initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
+    a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=False)
+    return int8_steps(a, mul, bias, initial_shift=initial_shift, final_shr=final_shr, variant=variant)
+
+
+def check_int8_config(initial_shift, final_shr, variant) -> tuple[int, int]:
+    """Validates the static arguments of :func:`otfn_int8`; returns the two shifts."""
     vpu._check_variant(variant)
-    initial_shift = _static_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
-    final_shr = _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
-    a = _acc32(acc)
-    c = a.shape[-1]
-    mul = _channel_param(multipliers, "multipliers", c)
-    bias = _channel_param(biases, "biases", c)
-    head = _initial_int8(a, initial_shift, variant)
-    return {**head, **_tail(head["after_initial_vlashr"], mul, bias, final_shr, variant)}
+    return (_static_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift"),
+            _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr"))
+
+
+def _int8_operands(acc, multipliers, biases, *, float_ok: bool, channels: int | None = None):
+    """``acc`` (..., C) int32 values; ``multipliers``, ``biases`` (C,) int16 values."""
+    a = None if acc is None else _acc32(acc, float_ok=float_ok)
+    c = a.shape[-1] if channels is None else channels
+    return (a, _channel_param(multipliers, "multipliers", c, float_ok=float_ok),
+            _channel_param(biases, "biases", c, float_ok=float_ok))
 
 
 def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
-              variant: Variant = "hardware", return_stats: bool = False):
+              variant: Variant = "hardware", return_stats: bool = False,
+              saturation_grad: SaturationGrad = "zero"):
     """``otfn_int8`` (§4.1): int32 accumulators -> int8, group-wise parameters.
 
     Per lane (channel c = last axis of ``acc``), in 16-bit mode:
@@ -174,8 +236,10 @@ def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
     5. ``y = clamp(floor((t + 128) / 256), -128, 127)`` (the VDEPTH8_FIXED fix-up).
 
     Args:
-      acc: (..., C) int32 accumulators (integer dtype).
-      multipliers, biases: (C,) int16 values.
+      acc: (..., C) int32 accumulators: an integer array, or a float array holding
+        integer values (differentiable).
+      multipliers, biases: (C,) int16 values: integer arrays (no gradient) or float
+        arrays holding integers (differentiable).
       initial_shift: static int in [-16, 16]; final_shr: static int in [-16, 15] (the
         ranges the chip's assembly supports; ValueError outside).
       variant: ``"hardware"``, ``"host"`` or ``"v2021"``.
@@ -183,38 +247,70 @@ def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
         saturated in step 1 (``initial_clipped``), 2 (``mul_clipped``), 3
         (``bias_clipped``), 4 (``final_clipped``, left shifts) and 5
         (``output_clipped``), summed over the leading axes.
+      saturation_grad: ``"zero"`` (default) or ``"pass"``; see Gradient.
 
     Returns:
-      int8 array shaped like ``acc`` (and the stats dict when ``return_stats``).
+      int8 array shaped like ``acc`` (the float dtype when an input is float; equal
+      values), and the stats dict when ``return_stats``.
+
+    Gradient (float inputs): that of the affine function the pipeline approximates,
+    ``y ~ (acc * 2**-e1 * multipliers / 2**14 + biases) / 2**(e2 + 8)`` with
+    ``e1 = max(initial_shift, -15)``, ``e2 = max(final_shr, -15)`` (rounding
+    straight-through; VLASHR16 caps left shifts at 15): ``d/dacc =
+    multipliers * 2**-(e1 + 14 + e2 + 8)``, ``d/dmultipliers = acc * 2**-(e1 + 14 + e2
+    + 8)``, ``d/dbiases = 2**-(e2 + 8)``; 0 for lanes that any step clipped
+    (``saturation_grad="zero"``; ``"pass"`` keeps the affine gradient there).
     """
-    steps = otfn_int8_steps(acc, multipliers, biases, initial_shift=initial_shift,
-                            final_shr=final_shr, variant=variant)
-    return _finish(steps, return_stats)
+    initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
+    a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=True)
+    surrogate = functools.partial(int8_surrogate, initial_shift=initial_shift, final_shr=final_shr)
+    return S.call(int8_forward(initial_shift, final_shr, variant, return_stats), surrogate,
+                  a, mul, bias, saturation_grad=saturation_grad)
 
 
 # --------------------------------------------------------- §4.2 otfn_int8_channelwise
 
 
 def otfn_int8_channelwise(acc, shifts, multipliers, biases, *, final_shr: int,
-                          variant: Variant = "hardware", return_stats: bool = False):
+                          variant: Variant = "hardware", return_stats: bool = False,
+                          saturation_grad: SaturationGrad = "zero"):
     """``otfn_int8_channelwise`` (§4.2): as :func:`otfn_int8` but step 1 is always
     ``t = VLSAT16(acc, shifts[c])`` with a per-channel 16-bit shift read unsigned
     (int16 or uint16 values; no left-shift path). Steps 2–5 as in :func:`otfn_int8`.
 
-    ``shifts``, ``multipliers``, ``biases``: (C,). ``final_shr`` static in [-16, 15].
-    Returns int8 (and stats as in :func:`otfn_int8`, step 1 = the VLSAT clip).
+    Args:
+      acc: (..., C) int32 values (integer array, or float array: differentiable).
+      shifts: (C,) integer array (no gradient). multipliers, biases: (C,) int16 values
+        (integer arrays, or float arrays: differentiable).
+      final_shr: static in [-16, 15]. variant, return_stats, saturation_grad: as in
+        :func:`otfn_int8`.
+
+    Returns:
+      int8 (the float dtype for float inputs), and stats as in :func:`otfn_int8`
+      (step 1 = the VLSAT clip).
+
+    Gradient (float inputs): as :func:`otfn_int8` with ``2**-shifts[c]`` in place of
+    ``2**-e1``: ``d/dacc = multipliers * 2**-(shifts + 14 + e2 + 8)``; 0 where any
+    step clipped (``saturation_grad="zero"``).
     """
     vpu._check_variant(variant)
     final_shr = _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
-    a = _acc32(acc)
+    a = _acc32(acc, float_ok=True)
     c = a.shape[-1]
     sh = _channel_param(shifts, "shifts", c, -(2**15), 2**16 - 1) & 0xFFFF
-    mul = _channel_param(multipliers, "multipliers", c)
-    bias = _channel_param(biases, "biases", c)
-    t = vpu.vlsat(a, sh, mode=16, variant=variant)
-    steps = {"initial_clipped": vpu.vlsat_raw(a, sh, variant=variant) != t,
-             **_tail(t, mul, bias, final_shr, variant)}
-    return _finish(steps, return_stats)
+    _, mul, bias = _int8_operands(None, multipliers, biases, float_ok=True, channels=c)
+
+    def forward(a, sh, mul, bias):
+        a, mul, bias = vpu._i32(a, mul, bias)
+        t = vpu.vlsat(a, sh, mode=16, variant=variant)
+        steps = {"initial_clipped": vpu.vlsat_raw(a, sh, variant=variant) != t,
+                 **_tail(t, mul, bias, final_shr, variant)}
+        return _outputs(steps, return_stats)
+
+    def surrogate(a, sh, mul, bias):
+        return _tail_affine(a * S.exp2(-sh, a), mul, bias, final_shr)
+
+    return S.call(forward, surrogate, a, sh, mul, bias, saturation_grad=saturation_grad)
 
 
 # ------------------------------------------------------------ §4.3 otfn_int8_clamped

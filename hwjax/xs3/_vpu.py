@@ -19,6 +19,17 @@ instruction's variant quirks are written once, in that instruction's function.
 Values are checked against the lane range of the mode when they are concrete (not
 traced); under ``jit`` the ranges are the caller's contract. Static arguments
 (``mode``, ``variant``) are checked at trace time.
+
+Float inputs (differentiable). The data operands of ``vlsat``, ``vlashr``, ``vlmul``,
+``vladd``, ``vlsub``, ``vdepth8``, ``vdepth16`` and of ``vlmacc``/``vlmaccr`` in 8/16-bit
+mode may be float arrays holding integer lane values. The result is then the integer
+result in that float dtype, bit-identical to the integer path (float32 holds every
+integer up to 2**24 exactly; wider accumulator values need float64), and
+differentiable under a surrogate gradient stated in each docstring
+(:mod:`hwjax.xs3._surrogate`): straight-through rounding, the exact derivative of
+the linear part, and 0 where the lane clipped (``saturation_grad="zero"``, the
+default) or 1 there (``"pass"``). Shift operands are integer arrays and take no
+gradient; a float shift raises TypeError.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ import numpy as np
 from hwjax.core import _validate as V
 from hwjax.core import fixed_mul, saturate, shift_right
 from hwjax.core import wide as W
+from hwjax.xs3 import _surrogate as S
+from hwjax.xs3._surrogate import SaturationGrad
 
 Variant = Literal["hardware", "host", "v2021"]
 Mode = Literal[8, 16, 32]
@@ -67,18 +80,22 @@ def _lane_range(bits: int) -> tuple[int, int]:
     return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
 
-def _int_operand(x, name: str, lo: int, hi: int) -> jax.Array:
-    """Integer operand as int32, value range checked when concrete."""
-    a = V.as_array(x, name)
-    if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array (lane values), got dtype {a.dtype}")
-    V.check_range(a, lo, hi, name)
-    return a.astype(_I32)
+def _int_operand(x, name: str, lo: int, hi: int, *, float_ok: bool = False) -> jax.Array:
+    """Integer operand as int32, value range checked when concrete. With ``float_ok`` a
+    float array holding integer values in range is returned unchanged (differentiable)."""
+    return S.operand(x, name, lo, hi, differentiable=float_ok, what=" (lane values)")
 
 
-def _lanes(x, name: str, bits: int) -> jax.Array:
-    """A vector operand of ``bits``-wide signed lanes, as int32."""
-    return _int_operand(x, name, *_lane_range(bits))
+def _lanes(x, name: str, bits: int, *, float_ok: bool = False) -> jax.Array:
+    """A vector operand of ``bits``-wide signed lanes, as int32 (or float, see above)."""
+    return _int_operand(x, name, *_lane_range(bits), float_ok=float_ok)
+
+
+def _int_only_in_32bit_mode(mode: int, what: str, *arrays) -> None:
+    """32-bit-mode accumulators are 40/64-bit: float operands are not supported there."""
+    if mode == 32 and S.has_float(*arrays):
+        raise TypeError(f"{what} takes float (differentiable) operands in 8/16-bit mode only; "
+                        f"in 32-bit mode pass integer arrays")
 
 
 def _bits_u32(x, name: str) -> jax.Array:
@@ -100,12 +117,28 @@ def _sat(x: jax.Array, bits: int) -> jax.Array:
     return saturate(x, bits)
 
 
-def _sat_sum32(a: jax.Array, b: jax.Array, bits: int) -> jax.Array:
-    """``sat_b(a + b)`` exactly for int32 ``a``, ``b`` (the sum may exceed int32)."""
+def _sat_wide(a: W.Wide, bits: int) -> tuple[jax.Array, jax.Array]:
+    """``(sat_b(a), clipped)`` of an exact wide value."""
+    hi = 2 ** (bits - 1) - 1
+    return W.saturate_to_int32(a, -hi, hi)
+
+
+def _sat_sum32(a: jax.Array, b: jax.Array, bits: int) -> tuple[jax.Array, jax.Array]:
+    """``(sat_b(a + b), clipped)`` exactly for int32 ``a``, ``b`` (the sum may exceed int32)."""
     if bits < 32:
-        return _sat(a + b, bits)
-    hi = 2**31 - 1
-    return W.saturate_to_int32(W.add(W.from_int32(a), W.from_int32(b)), -hi, hi)[0]
+        return _sat_clipped(a + b, bits)
+    return _sat_wide(W.add(W.from_int32(a), W.from_int32(b)), bits)
+
+
+def _sat_clipped(raw: jax.Array, bits: int, symmetric: bool = True) -> tuple[jax.Array, jax.Array]:
+    """``(saturate(raw, bits), clipped)`` for an exact int32 ``raw``."""
+    y = saturate(raw, bits, symmetric=symmetric)
+    return y, y != raw
+
+
+def _i32(*arrays) -> tuple[jax.Array, ...]:
+    """The operands as int32 (the forward functions receive int32 or narrower arrays)."""
+    return tuple(a.astype(_I32) for a in arrays)
 
 
 # --------------------------------------------------------------- 40-bit accumulators
@@ -172,7 +205,8 @@ def _product_terms(c: jax.Array, m: jax.Array, mode: int) -> W.Wide:
 # -------------------------------------------------------------------------- §2.1 VLMACC
 
 
-def vlmacc(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware"):
+def vlmacc(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
+           saturation_grad: SaturationGrad = "zero"):
     """VLMACC (§2.1): lane-wise multiply-accumulate, saturating after every product.
 
     * 8/16-bit mode: ``acc <- sat32(acc + c*m)`` with int32 ``acc`` and int8/int16
@@ -184,21 +218,39 @@ def vlmacc(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware"):
 
     Identical in all variants in 8/16-bit mode; ``host``/``v2021`` do not model
     32-bit mode (ValueError).
+
+    Args:
+      acc, vc, mem: integer arrays, or (8/16-bit mode) float arrays holding integer
+        values (differentiable), broadcast lane-wise.
+      mode, variant: as above. saturation_grad: ``"zero"`` or ``"pass"`` (Gradient).
+
+    Returns:
+      int32 (8/16-bit mode; the float dtype for float operands) or :class:`Wide`.
+
+    Gradient (float operands, 8/16-bit mode): that of ``acc + c*m``: ``d/dacc = 1``,
+    ``d/dc = m``, ``d/dm = c``; 0 where the sum clipped at ±(2**31-1)
+    (``saturation_grad="zero"``).
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
-    c, m = _lanes(vc, "vc", mode), _lanes(mem, "mem", mode)
+    c, m = _lanes(vc, "vc", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
     if mode == 32:
+        _int_only_in_32bit_mode(mode, "vlmacc", acc, c, m)
         _need_hardware(variant, "32-bit VLMACC")
         return _sat40(W.add(as_acc40(acc), _product_terms(c, m, 32)))
-    a = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
-    hi = 2**31 - 1
-    return W.saturate_to_int32(W.add(W.from_int32(a), _product_terms(c, m, mode)), -hi, hi)[0]
+    a = _int_operand(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
+
+    def forward(a, c, m):
+        a, c, m = _i32(a, c, m)
+        return _sat_wide(W.add(W.from_int32(a), _product_terms(c, m, mode)), 32)
+
+    return S.call(forward, lambda a, c, m: a + c * m, a, c, m, saturation_grad=saturation_grad)
 
 
 # ------------------------------------------------------------------------- §2.2 VLMACCR
 
 
-def vlmaccr(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware"):
+def vlmaccr(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
+            saturation_grad: SaturationGrad = "zero"):
     """VLMACCR (§2.2): reducing multiply-accumulate into the rotating accumulator ring.
 
     ``acc`` is the ring, last axis = ring slots (16 in 8/16-bit mode, 8 in 32-bit
@@ -211,26 +263,42 @@ def vlmaccr(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware")
 
     One saturation per instruction, not per product. Returns the new ring (int32, or
     :class:`Wide` in 32-bit mode, which only ``hardware`` models).
+
+    In 8/16-bit mode ``acc``, ``vc`` and ``mem`` may be float arrays holding integer
+    values; the ring then comes back in the float dtype. Gradient: that of the float
+    ring update ``[acc[-1] + sum_i c[i]*m[i], acc[0], ..., acc[-2]]``, with the new
+    slot's cotangent set to 0 where its sum clipped (``saturation_grad="zero"``;
+    ``"pass"`` keeps it).
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
-    c, m = _lanes(vc, "vc", mode), _lanes(mem, "mem", mode)
+    c, m = _lanes(vc, "vc", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
     epv, ring = _EPV[mode], _RING[mode]
     for a, name in ((c, "vc"), (m, "mem")):
         if a.ndim < 1 or a.shape[-1] != epv:
             raise ValueError(f"{name} must have the {epv} lanes of a {mode}-bit vector on its "
                              f"last axis, got shape {a.shape}")
-    s = _wide_sum_last(_product_terms(c, m, mode))
     if mode == 32:
+        _int_only_in_32bit_mode(mode, "vlmaccr", acc, c, m)
         _need_hardware(variant, "32-bit VLMACCR")
+        s = _wide_sum_last(_product_terms(c, m, mode))
         r = as_acc40(acc)
         _check_ring(r.hi, ring)
         new = _sat40(W.add(W.Wide(r.hi[..., -1], r.lo[..., -1]), s))
         return W.Wide(_rotate_in(new.hi, r.hi), _rotate_in(new.lo, r.lo))
-    r = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
+    r = _int_operand(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
     _check_ring(r, ring)
-    hi = 2**31 - 1
-    new = W.saturate_to_int32(W.add(W.from_int32(r[..., -1]), s), -hi, hi)[0]
-    return _rotate_in(new, r)
+
+    def forward(r, c, m):
+        r, c, m = _i32(r, c, m)
+        s = _wide_sum_last(_product_terms(c, m, mode))
+        new, clipped = _sat_wide(W.add(W.from_int32(r[..., -1]), s), 32)
+        return _rotate_in(new, r), _rotate_in(clipped, jnp.zeros(r.shape, bool))
+
+    def surrogate(r, c, m):
+        new = r[..., -1] + (c * m).sum(axis=-1)
+        return _rotate_in(new, r.astype(new.dtype))
+
+    return S.call(forward, surrogate, r, c, m, saturation_grad=saturation_grad)
 
 
 def _check_ring(r: jax.Array, ring: int) -> None:
@@ -269,7 +337,7 @@ def _rshr_wrapped(acc: jax.Array, s: jax.Array) -> jax.Array:
 
 
 def vlsat(acc: AccLike, shift, *, mode: Mode, variant: Variant = "hardware",
-          symmetric: bool = True) -> jax.Array:
+          symmetric: bool = True, saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VLSAT (§2.3): round-shift the accumulators right and saturate to the lane width.
 
     8/16-bit mode: ``acc`` int32, ``shift`` the 16-bit memory element, given as its
@@ -290,10 +358,21 @@ def vlsat(acc: AccLike, shift, *, mode: Mode, variant: Variant = "hardware",
     ``symmetric=False`` models the ``VLSAT_ASYMMETRIC``/``VLSAT_FIXED`` software
     fix-up: the same R, then clamp to the two's-complement range (e.g. [-128, 127]).
 
-    Returns int32 lane values.
+    Args:
+      acc: accumulators (see above); in 8/16-bit mode also a float array holding int32
+        values (differentiable).
+      shift: integer array (no gradient). mode, variant, symmetric: as above.
+      saturation_grad: ``"zero"`` or ``"pass"`` (see Gradient).
+
+    Returns:
+      int32 lane values (the float dtype of a float ``acc``).
+
+    Gradient (float ``acc``): straight-through rounding, ``d/dacc = 2**-s`` (s the
+    unsigned shift); 0 where the lane saturated (``saturation_grad="zero"``).
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
     if mode == 32:
+        _int_only_in_32bit_mode(mode, "vlsat", acc)
         _need_hardware(variant, "32-bit VLSAT")
         a = as_acc40(acc)
         s = _bits_u32(shift, "shift")
@@ -301,12 +380,17 @@ def vlsat(acc: AccLike, shift, *, mode: Mode, variant: Variant = "hardware",
         r = W.shift_right(a, s, "half_up")
         lo, hi = (-(2**31 - 1), 2**31 - 1) if symmetric else (-(2**31), 2**31 - 1)
         return W.saturate_to_int32(r, lo, hi)[0]
-    a = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
+    a = _int_operand(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
     s = _vlsat_shift_16(shift)
     if variant != "hardware" and V.is_concrete(s) and np.any(np.asarray(s) >= 32):
         warnings.warn(f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3);"
                       " computing them as variant='hardware'", stacklevel=2)
-    return saturate(vlsat_raw(a, s, variant=variant), mode, symmetric=bool(symmetric))
+
+    def forward(a, s):
+        return _sat_clipped(vlsat_raw(a.astype(_I32), s, variant=variant), mode, bool(symmetric))
+
+    return S.call(forward, lambda a, s: a * S.exp2(-s, a), a, s,
+                  saturation_grad=saturation_grad)
 
 
 def vlsat_raw(acc: jax.Array, s: jax.Array, *, variant: Variant) -> jax.Array:
@@ -336,7 +420,8 @@ def _left_wrapped(x: jax.Array, k: jax.Array, zero_extend: bool) -> jax.Array:
     return jax.lax.bitcast_convert_type(u, _I32)
 
 
-def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware",
+           saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VLASHR (§2.4): arithmetic shift of a memory vector by a signed 32-bit ``shr``.
 
     ``x`` holds b-bit lane values (b = ``mode``), ``shr`` int32 (broadcast against
@@ -352,17 +437,43 @@ def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
     * ``v2021``: as ``hardware`` for shr >= 0 (floor), as ``host`` for shr < 0
       (wrap, and the zero-extension bug in 32-bit mode).
 
-    Returns int32 lane values.
+    Args:
+      x: integer lane values, or a float array holding them (differentiable).
+      shr: integer array (no gradient). mode, variant: as above.
+      saturation_grad: ``"zero"`` or ``"pass"`` (see Gradient).
+
+    Returns:
+      int32 lane values (the float dtype of a float ``x``).
+
+    Gradient (float ``x``): straight-through, ``d/dx = 2**-e`` with the effective shift
+    ``e = clip(shr, -(b-1), b-1)`` (``2**k`` for a left shift by k); 0 where the lane
+    saturated, i.e. ``sat_b`` changed the value or the exact ``x * 2**k`` left the
+    lane range (``saturation_grad="zero"``).
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
     b = mode
-    xv = _lanes(x, "x", b)
+    xv = _lanes(x, "x", b, float_ok=True)
     s = _int_operand(shr, "shr", -(2**31), 2**31 - 1)
     try:
         jnp.broadcast_shapes(xv.shape, s.shape)
     except ValueError as e:
         raise ValueError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
-    return _sat(vlashr_raw(xv, s, mode=b, variant=variant), b)
+
+    def forward(xv, s):
+        xi = xv.astype(_I32)
+        y, clipped = _sat_clipped(vlashr_raw(xi, s, mode=b, variant=variant), b)
+        return y, clipped | _left_overflow(xi, s, b)
+
+    def surrogate(xv, s):
+        return xv * S.exp2(-jnp.clip(s, -(b - 1), b - 1), xv)
+
+    return S.call(forward, surrogate, xv, s, saturation_grad=saturation_grad)
+
+
+def _left_overflow(x: jax.Array, shr: jax.Array, b: int) -> jax.Array:
+    """Where a left shift (shr < 0, by k = min(-shr, b-1)) of ``x`` leaves ±(2**(b-1)-1)."""
+    lim = _I32(2 ** (b - 1) - 1) >> jnp.clip(-shr, 0, b - 1)
+    return (shr < 0) & ((x > lim) | (x < -lim))
 
 
 def vlashr_raw(x: jax.Array, shr: jax.Array, *, mode: int, variant: Variant) -> jax.Array:
@@ -388,7 +499,8 @@ def vlashr_raw(x: jax.Array, shr: jax.Array, *, mode: int, variant: Variant) -> 
 _LANE_DTYPE = {8: jnp.int8, 16: jnp.int16, 32: _I32}
 
 
-def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware",
+          saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VLMUL (§2.5): fixed-point multiply of vR lanes ``x`` by memory lanes ``m``.
 
     With k = 6 / 14 / 30 in 8 / 16 / 32-bit mode (Q1.6 / Q1.14 / Q1.30):
@@ -397,42 +509,86 @@ def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
       -32768 * -32768 gives 32767 in 16-bit mode).
     * ``v2021``: ``sat_b(floor(x*m / 2**k))`` (truncation, no rounding term).
 
-    The product is exact (64-bit in 32-bit mode). Returns int32 lane values.
+    The product is exact (64-bit in 32-bit mode).
+
+    Args:
+      x, m: integer lane values, or float arrays holding them (differentiable);
+        broadcast lane-wise.
+      mode, variant: as above. saturation_grad: ``"zero"`` or ``"pass"`` (Gradient).
+
+    Returns:
+      int32 lane values (the float dtype when an operand is float).
+
+    Gradient (float operands): straight-through rounding, ``d/dx = m / 2**k``,
+    ``d/dm = x / 2**k``; 0 where the exact rounded product left ±(2**(b-1)-1)
+    (``saturation_grad="zero"``).
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
-    return _sat(vlmul_raw(_lanes(x, "x", mode), _lanes(m, "m", mode), mode=mode, variant=variant), mode)
+    x, m = _lanes(x, "x", mode, float_ok=True), _lanes(m, "m", mode, float_ok=True)
+    k = _VLMUL_FRAC[mode]
+
+    def forward(x, m):
+        x, m = _i32(x, m)
+        y, clipped = _sat_clipped(vlmul_raw(x, m, mode=mode, variant=variant), mode)
+        if mode < 32:  # the raw product fits int32: clipped is exact
+            return y, clipped
+        exact = W.shift_right(W.mul_int32(x, m), jnp.asarray(k, _I32), _vlmul_rounding(variant))
+        return y, _sat_wide(exact, mode)[1]
+
+    return S.call(forward, lambda x, m: x * m * 2.0**-k, x, m, saturation_grad=saturation_grad)
+
+
+def _vlmul_rounding(variant: str) -> str:
+    return "floor" if variant == "v2021" else "half_up"
 
 
 def vlmul_raw(x: jax.Array, m: jax.Array, *, mode: int, variant: Variant) -> jax.Array:
     """VLMUL's rounded (``v2021``: floored) ``x*m / 2**k`` before ``sat_b`` (int32; no
     checks). Exact in 8/16-bit mode; already ``sat32`` in 32-bit mode."""
-    rounding = "floor" if variant == "v2021" else "half_up"
     dt = _LANE_DTYPE[mode]
-    return fixed_mul(x.astype(dt), m.astype(dt), _VLMUL_FRAC[mode], rounding=rounding, bits=32)
+    return fixed_mul(x.astype(dt), m.astype(dt), _VLMUL_FRAC[mode], rounding=_vlmul_rounding(variant),
+                     bits=32)
 
 
 # ------------------------------------------------------------------- §2.6–2.8 VDEPTH*
 
 
-def vdepth8(x, *, mode: Literal[16, 32], variant: Variant = "hardware") -> jax.Array:
+def vdepth8(x, *, mode: Literal[16, 32], variant: Variant = "hardware",
+            saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VDEPTH8 (§2.6): narrow 16-bit (``mode=16``) or 32-bit (``mode=32``) lanes to int8.
 
     ``sat8(floor((x + 2**(b-9)) / 2**(b-8)))``: ``sat8(rshr(x, 8))`` in 16-bit mode,
     ``sat8(rshr(x, 24))`` in 32-bit mode. It saturates (x >= 32640 gives 127 in 16-bit
     mode). Identical in all variants. The chip clears the other bytes of vR; only the
     lane values are returned here.
+
+    ``x`` may be a float array holding the lane values: the result is then in that
+    dtype. Gradient: straight-through, ``d/dx = 2**-(b-8)``; 0 where the lane
+    saturated (``saturation_grad="zero"``; ``"pass"`` keeps it).
     """
     mode = _check_mode(mode, (16, 32))
     _check_variant(variant)
-    xv = _lanes(x, "x", mode)
-    return _sat(shift_right(xv, mode - 8, rounding="half_up"), 8)
+    return _narrow(_lanes(x, "x", mode, float_ok=True), mode - 8, 8, saturation_grad)
 
 
-def vdepth16(x, *, variant: Variant = "hardware") -> jax.Array:
-    """VDEPTH16 (§2.7, 32-bit mode): ``sat16(floor((x + 2**15) / 2**16))``. All variants."""
+def vdepth16(x, *, variant: Variant = "hardware",
+             saturation_grad: SaturationGrad = "zero") -> jax.Array:
+    """VDEPTH16 (§2.7, 32-bit mode): ``sat16(floor((x + 2**15) / 2**16))``. All variants.
+
+    ``x`` may be a float array holding int32 values (result in that dtype). Gradient:
+    straight-through, ``d/dx = 2**-16``; 0 where the lane saturated
+    (``saturation_grad="zero"``).
+    """
     _check_variant(variant)
-    xv = _lanes(x, "x", 32)
-    return _sat(shift_right(xv, 16, rounding="half_up"), 16)
+    return _narrow(_lanes(x, "x", 32, float_ok=True), 16, 16, saturation_grad)
+
+
+def _narrow(x: jax.Array, shift: int, bits: int, saturation_grad: str) -> jax.Array:
+    """``sat_bits(rshr(x, shift))`` (VDEPTH8/16), differentiable for float ``x``."""
+    def forward(x):
+        return _sat_clipped(shift_right(x.astype(_I32), shift, rounding="half_up"), bits)
+
+    return S.call(forward, lambda x: x * 2.0**-shift, x, saturation_grad=saturation_grad)
 
 
 def vdepth1(x, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
@@ -457,28 +613,62 @@ def vdepth1(x, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
 # ------------------------------------------------------------------ §2.9–2.10 add/sub
 
 
-def vladd(vr, mem, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
-    """VLADD (§2.9): ``sat_b(x + m)``, exact (no int32 wrap in 32-bit mode). All variants."""
+def vladd(vr, mem, *, mode: Mode, variant: Variant = "hardware",
+          saturation_grad: SaturationGrad = "zero") -> jax.Array:
+    """VLADD (§2.9): ``sat_b(x + m)``, exact (no int32 wrap in 32-bit mode). All variants.
+
+    ``vr``, ``mem`` may be float arrays holding the lane values (result in the float
+    dtype). Gradient: ``d/dvr = d/dmem = 1``; 0 where the sum saturated
+    (``saturation_grad="zero"``; ``"pass"`` keeps it).
+    """
     mode = _check_mode(mode)
     _check_variant(variant)
-    return _sat_sum32(_lanes(vr, "vr", mode), _lanes(mem, "mem", mode), mode)
+    x, m = _lanes(vr, "vr", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
+    return S.call(lambda x, m: _sat_sum32(*_i32(x, m), mode), lambda x, m: x + m, x, m,
+                  saturation_grad=saturation_grad)
 
 
-def vlsub(vr, mem, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
+def vlsub(vr, mem, *, mode: Mode, variant: Variant = "hardware",
+          saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VLSUB (§2.10): **memory minus register**, ``sat_b(m - x)``.
 
     ``hardware`` quirk for x = -2**(b-1) (the raw minimum): in 8/16-bit mode, m = 0
     returns -2**(b-1) itself (other m: ``sat_b(m - x)``); in 32-bit mode the negation
     of MIN is MIN, so the result is ``sat32(m - 2**31)``. ``host``/``v2021``: always
-    ``sat_b(m - x)`` (0 - MIN gives +MAX). Returns int32 lane values.
+    ``sat_b(m - x)`` (0 - MIN gives +MAX).
+
+    Args:
+      vr, mem: integer lane values, or float arrays holding them (differentiable).
+      mode, variant: as above. saturation_grad: ``"zero"`` or ``"pass"`` (Gradient).
+
+    Returns:
+      int32 lane values (the float dtype when an operand is float).
+
+    Gradient (float operands): ``d/dmem = 1``, ``d/dvr = -1``; 0 where the result
+    differs from the exact ``m - x`` (saturation, and the ``hardware`` MIN quirk)
+    with ``saturation_grad="zero"``.
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
-    x, m = _lanes(vr, "vr", mode), _lanes(mem, "mem", mode)
+    x, m = _lanes(vr, "vr", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
+
+    def forward(x, m):
+        x, m = _i32(x, m)
+        y = _vlsub_int(x, m, mode, variant)
+        if mode < 32:
+            return y, y != m - x
+        fits, out = W.saturate_to_int32(W.sub(W.from_int32(m), W.from_int32(x)), -(2**31), 2**31 - 1)
+        return y, out | (fits != y)
+
+    return S.call(forward, lambda x, m: m - x, x, m, saturation_grad=saturation_grad)
+
+
+def _vlsub_int(x: jax.Array, m: jax.Array, mode: int, variant: str) -> jax.Array:
+    """VLSUB on int32 lane values (see :func:`vlsub`)."""
     xmin = -(2 ** (mode - 1))
     if mode == 32:
         neg_x = -x  # int32 negation wraps: -MIN == MIN, the hardware quirk
         plain = W.saturate_to_int32(W.sub(W.from_int32(m), W.from_int32(x)), -(2**31 - 1), 2**31 - 1)[0]
-        quirk = _sat_sum32(m, neg_x, 32)
+        quirk = _sat_sum32(m, neg_x, 32)[0]
     else:
         plain = _sat(m - x, mode)
         quirk = jnp.where(m == 0, _I32(xmin), plain)
@@ -536,4 +726,4 @@ def vlmaccr1(acc, vc_words, mem_words, *, variant: Variant = "hardware") -> jax.
     s = (_popcount32(~(c ^ m)) - 16).sum(axis=-1, dtype=_I32)
     r = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
     _check_ring(r, 16)
-    return _rotate_in(_sat_sum32(r[..., -1], s, 32), r)
+    return _rotate_in(_sat_sum32(r[..., -1], s, 32)[0], r)
