@@ -157,7 +157,7 @@ def _shift_float(rounding: str, allow_left: bool, saturation_grad: str):
 
     def bwd(res, g):
         x, s, clipped = res
-        scale = jnp.exp2(-s.astype(g.dtype))
+        scale = jnp.ldexp(jnp.ones((), g.dtype), -s)  # exact power of two (exp2 is not, on CPU)
         gx = g * scale
         if saturation_grad == "zero":
             gx = jnp.where(clipped, jnp.zeros_like(gx), gx)
