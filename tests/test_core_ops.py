@@ -190,6 +190,12 @@ def test_grad_shift_right_is_straight_through_scale():
     np.testing.assert_array_equal(np.asarray(g), fd)
 
 
+def test_grad_shift_right_scale_exact_for_all_shifts():
+    s = jnp.arange(0, 40)
+    g = jax.grad(lambda a: shift_right(a, s, rounding="floor").sum())(jnp.full(40, 1000.0))
+    np.testing.assert_array_equal(np.asarray(g), 2.0 ** -np.arange(40))
+
+
 def test_grad_left_shift_zero_where_clipped():
     x = jnp.array([1.0, 2.0**30])
     g = jax.grad(lambda a: shift_right(a, -2, rounding="floor", allow_left=True).sum())(x)
