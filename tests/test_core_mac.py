@@ -223,3 +223,19 @@ def test_errors():
         mac(0.0, np.full((2, 4), 300.0, np.float32), w)
     with pytest.raises(ValueError, match="route must be one of"):
         mac(0, x, w, route="tf32")
+
+
+@given(st.integers(0, 2**16), st.integers(1, 40))
+def test_weight_certificate_selects_fast_path(seed, wmax):
+    """Whenever XS3's certify_no_saturation holds, mac proves its fast path too."""
+    from hwjax.core._mac import _fast_bound_ok
+    from hwjax.xs3 import certify_no_saturation
+
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-wmax, wmax + 1, (6, 288)).astype(np.int8)
+    room = np.abs(w.astype(np.int64)).sum(axis=1) * 128
+    bias = (M32 - room - rng.integers(0, 10**5, 6)).astype(np.int32)  # just inside the certificate
+    assert np.asarray(certify_no_saturation(w, bias, (-128, 127))).all()
+    x = rng.integers(-128, 128, (4, 288)).astype(np.int8)
+    acc0 = jnp.asarray(np.broadcast_to(bias, (4, 6)))
+    assert bool(_fast_bound_ok(acc0, jnp.asarray(x), jnp.asarray(w), M32, (-128, 127), exact_weights=True))

@@ -166,17 +166,40 @@ def _abs_widened(a: jax.Array) -> jax.Array:
 # -------------------------------------------------------------------------- the paths
 
 
-def _fast_bound_ok(acc0, x, w, hi):
+def _fast_bound_ok(acc0, x, w, hi, x_range, exact_weights=False):
     """Conservative float32 proof that no prefix of any output can leave [-hi, hi].
 
-    Used when the static bound ``K * max|x*w|`` alone is too large: per output,
-    ``|acc0| + sum_k |x_bk| * max_k |w_nk|`` with a relative safety margin.
+    Used when the static bound ``K * max|x*w|`` alone is too large. An output is proven
+    safe by either of two interval bounds on every partial sum of its products (any
+    subset, hence any order and chunking):
+
+    * data: ``sum_k |x_bk| * max_k |w_nk|`` (needs the inputs);
+    * weights (``certify``-style): partial sums lie in
+      ``[sum_k min(0, w*lo, w*hi), sum_k max(0, w*lo, w*hi)]`` for inputs in the
+      dtype range ``[lo, hi]``.
+
+    ``exact_weights=True`` (the caller knows ``K * max|x*w| <= hi``) sums the weight
+    interval exactly in int32; otherwise, and for the data bound, float32 sums carry a
+    relative safety margin, so rounding can only make the proof fail, never pass wrongly.
     """
+    margin, limit = 1.0 + 2.0**-16, hi * (1.0 - 2.0**-16)
+    a = acc0.astype(jnp.float32)
+    if exact_weights:
+        wi = w.astype(_I32)
+        lo_p, hi_p = wi * x_range[0], wi * x_range[1]
+        up = jnp.maximum(0, jnp.maximum(lo_p, hi_p)).sum(axis=-1, dtype=_I32)[None, :]
+        down = jnp.minimum(0, jnp.minimum(lo_p, hi_p)).sum(axis=-1, dtype=_I32)[None, :]
+        by_weights = ~_sum_gt(acc0, up, hi) & ~_sum_lt(acc0, down, -hi)
+    else:
+        wf = w.astype(jnp.float32)
+        lo_p, hi_p = wf * x_range[0], wf * x_range[1]
+        up = jnp.maximum(0.0, jnp.maximum(lo_p, hi_p)).sum(axis=-1) * margin  # (N,)
+        down = jnp.minimum(0.0, jnp.minimum(lo_p, hi_p)).sum(axis=-1) * margin  # (N,), <= 0
+        by_weights = (a + up[None, :] < limit) & (a + down[None, :] > -limit)
     sx = jnp.abs(x.astype(_I32)).sum(axis=-1, dtype=_I32).astype(jnp.float32)  # (B,)
     wm = jnp.abs(w.astype(_I32)).max(axis=-1).astype(jnp.float32)  # (N,)
-    margin = 1.0 + 2.0**-16
-    bound = (sx[:, None] * wm[None, :]) * margin + jnp.abs(acc0.astype(jnp.float32)) * margin
-    return jnp.all(bound < hi * (1.0 - 2.0**-16))
+    by_data = (sx[:, None] * wm[None, :]) * margin + jnp.abs(a) * margin < limit
+    return jnp.all(by_weights | by_data)
 
 
 def _block_layout(order: np.ndarray, k: int, chunk: int, lo: int, hi: int, prod_bits: int) -> np.ndarray:
@@ -278,7 +301,9 @@ def _mac_int(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved=False):
         return _slow(jnp.broadcast_to(acc0, shape), x, w, idx, lo, hi, route, prod_bits)
 
     total = x.shape[1] << prod_bits  # static bound on sum_k |x_k * w_nk|
-    ok = _acc0_within(acc0, hi - total) if total <= hi else _fast_bound_ok(acc0, x, w, hi)
+    tight = lambda _: _fast_bound_ok(acc0, x, w, hi, V.int_range(x.dtype), exact_weights=total <= hi)
+    ok = jax.lax.cond(_acc0_within(acc0, hi - total), lambda _: True, tight, None) if total <= hi \
+        else tight(None)
     return jax.lax.cond(ok, fast, slow, None)
 
 
