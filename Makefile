@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m hwjax.demo
+	$(PY) -m train digits
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -12,13 +12,25 @@ from hwjax.core import (
 
 __version__ = "0.1.0"
 
+from hwjax import nn, targets  # noqa: E402
+from hwjax._evaluate import EvalResult, evaluate  # noqa: E402
+from hwjax._export import ExportError, LoadedModel, export, load  # noqa: E402
+
 __all__ = [
+    "EvalResult",
+    "ExportError",
+    "LoadedModel",
     "ROUNDING_MODES",
     "__version__",
+    "evaluate",
+    "export",
     "fixed_mul",
     "int_bounds",
+    "load",
     "mac",
     "mac_reference",
+    "nn",
     "saturate",
     "shift_right",
+    "targets",
 ]

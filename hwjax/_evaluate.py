@@ -1,0 +1,153 @@
+"""Jitted, batched (and optionally sharded) evaluation of hwjax models."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from hwjax.nn._qarray import QArray
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Outputs of :func:`evaluate`.
+
+    Attributes:
+      outputs: (N, ...) model outputs: int8 values for quantised outputs (hardware-mode
+        models and :func:`hwjax.load` models), float32 otherwise.
+      predictions: (N,) ``argmax`` over the last output axis (first maximum).
+      accuracy: fraction of ``predictions == labels`` (None without labels).
+      scale, zero_point: the output quantisation (None for float outputs).
+    """
+
+    outputs: np.ndarray
+    predictions: np.ndarray
+    accuracy: Optional[float]
+    scale: Optional[float]
+    zero_point: Optional[int]
+
+
+def _split_data(data) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    if isinstance(data, dict):
+        if "x" not in data:
+            raise ValueError("data dict must have an 'x' entry (and optionally 'y')")
+        return np.asarray(data["x"]), (None if data.get("y") is None else np.asarray(data["y"]))
+    if isinstance(data, (tuple, list)):
+        if len(data) != 2:
+            raise ValueError(f"data must be x, (x, y) or {{'x': ..., 'y': ...}}; got a sequence of {len(data)}")
+        return np.asarray(data[0]), np.asarray(data[1])
+    return np.asarray(data), None
+
+
+def _as_output(y) -> tuple[jax.Array, Any]:
+    if isinstance(y, QArray):
+        return y.q.astype(jnp.int8), (y.scale, y.zero_point)
+    return jnp.asarray(y), None
+
+
+@functools.lru_cache(maxsize=32)
+def _nnx_predict(graphdef) -> Callable:
+    def fn(st, x):
+        return _as_output(nnx.merge(graphdef, st)(x))
+
+    return fn
+
+
+_JITS: dict = {}
+
+
+def _jitted(fn: Callable, mesh: Optional[Mesh], names: tuple) -> Callable:
+    """One jitted (and, with a mesh, sharded) wrapper per (function, mesh, axes): repeated
+    evaluations of the same model compile once."""
+    key = (fn, mesh, names)
+    if key not in _JITS:
+        if mesh is None:
+            _JITS[key] = jax.jit(fn)
+        else:
+            _JITS[key] = jax.jit(fn, in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P(names))))
+        if len(_JITS) > 64:
+            _JITS.pop(next(iter(_JITS)))
+    return _JITS[key]
+
+
+def _predict_fn(model) -> tuple[Callable, Any]:
+    """A pure ``fn(state, x) -> (outputs, qparams)`` and its state for ``model``."""
+    if isinstance(model, nnx.Module):
+        graphdef, state = nnx.split(model)
+        return _nnx_predict(graphdef), state
+    if hasattr(model, "apply") and hasattr(model, "state"):
+        fn = getattr(model, "_hwjax_predict", None)
+        if fn is None:
+            def fn(st, x):
+                return _as_output(model.apply(st, x))
+            model._hwjax_predict = fn
+        return fn, model.state()
+    raise TypeError(f"model must be a flax.nnx.Module or a hwjax.load() model, got {type(model).__name__}")
+
+
+def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
+             axis: Optional[str | tuple[str, ...]] = None) -> EvalResult:
+    """Runs ``model`` over ``data`` in jitted batches; optionally data-parallel over ``mesh``.
+
+    Args:
+      model: a ``flax.nnx`` model built from ``hwjax.nn`` layers (evaluated in the mode
+        its layers are in; its state is not modified) or a model from :func:`hwjax.load`.
+      data: inputs ``x`` (N, ...), a pair ``(x, y)`` or a dict with ``"x"`` and ``"y"``.
+      batch_size: examples per jitted call (>= 1); the last batch is padded with zeros
+        and the padding dropped. With a mesh it is rounded up to a multiple of the
+        number of devices the batch is split over.
+      mesh: a ``jax.sharding.Mesh``; each batch is split over the mesh axes ``axis``
+        (default: all of them) and the model state is replicated.
+      axis: mesh axis name(s) to shard the batch over.
+
+    Returns:
+      :class:`EvalResult`. Integer results (hardware mode, loaded models) are
+      bit-identical with and without a mesh and for every ``batch_size``: each example
+      is computed independently and exactly.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    x, y = _split_data(data)
+    if x.ndim < 1 or x.shape[0] == 0:
+        raise ValueError(f"data must hold at least one example, got x of shape {x.shape}")
+    if y is not None and y.shape[0] != x.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} examples but y has {y.shape[0]}")
+    fn, state = _predict_fn(model)
+    names: tuple = ()
+    x_sharding = None
+    if mesh is not None:
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+        names = tuple(mesh.axis_names) if axis is None else ((axis,) if isinstance(axis, str) else tuple(axis))
+        bad = [a for a in names if a not in mesh.axis_names]
+        if bad:
+            raise ValueError(f"axis {bad} not in mesh axes {mesh.axis_names}")
+        n_dev = int(np.prod([mesh.shape[a] for a in names]))
+        batch_size = -(-batch_size // n_dev) * n_dev
+        x_sharding = NamedSharding(mesh, P(names))
+        state = jax.device_put(state, NamedSharding(mesh, P()))
+    jitted = _jitted(fn, mesh, names)
+    n = x.shape[0]
+    outs, qp = [], None
+    for start in range(0, n, batch_size):
+        xb = x[start:start + batch_size]
+        pad = batch_size - xb.shape[0]
+        if pad:
+            xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
+        xb = jax.device_put(xb, x_sharding) if x_sharding is not None else xb
+        out, qp = jitted(state, xb)
+        outs.append(np.asarray(out)[:batch_size - pad])
+    outputs = np.concatenate(outs)
+    preds = outputs.reshape(n, -1).argmax(axis=-1) if outputs.ndim > 1 else outputs
+    acc = None if y is None else float(np.mean(preds == y.reshape(n)))
+    scale = zp = None
+    if qp is not None:
+        scale, zp = float(np.asarray(qp[0])), int(np.asarray(qp[1]))
+    return EvalResult(outputs, preds, acc, scale, zp)

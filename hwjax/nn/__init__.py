@@ -1,0 +1,39 @@
+"""Flax NNX layers that train for a chip: float, calibrate and bit-exact hardware modes.
+
+Build a model from these layers with a target (``hwjax.targets.XS3()``, ...), train
+it in ``"float"`` mode, run representative data in ``"calibrate"`` mode, then switch
+to ``"hardware"`` mode (:func:`set_mode`): the forward pass is then the target's
+exact integer pipeline, and gradients flow through float surrogates, so the model
+can be fine-tuned for the chip (hardware-aware training).
+"""
+
+from hwjax.nn._base import (
+    MODES,
+    Calibration,
+    HwLayer,
+    LayerStats,
+    ScaleFactor,
+    get_mode,
+    set_mode,
+)
+from hwjax.nn._graph import Residual, Sequential
+from hwjax.nn._layers import (
+    Add,
+    AvgPool,
+    Conv,
+    Dense,
+    DepthwiseConv,
+    Flatten,
+    LutActivation,
+    MaxPool,
+    Quantize,
+)
+from hwjax.nn._qarray import QArray, as_float
+from hwjax.nn._quant import act_qparams, exact_forward, quantize_act, quantize_weights, weight_scales
+
+__all__ = [
+    "MODES", "Add", "AvgPool", "Calibration", "Conv", "Dense", "DepthwiseConv", "Flatten", "HwLayer",
+    "LayerStats", "LutActivation", "MaxPool", "QArray", "Quantize", "Residual", "ScaleFactor", "Sequential",
+    "act_qparams", "as_float", "exact_forward", "get_mode", "quantize_act", "quantize_weights", "set_mode",
+    "weight_scales",
+]

@@ -1,0 +1,205 @@
+"""Modes, calibration state, statistics and the base class of every hwjax layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from hwjax.nn._qarray import QArray
+from hwjax.nn._quant import INT8_MAX, INT8_MIN, act_qparams, compute_once
+
+Mode = Literal["float", "calibrate", "hardware"]
+MODES: tuple[str, ...] = ("float", "calibrate", "hardware")
+Activation = Literal[None, "relu"]
+ACTIVATIONS: tuple = (None, "relu")
+
+
+def check_mode(mode: Any) -> str:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return mode
+
+
+def check_activation(activation: Any) -> Activation:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    return activation
+
+
+class Calibration(nnx.Variable):
+    """Recorded real range ``[lo, hi]`` of a layer's output (not trained).
+
+    Starts empty (``[+inf, -inf]``); every ``"calibrate"``-mode call widens it to the
+    batch's min and max.
+    """
+
+
+class ScaleFactor(nnx.Param):
+    """Learned factor on a calibrated activation scale (LSQ-style step size learning)."""
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class LayerStats:
+    """Saturation / clipping counts of one layer over one call (int32 scalars).
+
+    Attributes:
+      count: number of output elements.
+      low: outputs at the int8 lower bound -128 (hardware mode) or below the
+        calibrated range (float/calibrate modes: what post-training quantisation
+        would clip). Not counted for ReLU layers, whose lower bound *is* the ReLU.
+      high: outputs at the upper bound 127, or above the calibrated range.
+      acc_count: number of accumulators (0 where the layer has none).
+      acc_saturated: accumulators at the 32-bit saturation bound ±(2**31 - 1) (legacy
+        XS3 kernels: accumulators that a saturation changed, as the kernel reports).
+
+    Stats add up over batches with ``+``.
+    """
+
+    count: jax.Array
+    low: jax.Array
+    high: jax.Array
+    acc_count: jax.Array
+    acc_saturated: jax.Array
+
+    def __add__(self, other: "LayerStats") -> "LayerStats":
+        return jax.tree.map(jnp.add, self, other)
+
+    def fractions(self) -> dict[str, float]:
+        """Host-side fractions: ``low``, ``high`` of outputs, ``acc_saturated`` of accumulators."""
+        c = max(int(self.count), 1)
+        a = max(int(self.acc_count), 1)
+        return {"low": int(self.low) / c, "high": int(self.high) / c,
+                "acc_saturated": int(self.acc_saturated) / a}
+
+
+def _i32(v) -> jax.Array:
+    return jnp.asarray(v, jnp.int32)
+
+
+def make_stats(y_int: jax.Array | None, *, relu: bool, acc: jax.Array | None = None,
+               y_float: jax.Array | None = None, bounds: tuple | None = None) -> LayerStats:
+    """Counts for :class:`LayerStats` from an integer output (hardware) or a float
+    output and its representable real ``bounds`` (float modes)."""
+    if y_int is not None:
+        low, high, n = (y_int <= INT8_MIN).sum(), (y_int >= INT8_MAX).sum(), y_int.size
+    elif bounds is not None:
+        low, high, n = (y_float < bounds[0]).sum(), (y_float > bounds[1]).sum(), y_float.size
+    else:
+        low, high, n = 0, 0, y_float.size
+    if isinstance(acc, dict):  # counts a target computed itself
+        acc_n, acc_sat = acc["count"], acc["saturated"]
+    else:
+        acc_n = 0 if acc is None else acc.size
+        acc_sat = 0 if acc is None else (jnp.abs(acc) >= 2**31 - 1).sum()
+    return LayerStats(_i32(n), _i32(0 if relu else low), _i32(high), _i32(acc_n), _i32(acc_sat))
+
+
+class HwLayer(nnx.Module):
+    """Base of every hwjax layer: a target, a mode and (optionally) an output quantiser.
+
+    Modes (attribute ``mode``, set with :func:`hwjax.nn.set_mode`):
+
+    * ``"float"``: the plain float layer (the baseline).
+    * ``"calibrate"``: the float layer, and the real range of its output is recorded
+      (:class:`Calibration`), which fixes the int8 output scale and zero point.
+    * ``"hardware"``: the forward pass is the target's exact integer pipeline on int8
+      :class:`QArray` activations. Values are bit-exact; gradients come from a float
+      surrogate (see each layer).
+    """
+
+    kind: ClassVar[str] = "layer"
+    requantizes: ClassVar[bool] = False  # owns an output scale / zero point
+
+    def __init__(self, target, *, mode: Mode = "float", learn_scale: bool = False, **cfg):
+        if target is None or not hasattr(target, "check_layer"):
+            raise TypeError(f"target must be a hwjax.targets target (e.g. hwjax.targets.XS3()), got {target!r}")
+        target.check_layer(self.kind, **cfg)
+        self.target = target
+        self.mode = check_mode(mode)
+        if self.requantizes:
+            self.out_range = Calibration(jnp.array([np.inf, -np.inf], jnp.float32))
+            self.learn_scale = bool(learn_scale)
+            if self.learn_scale:
+                self.scale_factor = ScaleFactor(jnp.ones((), jnp.float32))
+        elif learn_scale:
+            raise ValueError(f"{type(self).__name__} keeps its input's scale: learn_scale is not available")
+
+    # ------------------------------------------------------------ output quantiser
+
+    def record(self, y: jax.Array) -> None:
+        """Calibrate mode: widens the recorded output range to cover ``y``."""
+        r = self.out_range[...]
+        self.out_range[...] = jnp.stack([jnp.minimum(r[0], jnp.min(y)), jnp.maximum(r[1], jnp.max(y))])
+
+    def out_qparams(self) -> tuple[jax.Array, jax.Array]:
+        """(scale, zero_point) of the output: :func:`hwjax.nn.act_qparams` of the recorded
+        range (symmetric if the target wants it); with ``learn_scale`` the scale is
+        multiplied by the learned :class:`ScaleFactor` (the zero point stays), and its
+        gradient is LSQ's: it flows through every surrogate that uses the scale."""
+        r = jax.lax.stop_gradient(self.out_range[...])
+        sym = self.target.symmetric_activations
+        trigger = jax.lax.bitcast_convert_type(r[0], jnp.int32)
+        scale, zp = compute_once(lambda v: act_qparams(v, symmetric=sym), (r,), trigger)
+        if self.requantizes and self.learn_scale:
+            scale = scale * jnp.maximum(self.scale_factor[...], 1e-3)
+        return scale, zp
+
+    def out_bounds(self) -> tuple[jax.Array, jax.Array]:
+        """Real values of the int8 bounds -128 and 127 under the output quantisation."""
+        s, z = self.out_qparams()
+        return s * (INT8_MIN - z), s * (INT8_MAX - z)
+
+    def is_calibrated(self) -> bool:
+        if not self.requantizes:
+            return True
+        r = np.asarray(self.out_range[...])
+        return bool(np.all(np.isfinite(r)) and r[0] <= r[1])
+
+    def float_stats(self, y: jax.Array, relu: bool) -> LayerStats:
+        """Float/calibrate-mode stats: outputs outside the calibrated int8 range (what
+        post-training quantisation would clip); zero counts before calibration."""
+        if not self.requantizes:
+            return make_stats(None, relu=relu, y_float=y)
+        calibrated = jnp.all(jnp.isfinite(self.out_range[...]))
+        lo, hi = self.out_bounds()
+        bounds = (jnp.where(calibrated, lo, -jnp.inf), jnp.where(calibrated, hi, jnp.inf))
+        return make_stats(None, relu=relu, y_float=y, bounds=bounds)
+
+    def _require_q(self, x, name: str = "x") -> QArray:
+        if not isinstance(x, QArray):
+            raise TypeError(f"{type(self).__name__} in hardware mode needs a QArray input for {name} "
+                            f"(start the model with hwjax.nn.Quantize), got {type(x).__name__}")
+        return x
+
+
+def set_mode(model: nnx.Module, mode: Mode) -> nnx.Module:
+    """Sets ``mode`` on every hwjax layer inside ``model`` (in place); returns ``model``.
+
+    Switching to ``"hardware"`` requires calibrated layers (run the model in
+    ``"calibrate"`` mode on representative data first); ValueError names the
+    uncalibrated layers otherwise.
+    """
+    check_mode(mode)
+    layers = [(p, m) for p, m in nnx.iter_modules(model) if isinstance(m, HwLayer)]
+    if mode == "hardware":
+        bad = ["/".join(map(str, p)) or "<root>" for p, m in layers if not m.is_calibrated()]
+        if bad:
+            raise ValueError(f"cannot switch to hardware mode: layers {bad} are not calibrated; "
+                             f"run the model in 'calibrate' mode on representative inputs first")
+    for _, m in layers:
+        m.mode = mode
+    return model
+
+
+def get_mode(model: nnx.Module) -> str:
+    """The common mode of the hwjax layers in ``model`` (ValueError if they differ)."""
+    modes = {m.mode for _, m in nnx.iter_modules(model) if isinstance(m, HwLayer)}
+    if len(modes) != 1:
+        raise ValueError(f"model layers are in modes {sorted(modes)}; expected exactly one")
+    return modes.pop()

@@ -1,0 +1,450 @@
+"""Flax NNX layers whose ``"hardware"`` mode is a target's exact integer pipeline.
+
+Every layer takes a ``target`` (``hwjax.targets.XS3()``, ...) and checks at
+construction that the target can run it. See :class:`hwjax.nn.HwLayer` for the modes.
+
+Hardware-mode gradients (all layers) use the exact-forward straight-through
+construction of :func:`hwjax.nn.exact_forward`: the output *value* is the target's
+integer result bit for bit, the *gradient* is that of a float affine surrogate of the
+same integer layer, clipped to ``[-128, 127]`` so that outputs the int8 clamp
+saturated (including the ReLU floor) get zero gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from hwjax.nn._base import HwLayer, LayerStats, Mode, check_activation, make_stats
+from hwjax.nn._qarray import QArray
+from hwjax.nn._quant import (
+    act_int,
+    bias_int,
+    clip_int8,
+    compute_once,
+    exact_forward,
+    sg,
+    weight_scales,
+    weights_int,
+)
+from hwjax.targets import LUT_FUNCTIONS, ConvGeometry, div_rn, lut_function
+
+Padding = Union[str, int, Sequence[tuple[int, int]]]
+_DN = ("NHWC", "HWIO", "NHWC")
+
+
+def _pair(v, name: str) -> tuple[int, int]:
+    t = (v, v) if isinstance(v, int) else tuple(v)
+    if len(t) != 2 or not all(isinstance(i, int) and i >= 1 for i in t):
+        raise ValueError(f"{name} must be a positive int or a pair of positive ints, got {v!r}")
+    return t  # type: ignore[return-value]
+
+
+def _check_padding(padding: Padding) -> Padding:
+    if isinstance(padding, str):
+        if padding not in ("SAME", "VALID"):
+            raise ValueError(f"padding must be 'SAME', 'VALID', an int or ((top, bottom), (left, right)), got {padding!r}")
+        return padding
+    if isinstance(padding, int):
+        if padding < 0:
+            raise ValueError(f"padding must be >= 0, got {padding}")
+        return ((padding, padding), (padding, padding))
+    p = tuple(tuple(int(a) for a in q) for q in padding)
+    if len(p) != 2 or any(len(q) != 2 or min(q) < 0 for q in p):
+        raise ValueError(f"padding must be ((top, bottom), (left, right)) of non-negative ints, got {padding!r}")
+    return p
+
+
+def _float_conv(x: jax.Array, kernel: jax.Array, geom: ConvGeometry, groups: int = 1) -> jax.Array:
+    return jax.lax.conv_general_dilated(x, kernel, geom.stride, geom.padding, dimension_numbers=_DN,
+                                        feature_group_count=groups)
+
+
+def _relu(y: jax.Array, activation) -> jax.Array:
+    return jax.nn.relu(y) if activation == "relu" else y
+
+
+def _ret(y, stats: LayerStats, return_stats: bool):
+    return (y, stats) if return_stats else y
+
+
+# --------------------------------------------------------------------------- Quantize
+
+
+class Quantize(HwLayer):
+    """Model input: float tensor -> int8 :class:`QArray` (identity in float modes).
+
+    Hardware mode: ``q = clip(round(x / scale) + zero_point, -128, 127)`` with the
+    scale and zero point of the calibrated input range (float32 arithmetic; exactly
+    what :func:`hwjax.load` models do on float inputs). Gradient: straight-through
+    ``1/scale`` inside the range, 0 where clipped. A :class:`QArray` input passes
+    through unchanged.
+    """
+
+    kind = "quantize"
+    requantizes = True
+
+    def __init__(self, *, target, mode: Mode = "float", learn_scale: bool = False):
+        super().__init__(target, mode=mode, learn_scale=learn_scale)
+
+    def __call__(self, x, *, return_stats: bool = False):
+        if isinstance(x, QArray):
+            return _ret(x, make_stats(x.q, relu=False), return_stats)
+        x = jnp.asarray(x, jnp.float32)
+        if self.mode == "calibrate":
+            self.record(x)
+        if self.mode != "hardware":
+            return _ret(x, self.float_stats(x, relu=False), return_stats)
+        scale, zp = self.out_qparams()
+        exact = compute_once(lambda v: act_int(v, scale, zp), (sg(x),), zp)
+        q = exact_forward(exact, clip_int8(x / scale + zp.astype(jnp.float32)))
+        stats = None
+        if return_stats:  # inputs that quantisation clips (not merely the ones at a bound)
+            pre = jnp.round(div_rn(sg(x), scale) + zp.astype(jnp.float32))
+            stats = make_stats(None, relu=False, y_float=pre, bounds=(-128.0, 127.0))
+        return _ret(QArray(q, scale, zp), stats, return_stats)
+
+
+class Flatten(HwLayer):
+    """Flattens all but the batch axis (row-major NHWC, the targets' memory order). Exact."""
+
+    kind = "flatten"
+
+    def __init__(self, *, target, mode: Mode = "float"):
+        super().__init__(target, mode=mode)
+
+    def __call__(self, x, *, return_stats: bool = False):
+        if isinstance(x, QArray):
+            y = x.with_q(x.q.reshape(x.q.shape[0], -1))
+            return _ret(y, make_stats(None, relu=False, y_float=y.q), return_stats)
+        y = x.reshape(x.shape[0], -1)
+        return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
+
+
+# --------------------------------------------------------------- linear layers (shared)
+
+
+class _Linear(HwLayer):
+    """Shared forward of Dense / Conv / DepthwiseConv (kernel HWIO, output channel last).
+
+    Hardware mode, with input ``(q, s_in, z_in)`` and output ``(s_out, z_out)``:
+
+    * weights ``w_q = clip(round(w / s_w), -127, 127)``, ``s_w[c] = max|w_c| / 127``;
+    * bias ``b_q = round(b / (s_in * s_w[c]))`` (int32);
+    * the target derives its integer output transform from these (XS3: the xformer
+      recipe) and runs its kernel: the output is exactly the chip's int8 result.
+
+    Surrogate (gradient only): ``clip((conv(q - z_in, w_q) + b_q) * s_in * s_w / s_out
+    + z_out, lo, 127)`` with ``lo = -128``, or ``z_out`` with a fused ReLU (the same
+    thing on asymmetric targets, where a ReLU output has ``z_out = -128``), and
+    straight-through ``w_q`` and ``b_q``, so
+    ``d/dw = d/dw_q / s_w`` and ``d/db = d/db_q / (s_in * s_w)``; gradients also flow to
+    the input values and (if learned) to ``s_in`` and ``s_out``.
+    """
+
+    requantizes = True
+    groups_is_depthwise = False
+
+    def _init_linear(self, kernel_shape, n_out, use_bias, activation, strides, padding, rngs,
+                     kernel_init, target, mode, learn_scale, **cfg):
+        self.activation = check_activation(activation)
+        self.strides = _pair(strides, "strides")
+        self.padding = _check_padding(padding)
+        super().__init__(target, mode=mode, learn_scale=learn_scale, strides=self.strides, padding=self.padding,
+                         **cfg)
+        self.kernel = nnx.Param(kernel_init(rngs.params(), kernel_shape, jnp.float32))
+        self.use_bias = bool(use_bias)
+        self.bias = nnx.Param(jnp.zeros((n_out,), jnp.float32)) if use_bias else None
+
+    def _geometry(self, x_shape) -> ConvGeometry:
+        return ConvGeometry.make(tuple(x_shape[1:3]), tuple(self.kernel.shape[:2]), self.strides, self.padding)
+
+    def _groups(self, x_shape) -> int:
+        return x_shape[-1] if self.groups_is_depthwise else 1
+
+    def _bias(self) -> jax.Array:
+        return self.bias[...] if self.bias is not None else jnp.zeros((self.kernel.shape[-1],), jnp.float32)
+
+    def _forward4d(self, x, return_stats: bool):
+        kernel = self.kernel[...]
+        if not isinstance(x, QArray):
+            if self.mode == "hardware":
+                self._require_q(x)
+            geom = self._geometry(x.shape)
+            y = _relu(_float_conv(x, kernel, geom, self._groups(x.shape)) + self._bias(), self.activation)
+            if self.mode == "calibrate":
+                self.record(y)
+            return y, self.float_stats(y, relu=self.activation == "relu")
+        if self.mode != "hardware":
+            raise TypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
+        geom = self._geometry(x.shape)
+        s_out, z_out = self.out_qparams()
+        y, stats = _hw_linear(kernel, self._bias(), x.q, x.scale, x.zero_point, s_out, z_out, target=self.target,
+                              geom=geom, depthwise=self.groups_is_depthwise, relu=self.activation == "relu",
+                              return_stats=return_stats)
+        return QArray(y, s_out, z_out), stats
+
+    def integer_params(self, s_in, z_in, geom: ConvGeometry) -> "LinearQuant":
+        """Integer weights and biases, weight scales, the output quantisation and the
+        target's integer parameters for an input quantised with ``(s_in, z_in)``: what
+        hardware mode runs and :func:`hwjax.export` writes."""
+        s_out, z_out = self.out_qparams()
+        return _linear_quant_jit(self.kernel[...], self._bias(), s_in, z_in, s_out, z_out, self.target,
+                                 self.groups_is_depthwise, self.activation == "relu")
+
+
+class LinearQuant(NamedTuple):
+    """Hardware-mode quantisation of a linear layer (see :meth:`_Linear.integer_params`)."""
+
+    params: Any  # the target's integer parameters
+    w_int: jax.Array  # float32 integer weights (HWIO)
+    b_int: jax.Array  # float32 integer biases
+    s_w: jax.Array  # (C_out,) weight scales
+    s_out: jax.Array
+    z_out: jax.Array
+
+
+def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, target, depthwise: bool, relu: bool) -> LinearQuant:
+    """The layer's integer constants (no gradient): :func:`weight_scales`, :func:`weights_int`,
+    :func:`bias_int` and the target's parameters."""
+    kernel, bias, s_in, s_out = sg(kernel), sg(bias), sg(s_in), sg(s_out)
+    s_w = weight_scales(kernel, (0, 1, 2))
+    w_int = weights_int(kernel, s_w)
+    b_int = bias_int(bias, s_in * s_w)
+    w32, b32 = w_int.astype(jnp.int32), b_int.astype(jnp.int32)
+    qs = dict(s_in=s_in, z_in=z_in, s_w=s_w, s_out=s_out, z_out=z_out, relu=relu)
+    if depthwise:
+        params = target.depthwise_params(w32[:, :, 0, :], b32, **qs)
+    else:
+        params = target.conv_params(jnp.transpose(w32, (3, 0, 1, 2)), b32, **qs)
+    return LinearQuant(params, w_int, b_int, s_w, s_out, z_out)
+
+
+_linear_quant_jit = jax.jit(_linear_quant, static_argnums=(6, 7, 8))
+
+
+@functools.partial(jax.jit, static_argnames=("target", "geom", "depthwise", "relu", "return_stats"))
+def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, *, target, geom: ConvGeometry, depthwise: bool,
+               relu: bool, return_stats: bool):
+    """Hardware-mode forward of a linear layer (jitted once per configuration): the
+    target's exact result with the surrogate's gradient (see :class:`_Linear`)."""
+    hw = compute_once(lambda k, b, si, so: _linear_quant(k, b, si, z_in, so, z_out, target, depthwise, relu),
+                      (sg(kernel), sg(bias), sg(s_in), sg(s_out)), z_in)
+    w_q = exact_forward(hw.w_int, kernel / hw.s_w)  # straight-through: d w_q / d w = 1 / s_w
+    b_q = exact_forward(hw.b_int, bias / (s_in * hw.s_w))
+    x_int = sg(xq).astype(jnp.int8)
+    run = target.depthwise if depthwise else target.conv
+    y, acc = compute_once(lambda v, p: run(v, p, geom, return_acc=return_stats), (x_int, hw.params), z_in)
+    groups = xq.shape[-1] if depthwise else 1
+    acc_sur = _float_conv(xq - z_in.astype(jnp.float32), w_q, geom, groups) + b_q
+    y_sur = acc_sur * (s_in * hw.s_w / s_out) + z_out.astype(jnp.float32)
+    # clipped where the output saturates; a ReLU also clips at the zero point (on
+    # asymmetric targets that is -128 already)
+    y_sur = jnp.clip(y_sur, z_out.astype(jnp.float32) if relu else -128.0, 127.0)
+    stats = make_stats(y, relu=relu, acc=acc) if return_stats else None
+    return exact_forward(y, y_sur), stats
+
+
+class Conv(_Linear):
+    """2-D convolution, NHWC input, kernel ``(kh, kw, in, out)`` (HWIO), optional fused ReLU.
+
+    ``padding``: ``"SAME"``, ``"VALID"``, an int, or ``((top, bottom), (left, right))``.
+    In hardware mode padded taps read the input zero point (xformer's pad value), so
+    they are real zeros. ReLU is fused the TFLite way: the output range starts at 0,
+    hence ``zero_point = -128`` and the int8 clamp is the ReLU. See :class:`_Linear`
+    for the quantisation and the surrogate gradient.
+    """
+
+    kind = "conv"
+
+    def __init__(self, in_features: int, out_features: int, kernel_size, *, strides=1, padding: Padding = "SAME",
+                 activation=None, use_bias: bool = True, target, mode: Mode = "float", learn_scale: bool = False,
+                 rngs: nnx.Rngs, kernel_init: Callable = nnx.initializers.lecun_normal()):
+        kh, kw = _pair(kernel_size, "kernel_size")
+        self._init_linear((kh, kw, in_features, out_features), out_features, use_bias, activation, strides,
+                          padding, rngs, kernel_init, target, mode, learn_scale, in_features=in_features,
+                          out_features=out_features, kernel_size=(kh, kw))
+
+    def __call__(self, x, *, return_stats: bool = False):
+        y, stats = self._forward4d(x, return_stats)
+        return _ret(y, stats, return_stats)
+
+
+class DepthwiseConv(_Linear):
+    """Depthwise 2-D convolution (channel multiplier 1): kernel ``(kh, kw, 1, C)``.
+
+    Same modes, padding rule, ReLU fusion and surrogate as :class:`Conv`; in hardware
+    mode the target's depthwise kernel runs (XS3: one saturating VLMACC per tap).
+    """
+
+    kind = "depthwise_conv"
+    groups_is_depthwise = True
+
+    def __init__(self, features: int, kernel_size, *, strides=1, padding: Padding = "SAME", activation=None,
+                 use_bias: bool = True, target, mode: Mode = "float", learn_scale: bool = False, rngs: nnx.Rngs,
+                 kernel_init: Callable = nnx.initializers.lecun_normal()):
+        kh, kw = _pair(kernel_size, "kernel_size")
+        self._init_linear((kh, kw, 1, features), features, use_bias, activation, strides, padding, rngs,
+                          kernel_init, target, mode, learn_scale, features=features, kernel_size=(kh, kw))
+
+    def __call__(self, x, *, return_stats: bool = False):
+        y, stats = self._forward4d(x, return_stats)
+        return _ret(y, stats, return_stats)
+
+
+class Dense(_Linear):
+    """Fully connected layer ``y = x @ kernel + bias``, kernel ``(in, out)``, optional ReLU.
+
+    Hardware mode runs it as the target's 1x1 convolution on a 1x1 image (how xformer
+    lowers FULLY_CONNECTED for XS3); quantisation and surrogate as :class:`_Linear`.
+    """
+
+    kind = "dense"
+
+    def __init__(self, in_features: int, out_features: int, *, activation=None, use_bias: bool = True, target,
+                 mode: Mode = "float", learn_scale: bool = False, rngs: nnx.Rngs,
+                 kernel_init: Callable = nnx.initializers.lecun_normal()):
+        self._init_linear((1, 1, in_features, out_features), out_features, use_bias, activation, 1, "VALID", rngs,
+                          kernel_init, target, mode, learn_scale, in_features=in_features,
+                          out_features=out_features)
+
+    def __call__(self, x, *, return_stats: bool = False):
+        q = isinstance(x, QArray)
+        v = x.q if q else x
+        if v.ndim != 2:
+            raise ValueError(f"Dense expects inputs of shape (batch, features), got {v.shape}")
+        x4 = x.with_q(v[:, None, None, :]) if q else v[:, None, None, :]
+        y, stats = self._forward4d(x4, return_stats)
+        y = y.with_q(y.q[:, 0, 0, :]) if isinstance(y, QArray) else y[:, 0, 0, :]
+        return _ret(y, stats, return_stats)
+
+
+# ------------------------------------------------------------------------------ pools
+
+
+class _Pool(HwLayer):
+    def __init__(self, window, *, strides=None, target, mode: Mode = "float"):
+        self.window = _pair(window, "window")
+        self.strides = _pair(strides if strides is not None else self.window, "strides")
+        super().__init__(target, mode=mode, window=self.window, strides=self.strides)
+
+    def _reduce(self, x, init, op):
+        return jax.lax.reduce_window(x, init, op, (1, *self.window, 1), (1, *self.strides, 1), "VALID")
+
+
+class MaxPool(_Pool):
+    """Max pooling over ``window`` (no padding), NHWC. Keeps the input scale and zero point.
+
+    Hardware mode: the target's int8 max (exact); gradient flows to the maximal input
+    (surrogate: float max pooling of the same integers).
+    """
+
+    kind = "maxpool"
+
+    def __call__(self, x, *, return_stats: bool = False):
+        if not isinstance(x, QArray):
+            if self.mode == "hardware":
+                self._require_q(x)
+            y = self._reduce(x, -jnp.inf, jax.lax.max)
+            return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
+        x_int = sg(x.q).astype(jnp.int8)
+        y_int = compute_once(lambda v: self.target.maxpool(v, self.window, self.strides), (x_int,), x.zero_point)
+        y = exact_forward(y_int, self._reduce(x.q, -jnp.inf, jax.lax.max))
+        return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)  # cannot clip
+
+
+class AvgPool(_Pool):
+    """Average pooling over ``window`` (no padding), NHWC. Keeps the input scale and zero point.
+
+    Hardware mode: the target's integer average (XS3: ``avgpool2d`` scale-and-shift,
+    spec §6.1); surrogate: the float mean of the same integers.
+    """
+
+    kind = "avgpool"
+
+    def __call__(self, x, *, return_stats: bool = False):
+        n = self.window[0] * self.window[1]
+        if not isinstance(x, QArray):
+            if self.mode == "hardware":
+                self._require_q(x)
+            y = self._reduce(x, 0.0, jax.lax.add) / n
+            return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
+        x_int = sg(x.q).astype(jnp.int8)
+        y_int = compute_once(lambda v: self.target.avgpool(v, self.window, self.strides), (x_int,), x.zero_point)
+        y = exact_forward(y_int, clip_int8(self._reduce(x.q, 0.0, jax.lax.add) / n))
+        return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)  # an average of int8
+
+
+# ------------------------------------------------------------------------- Add, LUT
+
+
+class Add(HwLayer):
+    """Element-wise sum of two tensors, optional ReLU, requantised to its own output scale.
+
+    Hardware mode: the target's integer add (XS3: ``add_elementwise``, spec §6.4).
+    Surrogate: ``clip((s1 (q1 - z1) + s2 (q2 - z2)) / s_out + z_out, -128, 127)``.
+    """
+
+    kind = "add"
+    requantizes = True
+
+    def __init__(self, *, activation=None, target, mode: Mode = "float", learn_scale: bool = False):
+        self.activation = check_activation(activation)
+        super().__init__(target, mode=mode, learn_scale=learn_scale)
+
+    def __call__(self, x1, x2, *, return_stats: bool = False):
+        relu = self.activation == "relu"
+        if not (isinstance(x1, QArray) and isinstance(x2, QArray)):
+            if self.mode == "hardware":
+                self._require_q(x1, "x1")
+                self._require_q(x2, "x2")
+            y = _relu(x1 + x2, self.activation)
+            if self.mode == "calibrate":
+                self.record(y)
+            return _ret(y, self.float_stats(y, relu), return_stats)
+        s_out, z_out = self.out_qparams()
+        params = self.target.add_params(s1=sg(x1.scale), z1=x1.zero_point, s2=sg(x2.scale), z2=x2.zero_point,
+                                        s_out=sg(s_out), z_out=z_out, relu=relu)
+        a, b = sg(x1.q).astype(jnp.int8), sg(x2.q).astype(jnp.int8)
+        y_int = compute_once(lambda u, v, p: self.target.add(u, v, p), (a, b, params), z_out)
+        y_sur = clip_int8((x1.dequantize() + x2.dequantize()) / s_out + z_out.astype(jnp.float32))
+        return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=relu), return_stats)
+
+
+class LutActivation(HwLayer):
+    """Element-wise activation ``fn`` (``"sigmoid"``, ``"tanh"``, ...) run by the target's LUT.
+
+    Float modes: ``fn(x)``. Hardware mode: the target's table lookup (XS3: a 256-entry
+    int8 table, ``lookup8``; NVDLA: the SDP LUT programmed for ``fn``) requantised to
+    the calibrated output range. Surrogate: ``clip(fn(s_in (q - z_in)) / s_out + z_out,
+    -128, 127)``, i.e. the gradient of ``fn`` at the dequantised input.
+    """
+
+    kind = "lut"
+    requantizes = True
+
+    def __init__(self, fn: str, *, target, mode: Mode = "float", learn_scale: bool = False):
+        if fn not in LUT_FUNCTIONS:
+            raise ValueError(f"fn must be one of {tuple(LUT_FUNCTIONS)}, got {fn!r}")
+        self.fn = fn
+        super().__init__(target, mode=mode, learn_scale=learn_scale, fn=fn)
+
+    def __call__(self, x, *, return_stats: bool = False):
+        f = lut_function(self.fn)
+        if not isinstance(x, QArray):
+            if self.mode == "hardware":
+                self._require_q(x)
+            y = f(x)
+            if self.mode == "calibrate":
+                self.record(y)
+            return _ret(y, self.float_stats(y, relu=False), return_stats)
+        s_out, z_out = self.out_qparams()
+        params = self.target.lut_params(self.fn, s_in=sg(x.scale), z_in=x.zero_point, s_out=sg(s_out), z_out=z_out)
+        x_int = sg(x.q).astype(jnp.int8)
+        y_int = compute_once(lambda v, p: self.target.lut(v, p), (x_int, params), z_out)
+        y_sur = clip_int8(f(x.dequantize()) / s_out + z_out.astype(jnp.float32))
+        return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=False), return_stats)

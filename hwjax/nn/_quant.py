@@ -1,0 +1,167 @@
+"""Float-side quantisation arithmetic shared by every layer (target independent).
+
+Conventions (all layers, all targets):
+
+* Activations: int8 (``[-128, 127]``), affine, one scale and zero point per tensor,
+  derived from a calibrated real range ``[lo, hi]`` by :func:`act_qparams`.
+* Weights: int8, symmetric per output channel, ``[-127, 127]``, zero point 0, with
+  ``scale_c = max|w_c| / 127`` (:func:`weight_scales`).
+* Biases: int32 in units of ``s_in * s_w[c]`` (:func:`quantize_bias`).
+
+Every rounding here is ``jnp.round`` (ties to even), and every division that feeds an
+integer is the correctly rounded :func:`hwjax.targets.div_rn` (XLA's own float32
+division is not correctly rounded on every backend), so the integers do not depend
+on the device. Functions that produce
+integers from floats return float32 arrays holding those integers, with a
+straight-through gradient (documented per function), so they can sit inside a
+differentiated hardware-mode forward pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import jax
+import jax.numpy as jnp
+
+from typing import Any, Callable
+
+from hwjax.targets import div_rn
+
+sg = jax.lax.stop_gradient
+
+INT8_MIN, INT8_MAX = -128, 127
+WEIGHT_MAX = 127  # weights are symmetric int8: [-127, 127]
+_I32_MAX = 2**31 - 1
+
+
+@functools.partial(jax.jit, static_argnames=("symmetric",))
+def act_qparams(rng: jax.Array, *, symmetric: bool = False) -> tuple[jax.Array, jax.Array]:
+    """(scale, zero_point) of an int8 tensor covering the real range ``rng = [lo, hi]``.
+
+    The range is first widened to contain 0 (``lo <= 0 <= hi``), so real 0 is exactly
+    representable. Asymmetric (default): ``scale = (hi - lo) / 255`` and
+    ``zero_point = clip(round(-128 - lo / scale), -128, 127)``; a range that starts at
+    0 (a ReLU output) gets ``zero_point = -128`` exactly, so the int8 lower clamp *is*
+    the ReLU. Symmetric: ``scale = max(|lo|, |hi|) / 127``, ``zero_point = 0``.
+    An empty or degenerate range gives ``scale = 1``. Not differentiable (used on
+    calibration statistics).
+    """
+    rng = sg(jnp.asarray(rng, jnp.float32))
+    lo = jnp.minimum(rng[0], 0.0)
+    hi = jnp.maximum(rng[1], 0.0)
+    if symmetric:
+        scale = div_rn(jnp.maximum(-lo, hi), 127.0)
+        scale = jnp.where(jnp.isfinite(scale) & (scale > 0), scale, 1.0)
+        return scale, jnp.zeros((), jnp.int32)
+    scale = div_rn(hi - lo, 255.0)
+    scale = jnp.where(jnp.isfinite(scale) & (scale > 0), scale, 1.0)
+    zp = jnp.clip(jnp.round(-128.0 - div_rn(lo, scale)), INT8_MIN, INT8_MAX)
+    zp = jnp.where(jnp.isfinite(zp), zp, 0.0)
+    return scale, zp.astype(jnp.int32)
+
+
+def exact_forward(exact: jax.Array, surrogate: jax.Array) -> jax.Array:
+    """Value of ``exact``, bit for bit; gradient of ``surrogate``.
+
+    Computes ``exact + (surrogate - stop_gradient(surrogate))``. The bracket is
+    exactly ``+0.0`` for every finite ``surrogate`` (``v - v == 0`` in IEEE
+    arithmetic), so the forward value equals ``exact`` exactly (unlike the common
+    ``surrogate + stop_gradient(exact - surrogate)``, which can be off by an ulp).
+    Non-finite surrogate entries contribute 0 (and no gradient).
+    """
+    exact = exact.astype(surrogate.dtype)
+    d = surrogate - sg(surrogate)
+    return exact + jnp.where(jnp.isfinite(d), d, 0.0)
+
+
+def act_int(x: jax.Array, scale: jax.Array, zero_point: jax.Array) -> jax.Array:
+    """int8 activations of the real tensor ``x``: ``clip(round(x / scale) + zp, -128, 127)``,
+    as float32 integers (correctly rounded division; no gradient)."""
+    x = sg(jnp.asarray(x, jnp.float32))
+    return jnp.clip(jnp.round(div_rn(x, scale) + zero_point.astype(jnp.float32)), INT8_MIN, INT8_MAX)
+
+
+def quantize_act(x: jax.Array, scale: jax.Array, zero_point: jax.Array) -> jax.Array:
+    """:func:`act_int` with a straight-through gradient: ``1 / scale`` where the value was
+    not clipped, 0 where it was."""
+    x = jnp.asarray(x, jnp.float32)
+    sur = jnp.clip(x / scale + zero_point.astype(jnp.float32), INT8_MIN, INT8_MAX)
+    return exact_forward(act_int(x, scale, zero_point), sur)
+
+
+def weight_scales(w: jax.Array, reduce_axes: tuple[int, ...]) -> jax.Array:
+    """Per-output-channel weight scales ``max|w_c| / 127`` (1 for an all-zero channel).
+
+    ``reduce_axes`` are the axes that are *not* the output channel. No gradient
+    (the scale follows the weights but is treated as a constant).
+    """
+    m = jnp.max(jnp.abs(sg(w)), axis=reduce_axes)
+    return jnp.where(m > 0, div_rn(m, float(WEIGHT_MAX)), 1.0)
+
+
+def weights_int(w: jax.Array, scales: jax.Array) -> jax.Array:
+    """``clip(round(w / scales), -127, 127)`` as float32 integers (no gradient)."""
+    return jnp.clip(jnp.round(div_rn(w, scales)), -WEIGHT_MAX, WEIGHT_MAX)
+
+
+def quantize_weights(w: jax.Array, scales: jax.Array) -> jax.Array:
+    """:func:`weights_int` with a straight-through gradient ``1 / scales``.
+
+    ``scales`` broadcasts against ``w`` (output channel last); the clip never binds
+    for scales from :func:`weight_scales`.
+    """
+    return exact_forward(weights_int(w, scales), w / scales)
+
+
+def bias_int(b: jax.Array, bias_scale: jax.Array) -> jax.Array:
+    """The int32 bias ``round(b / bias_scale)`` as float32 integers (no gradient).
+
+    ``bias_scale = s_in * s_w`` per channel. Clipped to ``±(2**24 - 1)``, so the
+    float32 value holds the integer exactly (far beyond anything an int8 layer uses).
+    """
+    lim = float(2**24 - 1)
+    return jnp.clip(jnp.round(div_rn(b, bias_scale)), -lim, lim)
+
+
+def quantize_bias(b: jax.Array, bias_scale: jax.Array) -> jax.Array:
+    """:func:`bias_int` with a straight-through gradient ``1 / bias_scale``."""
+    return exact_forward(bias_int(b, bias_scale), b / bias_scale)
+
+
+def clip_int8(y: jax.Array) -> jax.Array:
+    """``clip(y, -128, 127)`` (gradient 0 outside the range): surrogate output clamp."""
+    return jnp.clip(y, INT8_MIN, INT8_MAX)
+
+
+_SENTINEL = -2147483647  # a trigger value that never occurs (zero points are int8)
+
+
+def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
+    """``fn(*operands)``; under tracing, evaluated inside a ``while_loop`` whose trip
+    count (1) is only known at run time, with the operands routed through the loop
+    counter so that the compiler can neither unroll the loop nor hoist the work out.
+
+    Why: XLA fuses element-wise producers into every consumer, duplicating them. Left
+    alone, a layer's integer pipeline (or the exact-division chains behind its scales)
+    would be recomputed once per kernel tap by the next layer's im2col gathers, or
+    once per activation by the surrogate's fusions (a 10-20x slowdown on CPU). A loop's
+    outputs cannot be fused, so the work is done once, on materialised inputs.
+
+    ``trigger`` is any runtime int32 scalar (a zero point, a bit pattern); the loop
+    runs ``1 + (trigger == -2147483647)`` times, and ``fn`` must not care (it is pure,
+    so a second pass gives the same value). For integer and stop-gradient values only:
+    no gradient flows through the loop. Concrete (eager) operands call ``fn`` directly.
+    """
+    leaves = jax.tree.leaves((operands, trigger))
+    if not any(isinstance(a, jax.core.Tracer) for a in leaves):
+        return fn(*operands)
+    n = 1 + (jnp.asarray(trigger, jnp.int32) == _SENTINEL).astype(jnp.int32)
+    shapes = jax.eval_shape(fn, *operands)
+    init = (jnp.int32(0), jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes))
+
+    def body(c):
+        live = c[0] < n  # always true inside the loop; unknown to the compiler
+        ops = jax.tree.map(lambda a: jnp.where(live, a, jnp.zeros_like(a)), operands)
+        return c[0] + 1, fn(*ops)
+
+    return jax.lax.while_loop(lambda c: c[0] < n, body, init)[1]

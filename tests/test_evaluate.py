@@ -1,0 +1,143 @@
+"""hwjax.evaluate: jitted batches, batch-size independence, sharding over a device mesh."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import hwjax.nn as hn
+from hwjax import targets as T
+from hwjax._evaluate import evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+RNG = np.random.default_rng(3)
+
+
+def _model():
+    t = T.XS3()
+    r = nnx.Rngs(0)
+    m = hn.Sequential({"input": hn.Quantize(target=t),
+                       "conv": hn.Conv(1, 8, 3, strides=2, activation="relu", target=t, rngs=r),
+                       "flat": hn.Flatten(target=t),
+                       "fc": hn.Dense(4 * 4 * 8, 5, target=t, rngs=r)})
+    x = RNG.uniform(0, 1, (37, 8, 8, 1)).astype(np.float32)
+    hn.set_mode(m, "calibrate")
+    m(jnp.asarray(x))
+    hn.set_mode(m, "hardware")
+    return m, x
+
+
+def test_batch_size_does_not_change_a_bit():
+    m, x = _model()
+    y = RNG.integers(0, 5, len(x))
+    results = [evaluate(m, (x, y), batch_size=b) for b in (5, 64)]
+    for r in results[1:]:
+        np.testing.assert_array_equal(r.outputs, results[0].outputs)
+    r = results[0]
+    assert r.outputs.dtype == np.int8 and r.outputs.shape == (37, 5)
+    np.testing.assert_array_equal(r.predictions, r.outputs.argmax(-1))
+    assert r.accuracy == float(np.mean(r.predictions == y))
+    hn.set_mode(m, "float")
+    f = evaluate(m, {"x": x}, batch_size=16)
+    assert f.outputs.dtype == np.float32 and f.accuracy is None and f.scale is None
+
+
+def test_bad_arguments():
+    m, x = _model()
+    with pytest.raises(ValueError, match="batch_size"):
+        evaluate(m, x, batch_size=0)
+    with pytest.raises(ValueError, match="37 examples but y has 3"):
+        evaluate(m, (x, np.zeros(3)), batch_size=8)
+    with pytest.raises(TypeError, match="mesh must be"):
+        evaluate(m, x, batch_size=8, mesh="cpu")
+    with pytest.raises(TypeError, match="flax.nnx.Module"):
+        evaluate(object(), x, batch_size=8)
+
+
+_SHARDED = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np, optax, tempfile
+    from flax import nnx
+    from jax.sharding import Mesh
+    assert jax.device_count() == 4, jax.devices()
+    import hwjax.nn as hn
+    from hwjax import targets as T
+    from hwjax._evaluate import evaluate
+    from hwjax._export import export, load
+    from train._loop import Trainer
+
+    rng = np.random.default_rng(0)
+    t = T.XS3()
+    r = nnx.Rngs(0)
+    m = hn.Sequential({"input": hn.Quantize(target=t),
+                       "conv": hn.Conv(1, 8, 3, strides=2, activation="relu", target=t, rngs=r),
+                       "flat": hn.Flatten(target=t), "fc": hn.Dense(128, 5, target=t, rngs=r)})
+    x = rng.uniform(0, 1, (50, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(0, 5, 50).astype(np.int32)
+    hn.set_mode(m, "calibrate"); m(jnp.asarray(x)); hn.set_mode(m, "hardware")
+    mesh = Mesh(np.asarray(jax.devices()), ("data",))
+    one = evaluate(m, (x, y), batch_size=16)
+    four = evaluate(m, (x, y), batch_size=16, mesh=mesh)
+    assert np.array_equal(one.outputs, four.outputs) and one.accuracy == four.accuracy
+    loaded = load(export(m, tempfile.mkdtemp(), input_shape=(8, 8, 1)))
+    assert np.array_equal(evaluate(loaded, x, batch_size=8, mesh=mesh).outputs, one.outputs)
+
+    # data-parallel hardware-aware training: the same step as on one device
+    xb, yb = x[:16], y[:16]
+    state = nnx.state(m)
+    single = Trainer(m, optax.sgd(0.1))
+    loss1, _ = single.step(xb, yb)
+    p1 = jax.device_get(single.params)
+    nnx.update(m, state)
+    multi = Trainer(m, optax.sgd(0.1), mesh=mesh)
+    loss4, _ = multi.step(xb, yb)
+    p4 = jax.device_get(multi.params)
+    assert float(loss1) == float(loss4), (float(loss1), float(loss4))  # exact forward on both
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p4)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    print("OK")
+""")
+
+
+def test_sharded_evaluation_and_training_on_4_cpu_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", _SHARDED], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout + proc.stderr
+
+
+_X64 = textwrap.dedent("""
+    import hashlib, numpy as np, jax.numpy as jnp
+    from flax import nnx
+    import hwjax.nn as hn, models
+    from hwjax import targets as T
+    from hwjax._evaluate import evaluate
+    rng = np.random.default_rng(0)
+    digests = []
+    for name, t, shape in [("lut_mlp", T.XS3(variant="host"), (64,))]:
+        m = models.build(name, t, rngs=nnx.Rngs(0))
+        x = rng.uniform(0, 1, (32,) + shape).astype(np.float32)
+        hn.set_mode(m, "calibrate"); m(jnp.asarray(x)); hn.set_mode(m, "hardware")
+        digests.append(hashlib.sha256(evaluate(m, x, batch_size=32).outputs.tobytes()).hexdigest())
+    print(" ".join(digests))
+""")
+
+
+def test_integer_results_do_not_depend_on_jax_enable_x64():
+    outs = []
+    for flag in ("0", "1"):
+        env = dict(os.environ, JAX_ENABLE_X64=flag, JAX_PLATFORMS="cpu",
+                   PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.run([sys.executable, "-c", _X64], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout.strip().splitlines()[-1])
+    assert outs[0] == outs[1]

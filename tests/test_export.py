@@ -1,0 +1,189 @@
+"""hwjax export / load: bit-exact round trip, the XS3 memory formats, rejected exports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import hwjax.nn as hn
+from hwjax import targets as T
+from hwjax import xs3
+from hwjax._evaluate import evaluate
+from hwjax._export import ExportError, export, load
+
+RNG = np.random.default_rng(7)
+
+
+def _model(target):
+    r = nnx.Rngs(0)
+    body = hn.Sequential({"dw": hn.DepthwiseConv(8, 3, activation=None, target=target, rngs=r)})
+    return hn.Sequential({
+        "input": hn.Quantize(target=target),
+        "conv": hn.Conv(1, 8, 3, activation="relu", target=target, rngs=r),
+        "block": hn.Residual(body, hn.Add(activation="relu", target=target)),
+        "avg": hn.AvgPool(2, strides=1, target=target),
+        "max": hn.MaxPool(2, target=target),
+        "act": hn.LutActivation("sigmoid", target=target),
+        "flat": hn.Flatten(target=target),
+        "fc": hn.Dense(3 * 3 * 8, 10, target=target, rngs=r),
+    })
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    model = _model(T.XS3())
+    x = jnp.asarray(RNG.uniform(0, 1, (64, 7, 7, 1)), jnp.float32)
+    hn.set_mode(model, "calibrate")
+    model(x)
+    hn.set_mode(model, "hardware")
+    path = export(model, tmp_path_factory.mktemp("export") / "model", input_shape=(7, 7, 1))
+    return model, x, path
+
+
+def test_round_trip_is_bit_exact(exported):
+    model, x, path = exported
+    loaded = load(path)
+    flax_out = evaluate(model, x, batch_size=32)
+    loaded_out = evaluate(loaded, x, batch_size=32)
+    assert flax_out.outputs.dtype == np.int8
+    np.testing.assert_array_equal(flax_out.outputs, loaded_out.outputs)
+    np.testing.assert_array_equal(np.asarray(loaded(x)), flax_out.outputs.astype(np.int32))
+    assert (loaded.output_scale, loaded.output_zero_point) == (flax_out.scale, flax_out.zero_point)
+    # int8 inputs skip the input quantiser
+    q = np.asarray(model.layers[0](x).q, np.int8)
+    np.testing.assert_array_equal(np.asarray(loaded(q)), flax_out.outputs.astype(np.int32))
+
+
+def test_manifest_describes_the_graph(exported):
+    _, _, path = exported
+    m = json.loads((path / "manifest.json").read_text())
+    assert m["format"] == "hwjax.export" and m["format_version"] == 1
+    assert m["target"] == {"name": "xs3", "variant": "hardware"}
+    names = [l["name"] for l in m["layers"]]
+    assert names == ["input", "conv", "block.body.dw", "block.add", "avg", "max", "act", "flat", "fc"]
+    add = m["layers"][3]
+    assert add["inputs"] == ["conv", "block.body.dw"]
+    conv = m["layers"][1]
+    assert conv["tensors"]["weights"]["dtype"] == "int8"
+    assert conv["tensors"]["output_transform"]["dtype"] == "int16"
+    assert len(conv["weight_scales"]) == 8 and conv["output"]["zero_point"] == -128
+    for layer in m["layers"]:
+        for t in layer["tensors"].values():
+            assert (path / t["file"]).stat().st_size == t["bytes"]
+
+
+def test_exported_tensors_feed_xs3_conv2d_directly(exported):
+    model, x, path = exported
+    m = json.loads((path / "manifest.json").read_text())
+    spec = m["layers"][1]
+    meta, cfg = spec["meta"], spec["config"]
+
+    def blob(role):
+        t = spec["tensors"][role]
+        return np.frombuffer((path / t["file"]).read_bytes(), dtype=np.dtype(t["dtype"]).newbyteorder("<"))
+
+    kshape = tuple(meta["kernel_shape"])
+    k = xs3.reorder_kernel_weights_inverse(blob("weights").astype(np.int8), kshape)
+    ot = xs3.deserialise_output_transform(blob("output_transform"), kshape[0])
+    q_in = model.layers[0](x)
+    y = xs3.conv2d(np.asarray(q_in.q, np.int8), k, ot["multipliers"], ot["biases"],
+                   initial_shift=meta["initial_shift"], final_shr=meta["final_shr"], stride=tuple(cfg["stride"]),
+                   pad_top_left=(cfg["padding"][0][0], cfg["padding"][1][0]), pad_value=meta["pad_value"],
+                   out_shape=tuple(spec["output"]["shape"][:2]), variant=m["target"]["variant"])
+    want = model.layers[1](q_in)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(want.q).astype(np.int8))
+    # the stream is lib_nn's reordered layout, byte for byte
+    np.testing.assert_array_equal(blob("weights"), np.asarray(xs3.reorder_kernel_weights(k)))
+
+
+def _copy(path, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(path, dst)
+    return dst
+
+
+def _edit_manifest(folder, fn):
+    p = folder / "manifest.json"
+    m = json.loads(p.read_text())
+    fn(m)
+    p.write_text(json.dumps(m))
+
+
+def test_missing_truncated_and_tampered_files_are_rejected(exported, tmp_path):
+    _, _, path = exported
+    with pytest.raises(ExportError, match="no manifest.json"):
+        load(tmp_path / "nowhere")
+    d = _copy(path, tmp_path)
+    (d / "conv.weights.bin").unlink()
+    with pytest.raises(ExportError, match="layer conv: tensor file conv.weights.bin is missing"):
+        load(d)
+    shutil.rmtree(d)
+    d = _copy(path, tmp_path)
+    data = (d / "fc.output_transform.bin").read_bytes()
+    (d / "fc.output_transform.bin").write_bytes(data[:-2])
+    with pytest.raises(ExportError, match="truncated"):
+        load(d)
+    shutil.rmtree(d)
+    d = _copy(path, tmp_path)
+    data = bytearray((d / "conv.weights.bin").read_bytes())
+    data[5] ^= 1
+    (d / "conv.weights.bin").write_bytes(bytes(data))
+    with pytest.raises(ExportError, match="checksum mismatch"):
+        load(d)
+    shutil.rmtree(d)
+    d = _copy(path, tmp_path)
+    (d / "manifest.json").write_text("{not json")
+    with pytest.raises(ExportError, match="not valid JSON"):
+        load(d)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.update(format_version=2), "format version 2 is not supported"),
+    (lambda m: m.update(hwjax_version="9.0.0"), "written by hwjax 9.0.0"),
+    (lambda m: m.update(format="other"), "not a hwjax.export manifest"),
+    (lambda m: m["target"].update(name="tpu"), "unknown target 'tpu'"),
+    (lambda m: m["target"].update(variant="chip"), "invalid target"),
+    (lambda m: m["layers"][1]["meta"].update(kernel_shape=[8, 3, 3, 2]), "layer conv"),
+    (lambda m: m["layers"][1]["output"].update(shape=[7, 7, 9]), "layer conv: output has shape"),
+    (lambda m: m["layers"][4]["config"].update(window=[3, 3]), "layer avg: output has shape"),
+    (lambda m: m["layers"][3].update(inputs=["conv", "fc"]), "not an earlier layer"),
+    (lambda m: m["layers"][2].update(kind="fancy"), "unknown layer kind"),
+])
+def test_inconsistent_manifests_are_rejected(exported, tmp_path, edit, message):
+    _, _, path = exported
+    d = _copy(path, tmp_path)
+    _edit_manifest(d, edit)
+    with pytest.raises(ExportError, match=message):
+        load(d)
+
+
+def test_export_needs_a_calibrated_model(tmp_path):
+    model = _model(T.XS3())
+    with pytest.raises(ValueError, match="not calibrated"):
+        export(model, tmp_path / "x", input_shape=(7, 7, 1))
+
+
+@pytest.mark.parametrize("target", [T.XS3Legacy(variant="v2021"), T.NVDLA()], ids=["xs3-legacy", "nvdla"])
+def test_round_trip_on_the_other_targets(target, tmp_path):
+    r = nnx.Rngs(1)
+    layers = {"input": hn.Quantize(target=target), "fc1": hn.Dense(12, 8, activation="relu", target=target, rngs=r),
+              "fc2": hn.Dense(8, 4, target=target, rngs=r)}
+    if isinstance(target, T.NVDLA):
+        layers["act"] = hn.LutActivation("tanh", target=target)
+    model = hn.Sequential(layers)
+    x = jnp.asarray(RNG.uniform(-1, 1, (40, 12)), jnp.float32)
+    hn.set_mode(model, "calibrate")
+    model(x)
+    hn.set_mode(model, "hardware")
+    loaded = load(export(model, tmp_path / "m", input_shape=(12,)))
+    assert loaded.target == target
+    np.testing.assert_array_equal(evaluate(loaded, x, batch_size=16).outputs, evaluate(model, x, batch_size=16).outputs)
+    m = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    roles = sorted(m["layers"][1]["tensors"])
+    assert roles == (["bso", "weights"] if isinstance(target, T.XS3Legacy) else ["sdp", "weights"])

@@ -1,0 +1,1 @@
+"""Hardware-aware training demo and the ``hwjax`` command line (``python -m train``)."""
