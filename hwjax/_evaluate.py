@@ -71,7 +71,9 @@ def _jitted(fn: Callable, mesh: Optional[Mesh], names: tuple) -> Callable:
         if mesh is None:
             _JITS[key] = jax.jit(fn)
         else:
-            _JITS[key] = jax.jit(fn, in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P(names))))
+            # outputs replicated: every process (multi-host: every host) reads all of them
+            rep = NamedSharding(mesh, P())
+            _JITS[key] = jax.jit(fn, in_shardings=(rep, NamedSharding(mesh, P(names))), out_shardings=rep)
         if len(_JITS) > 64:
             _JITS.pop(next(iter(_JITS)))
     return _JITS[key]
@@ -141,7 +143,8 @@ def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
         pad = batch_size - xb.shape[0]
         if pad:
             xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
-        xb = jax.device_put(xb, x_sharding) if x_sharding is not None else xb
+        if x_sharding is not None:  # each process supplies its own devices' slices (multi-host safe)
+            xb = jax.make_array_from_callback(xb.shape, x_sharding, xb.__getitem__)
         out, qp = jitted(state, xb)
         outs.append(np.asarray(out)[:batch_size - pad])
     outputs = np.concatenate(outs)

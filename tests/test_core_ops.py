@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwjax.core import ROUNDING_MODES, fixed_mul, saturate, shift_right
+from hwjax.core import ROUNDING_MODES, div_rn, fixed_mul, saturate, shift_right
 from tests.conftest import golden_path
 
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -247,3 +247,23 @@ def test_errors_name_argument_and_range():
         saturate(np.array([0.5], np.float32), 8)
     with pytest.raises(ValueError, match="int32 range"):
         shift_right(2**40, 1, rounding="floor")
+
+
+# ------------------------------------------------------------------------- div_rn
+
+_NORMAL_F32 = st.floats(min_value=2.0**-60, max_value=2.0**60, width=32)
+
+
+@given(_NORMAL_F32, _NORMAL_F32, st.booleans(), st.booleans())
+def test_div_rn_is_ieee_division(a, b, neg_a, neg_b):
+    a, b = np.float32(-a if neg_a else a), np.float32(-b if neg_b else b)
+    assert np.asarray(div_rn(a, b)) == a / b  # NumPy's float32 division is IEEE (correctly rounded)
+
+
+def test_div_rn_on_arrays_and_zero():
+    rng = np.random.default_rng(0)
+    a = (rng.choice([-1, 1], 20000) * 10 ** rng.uniform(-6, 6, 20000)).astype(np.float32)
+    b = (rng.choice([-1, 1], 20000) * 10 ** rng.uniform(-6, 6, 20000)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(div_rn(a, b)), a / b)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(div_rn)(a, b)), a / b)
+    assert float(div_rn(np.float32(0), np.float32(3))) == 0.0

@@ -71,55 +71,6 @@ def test_bad_arguments_name_themselves():
         hn.LutActivation("relu", target=t)
 
 
-def test_div_rn_is_ieee_division():
-    a = (RNG.choice([-1, 1], 20000) * 10 ** RNG.uniform(-6, 6, 20000)).astype(np.float32)
-    b = (RNG.choice([-1, 1], 20000) * 10 ** RNG.uniform(-6, 6, 20000)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(T.div_rn(a, b)), a / b)
-    assert float(T.div_rn(np.float32(0), np.float32(3))) == 0.0
-
-
-def test_xs3_otfn_int8_traced_matches_static_otfn_for_every_shift_value():
-    acc = np.concatenate([RNG.integers(-(2**31) + 1, 2**31 - 1, 40), RNG.integers(-70000, 70000, 40),
-                          [2**31 - 1, -(2**31) + 1, 0, -1, 1, 32767, -32768]]).astype(np.int32)[:, None]
-    acc = np.repeat(acc, 3, axis=1)
-    mul = np.array([32767, -32768, 12345], np.int32)
-    bias = np.array([-32768, 32767, -77], np.int32)
-    traced = jax.jit(lambda a, s1, s2, v: T.xs3_otfn_int8(a, mul, bias, s1, s2, variant=v), static_argnums=3)
-    pairs = [(s1, s2) for s1 in range(-16, 17) for s2 in (-16, 0, 7)]
-    pairs += [(s1, s2) for s1 in (-16, 0, 1) for s2 in range(-16, 16)]
-    for variant in ("hardware", "host", "v2021"):
-        for s1, s2 in pairs if variant == "hardware" else pairs[::3]:
-            want = np.asarray(xs3.otfn_int8(acc, mul, bias, initial_shift=s1, final_shr=s2, variant=variant))
-            got = np.asarray(traced(acc, np.int32(s1), np.int32(s2), variant))
-            np.testing.assert_array_equal(got, want.astype(np.int32), err_msg=f"{variant} {s1} {s2}")
-
-
-@pytest.mark.parametrize("shape", [(24, 100), (7, 9), (32, 300)])
-def test_xs3_otfn_params_matches_the_xformer_helper(shape):
-    c, k = shape
-    fn = jax.jit(T.xs3_otfn_params)
-    checked = 0
-    for trial in range(12):
-        w = RNG.integers(-127, 128, (c, k))
-        if trial % 4 == 0:
-            w[: c // 2] = 0  # constant channels
-        w = w.astype(np.int8)
-        s_in, s_out = np.float32(10 ** RNG.uniform(-4, 0)), np.float32(10 ** RNG.uniform(-3, 1))
-        s_w = (10 ** RNG.uniform(-4, -1, c)).astype(np.float32)
-        z_in, z_out = int(RNG.integers(-128, 128)), int(RNG.integers(-128, 128))
-        b = RNG.integers(-(2 ** int(RNG.integers(1, 22))), 2 ** int(RNG.integers(1, 22)), c).astype(np.int32)
-        try:
-            ref = xs3.otfn_params_from_scales(b, w, float(s_in), z_in, s_w, float(s_out), z_out)
-        except ValueError:  # shifts outside the assembly's range: the helper refuses
-            continue
-        mul, bias, sh = fn(w, b, s_in=s_in, z_in=np.int32(z_in), s_w=s_w, s_out=s_out, z_out=np.int32(z_out))
-        np.testing.assert_array_equal(np.asarray(mul), ref["multipliers"])
-        np.testing.assert_array_equal(np.asarray(bias), ref["biases"])
-        assert [int(sh[0]), int(sh[1])] == [ref["initial_shift"], ref["final_shr"]]
-        checked += 1
-    assert checked >= 6
-
-
 # --------------------------------------------------------------------------- modes
 
 

@@ -339,8 +339,8 @@ def test_argument_errors():
         xs3.otfn_int8(acc, mul, np.full(4, 40000), initial_shift=0, final_shr=0)
     with pytest.raises(ValueError, match="acc is a float array and must hold integer values"):
         xs3.otfn_int8(acc.astype(np.float32) + 0.5, mul, bias, initial_shift=0, final_shr=0)
-    with pytest.raises(TypeError, match="initial_shift must be a static Python int"):
-        jax.jit(lambda s: xs3.otfn_int8(acc, mul, bias, initial_shift=s, final_shr=0))(3)
+    with pytest.raises(TypeError, match="initial_shift must be an integer scalar"):
+        jax.jit(lambda s: xs3.otfn_int8(acc, mul, bias, initial_shift=s, final_shr=0))(3.0)
     x = np.zeros((4, 4, 3), np.int8)
     k = np.zeros((2, 2, 2, 3), np.int8)
     kw = dict(initial_shift=0, final_shr=0, stride=(1, 1), pad_top_left=(0, 0), pad_value=0, out_shape=(3, 3))
@@ -358,3 +358,119 @@ def test_argument_errors():
         xs3.conv2d(x, k, mul[:2], bias[:2], **{**kw, "pad_value": 300})
     with pytest.raises(ValueError, match=r"final_shr \(= B - 8\)|initial_shift \(= -A\)"):
         xs3.otfn_params_from_scales(np.array([0], np.int32), np.ones((1, 4), np.int8), 1e-6, 0, 1e-6, 10.0, 0)
+
+
+# ----------------------------------------------------- traced parameters (inside jit)
+
+RNG = np.random.default_rng(11)
+
+
+def test_otfn_int8_with_traced_shifts_equals_concrete_shifts_for_every_shift_value():
+    acc = np.concatenate([RNG.integers(-(2**31) + 1, 2**31 - 1, 40), RNG.integers(-70000, 70000, 40),
+                          [2**31 - 1, -(2**31) + 1, 0, -1, 1, 32767, -32768]]).astype(np.int32)[:, None]
+    acc = np.repeat(acc, 3, axis=1)
+    mul = np.array([32767, -32768, 12345], np.int32)
+    bias = np.array([-32768, 32767, -77], np.int32)
+    traced = jax.jit(lambda a, s1, s2, v: xs3.otfn_int8(a, mul, bias, initial_shift=s1, final_shr=s2, variant=v),
+                     static_argnums=3)
+    pairs = [(s1, s2) for s1 in range(-16, 17) for s2 in (-16, 0, 7)]
+    pairs += [(s1, s2) for s1 in (-16, 0, 1) for s2 in range(-16, 16)]
+    for variant in ("hardware", "host", "v2021"):
+        for s1, s2 in pairs if variant == "hardware" else pairs[::3]:
+            want = _otfn_model(acc, mul, bias, s1, s2, variant)
+            got = np.asarray(traced(acc, np.int32(s1), np.int32(s2), variant))
+            np.testing.assert_array_equal(got, want, err_msg=f"{variant} {s1} {s2}")
+
+
+def _otfn_model(acc, mul, bias, s1, s2, variant):
+    """otfn_int8 §4.1 on Python integers, from the VPU instruction models."""
+    out = np.zeros(acc.shape, np.int64)
+    for idx in np.ndindex(acc.shape):
+        c = idx[-1]
+        t = m_vlsat(int(acc[idx]), max(s1, 0), 16, variant)
+        if s1 <= 0:
+            t = m_vlashr(t, s1, 16, variant)
+        t = m_vlmul(t, int(mul[c]), 16, variant)
+        t = sat(t + int(bias[c]), 16)
+        t = m_vlashr(t, s2, 16, variant)
+        out[idx] = -128 if sat(t + 0x7F80, 16) < 0 else max(-128, min(127, (t + 128) >> 8))
+    return out
+
+
+def test_conv2d_with_traced_shifts_and_pad_value_equals_concrete():
+    x = RNG.integers(-128, 128, (2, 5, 6, 3)).astype(np.int8)
+    k = RNG.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+    mul, bias = RNG.integers(-32768, 32768, 4), RNG.integers(-32768, 32768, 4)
+    geo = dict(stride=(1, 2), pad_top_left=(1, 1), out_shape=(5, 3))
+
+    @jax.jit
+    def traced(s1, s2, pad):
+        return xs3.conv2d(x, k, mul, bias, initial_shift=s1, final_shr=s2, pad_value=pad, **geo)
+
+    for s1, s2, pad in [(-3, 0, -128), (0, -2, 5), (4, 1, 127), (16, -16, 0)]:
+        want = xs3.conv2d(x, k, mul, bias, initial_shift=s1, final_shr=s2, pad_value=pad, **geo)
+        np.testing.assert_array_equal(np.asarray(traced(s1, s2, pad)), np.asarray(want))
+
+
+def test_depthwise_conv2d_matches_a_python_model():
+    for variant in ("hardware", "host", "v2021"):
+        x = RNG.integers(-128, 128, (2, 6, 5, 16)).astype(np.int8)
+        k = RNG.integers(-128, 128, (3, 2, 16)).astype(np.int8)
+        mul, bias = RNG.integers(-32768, 32768, 16), RNG.integers(-32768, 32768, 16)
+        s1, s2, pad = int(RNG.integers(-4, 8)), int(RNG.integers(-2, 4)), int(RNG.integers(-128, 128))
+        y, acc = xs3.depthwise_conv2d(x, k, mul, bias, initial_shift=s1, final_shr=s2, stride=(2, 1),
+                                      pad_top_left=(1, 0), pad_value=pad, out_shape=(3, 4), variant=variant,
+                                      return_accumulators=True)
+        want_acc = np.zeros((2, 3, 4, 16), np.int64)
+        for b, oy, ox, c in np.ndindex(want_acc.shape):
+            a = 0
+            for i in range(3):
+                for j in range(2):
+                    r, s = oy * 2 - 1 + i, ox - 0 + j
+                    v = int(x[b, r, s, c]) if 0 <= r < 6 and 0 <= s < 5 else pad
+                    a = sat(a + v * int(k[i, j, c]), 32)
+            want_acc[b, oy, ox, c] = a
+        np.testing.assert_array_equal(np.asarray(acc), want_acc)
+        np.testing.assert_array_equal(np.asarray(y), _otfn_model(want_acc, mul, bias, s1, s2, variant))
+
+
+def test_add_int8_matches_a_python_model_and_saturates_in_order():
+    x0 = RNG.integers(-128, 128, (4, 16)).astype(np.int8)
+    x1 = RNG.integers(-128, 128, (4, 16)).astype(np.int8)
+    for variant in ("hardware", "host", "v2021"):
+        for m0, m1, bias, shift in [(12345, -20000, 1000, 9), (32767, 32767, 2**31 - 1, 24), (-32768, 5, -(2**31), 3)]:
+            got = np.asarray(xs3.add_int8(x0, x1, multiplier0=m0, multiplier1=m1, bias=bias, shift=shift,
+                                          variant=variant))
+            want = np.zeros(x0.shape, np.int64)
+            for idx in np.ndindex(x0.shape):
+                acc = sat(sat(bias + int(x0[idx]) * m0, 32) + int(x1[idx]) * m1, 32)
+                want[idx] = max(-128, min(127, m_vlsat(acc, shift, 40, variant)))  # asymmetric int8 clamp
+            np.testing.assert_array_equal(got, want, err_msg=f"{variant} {m0} {m1} {bias} {shift}")
+    with pytest.raises(ValueError, match="multiplier0"):
+        xs3.add_int8(x0, x1, multiplier0=40000, multiplier1=1, bias=0, shift=0)
+
+
+@pytest.mark.parametrize("shape", [(24, 100), (7, 9), (32, 300)])
+def test_otfn_params_matches_the_xformer_helper(shape):
+    c, k = shape
+    fn = jax.jit(xs3.otfn_params)
+    checked = 0
+    for trial in range(12):
+        w = RNG.integers(-127, 128, (c, k))
+        if trial % 4 == 0:
+            w[: c // 2] = 0  # constant channels
+        w = w.astype(np.int8)
+        s_in, s_out = np.float32(10 ** RNG.uniform(-4, 0)), np.float32(10 ** RNG.uniform(-3, 1))
+        s_w = (10 ** RNG.uniform(-4, -1, c)).astype(np.float32)
+        z_in, z_out = int(RNG.integers(-128, 128)), int(RNG.integers(-128, 128))
+        b = RNG.integers(-(2 ** int(RNG.integers(1, 22))), 2 ** int(RNG.integers(1, 22)), c).astype(np.int32)
+        try:
+            ref = xs3.otfn_params_from_scales(b, w, float(s_in), z_in, s_w, float(s_out), z_out)
+        except ValueError:  # shifts outside the assembly's range: the helper refuses
+            continue
+        mul, bias, sh = fn(w, b, s_in=s_in, z_in=np.int32(z_in), s_w=s_w, s_out=s_out, z_out=np.int32(z_out))
+        np.testing.assert_array_equal(np.asarray(mul), ref["multipliers"])
+        np.testing.assert_array_equal(np.asarray(bias), ref["biases"])
+        assert [int(sh[0]), int(sh[1])] == [ref["initial_shift"], ref["final_shr"]]
+        checked += 1
+    assert checked >= 6

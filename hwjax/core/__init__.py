@@ -5,6 +5,7 @@ instructions and kernels.
 """
 
 from hwjax.core import _wide as wide
+from hwjax.core._float import div_rn
 from hwjax.core._mac import mac, mac_reference
 from hwjax.core._ops import (
     ROUNDING_MODES,
@@ -17,6 +18,7 @@ from hwjax.core._ops import (
 
 __all__ = [
     "ROUNDING_MODES",
+    "div_rn",
     "fixed_mul",
     "int_bounds",
     "mac",

@@ -31,7 +31,8 @@ from hwjax.nn._quant import (
     weight_scales,
     weights_int,
 )
-from hwjax.targets import LUT_FUNCTIONS, ConvGeometry, div_rn, lut_function
+from hwjax.core import div_rn
+from hwjax.targets import LUT_FUNCTIONS, ConvGeometry, lut_function
 
 Padding = Union[str, int, Sequence[tuple[int, int]]]
 _DN = ("NHWC", "HWIO", "NHWC")

@@ -9,7 +9,7 @@ Conventions (all layers, all targets):
 * Biases: int32 in units of ``s_in * s_w[c]`` (:func:`quantize_bias`).
 
 Every rounding here is ``jnp.round`` (ties to even), and every division that feeds an
-integer is the correctly rounded :func:`hwjax.targets.div_rn` (XLA's own float32
+integer is the correctly rounded :func:`hwjax.core.div_rn` (XLA's own float32
 division is not correctly rounded on every backend), so the integers do not depend
 on the device. Functions that produce
 integers from floats return float32 arrays holding those integers, with a
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from typing import Any, Callable
 
-from hwjax.targets import div_rn
+from hwjax.core import div_rn
 
 sg = jax.lax.stop_gradient
 

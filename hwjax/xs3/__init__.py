@@ -30,8 +30,11 @@ from hwjax.xs3._otfn import (
     otfn_params_from_scales,
     serialise_output_transform,
 )
+from hwjax.xs3._params import otfn_params
 from hwjax.xs3._conv import (
+    add_int8,
     conv2d,
+    depthwise_conv2d,
     im2col,
     reorder_kernel_weights,
     reorder_kernel_weights_inverse,

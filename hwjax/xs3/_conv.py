@@ -1,4 +1,4 @@
-"""Current lib_nn generic convolution (spec ``xs3.md`` §5.6, §4.1).
+"""Current lib_nn convolutions and add (spec ``xs3.md`` §5.6, §5.4, §6.4, §4.1).
 
 ``conv2d`` reproduces ``memcpyfn_imtocol_padded`` + ``mat_mul_generic_int8`` +
 ``otfn_int8``: the im2col patch ``[kh][kw][c]`` (taps outside the image hold the pad
@@ -30,6 +30,7 @@ from hwjax.core import mac
 from hwjax.core import wide as W
 from hwjax.xs3 import _otfn
 from hwjax.xs3 import _surrogate as S
+from hwjax.xs3 import _vpu as vpu
 from hwjax.xs3._surrogate import SaturationGrad
 from hwjax.xs3._vpu import Variant
 
@@ -205,10 +206,12 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
       k_ohwi: (C_out, K_h, K_w, C_in) int8 values (integer or float array, as ``x``).
       multipliers, biases: (C_out,) int16 values (integer arrays: no gradient; float
         arrays: differentiable).
-      initial_shift: static int in [-16, 16]; final_shr: static int in [-16, 15].
+      initial_shift: int in [-16, 16]; final_shr: int in [-16, 15] (or traced int32
+        scalars, as in :func:`otfn_int8`).
       stride: (vertical, horizontal) >= 1. pad_top_left: (top, left) >= 0 (bottom and
         right padding follow from ``out_shape``). pad_value: int8 value of padded
-        taps (xformer: the input zero point). dilation: (vertical, horizontal).
+        taps (xformer: the input zero point; a traced int32 scalar is accepted).
+        dilation: (vertical, horizontal).
       out_shape: (OH, OW) or (OH, OW, C_out).
       variant: ``"hardware"``, ``"host"`` or ``"v2021"`` (only the output transform
         depends on it; the accumulation is identical in all variants).
@@ -244,28 +247,43 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     if len(out_shape) not in (2, 3) or (len(out_shape) == 3 and out_shape[2] != c_out):
         raise ValueError(f"out_shape must be (OH, OW) or (OH, OW, {c_out}), got {out_shape!r}")
     initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
-    V.check_range(np.asarray(pad_value), -128, 127, "pad_value (int8)")
+    pad_value = _pad_value(pad_value)
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=True, channels=c_out)
     patches_of = functools.partial(im2col, kernel_hw=(kh, kw), stride=stride,
-                                   pad_top_left=pad_top_left, pad_value=int(pad_value),
-                                   out_hw=out_shape[:2], dilation=dilation)
-    otfn_forward = _otfn.int8_forward(initial_shift, final_shr, variant, return_stats)
+                                   pad_top_left=pad_top_left, out_hw=out_shape[:2], dilation=dilation)
+    otfn_forward = _otfn.int8_forward(variant, return_stats)
 
-    def forward(xv, k, mul, bias):
-        patches = patches_of(xv.astype(jnp.int8))
+    def forward(xv, k, mul, bias, pad, s1, s2):
+        patches = patches_of(xv.astype(jnp.int8), pad_value=pad)
         w = k.astype(jnp.int8).reshape(c_out, -1)
         acc = mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK)
-        y, clipped, *stats = otfn_forward(acc, mul, bias)
+        y, clipped, *stats = otfn_forward(acc, mul, bias, s1, s2)
         extras = (acc,) if return_accumulators else ()
         if return_stats:
             extras += ({"acc_saturated": _acc_saturation_counts(patches, w, acc), **stats[0]},)
         return (y, clipped, *extras)
 
-    def surrogate(xv, k, mul, bias):
-        acc = jnp.matmul(patches_of(xv), k.reshape(c_out, -1).T, precision=jax.lax.Precision.HIGHEST)
-        return _otfn.int8_surrogate(acc, mul, bias, initial_shift=initial_shift, final_shr=final_shr)
+    def surrogate(xv, k, mul, bias, pad, s1, s2):
+        acc = jnp.matmul(patches_of(xv, pad_value=pad), k.reshape(c_out, -1).T,
+                         precision=jax.lax.Precision.HIGHEST)
+        return _otfn.int8_surrogate(acc, mul, bias, s1, s2)
 
-    return S.call(forward, surrogate, xv, k, mul, bias, saturation_grad=saturation_grad)
+    return S.call(forward, surrogate, xv, k, mul, bias, pad_value, initial_shift, final_shr,
+                  saturation_grad=saturation_grad)
+
+
+def _pad_value(pad_value) -> jax.Array:
+    """The int8 pad value as an int32 scalar: range-checked when concrete; a traced
+    integer scalar (e.g. a zero point derived inside ``jit``) is used as is."""
+    if isinstance(pad_value, jax.core.Tracer):
+        if pad_value.shape != () or not jnp.issubdtype(pad_value.dtype, jnp.integer):
+            raise TypeError(f"pad_value must be an integer scalar in [-128, 127], got a traced "
+                            f"{pad_value.dtype}{list(pad_value.shape)}")
+        return pad_value.astype(_I32)
+    V.check_range(np.asarray(pad_value), -128, 127, "pad_value (int8)")
+    if np.ndim(pad_value) != 0 or not np.issubdtype(np.asarray(pad_value).dtype, np.integer):
+        raise TypeError(f"pad_value must be an integer scalar in [-128, 127], got {pad_value!r}")
+    return jnp.asarray(int(pad_value), _I32)
 
 
 def _acc_saturation_counts(patches: jax.Array, w: jax.Array, acc: jax.Array) -> jax.Array:
@@ -276,3 +294,96 @@ def _acc_saturation_counts(patches: jax.Array, w: jax.Array, acc: jax.Array) -> 
     if patch >= 2**20:
         raise ValueError(f"return_stats needs K_h*K_w*C_in < 2**20, got {patch}")
     return _otfn._count_per_channel(_exact_saturated(patches, w, acc))
+
+
+# ------------------------------------------------------------- depthwise §5.4, add §6.4
+
+
+def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
+                     stride: Sequence[int], pad_top_left: Sequence[int], pad_value,
+                     out_shape: Sequence[int], variant: Variant = "hardware",
+                     return_accumulators: bool = False):
+    """Current-API depthwise convolution: ``mat_mul_dw_direct`` (§5.4) + ``otfn_int8``.
+
+    Per output pixel and channel c: ``acc = 0``; for every kernel tap (i, j) in
+    row-major (kh, kw) order, ``acc = sat32(acc + x[r, s, c] * k[i, j, c])`` (one
+    VLMACC per tap, :func:`hwjax.xs3.vlmacc`) with ``r = oy*stride[0] - top + i``,
+    ``s = ox*stride[1] - left + j``; taps outside the image read ``pad_value``. Then
+    ``y = otfn_int8(acc, multipliers, biases, initial_shift, final_shr, variant)``.
+
+    Args:
+      x: (H, W, C) or (B, H, W, C) int8 values (integer array).
+      k_hwc: (K_h, K_w, C) int8 values (channels innermost, the layout the kernel reads).
+      multipliers, biases: (C,) int16 values (integer arrays).
+      initial_shift, final_shr, pad_value: as for :func:`conv2d` (concrete values are
+        range-checked; traced int32 scalars are accepted).
+      stride, pad_top_left, out_shape ((OH, OW)): as for :func:`conv2d`.
+      variant: ``"hardware"``, ``"host"`` or ``"v2021"`` (only the output transform
+        depends on it).
+      return_accumulators: also return the int32 accumulators (..., OH, OW, C).
+
+    Returns:
+      int8 (..., OH, OW, C), and the accumulators when asked. Integer inputs only.
+    """
+    xv, k = _int8_operand(x, "x"), _int8_operand(k_hwc, "k_hwc")
+    if xv.ndim not in (3, 4) or k.ndim != 3 or xv.shape[-1] != k.shape[-1]:
+        raise ValueError(f"x must be (..., H, W, C) and k_hwc (K_h, K_w, C) with the same C, got "
+                         f"{xv.shape} and {k.shape}")
+    kh, kw, c = k.shape
+    sv, sh = _pair(stride, "stride", 1)
+    pt, pl = _pair(pad_top_left, "pad_top_left", 0)
+    oh, ow = _pair(tuple(out_shape)[:2], "out_shape", 1)
+    initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
+    _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=False, channels=c)
+    h, w = xv.shape[-3:-1]
+    pb, pr = max(0, (oh - 1) * sv + kh - pt - h), max(0, (ow - 1) * sh + kw - pl - w)
+    pad = [(0, 0)] * (xv.ndim - 3) + [(pt, pb), (pl, pr), (0, 0)]
+    xp = jnp.pad(xv.astype(_I32), pad, constant_values=_pad_value(pad_value))
+    acc = jnp.zeros(xv.shape[:-3] + (oh, ow, c), _I32)
+    for i in range(kh):
+        for j in range(kw):
+            tap = xp[..., i:i + sv * (oh - 1) + 1:sv, j:j + sh * (ow - 1) + 1:sh, :]
+            acc = vpu.vlmacc(acc, tap, k[i, j].astype(_I32), mode=8, variant=variant)
+    y = _otfn.otfn_int8(acc, mul, bias, initial_shift=initial_shift, final_shr=final_shr, variant=variant)
+    return (y, acc) if return_accumulators else y
+
+
+def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant = "hardware"):
+    """Current-API ``add_elementwise`` (§6.4), full 16-lane groups.
+
+    Per element: ``acc = sat32(sat32(bias + x0 * multiplier0) + x1 * multiplier1)``
+    (two VLMACCs), ``y = clamp(R(acc, shift), -128, 127)`` with the variant's 8-bit
+    VLSAT rounding R (:func:`hwjax.xs3.vlsat`, two's-complement clamp). lib_nn's C model
+    computes the last ``count mod 16`` elements in plain int32 with ``rshr``; where
+    ``|acc| < 2**31 - 2**23`` and R rounds half up, both agree.
+
+    Args:
+      x0, x1: int8 values, same shape (integer arrays).
+      multiplier0, multiplier1: int16 scalars; bias: int32 scalar; shift: VLSAT shift
+        (integer scalars; concrete values are range-checked, traced ones accepted).
+      variant: ``"hardware"``, ``"host"`` or ``"v2021"``.
+
+    Returns:
+      int8 array of the input shape.
+    """
+    a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
+    if a0.shape != a1.shape:
+        raise ValueError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
+    m0 = _scalar(multiplier0, "multiplier0", -(2**15), 2**15 - 1)
+    m1 = _scalar(multiplier1, "multiplier1", -(2**15), 2**15 - 1)
+    b = _scalar(bias, "bias", -(2**31), 2**31 - 1)
+    s = _scalar(shift, "shift", 0, 2**15 - 1)
+    acc = jnp.broadcast_to(b, a0.shape)
+    acc = vpu.vlmacc(acc, a0.astype(_I32), m0, mode=16, variant=variant)
+    acc = vpu.vlmacc(acc, a1.astype(_I32), m1, mode=16, variant=variant)
+    return vpu.vlsat(acc, s, mode=8, variant=variant, symmetric=False).astype(jnp.int8)
+
+
+def _scalar(v, name: str, lo: int, hi: int) -> jax.Array:
+    """An integer scalar as int32: range-checked when concrete, accepted when traced."""
+    a = jnp.asarray(v) if isinstance(v, jax.core.Tracer) else np.asarray(v)
+    if a.shape != () or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got {v!r}")
+    if not isinstance(v, jax.core.Tracer):
+        V.check_range(a, lo, hi, name)
+    return jnp.asarray(a, _I32)

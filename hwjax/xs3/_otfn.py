@@ -44,15 +44,26 @@ STAT_KEYS = ("initial_clipped", "mul_clipped", "bias_clipped", "final_clipped", 
 # ----------------------------------------------------------------------- validation
 
 
-def _static_shift(value, lo: int, hi: int, name: str) -> int:
-    """A per-op shift: a static Python int inside the assembly's supported range."""
+def _shift(value, lo: int, hi: int, name: str) -> jax.Array:
+    """A per-op shift as an int32 scalar.
+
+    A concrete value (Python or NumPy int, 0-d array) must lie in ``[lo, hi]``, the
+    range the assembly supports (ValueError otherwise). A traced integer scalar is
+    accepted as is (hardware-aware training derives shifts inside ``jit``); it cannot
+    be range-checked, and the result is what the VPU instructions compute with that
+    shift (they are defined for every shift).
+    """
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(f"{name} must be a static Python int in [{lo}, {hi}] (one per op), "
-                        f"not a traced value")
-    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0:
+        if value.shape != () or not jnp.issubdtype(value.dtype, jnp.integer):
+            raise TypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got a traced "
+                            f"{value.dtype}{list(value.shape)}")
+        return value.astype(_I32)
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0:
+        if not np.issubdtype(np.asarray(value).dtype, np.integer):
+            raise TypeError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
         value = int(value)
     try:
-        return V.check_static_int(value, lo, hi, name)
+        return jnp.asarray(V.check_static_int(value, lo, hi, name), _I32)
     except ValueError:
         raise ValueError(f"{name}={value} is outside the supported range [{lo}, {hi}] of the XS3 "
                          f"otfn_int8 assembly (spec §4.1)") from None
@@ -95,7 +106,7 @@ def _output_clipped(t: jax.Array) -> jax.Array:
     return (q > 127) | (q < -128)
 
 
-def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: int, variant: Variant) -> dict:
+def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, variant: Variant) -> dict:
     """Steps 2–5 of §4.1 (shared by every int8 transform), with their clip flags."""
     p = vpu.vlmul_raw(t, mul, mode=16, variant=variant)
     t_mul = vpu.vlmul(t, mul, mode=16, variant=variant)
@@ -115,18 +126,17 @@ def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: int, variant
     }
 
 
-def _initial_int8(acc: jax.Array, initial_shift: int, variant: Variant) -> dict:
+def _initial_int8(acc: jax.Array, initial_shift: jax.Array, variant: Variant) -> dict:
     """Step 1 of §4.1: VLSAT16 by ``max(initial_shift, 0)``, then VLASHR16 by
-    ``initial_shift`` when it is <= 0 (a saturating left shift)."""
-    s = jnp.asarray(max(initial_shift, 0), _I32)
+    ``min(initial_shift, 0)`` (a saturating left shift; by 0 it changes nothing, so
+    the assembly's branch on the sign of ``initial_shift`` needs no branch here)."""
+    s1 = jnp.asarray(initial_shift, _I32)
+    s = jnp.maximum(s1, 0)
     raw = vpu.vlsat_raw(acc, s, variant=variant)
     t = vpu.vlsat(acc, s, mode=16, variant=variant)
-    clipped = raw != t
-    if initial_shift > 0:
-        return {"after_vlsat": t, "after_initial_vlashr": t, "initial_clipped": clipped}
-    shr = jnp.asarray(initial_shift, _I32)
+    shr = jnp.minimum(s1, 0)
     t2 = vpu.vlashr(t, shr, mode=16, variant=variant)
-    clipped = clipped | (vpu.vlashr_raw(t, shr, mode=16, variant=variant) != t2)
+    clipped = (raw != t) | (vpu.vlashr_raw(t, shr, mode=16, variant=variant) != t2)
     return {"after_vlsat": t, "after_initial_vlashr": t2, "initial_clipped": clipped}
 
 
@@ -153,36 +163,35 @@ def _finish(steps: dict, return_stats: bool):
 # ------------------------------------------------------------------- the surrogates
 
 
-def _initial_scale(initial_shift: int) -> float:
+def _initial_scale(initial_shift, like) -> jax.Array:
     """Step 1's factor ``2**-e``: VLSAT right shifts by ``initial_shift > 0``; VLASHR16
     left shifts by at most 15 (the ``hardware`` cap)."""
-    return 2.0 ** -max(initial_shift, -15)
+    return S.exp2(-jnp.maximum(initial_shift, -15), like)
 
 
-def _tail_affine(t, mul, bias, final_shr: int):
+def _tail_affine(t, mul, bias, final_shr):
     """The real-valued function steps 2–5 approximate: ``(t*mul/2**14 + bias) / 2**(final_shr+8)``
     (a left shift capped at 15 as in VLASHR16)."""
-    return (t * mul * 2.0**-14 + bias) * 2.0 ** -(max(final_shr, -15) + 8)
+    return (t * mul * 2.0**-14 + bias) * S.exp2(-(jnp.maximum(final_shr, -15) + 8), t)
 
 
-def int8_surrogate(acc, mul, bias, *, initial_shift: int, final_shr: int):
+def int8_surrogate(acc, mul, bias, initial_shift, final_shr):
     """The float affine function :func:`otfn_int8` approximates (its surrogate)."""
-    return _tail_affine(acc * _initial_scale(initial_shift), mul, bias, final_shr)
+    return _tail_affine(acc * _initial_scale(initial_shift, acc), mul, bias, final_shr)
 
 
-def int8_steps(a, mul, bias, *, initial_shift: int, final_shr: int, variant: Variant) -> dict:
+def int8_steps(a, mul, bias, initial_shift, final_shr, *, variant: Variant) -> dict:
     """Steps 1–5 of §4.1 on checked int32 operands (see :func:`otfn_int8_steps`)."""
     a, mul, bias = vpu._i32(a, mul, bias)
     head = _initial_int8(a, initial_shift, variant)
     return {**head, **_tail(head["after_initial_vlashr"], mul, bias, final_shr, variant)}
 
 
-def int8_forward(initial_shift: int, final_shr: int, variant: Variant, return_stats: bool):
-    """The forward function of :func:`otfn_int8` for :func:`hwjax.xs3._surrogate.call`."""
-    def forward(a, mul, bias):
-        steps = int8_steps(a, mul, bias, initial_shift=initial_shift, final_shr=final_shr,
-                           variant=variant)
-        return _outputs(steps, return_stats)
+def int8_forward(variant: Variant, return_stats: bool):
+    """The forward function ``(acc, mul, bias, initial_shift, final_shr)`` of
+    :func:`otfn_int8` for :func:`hwjax.xs3._surrogate.call`."""
+    def forward(a, mul, bias, initial_shift, final_shr):
+        return _outputs(int8_steps(a, mul, bias, initial_shift, final_shr, variant=variant), return_stats)
     return forward
 
 
@@ -202,14 +211,15 @@ def otfn_int8_steps(acc, multipliers, biases, *, initial_shift: int, final_shr: 
     """
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=False)
-    return int8_steps(a, mul, bias, initial_shift=initial_shift, final_shr=final_shr, variant=variant)
+    return int8_steps(a, mul, bias, initial_shift, final_shr, variant=variant)
 
 
-def check_int8_config(initial_shift, final_shr, variant) -> tuple[int, int]:
-    """Validates the static arguments of :func:`otfn_int8`; returns the two shifts."""
+def check_int8_config(initial_shift, final_shr, variant) -> tuple[jax.Array, jax.Array]:
+    """Validates the shifts and variant of :func:`otfn_int8`; returns the two shifts
+    as int32 scalars (see :func:`_shift` for traced shifts)."""
     vpu._check_variant(variant)
-    return (_static_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift"),
-            _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr"))
+    return (_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift"),
+            _shift(final_shr, *FINAL_SHR_RANGE, "final_shr"))
 
 
 def _int8_operands(acc, multipliers, biases, *, float_ok: bool, channels: int | None = None):
@@ -240,8 +250,10 @@ def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
         integer values (differentiable).
       multipliers, biases: (C,) int16 values: integer arrays (no gradient) or float
         arrays holding integers (differentiable).
-      initial_shift: static int in [-16, 16]; final_shr: static int in [-16, 15] (the
-        ranges the chip's assembly supports; ValueError outside).
+      initial_shift: int in [-16, 16]; final_shr: int in [-16, 15] (the ranges the
+        chip's assembly supports; ValueError outside). Either may also be a traced
+        int32 scalar (e.g. derived inside ``jit``), which cannot be range-checked and
+        is applied as the instructions define it.
       variant: ``"hardware"``, ``"host"`` or ``"v2021"``.
       return_stats: also return per-channel counts (int32, shape (C,)) of lanes that
         saturated in step 1 (``initial_clipped``), 2 (``mul_clipped``), 3
@@ -263,9 +275,8 @@ def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
     """
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=True)
-    surrogate = functools.partial(int8_surrogate, initial_shift=initial_shift, final_shr=final_shr)
-    return S.call(int8_forward(initial_shift, final_shr, variant, return_stats), surrogate,
-                  a, mul, bias, saturation_grad=saturation_grad)
+    return S.call(int8_forward(variant, return_stats), int8_surrogate, a, mul, bias, initial_shift,
+                  final_shr, saturation_grad=saturation_grad)
 
 
 # --------------------------------------------------------- §4.2 otfn_int8_channelwise
@@ -282,7 +293,8 @@ def otfn_int8_channelwise(acc, shifts, multipliers, biases, *, final_shr: int,
       acc: (..., C) int32 values (integer array, or float array: differentiable).
       shifts: (C,) integer array (no gradient). multipliers, biases: (C,) int16 values
         (integer arrays, or float arrays: differentiable).
-      final_shr: static in [-16, 15]. variant, return_stats, saturation_grad: as in
+      final_shr: in [-16, 15] (or traced, as in :func:`otfn_int8`). variant,
+        return_stats, saturation_grad: as in
         :func:`otfn_int8`.
 
     Returns:
@@ -294,23 +306,23 @@ def otfn_int8_channelwise(acc, shifts, multipliers, biases, *, final_shr: int,
     step clipped (``saturation_grad="zero"``).
     """
     vpu._check_variant(variant)
-    final_shr = _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
+    final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
     a = _acc32(acc, float_ok=True)
     c = a.shape[-1]
     sh = _channel_param(shifts, "shifts", c, -(2**15), 2**16 - 1) & 0xFFFF
     _, mul, bias = _int8_operands(None, multipliers, biases, float_ok=True, channels=c)
 
-    def forward(a, sh, mul, bias):
+    def forward(a, sh, mul, bias, final_shr):
         a, mul, bias = vpu._i32(a, mul, bias)
         t = vpu.vlsat(a, sh, mode=16, variant=variant)
         steps = {"initial_clipped": vpu.vlsat_raw(a, sh, variant=variant) != t,
                  **_tail(t, mul, bias, final_shr, variant)}
         return _outputs(steps, return_stats)
 
-    def surrogate(a, sh, mul, bias):
+    def surrogate(a, sh, mul, bias, final_shr):
         return _tail_affine(a * S.exp2(-sh, a), mul, bias, final_shr)
 
-    return S.call(forward, surrogate, a, sh, mul, bias, saturation_grad=saturation_grad)
+    return S.call(forward, surrogate, a, sh, mul, bias, final_shr, saturation_grad=saturation_grad)
 
 
 # ------------------------------------------------------------ §4.3 otfn_int8_clamped
@@ -328,13 +340,14 @@ def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, 
         t = VLASHR16(t, initial_shift)     (positive = right shift, floor on hardware)
         then steps 2–5 of otfn_int8
 
-    ``initial_shift`` static in [-16, 16], ``final_shr`` in [-16, 15]. Returns int8
+    ``initial_shift`` in [-16, 16], ``final_shr`` in [-16, 15] (or traced, as in
+    :func:`otfn_int8`). Returns int8
     (and stats as in :func:`otfn_int8`; ``initial_clipped`` counts the VLADD and
     VLASHR saturations).
     """
     vpu._check_variant(variant)
-    initial_shift = _static_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
-    final_shr = _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
+    initial_shift = _shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
+    final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
     a = _acc32(acc)
     x = ((a & 0xFFFF) ^ 0x8000) - 0x8000  # vR.s16: the low half, signed
     c = a.shape[-1]
@@ -344,7 +357,7 @@ def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, 
     t = vpu.vladd(x, off, mode=16, variant=variant)
     clipped = (x + off) != t
     t = vpu.vpos(t, mode=16, variant=variant)
-    shr = jnp.asarray(initial_shift, _I32)
+    shr = initial_shift
     t2 = vpu.vlashr(t, shr, mode=16, variant=variant)
     clipped = clipped | (vpu.vlashr_raw(t, shr, mode=16, variant=variant) != t2)
     return _finish({"initial_clipped": clipped, **_tail(t2, mul, bias, final_shr, variant)},
@@ -575,8 +588,8 @@ def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out:
     A, M = _solve_exponents(m, beta, amin, amax)
     B = A + M - 14
     initial_shift, final_shr = -A, B - 8
-    _static_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift (= -A)")
-    _static_shift(final_shr, *FINAL_SHR_RANGE, "final_shr (= B - 8)")
+    _shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift (= -A)")
+    _shift(final_shr, *FINAL_SHR_RANGE, "final_shr (= B - 8)")
     mul = np.clip(np.rint(np.ldexp(m, M)), -(2**15), 2**15 - 1)
     bias = np.rint(np.ldexp(beta, B) - 1) if B >= 0 else np.rint(np.ldexp(beta, B))
     return {"multipliers": mul.astype(np.int16),

@@ -1,0 +1,53 @@
+"""Exact float32 helpers for the float-side arithmetic that produces integers.
+
+Quantisation recipes turn float scales into integer parameters; the integers must
+not depend on the device. XLA's float32 division is not correctly rounded on every
+backend, and ``jnp.exp2`` is not exact on CPU, so such recipes use these instead.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from hwjax.core import _wide as W
+
+
+@jax.jit
+def div_rn(a, b) -> jax.Array:
+    """IEEE float32 division ``a / b``, correctly rounded (ties to even), on every backend.
+
+    XLA's float32 division is not correctly rounded on every backend (on CPU it differs
+    from IEEE division in the last bit for a large fraction of inputs), so every float
+    computation that feeds integer parameters or integer activations uses this
+    instead: the quotient of the 24-bit mantissas is formed with an approximate
+    division and then corrected exactly in integer arithmetic. Handles signs and
+    zeros; normal (non-denormal, finite) operands and results. No gradient (used on
+    quantisation parameters and inside straight-through constructions).
+    """
+    a = jax.lax.stop_gradient(jnp.asarray(a, jnp.float32))
+    b = jax.lax.stop_gradient(jnp.asarray(b, jnp.float32))
+    a, b = jnp.broadcast_arrays(a, b)
+    fa, ea = jnp.frexp(jnp.abs(a))
+    fb, eb = jnp.frexp(jnp.abs(b))
+    ma = (fa * 2.0**24).astype(jnp.int32)  # in [2**23, 2**24)
+    mb = jnp.maximum((fb * 2.0**24).astype(jnp.int32), 1)
+    s = jnp.where(ma >= mb, 23, 24)  # ma 2**s / mb in [2**23, 2**24)
+    q0 = jnp.floor(ma.astype(jnp.float32) / mb.astype(jnp.float32) * _pow2(s)).astype(jnp.int32)
+    r = W.sub(W.shift_left(W.from_int32(ma), s), W.mul_int32(q0, mb))  # small: |r| < 16 mb
+    r32 = jax.lax.bitcast_convert_type(r.lo, jnp.int32)
+    q = q0 + jnp.floor_divide(r32, mb)
+    rem = jnp.mod(r32, mb)
+    up = (2 * rem > mb) | ((2 * rem == mb) & ((q & 1) == 1))
+    q = q + up.astype(jnp.int32)
+    e = ea - eb - s
+    e1 = jnp.clip(e, -126, 127)
+    mag = q.astype(jnp.float32) * _pow2(e1) * _pow2(jnp.clip(e - e1, -126, 127))
+    out = jnp.where(jnp.signbit(a) != jnp.signbit(b), -mag, mag)
+    return jnp.where(a == 0, jnp.zeros_like(out), out)
+
+
+def _pow2(n) -> jax.Array:
+    """``2.0**n`` as float32, exactly, for int32 ``n`` in [-126, 127] (built from its bits)."""
+    n = jnp.clip(jnp.asarray(n, jnp.int32), -126, 127)
+    return jax.lax.bitcast_convert_type((n + 127) << 23, jnp.float32)

@@ -1,0 +1,198 @@
+"""NVDLA target: the INT8 convolution pipeline with SDP X1 stage and the SDP LUT."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import hwjax.nvdla as nvdla_pkg
+from hwjax.core import div_rn
+from hwjax.targets._base import ConvGeometry, Target, float_exponent, pytree, static
+
+def _scale_shift(r: jax.Array, max_shift: int = 63) -> tuple[jax.Array, jax.Array]:
+    """An int16 ``scale`` and a right ``shift`` in [0, max_shift] with ``scale * 2**-shift``
+    ~ ``r`` (> 0; per-channel ``r`` shares the shift of its largest entry): the largest
+    shift that keeps ``|scale| <= 32767``."""
+    e = float_exponent(jnp.max(r))
+    shift = jnp.clip(15 - e, 0, max_shift).astype(jnp.int32)
+    scale = jnp.clip(jnp.round(jnp.ldexp(r, shift)), -32767, 32767).astype(jnp.int32)
+    return scale, shift
+
+
+@pytree
+@dataclass(frozen=True)
+class NVDLAConvParams:
+    """Integer parameters of one NVDLA convolution / dense layer (int8 pipeline).
+
+    ``kernel`` int8 OHWI; ``bias16`` (C,) int16 SDP X1 ALU operands with the left shift
+    ``bias_shift``; ``mul16`` (C,) int16 X1 MUL operands with the right shift
+    ``mul_shift``; ``relu`` (static) the X1 ReLU.
+    """
+
+    kernel: jax.Array
+    bias16: jax.Array
+    bias_shift: jax.Array
+    mul16: jax.Array
+    mul_shift: jax.Array
+    relu: bool = static()
+
+
+@functools.lru_cache(maxsize=None)
+def nvdla_lut_config(fn: str):
+    """The SDP LUT programmed for ``fn`` on a Q12 input (``X = round(x * 2**12)``), output
+    ``Y = round(32767 * fn(x))``: :func:`hwjax.nvdla.sigmoid_lut` / ``tanh_lut`` presets
+    (spec nvdla_pkg.md §4.6 layout), computed once per function."""
+    presets = {"sigmoid": nvdla_pkg.sigmoid_lut, "tanh": nvdla_pkg.tanh_lut}
+    if fn not in presets:
+        raise NotImplementedError(f"no NVDLA LUT preset for {fn!r} (available: {sorted(presets)})")
+    return presets[fn]()
+
+
+@pytree
+@dataclass(frozen=True)
+class NVDLALutParams:
+    """An NVDLA LUT activation: X1 MUL ``(m_in, sh_in)`` to the Q12 LUT input, the two
+    tables (registers: :func:`nvdla_lut_config` of ``fn``), output convertor
+    ``(m_out, sh_out)``."""
+
+    m_in: jax.Array
+    sh_in: jax.Array
+    m_out: jax.Array
+    sh_out: jax.Array
+    le_table: jax.Array
+    lo_table: jax.Array
+    fn: str = static()
+
+
+_LUT_IN_BITS = 12  # the LUT input is Q12
+_LUT_OUT_SCALE = 32767.0
+
+
+@dataclass(frozen=True)
+class NVDLA(Target):
+    """NVIDIA NVDLA (``nv_full``), INT8 pipeline, spec nvdla_pkg.md: symmetric int8 activations
+    (zero point 0), per-channel int8 weights.
+
+    * ``conv``/``dense``: exact int32 accumulation (CMAC/CACC), then the SDP X1 stage:
+      ALU ``sat32(acc + bias16 * 2**bias_shift)``, MUL ``sat32(rshift_rhaz(v * mul16[c],
+      mul_shift))``, optional ReLU, then the SDP output convertor to int8 (int17 stage,
+      :func:`hwjax.nvdla_pkg.cvt`). ``mul16 * 2**-mul_shift ~ s_in s_w[c] / s_out``.
+    * ``lut``: X1 MUL to the LUT's Q12 input, the SDP LUT (:func:`hwjax.nvdla_pkg.sdp_lut`,
+      programmed by the ``sigmoid_lut`` / ``tanh_lut`` presets), and the output
+      convertor from ``32767 * fn(x)`` to int8.
+    * ``maxpool``: PDP max pooling (exact int8 maximum).
+    """
+
+    name: ClassVar[str] = "nvdla"
+    layers: ClassVar[frozenset[str]] = frozenset({"conv", "dense", "maxpool", "lut"})
+    symmetric_activations: ClassVar[bool] = True
+
+    def check_layer(self, kind: str, **config: Any) -> None:
+        super().check_layer(kind, **config)
+        if kind == "lut":
+            nvdla_lut_config(config.get("fn"))
+
+    def conv_params(self, kernel_ohwi, bias_q, *, s_in, z_in, s_w, s_out, z_out, relu: bool = False):
+        from hwjax.core import shift_right
+
+        b = bias_q.astype(jnp.int32)
+        bits = 32 - jax.lax.clz(jnp.max(jnp.abs(b)))
+        bias_shift = jnp.maximum(bits - 15, 0).astype(jnp.int32)
+        bias16 = jnp.clip(shift_right(b, bias_shift, rounding="half_away"), -32768, 32767)
+        mul16, mul_shift = _scale_shift(div_rn(s_in * s_w, s_out))
+        return NVDLAConvParams(kernel_ohwi.astype(jnp.int8), bias16, bias_shift, mul16, mul_shift, bool(relu))
+
+    def conv(self, x, params: NVDLAConvParams, geom: ConvGeometry, *, return_acc: bool = False):
+        cvt = nvdla_pkg.cvt
+        (pt, pb), (pl, pr) = geom.padding
+        xp = jnp.pad(x.astype(jnp.int8), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+        (kh, kw), (sh, sw), (ho, wo) = geom.kernel, geom.stride, geom.out_hw
+        taps = [xp[:, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw, :] for i in range(kh) for j in range(kw)]
+        patches = jnp.concatenate(taps, axis=-1)  # (B, Ho, Wo, kh*kw*C) in (kh, kw, c) order
+        k = params.kernel.reshape(params.kernel.shape[0], -1)
+        if k.shape[1] * 128 * 128 > 2**31 - 1:
+            raise ValueError(f"an NVDLA convolution with {k.shape[1]} products per output could exceed int32; "
+                             f"the exact int32 accumulation here supports at most 131071 (kh*kw*C_in)")
+        acc = jax.lax.dot_general(patches, k, (((3,), (1,)), ((), ())), preferred_element_type=jnp.int32)
+        v = cvt(acc, offset=-(params.bias16 << params.bias_shift), scale=1, shift=0, out_bits=32)
+        v = cvt(v, offset=0, scale=params.mul16, shift=params.mul_shift, out_bits=32)
+        if params.relu:
+            v = jnp.maximum(v, 0)
+        y = cvt(v, offset=0, scale=1, shift=0, out_bits=8, stage_bits=17)
+        return y.astype(jnp.int32), (acc if return_acc else None)
+
+    def maxpool(self, x, window, strides):
+        """PDP max pooling: the int8 maximum over each window (no padding)."""
+        return jax.lax.reduce_window(x.astype(jnp.int32), jnp.int32(-128), jax.lax.max, (1, *window, 1),
+                                     (1, *strides, 1), "VALID")
+
+    def lut_params(self, fn: str, *, s_in, z_in, s_out, z_out) -> dict:
+        """X1 MUL ``(m_in, sh_in)`` with ``m_in 2**-sh_in ~ s_in 2**12`` (int8 -> Q12) and the
+        output convertor ``(m_out, sh_out)`` with ``m_out 2**-sh_out ~ 1 / (32767 s_out)``."""
+        m_in, sh_in = _scale_shift(jnp.asarray(s_in, jnp.float32) * float(2**_LUT_IN_BITS))
+        m_out, sh_out = _scale_shift(div_rn(jnp.float32(1.0), _LUT_OUT_SCALE * jnp.asarray(s_out, jnp.float32)))
+        cfg = nvdla_lut_config(fn)
+        return NVDLALutParams(m_in, sh_in, m_out, sh_out, jnp.asarray(cfg.le_table, jnp.int16),
+                              jnp.asarray(cfg.lo_table, jnp.int16), fn)
+
+    def lut(self, x, params: NVDLALutParams):
+        cfg = nvdla_lut_config(params.fn).replace(le_table=params.le_table, lo_table=params.lo_table)
+        xq = nvdla_pkg.cvt(x.astype(jnp.int32), offset=0, scale=params.m_in, shift=params.sh_in, out_bits=32)
+        y = nvdla_pkg.sdp_lut(xq, cfg)[0]
+        return nvdla_pkg.cvt(y, offset=0, scale=params.m_out, shift=params.sh_out, out_bits=8,
+                         stage_bits=17).astype(jnp.int32)
+
+    # ------------------------------------------------------------- memory formats
+
+    def export_tensors(self, kind: str, params):
+        """``conv``/``dense``: ``weights`` = :func:`hwjax.nvdla_pkg.pack_dc_weights` of the KCRS
+        kernel (the direct-convolution byte image), ``sdp`` =
+        :func:`hwjax.nvdla_pkg.pack_sdp_per_channel` of the (bias16, mul16) operands.
+        ``lut``: the ``le_table`` (65) and ``lo_table`` (257) int16 entries; registers and
+        convertor settings go to the manifest."""
+        if kind in ("conv", "dense"):
+            k = np.asarray(params.kernel, np.int8)
+            kcrs = np.transpose(k, (0, 3, 1, 2))
+            image = np.asarray(nvdla_pkg.pack_dc_weights(kcrs, dtype=np.int8), np.uint8)
+            sdp = np.asarray(nvdla_pkg.pack_sdp_per_channel(np.asarray(params.bias16, np.int16),
+                                                        np.asarray(params.mul16, np.int16), dtype=np.int16),
+                             np.uint8)
+            meta = {"kernel_shape": list(k.shape), "bias_shift": int(params.bias_shift),
+                    "mul_shift": int(params.mul_shift), "relu": bool(params.relu)}
+            return {"weights": image, "sdp": sdp}, meta
+        if kind == "lut":
+            cfg = nvdla_lut_config(params.fn)
+            regs = {k: (v if isinstance(v, (str, int)) else int(v)) for k, v in cfg.registers().items()}
+            meta = {"fn": params.fn, "registers": regs,
+                    **{k: int(getattr(params, k)) for k in ("m_in", "sh_in", "m_out", "sh_out")}}
+            return {"le_table": np.asarray(params.le_table, np.int16),
+                    "lo_table": np.asarray(params.lo_table, np.int16)}, meta
+        return {}, {}
+
+    def import_tensors(self, kind: str, tensors: dict, meta: dict):
+        if kind in ("conv", "dense"):
+            shape = tuple(int(v) for v in meta["kernel_shape"])
+            kcrs = nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (shape[0], shape[3], shape[1], shape[2]),
+                                           dtype=jnp.int8)
+            bias16, mul16 = nvdla_pkg.unpack_sdp_per_channel(jnp.asarray(tensors["sdp"]), shape[0], dtype=jnp.int16)
+            return NVDLAConvParams(jnp.transpose(kcrs, (0, 2, 3, 1)).astype(jnp.int8), bias16.astype(jnp.int32),
+                                   jnp.int32(meta["bias_shift"]), mul16.astype(jnp.int32),
+                                   jnp.int32(meta["mul_shift"]), bool(meta["relu"]))
+        if kind == "lut":
+            regs = meta["registers"]
+            cfg = nvdla_lut_config(meta["fn"])
+            if regs != {k: (v if isinstance(v, (str, int)) else int(v)) for k, v in cfg.registers().items()}:
+                raise ValueError(f"LUT registers differ from this hwjax's {meta['fn']} preset")
+            for t, n in (("le_table", 65), ("lo_table", 257)):
+                if np.asarray(tensors[t]).shape != (n,):
+                    raise ValueError(f"{t} must have {n} entries, got shape {np.asarray(tensors[t]).shape}")
+            return NVDLALutParams(*(jnp.int32(meta[k]) for k in ("m_in", "sh_in", "m_out", "sh_out")),
+                                  jnp.asarray(tensors["le_table"], jnp.int16),
+                                  jnp.asarray(tensors["lo_table"], jnp.int16), meta["fn"])
+        return None

@@ -1,0 +1,165 @@
+"""xformer's output-transform parameter recipe (spec xs3.md §4.5), jittable and exact.
+
+:func:`hwjax.xs3.otfn_params_from_scales` transcribes xformer's host helper literally
+(NumPy, float64) and is the reference; :func:`otfn_params` computes the same
+parameters inside ``jit`` in exact integer arithmetic, so hardware-aware training can
+re-derive them at every step on the device.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from hwjax.core import div_rn, shift_right
+from hwjax.core import wide as W
+
+
+def _rint_wide(t, s) -> jax.Array:
+    """``rint(t / 2**s)`` (ties to even) saturated to int32, for Wide ``t`` and int32
+    ``s`` (negative ``s`` shifts left)."""
+    right = W.shift_right(t, jnp.clip(s, 0, 63), "half_even")
+    left = W.shift_left(t, jnp.clip(-s, 0, 62))
+    return W.saturate_to_int32(W.where(s >= 0, right, left), -(2**31), 2**31 - 1)[0]
+
+
+def _sig_bits(v: jax.Array) -> jax.Array:
+    """Two's-complement width of int32 ``v``, sign bit included."""
+    return 33 - jax.lax.clz(jnp.where(v >= 0, v, ~v))
+
+
+@jax.jit
+def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
+    """xformer's group-wise ``otfn_int8`` parameters (spec xs3.md §4.5), jittable and exact.
+
+    The same recipe as :func:`otfn_params_from_scales` (host-side NumPy, float64, a
+    literal transcription of the helper) in exact integer arithmetic, so that it runs inside ``jit`` on the
+    device (hardware-aware training re-derives the parameters at every step). Every
+    quantity is evaluated exactly: ``m_c = float32(float32(s_in s_w[c]) / s_out)`` is
+    split into ``mant * 2**e`` and ``beta_c = (bias_q[c] - z_in sum_k w[c,k]) m_c +
+    z_out`` is kept as an exact two-word rational; the narrowing floors/ceils, the
+    ``rint`` roundings (ties to even) and the A/M search (channel order, first
+    failing channel decides, significant-bit tracking) follow the helper step by
+    step. The results are therefore identical to the helper's wherever its float64
+    arithmetic is exact, which holds for int8 layers with
+    ``|bias_q - z_in sum w| < 2**29`` (tested against it on random layers).
+
+    Args:
+      kernel_q: int8 values, output channel first (C, ...).
+      bias_q: (C,) int32 biases in units of ``s_in * s_w``.
+      s_in, z_in, s_w ((C,)), s_out, z_out: the quantisation parameters.
+
+    Returns:
+      ``(multipliers, biases, shifts)``: int32 arrays (C,), (C,) of int16 values and
+      ``shifts = [initial_shift, final_shr]``. (The helper raises when the shifts leave
+      the assembly's ranges; here they are returned as found and checked by callers
+      when concrete, e.g. :func:`hwjax.export`.)
+    """
+    c = kernel_q.shape[0]
+    w = kernel_q.reshape(c, -1).astype(jnp.int32)
+    f32 = jnp.float32
+    m = div_rn(jnp.asarray(s_in, f32) * jnp.asarray(s_w, f32), jnp.asarray(s_out, f32))
+    z_in, z_out = jnp.asarray(z_in, jnp.int32), jnp.asarray(z_out, jnp.int32)
+    frac, exp = jnp.frexp(m)
+    mant = jnp.where(m > 0, (frac * 2.0**24).astype(jnp.int32), 0)  # m = mant * 2**-k exactly
+    k = jnp.clip(jnp.where(m > 0, 24 - exp, 0), 0, 62).astype(jnp.int32)  # m >= 2**-38 assumed
+    i32 = jnp.int32  # explicit accumulation types: results must not depend on jax_enable_x64
+    bq = bias_q.astype(i32) - z_in * w.sum(axis=1, dtype=i32)
+    amax = jnp.where(w > 0, 127 * w, -128 * w).sum(axis=1, dtype=i32)
+    amin = jnp.where(w > 0, -128 * w, 127 * w).sum(axis=1, dtype=i32)
+
+    def shl(v, s):  # int32 v * 2**s as Wide
+        return W.shift_left(W.from_int32(v), s)
+
+    def floor_div_m(n):
+        """floor(n / m) for int32 n (|n| <= 255), exact where |n / m| <= 2**30, else +-2**30."""
+        q = n.astype(f32) / jnp.where(m > 0, m, 1.0)
+        big = jnp.abs(q) > 2.0**30
+        f1 = jnp.floor(jnp.clip(q, -(2.0**30), 2.0**30)).astype(jnp.int32)
+        r = W.sub(shl(n, k), W.mul_int32(f1, mant))  # n 2**k - f1 mant, |r| < 2**31
+        r32 = jax.lax.bitcast_convert_type(r.lo, jnp.int32)
+        f = f1 + jnp.floor_divide(r32, jnp.maximum(mant, 1))
+        return jnp.where(big, jnp.where(q > 0, 2**30, -(2**30)), f)
+
+    # §4.5 step 2: narrow to the accumulators whose output is not clamped
+    lo_end = floor_div_m(-128 - z_out) - bq
+    hi_end = -floor_div_m(z_out - 127) - bq  # ceil((127 - z_out) / m) - bq
+    live = m > 0
+    amin = jnp.where(live, jnp.maximum(amin, lo_end), amin)
+    amax = jnp.where(live, jnp.minimum(amax, hi_end), amax)
+    const = ~live | (amin > amax)
+    # beta = t * 2**-k with t = bq mant + z_out 2**k; constant channels: clip(beta + m amin)
+    t = W.add(W.mul_int32(bq, mant), shl(z_out, k))
+    t_const = W.add(t, W.mul_int32(amin, mant))
+    lo_b, hi_b = shl(jnp.full_like(k, -128), k), shl(jnp.full_like(k, 127), k)
+    t_const = W.where(W.lt(t_const, lo_b), lo_b, W.where(W.lt(hi_b, t_const), hi_b, t_const))
+    t = W.where(const, t_const, t)
+    mant = jnp.where(const, 0, mant)
+    amin, amax = jnp.where(const, 0, amin), jnp.where(const, 0, amax)
+
+    # §4.5 step 3: the exponent search
+    def bitlen(v):
+        return 32 - jax.lax.clz(jnp.abs(v))
+
+    has_accu = jnp.any(amin != 0) | jnp.any(amax != 0)
+    has_mul = jnp.any(mant != 0)
+    frexp_m = jnp.where(mant != 0, exp, -(2**20))  # frexp exponent of the live multipliers
+    A0 = 15 - jnp.maximum(bitlen(amin), bitlen(amax)).max()
+    M0 = 15 - frexp_m.max()
+
+    def scale_accu(v, A):  # v * 2**A, or rshr(v, -A); values that matter fit int32
+        return jnp.where(A >= 0, v << jnp.clip(A, 0, 31), shift_right(v, jnp.maximum(-A, 0), rounding="half_up"))
+
+    def mul16(M):  # rint(m * 2**M)
+        return _rint_wide(W.from_int32(mant), k - M)
+
+    def b16(B):  # rint(beta * 2**B)
+        return _rint_wide(t, k - B)
+
+    nz_accu = lambda v: jnp.where(v != 0, _sig_bits(v), 0)  # noqa: E731
+    accu_bits0 = jnp.maximum(nz_accu(scale_accu(amin, A0)), nz_accu(scale_accu(amax, A0))).max()
+    mul_bits0 = jnp.where(mant != 0, _sig_bits(mul16(M0)), 0).max()
+
+    def fits16(v):
+        return (v >= -(2**15)) & (v <= 2**15 - 1)
+
+    def finals(A, M):  # §4.5 step 4 for exponents (A, M)
+        B = A + M - 14
+        mul = jnp.clip(mul16(M), -(2**15), 2**15 - 1)
+        s = k - B  # beta 2**B = t / 2**s;  beta 2**B - 1 = (t - 2**s) / 2**s
+        one = shl(jnp.ones_like(k), jnp.clip(s, 0, 62))
+        bias = _rint_wide(W.where(s >= 0, W.sub(t, one), t), s)
+        bias = jnp.where(s >= 0, bias, jnp.maximum(bias, -(2**31) + 1) - 1)
+        bias = jnp.where(B >= 0, bias, b16(B))
+        return mul, jnp.clip(bias, -(2**15), 2**15 - 1)
+
+    def body(state):
+        A, M, ab, mb, _, it, mul, bias = state
+        e_lo, e_hi = scale_accu(amin, A), scale_accu(amax, A)
+        fail_a = ~(fits16(e_lo) & fits16(e_hi))
+        m16 = mul16(M)
+        fail_m = ~fits16(m16)
+        b = b16(A + M - 14)
+        m16c = jnp.clip(m16, -(2**15), 2**15 - 1)
+        p_lo = shift_right(jnp.clip(e_lo, -(2**15), 2**15) * m16c, 14, rounding="half_up")
+        p_hi = shift_right(jnp.clip(e_hi, -(2**15), 2**15) * m16c, 14, rounding="half_up")
+        fail_o = ~(fits16(p_lo) & fits16(p_hi) & fits16(p_lo + b) & fits16(p_hi + b) & fits16(b))
+        kind = jnp.where(fail_a, 1, jnp.where(fail_m, 2, jnp.where(fail_o, 3, 0)))
+        first = kind[jnp.argmax(kind != 0)]  # the first failing channel decides
+        dec_a = (first == 1) | ((first == 3) & ((A >= 0) | (ab > mb)))
+        dec_m = (first == 2) | ((first == 3) & ~((A >= 0) | (ab > mb)))
+        di, dm = dec_a.astype(jnp.int32), dec_m.astype(jnp.int32)
+        A, M = A - di, M - dm
+        mul, bias = finals(A, M)
+        return A, M, ab - di, mb - dm, first == 0, it + 1, mul, bias
+
+    def cond(state):
+        return (~state[4]) & (state[5] < 512)
+
+    # The final parameters are carried through the loop: XLA cannot fuse a loop's
+    # outputs into their consumers, so they are computed once, not per activation.
+    trivial = ~has_accu | ~has_mul
+    A0, M0 = jnp.where(trivial, 0, A0), jnp.where(trivial, 14, M0)
+    init = (A0, M0, accu_bits0, mul_bits0, trivial, jnp.int32(0)) + finals(A0, M0)
+    A, M, _, _, _, _, mul, bias = jax.lax.while_loop(cond, body, init)
+    return mul, bias, jnp.stack([-A, A + M - 22]).astype(jnp.int32)
