@@ -31,7 +31,6 @@ How ``mac`` stays exact and fast:
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable, Literal, Sequence, Union
 
 import jax

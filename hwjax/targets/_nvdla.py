@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +13,7 @@ import numpy as np
 import hwjax.nvdla as nvdla_pkg
 from hwjax.core import div_rn
 from hwjax.targets._base import ConvGeometry, Target, float_exponent, pytree, static
+
 
 def _scale_shift(r: jax.Array, max_shift: int = 63) -> tuple[jax.Array, jax.Array]:
     """An int16 ``scale`` and a right ``shift`` in [0, max_shift] with ``scale * 2**-shift``

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +13,7 @@ import numpy as np
 import hwjax.xs3 as xs3
 from hwjax.core import div_rn
 from hwjax.targets._base import ConvGeometry, Target, float_exponent, lut_table, pytree
+
 
 @pytree
 @dataclass(frozen=True)
