@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
-from hwjax.core._ops import _SAT_GRADS, _unbroadcast, int_bounds, magnitude_bits
+from hwjax.core._ops import _SAT_GRADS, unbroadcast, int_bounds, magnitude_bits
 
 Order = Union[None, Sequence[int], np.ndarray, Callable[[int], Sequence[int]]]
 Route = Literal["auto", "int", "float"]
@@ -383,7 +383,7 @@ def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturatio
         if saturation_grad == "zero":
             g = jnp.where(clipped, jnp.zeros_like(g), g)
         def ct(a, val):
-            return _unbroadcast(val, a.shape).astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.floating) \
+            return unbroadcast(val, a.shape).astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.floating) \
                 else np.zeros(a.shape, jax.dtypes.float0)
         gx = g @ w.astype(g.dtype)
         gw = g.T @ x.astype(g.dtype)

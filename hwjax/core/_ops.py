@@ -34,18 +34,18 @@ def int_bounds(bits: int, symmetric: bool = True) -> tuple[int, int]:
     return (-hi if symmetric else -hi - 1), hi
 
 
-def _float0_zeros(x: jax.Array):
+def float0_zeros(x: jax.Array):
     return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
 def _cotangent_like(x: jax.Array, g: jax.Array):
     """Cotangent for ``x``: ``g`` for float inputs, float0 zeros for integer inputs."""
     if jnp.issubdtype(x.dtype, jnp.floating):
-        return jnp.broadcast_to(g, x.shape) if g.shape == x.shape else _unbroadcast(g, x.shape)
-    return _float0_zeros(x)
+        return jnp.broadcast_to(g, x.shape) if g.shape == x.shape else unbroadcast(g, x.shape)
+    return float0_zeros(x)
 
 
-def _unbroadcast(g: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+def unbroadcast(g: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """Sums ``g`` over the axes that broadcasting added to reach ``g.shape`` from ``shape``."""
     extra = g.ndim - len(shape)
     g = g.sum(axis=tuple(range(extra))) if extra else g
@@ -161,7 +161,7 @@ def _shift_float(rounding: str, allow_left: bool, saturation_grad: str):
         gx = g * scale
         if saturation_grad == "zero":
             gx = jnp.where(clipped, jnp.zeros_like(gx), gx)
-        return _unbroadcast(gx, x.shape), _float0_zeros(s)
+        return unbroadcast(gx, x.shape), float0_zeros(s)
 
     f.defvjp(fwd, bwd)
     return f
@@ -265,8 +265,8 @@ def _fixed_mul_float(frac_bits, rounding, bits, symmetric, saturation_grad):
         if saturation_grad == "zero":
             g = jnp.where(clipped, jnp.zeros_like(g), g)
         g = g * (2.0 ** -frac_bits)
-        gx = _cotangent_like(x, _unbroadcast(g * m.astype(g.dtype), x.shape)) if jnp.issubdtype(x.dtype, jnp.floating) else _float0_zeros(x)
-        gm = _cotangent_like(m, _unbroadcast(g * x.astype(g.dtype), m.shape)) if jnp.issubdtype(m.dtype, jnp.floating) else _float0_zeros(m)
+        gx = _cotangent_like(x, unbroadcast(g * m.astype(g.dtype), x.shape)) if jnp.issubdtype(x.dtype, jnp.floating) else float0_zeros(x)
+        gm = _cotangent_like(m, unbroadcast(g * x.astype(g.dtype), m.shape)) if jnp.issubdtype(m.dtype, jnp.floating) else float0_zeros(m)
         return gx, gm
 
     f.defvjp(fwd, bwd)

@@ -22,7 +22,7 @@ import numpy as np
 
 from hwjax.core import _validate as V
 from hwjax.core import wide
-from hwjax.core._ops import _float0_zeros, _unbroadcast, int_bounds
+from hwjax.core._ops import float0_zeros, int_bounds, unbroadcast
 
 __all__ = [
     "CONVERTORS",
@@ -66,16 +66,6 @@ def sign_extend(value: Any, bits: int):
     return jax.lax.bitcast_convert_type(((u & mask) ^ sign) - sign, _I32)
 
 
-def _wide_mul_small(d: wide.Wide, s: jax.Array) -> wide.Wide:
-    """Exact ``d * s`` for ``|s| <= 2**15`` and ``|d| < 2**47`` (result inside int64)."""
-    lo_h = (d.lo >> 16).astype(_I32)
-    lo_l = (d.lo & 0xFFFF).astype(_I32)
-    mid = lo_h * s  # |.| < 2**31
-    acc = wide.Wide(d.hi * s, jnp.zeros(jnp.broadcast_shapes(d.lo.shape, s.shape), _U32))
-    acc = wide.add(acc, wide.Wide(mid >> 16, mid.astype(_U32) << 16))
-    return wide.add(acc, wide.from_int32(lo_l * s))
-
-
 def _in_pm1(a: wide.Wide) -> jax.Array:
     """True where the Wide value is -1, 0 or 1."""
     return ((a.hi == 0) & (a.lo <= 1)) | ((a.hi == -1) & (a.lo == _U32(0xFFFFFFFF)))
@@ -104,7 +94,7 @@ def int_to_fp16(x: Any) -> jax.Array:
 
 def _cvt_int(x: wide.Wide, offset, scale, shift, stage_bits, out_bits):
     """(result int32 or fp16, clipped at any stage, C-model saturation flag)."""
-    p = _wide_mul_small(wide.sub(x, wide.from_int32(offset)), scale)
+    p = wide.mul_wide_int32(wide.sub(x, wide.from_int32(offset)), scale)  # |.| < 2**63
     r = wide.shift_right(p, shift, "half_away")
     first = stage_bits if stage_bits is not None else out_bits
     y, clipped = wide.saturate_to_int32(r, *int_bounds(first, symmetric=False))
@@ -142,11 +132,11 @@ def _cvt_float(stage_bits, out_bits, saturation_grad):
 
     def bwd(res, g):
         x, offset, scale, shift, clipped = res
-        gx = g.astype(jnp.float32) * scale.astype(jnp.float32) * jnp.exp2(-shift.astype(jnp.float32))
+        gx = g.astype(jnp.float32) * jnp.ldexp(scale.astype(jnp.float32), -shift.astype(_I32))  # exact 2**-shift
         if saturation_grad == "zero":
             gx = jnp.where(clipped, jnp.zeros_like(gx), gx)
-        gx = _unbroadcast(gx, x.shape).astype(x.dtype)
-        return gx, _float0_zeros(offset), _float0_zeros(scale), _float0_zeros(shift)
+        gx = unbroadcast(gx, x.shape).astype(x.dtype)
+        return gx, float0_zeros(offset), float0_zeros(scale), float0_zeros(shift)
 
     f.defvjp(fwd, bwd)
     return f
