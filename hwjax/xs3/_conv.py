@@ -29,9 +29,9 @@ from hwjax.core import _validate as V
 from hwjax.core import mac
 from hwjax.core import wide as W
 from hwjax.xs3 import _otfn
-from hwjax.xs3 import _surrogate as S
+from hwjax.core import _surrogate as S
 from hwjax.xs3 import _vpu as vpu
-from hwjax.xs3._surrogate import SaturationGrad
+from hwjax.core._surrogate import SaturationGrad
 from hwjax.xs3._vpu import Variant
 
 _I32 = jnp.int32

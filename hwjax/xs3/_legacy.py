@@ -57,9 +57,9 @@ import numpy as np
 from hwjax.core import _validate as V
 from hwjax.core import fixed_mul, mac, shift_right
 from hwjax.core import wide as W
-from hwjax.xs3 import _surrogate as S
+from hwjax.core import _surrogate as S
 from hwjax.xs3._bso import BsoFields, check_bso, split_bso
-from hwjax.xs3._surrogate import SaturationGrad
+from hwjax.core._surrogate import SaturationGrad
 from hwjax.xs3._vpu import VARIANTS, vdepth8, vlmul, vlsat
 
 M32 = 2**31 - 1  # accumulator saturation bound

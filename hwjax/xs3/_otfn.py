@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
-from hwjax.xs3 import _surrogate as S
+from hwjax.core import _surrogate as S
 from hwjax.xs3 import _vpu as vpu
-from hwjax.xs3._surrogate import SaturationGrad
+from hwjax.core._surrogate import SaturationGrad
 from hwjax.xs3._vpu import Variant
 
 _I32 = jnp.int32
@@ -147,7 +147,7 @@ def _count_per_channel(flags: jax.Array) -> jax.Array:
 
 def _outputs(steps: dict, return_stats: bool) -> tuple:
     """``(y int8, clipped, [stats])`` of an int8 transform, the forward result of
-    :func:`hwjax.xs3._surrogate.call`: ``clipped`` marks lanes that any step clipped."""
+    :func:`hwjax.core._surrogate.call`: ``clipped`` marks lanes that any step clipped."""
     y = steps["y_int8"].astype(jnp.int8)
     clipped = functools.reduce(operator.or_, (steps[k] for k in STAT_KEYS))
     if not return_stats:
@@ -189,7 +189,7 @@ def int8_steps(a, mul, bias, initial_shift, final_shr, *, variant: Variant) -> d
 
 def int8_forward(variant: Variant, return_stats: bool):
     """The forward function ``(acc, mul, bias, initial_shift, final_shr)`` of
-    :func:`otfn_int8` for :func:`hwjax.xs3._surrogate.call`."""
+    :func:`otfn_int8` for :func:`hwjax.core._surrogate.call`."""
     def forward(a, mul, bias, initial_shift, final_shr):
         return _outputs(int8_steps(a, mul, bias, initial_shift, final_shr, variant=variant), return_stats)
     return forward

@@ -26,7 +26,7 @@ mode may be float arrays holding integer lane values. The result is then the int
 result in that float dtype, bit-identical to the integer path (float32 holds every
 integer up to 2**24 exactly; wider accumulator values need float64), and
 differentiable under a surrogate gradient stated in each docstring
-(:mod:`hwjax.xs3._surrogate`): straight-through rounding, the exact derivative of
+(:mod:`hwjax.core._surrogate`): straight-through rounding, the exact derivative of
 the linear part, and 0 where the lane clipped (``saturation_grad="zero"``, the
 default) or 1 there (``"pass"``). Shift operands are integer arrays and take no
 gradient; a float shift raises TypeError.
@@ -44,8 +44,8 @@ import numpy as np
 from hwjax.core import _validate as V
 from hwjax.core import fixed_mul, saturate, shift_right
 from hwjax.core import wide as W
-from hwjax.xs3 import _surrogate as S
-from hwjax.xs3._surrogate import SaturationGrad
+from hwjax.core import _surrogate as S
+from hwjax.core._surrogate import SaturationGrad
 
 Variant = Literal["hardware", "host", "v2021"]
 Mode = Literal[8, 16, 32]

@@ -1,6 +1,8 @@
-"""Float inputs with surrogate gradients for the XS3 instructions and kernels.
+"""Float inputs with surrogate gradients for composite integer pipelines.
 
-One mechanism serves every differentiable XS3 function: :func:`call` takes
+One mechanism serves every differentiable chip instruction and kernel built from the
+core (the XS3 VPU instructions, output transforms and convolutions use it):
+:func:`call` takes
 
 * ``forward``: the exact integer function, ``forward(*args) -> (y, clipped, *extras)``
   with ``y`` the integer result, ``clipped`` a boolean mask (broadcastable to ``y``,
