@@ -325,3 +325,25 @@ def test_nvdla_dense_and_lut_follow_the_sdp_pipeline():
     inside = np.asarray(y.q) < 127  # outputs beyond the calibrated range saturate
     err = np.abs(float(y.scale) * np.asarray(y.q) - real)[inside]
     assert inside.sum() > 20 and err.max() < 1.5 * float(y.scale)
+
+
+def test_nvdla_lut_gradient_is_the_lut_slope():
+    from hwjax import nvdla
+
+    t = T.NVDLA()
+    m = _mlp(t, fn="sigmoid")
+    x = jnp.asarray(RNG.uniform(-1, 1, (7, 16)), jnp.float32)
+    h = m.layers[1](m.layers[0](x))
+    lut = m.layers[2]
+    s_out, z_out = lut.out_qparams()
+    lp = t.lut_params("sigmoid", s_in=h.scale, z_in=h.zero_point, s_out=s_out, z_out=z_out)
+    q = jnp.asarray(h.q, jnp.float32)
+    grad = jax.grad(lambda v: lut(hn.QArray(v, h.scale, h.zero_point)).q.sum())(q)
+    # chain of separately tested pieces: input convertor scale, LUT segment slope, output convertor scale
+    xq = nvdla.cvt(np.asarray(h.q, np.int32), offset=0, scale=lp.m_in, shift=lp.sh_in, out_bits=32)
+    slope = jax.grad(lambda v: nvdla.sdp_lut(v, nvdla.sigmoid_lut())[0].sum())(jnp.asarray(xq, jnp.float32))
+    y = np.asarray(lut(h).q)
+    inside = (y > -128) & (y < 127)
+    want = (int(lp.m_in) * 2.0 ** -int(lp.sh_in)) * np.asarray(slope) * (int(lp.m_out) * 2.0 ** -int(lp.sh_out))
+    np.testing.assert_array_equal(np.asarray(grad)[inside], want.astype(np.float32)[inside])
+    assert inside.sum() > 20 and np.all(np.asarray(grad)[~inside] == 0)

@@ -421,8 +421,15 @@ class LutActivation(HwLayer):
 
     Float modes: ``fn(x)``. Hardware mode: the target's table lookup (XS3: a 256-entry
     int8 table, ``lookup8``; NVDLA: the SDP LUT programmed for ``fn``) requantised to
-    the calibrated output range. Surrogate: ``clip(fn(s_in (q - z_in)) / s_out + z_out,
-    -128, 127)``, i.e. the gradient of ``fn`` at the dequantised input.
+    the calibrated output range.
+
+    Gradient in hardware mode: on targets whose LUT has slopes (NVDLA), the LUT's true
+    slopes: the derivative of the integer pipeline's piecewise-linear interpolation
+    at the input (segment or extrapolation actually used, times the convertors'
+    scales; 0 where a convertor saturated). Elsewhere (XS3's table) the surrogate
+    ``clip(fn(s_in (q - z_in)) / s_out + z_out, -128, 127)``, i.e. the gradient of
+    ``fn`` at the dequantised input. The learned output scale (``learn_scale``) gets
+    the gradient of that surrogate in both cases.
     """
 
     kind = "lut"
@@ -448,4 +455,7 @@ class LutActivation(HwLayer):
         x_int = sg(x.q).astype(jnp.int8)
         y_int = compute_once(lambda v, p: self.target.lut(v, p), (x_int, params), z_out)
         y_sur = clip_int8(f(x.dequantize()) / s_out + z_out.astype(jnp.float32))
+        if self.target.lut_slopes:  # input gradient from the LUT itself, scale gradient from y_sur
+            y_scale = clip_int8(sg(f(x.dequantize())) / s_out + z_out.astype(jnp.float32))
+            y_sur = self.target.lut(x.q.astype(jnp.float32), params) + (y_scale - sg(y_scale))
         return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=False), return_stats)

@@ -111,6 +111,7 @@ class Target:
     name: ClassVar[str] = "target"
     layers: ClassVar[frozenset[str]] = frozenset()
     symmetric_activations: ClassVar[bool] = False
+    lut_slopes: ClassVar[bool] = False  # ``lut`` takes float inputs and differentiates with the LUT's slopes
 
     def check_layer(self, kind: str, **config: Any) -> None:
         """Raises NotImplementedError if this target cannot run a ``kind`` layer with ``config``."""

@@ -92,6 +92,7 @@ class NVDLA(Target):
     name: ClassVar[str] = "nvdla"
     layers: ClassVar[frozenset[str]] = frozenset({"conv", "dense", "maxpool", "lut"})
     symmetric_activations: ClassVar[bool] = True
+    lut_slopes: ClassVar[bool] = True
 
     def check_layer(self, kind: str, **config: Any) -> None:
         super().check_layer(kind, **config)
@@ -142,11 +143,20 @@ class NVDLA(Target):
                               jnp.asarray(cfg.lo_table, jnp.int16), fn)
 
     def lut(self, x, params: NVDLALutParams):
+        """X1 MUL to the Q12 LUT input (:func:`hwjax.nvdla.cvt`), :func:`hwjax.nvdla.sdp_lut`,
+        then the output convertor to int8.
+
+        Integer ``x``: int32 results. Float ``x`` holding int8 values: the same values in
+        float32, differentiable with the true slopes (the convertors' ``scale *
+        2**-shift`` and the slope of the LUT segment or extrapolation actually used; 0
+        where a convertor saturated)."""
         cfg = nvdla_lut_config(params.fn).replace(le_table=params.le_table, lo_table=params.lo_table)
-        xq = nvdla_pkg.cvt(x.astype(jnp.int32), offset=0, scale=params.m_in, shift=params.sh_in, out_bits=32)
+        is_float = jnp.issubdtype(x.dtype, jnp.floating)
+        xin = x.astype(jnp.float32) if is_float else x.astype(jnp.int32)
+        xq = nvdla_pkg.cvt(xin, offset=0, scale=params.m_in, shift=params.sh_in, out_bits=32)
         y = nvdla_pkg.sdp_lut(xq, cfg)[0]
-        return nvdla_pkg.cvt(y, offset=0, scale=params.m_out, shift=params.sh_out, out_bits=8,
-                         stage_bits=17).astype(jnp.int32)
+        y = nvdla_pkg.cvt(y, offset=0, scale=params.m_out, shift=params.sh_out, out_bits=8, stage_bits=17)
+        return y if is_float else y.astype(jnp.int32)
 
     # ------------------------------------------------------------- memory formats
 
