@@ -4,12 +4,12 @@ Each primitive takes integer arrays (int8, uint8, int16, uint16, int32; Python
 ints become int32) and returns int32, exactly, independent of ``jax_enable_x64``.
 Each also takes float arrays holding integer values and then returns the same
 integers in that float dtype, differentiably: the backward pass is the surrogate
-gradient stated in the docstring (``jax.custom_vjp``).
+gradient stated in the docstring (the one surrogate mechanism of
+:mod:`hwjax.core._surrogate`, a ``jax.custom_vjp``).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Literal
 
 import jax
@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
+from hwjax.core import _surrogate as S
 from hwjax.core import _wide
 
 Rounding = Literal["half_up", "half_away", "half_even", "floor", "trunc"]
@@ -38,13 +39,6 @@ def float0_zeros(x: jax.Array):
     return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
 
-def _cotangent_like(x: jax.Array, g: jax.Array):
-    """Cotangent for ``x``: ``g`` for float inputs, float0 zeros for integer inputs."""
-    if jnp.issubdtype(x.dtype, jnp.floating):
-        return jnp.broadcast_to(g, x.shape) if g.shape == x.shape else unbroadcast(g, x.shape)
-    return float0_zeros(x)
-
-
 def unbroadcast(g: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """Sums ``g`` over the axes that broadcasting added to reach ``g.shape`` from ``shape``."""
     extra = g.ndim - len(shape)
@@ -60,23 +54,6 @@ def _saturate_int(x: jax.Array, bits: int, symmetric: bool) -> tuple[jax.Array, 
     lo, hi = int_bounds(bits, symmetric)
     y = jnp.clip(x, _I32(lo), _I32(hi))
     return y, y != x
-
-
-@functools.lru_cache(maxsize=None)
-def _saturate_float(bits: int, symmetric: bool, saturation_grad: str):
-    @jax.custom_vjp
-    def f(x):
-        return _saturate_int(x.astype(_I32), bits, symmetric)[0].astype(x.dtype)
-
-    def fwd(x):
-        y, clipped = _saturate_int(x.astype(_I32), bits, symmetric)
-        return y.astype(x.dtype), clipped
-
-    def bwd(clipped, g):
-        return (g if saturation_grad == "pass" else jnp.where(clipped, jnp.zeros_like(g), g),)
-
-    f.defvjp(fwd, bwd)
-    return f
 
 
 def saturate(x, bits: int, *, symmetric: bool = True,
@@ -103,7 +80,8 @@ def saturate(x, bits: int, *, symmetric: bool = True,
     x = V.as_array(x, "x")
     if V.kind(x, "x") == "float":
         V.check_integral(x, "x")
-        return _saturate_float(bits, bool(symmetric), saturation_grad)(x)
+        return S.call(lambda v: _saturate_int(v, bits, bool(symmetric)), lambda v: v, x,
+                      saturation_grad=saturation_grad)
     return _saturate_int(V.to_int32(x, "x"), bits, bool(symmetric))[0]
 
 
@@ -143,28 +121,6 @@ def _shift_int(x, s, rounding, allow_left):
     left, clipped = _left_shift_sat32(x, jnp.maximum(-s, 0))
     neg = s < 0
     return jnp.where(neg, left, right), neg & clipped
-
-
-@functools.lru_cache(maxsize=None)
-def _shift_float(rounding: str, allow_left: bool, saturation_grad: str):
-    @jax.custom_vjp
-    def f(x, s):
-        return _shift_int(x.astype(_I32), s, rounding, allow_left)[0].astype(x.dtype)
-
-    def fwd(x, s):
-        y, clipped = _shift_int(x.astype(_I32), s, rounding, allow_left)
-        return y.astype(x.dtype), (x, s, clipped)
-
-    def bwd(res, g):
-        x, s, clipped = res
-        scale = jnp.ldexp(jnp.ones((), g.dtype), -s)  # exact power of two (exp2 is not, on CPU)
-        gx = g * scale
-        if saturation_grad == "zero":
-            gx = jnp.where(clipped, jnp.zeros_like(gx), gx)
-        return unbroadcast(gx, x.shape), float0_zeros(s)
-
-    f.defvjp(fwd, bwd)
-    return f
 
 
 def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
@@ -216,7 +172,8 @@ def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
         raise ValueError(f"shift of shape {s.shape} does not broadcast against x of shape {x.shape}") from e
     if V.kind(x, "x") == "float":
         V.check_integral(x, "x")
-        return _shift_float(rounding, bool(allow_left), saturation_grad)(x, s)
+        return S.call(lambda v, k: _shift_int(v, k, rounding, bool(allow_left)),
+                      lambda v, k: v * S.exp2(-k, v), x, s, saturation_grad=saturation_grad)
     return _shift_int(V.to_int32(x, "x"), s, rounding, bool(allow_left))[0]
 
 
@@ -242,35 +199,6 @@ def _fixed_mul_int(x, m, frac_bits, rounding, bits, symmetric, narrow):
     p = _wide.mul_int32(x, m)
     r = _wide.shift_right(p, jnp.asarray(frac_bits, _I32), rounding)
     return _wide.saturate_to_int32(r, lo, hi)
-
-
-@functools.lru_cache(maxsize=None)
-def _fixed_mul_float(frac_bits, rounding, bits, symmetric, saturation_grad):
-    def ints(x, m):
-        return _fixed_mul_int(x.astype(_I32), m.astype(_I32), frac_bits, rounding, bits,
-                              symmetric, narrow=False)
-
-    @jax.custom_vjp
-    def f(x, m):
-        dt = jnp.result_type(*[a.dtype for a in (x, m) if jnp.issubdtype(a.dtype, jnp.floating)])
-        return ints(x, m)[0].astype(dt)
-
-    def fwd(x, m):
-        y, clipped = ints(x, m)
-        dt = jnp.result_type(*[a.dtype for a in (x, m) if jnp.issubdtype(a.dtype, jnp.floating)])
-        return y.astype(dt), (x, m, clipped)
-
-    def bwd(res, g):
-        x, m, clipped = res
-        if saturation_grad == "zero":
-            g = jnp.where(clipped, jnp.zeros_like(g), g)
-        g = g * (2.0 ** -frac_bits)
-        gx = _cotangent_like(x, unbroadcast(g * m.astype(g.dtype), x.shape)) if jnp.issubdtype(x.dtype, jnp.floating) else float0_zeros(x)
-        gm = _cotangent_like(m, unbroadcast(g * x.astype(g.dtype), m.shape)) if jnp.issubdtype(m.dtype, jnp.floating) else float0_zeros(m)
-        return gx, gm
-
-    f.defvjp(fwd, bwd)
-    return f
 
 
 def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int = 32,
@@ -312,7 +240,8 @@ def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int
             if V.kind(a, name) == "float":
                 V.check_integral(a, name)
                 V.check_range(a, -(2**31), 2**31 - 1, name)
-        return _fixed_mul_float(frac_bits, rounding, bits, bool(symmetric), saturation_grad)(x, m)
+        return S.call(lambda a, b: _fixed_mul_int(a, b, frac_bits, rounding, bits, bool(symmetric), narrow=False),
+                      lambda a, b: a * b * 2.0**-frac_bits, x, m, saturation_grad=saturation_grad)
     narrow = magnitude_bits(x.dtype) + magnitude_bits(m.dtype) <= 31
     return _fixed_mul_int(V.to_int32(x, "x"), V.to_int32(m, "m"), frac_bits, rounding, bits,
                           bool(symmetric), narrow)[0]
