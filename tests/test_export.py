@@ -187,3 +187,64 @@ def test_round_trip_on_the_other_targets(target, tmp_path):
     m = json.loads((tmp_path / "m" / "manifest.json").read_text())
     roles = sorted(m["layers"][1]["tensors"])
     assert roles == (["bso", "weights"] if isinstance(target, T.XS3Legacy) else ["sdp", "weights"])
+
+
+def _blobs(path, spec):
+    out = {}
+    for role, t in spec["tensors"].items():
+        raw = np.frombuffer((path / t["file"]).read_bytes(), dtype=np.dtype(t["dtype"]).newbyteorder("<"))
+        out[role] = raw.reshape(t["shape"]) if "shape" in t else raw
+    return out
+
+
+def _hardware_model(target, layers, x):
+    model = hn.Sequential(layers)
+    hn.set_mode(model, "calibrate")
+    model(x)
+    hn.set_mode(model, "hardware")
+    return model
+
+
+def test_exported_legacy_tensors_feed_fully_connected_8(tmp_path):
+    t = T.XS3Legacy(variant="host")
+    x = jnp.asarray(RNG.uniform(-1, 1, (40, 12)), jnp.float32)
+    model = _hardware_model(t, {"input": hn.Quantize(target=t),
+                                "fc": hn.Dense(12, 20, activation="relu", target=t, rngs=nnx.Rngs(3))}, x)
+    path = export(model, tmp_path / "m", input_shape=(12,))
+    spec = json.loads((path / "manifest.json").read_text())["layers"][1]
+    b = _blobs(path, spec)
+    q = model.layers[0](x)
+    y = xs3.fully_connected_8(np.asarray(q.q, np.int8), b["weights"].astype(np.int8).reshape(20, 12),
+                              b["bso"].astype(np.int16).reshape(-1, 7, 16), variant="host")
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(model.layers[1](q).q).astype(np.int8))
+
+
+def test_exported_nvdla_tensors_feed_the_sdp_kernels(tmp_path):
+    from hwjax import nvdla
+
+    t = T.NVDLA()
+    x = jnp.asarray(RNG.uniform(-1, 1, (40, 12)), jnp.float32)
+    model = _hardware_model(t, {"input": hn.Quantize(target=t),
+                                "fc": hn.Dense(12, 8, target=t, rngs=nnx.Rngs(4)),
+                                "act": hn.LutActivation("sigmoid", target=t)}, x)
+    path = export(model, tmp_path / "m", input_shape=(12,))
+    specs = json.loads((path / "manifest.json").read_text())["layers"]
+    q = model.layers[0](x)
+    h, y = model.layers[1](q), model.layers[2](model.layers[1](q))
+    # dense: the direct-convolution weight image and the SDP operand image, through the convertors
+    fc, b = specs[1]["meta"], _blobs(path, specs[1])
+    kcrs = nvdla.unpack_dc_weights(b["weights"], (8, 12, 1, 1), dtype=jnp.int8)
+    bias16, mul16 = nvdla.unpack_sdp_per_channel(b["sdp"], 8, dtype=jnp.int16)
+    acc = np.asarray(q.q, np.int64) @ np.asarray(kcrs, np.int64)[:, :, 0, 0].T  # exact int32 (CMAC/CACC)
+    v = nvdla.cvt(acc.astype(np.int32), offset=-(np.asarray(bias16, np.int32) << fc["bias_shift"]), scale=1,
+                  shift=0, out_bits=32)
+    v = nvdla.cvt(v, offset=0, scale=np.asarray(mul16, np.int32), shift=fc["mul_shift"], out_bits=32)
+    want_h = nvdla.cvt(v, offset=0, scale=1, shift=0, out_bits=8, stage_bits=17)
+    np.testing.assert_array_equal(np.asarray(h.q, np.int32), np.asarray(want_h))
+    # LUT: the register words and the two tables, between the X1 multiplier and the output convertor
+    meta, b = specs[2]["meta"], _blobs(path, specs[2])
+    cfg = nvdla.SdpLutConfig(**meta["registers"], le_table=b["le_table"], lo_table=b["lo_table"])
+    xq = nvdla.cvt(np.asarray(h.q, np.int32), offset=0, scale=meta["m_in"], shift=meta["sh_in"], out_bits=32)
+    want_y = nvdla.cvt(nvdla.sdp_lut(xq, cfg)[0], offset=0, scale=meta["m_out"], shift=meta["sh_out"],
+                       out_bits=8, stage_bits=17)
+    np.testing.assert_array_equal(np.asarray(y.q, np.int32), np.asarray(want_y))
