@@ -474,3 +474,24 @@ def test_otfn_params_matches_the_xformer_helper(shape):
         assert [int(sh[0]), int(sh[1])] == [ref["initial_shift"], ref["final_shr"]]
         checked += 1
     assert checked >= 6
+
+
+def test_depthwise_and_add_under_jit_and_vmap():
+    x = RNG.integers(-128, 128, (3, 4, 4, 16)).astype(np.int8)
+    k = RNG.integers(-128, 128, (2, 2, 16)).astype(np.int8)
+    mul, bias = RNG.integers(-32768, 32768, 16), RNG.integers(-32768, 32768, 16)
+
+    def dw(xi, s1, pad):
+        return xs3.depthwise_conv2d(xi, k, mul, bias, initial_shift=s1, final_shr=1, stride=(1, 1),
+                                    pad_top_left=(0, 0), pad_value=pad, out_shape=(3, 3))
+
+    want = np.asarray(dw(x, -2, 7))
+    np.testing.assert_array_equal(np.asarray(jax.jit(dw)(x, -2, 7)), want)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(dw, in_axes=(0, None, None))(x, -2, 7)), want)
+
+    def add(a, b, m0):
+        return xs3.add_int8(a, b, multiplier0=m0, multiplier1=-9000, bias=12345, shift=12)
+
+    want = np.asarray(add(x, x[::-1], 23456))
+    np.testing.assert_array_equal(np.asarray(jax.jit(add)(x, x[::-1], 23456)), want)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(add, in_axes=(0, 0, None))(x, x[::-1], 23456)), want)
