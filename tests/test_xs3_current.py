@@ -495,3 +495,24 @@ def test_depthwise_and_add_under_jit_and_vmap():
     want = np.asarray(add(x, x[::-1], 23456))
     np.testing.assert_array_equal(np.asarray(jax.jit(add)(x, x[::-1], 23456)), want)
     np.testing.assert_array_equal(np.asarray(jax.vmap(add, in_axes=(0, 0, None))(x, x[::-1], 23456)), want)
+
+
+def test_otfn_binary_matches_a_python_model():
+    acc = RNG.integers(-(2**31), 2**31, (3, 32)).astype(np.int32)
+    acc[0, :4] = [32767, -32768, 0x12348000, -1]
+    thr = RNG.integers(-32768, 32768, 32)
+    thr[:4] = [1, -1, 0, 1]
+    got = np.asarray(jax.jit(xs3.otfn_binary)(acc, thr))
+    want = np.zeros((3, 4), np.uint8)
+    for b in range(3):
+        for g in range(2):
+            word = 0
+            for i in range(16):
+                c = 16 * g + i
+                low = ((int(acc[b, c]) & 0xFFFF) ^ 0x8000) - 0x8000
+                if max(-32767, min(32767, low + int(thr[c]))) < 0:  # VLADD saturates symmetrically
+                    word |= 1 << i
+            want[b, 2 * g], want[b, 2 * g + 1] = word & 0xFF, word >> 8
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        xs3.otfn_binary(acc[:, :20], thr[:20])

@@ -23,6 +23,7 @@ from hwjax.xs3._vpu import (
 )
 from hwjax.xs3._otfn import (
     deserialise_output_transform,
+    otfn_binary,
     otfn_int8,
     otfn_int8_channelwise,
     otfn_int8_clamped,

@@ -349,7 +349,7 @@ def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, 
     initial_shift = _shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
     final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
     a = _acc32(acc)
-    x = ((a & 0xFFFF) ^ 0x8000) - 0x8000  # vR.s16: the low half, signed
+    x = _low16(a)
     c = a.shape[-1]
     off = _channel_param(offsets, "offsets", c)
     mul = _channel_param(multipliers, "multipliers", c)
@@ -357,11 +357,46 @@ def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, 
     t = vpu.vladd(x, off, mode=16, variant=variant)
     clipped = (x + off) != t
     t = vpu.vpos(t, mode=16, variant=variant)
-    shr = initial_shift
-    t2 = vpu.vlashr(t, shr, mode=16, variant=variant)
-    clipped = clipped | (vpu.vlashr_raw(t, shr, mode=16, variant=variant) != t2)
+    t2 = vpu.vlashr(t, initial_shift, mode=16, variant=variant)
+    clipped = clipped | (vpu.vlashr_raw(t, initial_shift, mode=16, variant=variant) != t2)
     return _finish({"initial_clipped": clipped, **_tail(t2, mul, bias, final_shr, variant)},
                    return_stats)
+
+
+def _low16(a: jax.Array) -> jax.Array:
+    """``vR.s16``: the low 16 bits of each int32 accumulator, read as int16."""
+    return ((a & 0xFFFF) ^ 0x8000) - 0x8000
+
+
+# -------------------------------------------------------------------- §4.4 otfn_binary
+
+
+def otfn_binary(acc, thresholds, *, variant: Variant = "hardware") -> jax.Array:
+    """``otfn_binary`` (§4.4): one output bit per channel.
+
+    Per lane (channel c): ``bit = 1 if sat16(vR.s16 + thresholds[c]) < 0 else 0``
+    (VLADD, then VDEPTH1 over the 16 lanes of a group). ``vR.s16`` is the low half of
+    the accumulator read as int16, so ``acc`` may be int32 accumulators or int16
+    values. Each group of 16 channels becomes the 16-bit word ``sum_i bit_i 2**i``,
+    stored as 2 bytes, little-endian.
+
+    Args:
+      acc: (..., C) integer array, C a multiple of 16 (the chip writes whole groups).
+      thresholds: (C,) int16 values.
+      variant: ``"hardware"``, ``"host"`` or ``"v2021"`` (identical here).
+
+    Returns:
+      uint8 array (..., C // 8): the bytes the chip writes. Integer inputs only.
+    """
+    vpu._check_variant(variant)
+    a = _acc32(acc)
+    c = a.shape[-1]
+    if c % EPV16:
+        raise ValueError(f"acc must have a multiple of {EPV16} channels (whole 16-lane groups), got {c}")
+    thr = _channel_param(thresholds, "thresholds", c)
+    t = vpu.vladd(_low16(a), thr, mode=16, variant=variant)
+    words = vpu.vdepth1(t.reshape(a.shape[:-1] + (c // EPV16, EPV16)), mode=16, variant=variant)
+    return jnp.stack([words & 0xFF, (words >> 8) & 0xFF], axis=-1).reshape(a.shape[:-1] + (c // 8,)).astype(jnp.uint8)
 
 
 # -------------------------------------------------------------------- serialisation
