@@ -111,6 +111,22 @@ def check_static_int(value: Any, lo: int, hi: int, name: str) -> int:
     return int(value)
 
 
+def int_scalar(value: Any, lo: int, hi: int, name: str, *, label: str | None = None) -> jax.Array:
+    """An integer scalar argument as int32: a Python or NumPy int, a 0-d integer array, or
+    a traced integer scalar (e.g. derived inside ``jit``).
+
+    TypeError when it is not an integer scalar. A concrete value outside ``[lo, hi]``
+    raises ValueError (``label`` names it there, default ``name``); a traced value cannot
+    be checked and is returned as is.
+    """
+    a = value if isinstance(value, jax.core.Tracer) else np.asarray(value)
+    if isinstance(value, bool) or a.shape != () or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got "
+                        f"{f'a traced {a.dtype}{list(a.shape)}' if isinstance(value, jax.core.Tracer) else repr(value)}")
+    check_range(a, lo, hi, name if label is None else label)
+    return jnp.asarray(a, jnp.int32)
+
+
 def check_choice(value: Any, choices: tuple[str, ...], name: str) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")

@@ -247,7 +247,7 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     if len(out_shape) not in (2, 3) or (len(out_shape) == 3 and out_shape[2] != c_out):
         raise ValueError(f"out_shape must be (OH, OW) or (OH, OW, {c_out}), got {out_shape!r}")
     initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
-    pad_value = _pad_value(pad_value)
+    pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=True, channels=c_out)
     patches_of = functools.partial(im2col, kernel_hw=(kh, kw), stride=stride,
                                    pad_top_left=pad_top_left, out_hw=out_shape[:2], dilation=dilation)
@@ -270,20 +270,6 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
 
     return S.call(forward, surrogate, xv, k, mul, bias, pad_value, initial_shift, final_shr,
                   saturation_grad=saturation_grad)
-
-
-def _pad_value(pad_value) -> jax.Array:
-    """The int8 pad value as an int32 scalar: range-checked when concrete; a traced
-    integer scalar (e.g. a zero point derived inside ``jit``) is used as is."""
-    if isinstance(pad_value, jax.core.Tracer):
-        if pad_value.shape != () or not jnp.issubdtype(pad_value.dtype, jnp.integer):
-            raise TypeError(f"pad_value must be an integer scalar in [-128, 127], got a traced "
-                            f"{pad_value.dtype}{list(pad_value.shape)}")
-        return pad_value.astype(_I32)
-    V.check_range(np.asarray(pad_value), -128, 127, "pad_value (int8)")
-    if np.ndim(pad_value) != 0 or not np.issubdtype(np.asarray(pad_value).dtype, np.integer):
-        raise TypeError(f"pad_value must be an integer scalar in [-128, 127], got {pad_value!r}")
-    return jnp.asarray(int(pad_value), _I32)
 
 
 def _acc_saturation_counts(patches: jax.Array, w: jax.Array, acc: jax.Array) -> jax.Array:
@@ -338,7 +324,8 @@ def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
     h, w = xv.shape[-3:-1]
     pb, pr = max(0, (oh - 1) * sv + kh - pt - h), max(0, (ow - 1) * sh + kw - pl - w)
     pad = [(0, 0)] * (xv.ndim - 3) + [(pt, pb), (pl, pr), (0, 0)]
-    xp = jnp.pad(xv.astype(_I32), pad, constant_values=_pad_value(pad_value))
+    pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
+    xp = jnp.pad(xv.astype(_I32), pad, constant_values=pad_value)
     acc = jnp.zeros(xv.shape[:-3] + (oh, ow, c), _I32)
     for i in range(kh):
         for j in range(kw):
@@ -369,21 +356,12 @@ def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant 
     a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
     if a0.shape != a1.shape:
         raise ValueError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
-    m0 = _scalar(multiplier0, "multiplier0", -(2**15), 2**15 - 1)
-    m1 = _scalar(multiplier1, "multiplier1", -(2**15), 2**15 - 1)
-    b = _scalar(bias, "bias", -(2**31), 2**31 - 1)
-    s = _scalar(shift, "shift", 0, 2**15 - 1)
+    m0 = V.int_scalar(multiplier0, -(2**15), 2**15 - 1, "multiplier0")
+    m1 = V.int_scalar(multiplier1, -(2**15), 2**15 - 1, "multiplier1")
+    b = V.int_scalar(bias, -(2**31), 2**31 - 1, "bias")
+    s = V.int_scalar(shift, 0, 2**15 - 1, "shift")
     acc = jnp.broadcast_to(b, a0.shape)
     acc = vpu.vlmacc(acc, a0.astype(_I32), m0, mode=16, variant=variant)
     acc = vpu.vlmacc(acc, a1.astype(_I32), m1, mode=16, variant=variant)
     return vpu.vlsat(acc, s, mode=8, variant=variant, symmetric=False).astype(jnp.int8)
 
-
-def _scalar(v, name: str, lo: int, hi: int) -> jax.Array:
-    """An integer scalar as int32: range-checked when concrete, accepted when traced."""
-    a = jnp.asarray(v) if isinstance(v, jax.core.Tracer) else np.asarray(v)
-    if a.shape != () or not np.issubdtype(a.dtype, np.integer):
-        raise TypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got {v!r}")
-    if not isinstance(v, jax.core.Tracer):
-        V.check_range(a, lo, hi, name)
-    return jnp.asarray(a, _I32)

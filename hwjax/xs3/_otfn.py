@@ -45,25 +45,13 @@ STAT_KEYS = ("initial_clipped", "mul_clipped", "bias_clipped", "final_clipped", 
 
 
 def _shift(value, lo: int, hi: int, name: str) -> jax.Array:
-    """A per-op shift as an int32 scalar.
-
-    A concrete value (Python or NumPy int, 0-d array) must lie in ``[lo, hi]``, the
-    range the assembly supports (ValueError otherwise). A traced integer scalar is
-    accepted as is (hardware-aware training derives shifts inside ``jit``); it cannot
-    be range-checked, and the result is what the VPU instructions compute with that
-    shift (they are defined for every shift).
+    """A per-op shift as an int32 scalar (:func:`hwjax.core._validate.int_scalar`): a
+    concrete value must lie in ``[lo, hi]``, the range the assembly supports; a traced
+    one (hardware-aware training derives shifts inside ``jit``) cannot be checked, and
+    the result is what the VPU instructions compute with it (they define every shift).
     """
-    if isinstance(value, jax.core.Tracer):
-        if value.shape != () or not jnp.issubdtype(value.dtype, jnp.integer):
-            raise TypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got a traced "
-                            f"{value.dtype}{list(value.shape)}")
-        return value.astype(_I32)
-    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0:
-        if not np.issubdtype(np.asarray(value).dtype, np.integer):
-            raise TypeError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
-        value = int(value)
     try:
-        return jnp.asarray(V.check_static_int(value, lo, hi, name), _I32)
+        return V.int_scalar(value, lo, hi, name)
     except ValueError:
         raise ValueError(f"{name}={value} is outside the supported range [{lo}, {hi}] of the XS3 "
                          f"otfn_int8 assembly (spec §4.1)") from None
