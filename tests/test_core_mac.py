@@ -38,7 +38,7 @@ def mac_case(draw):
     k = draw(st.sampled_from([1, 5, 33]))  # few shapes: each new static order recompiles
     b, n = 2, 3
     chunk = draw(st.sampled_from([1, 2, 3, 8, 32]))
-    acc_bits = draw(st.sampled_from([32, 32, 24, 16]))
+    acc_bits = draw(st.sampled_from([32, 32, 24, 16, 8]))  # 8: both bounds hit within a block
     m = 2 ** (acc_bits - 1) - 1
     near = st.sampled_from([m, -m, -m - 1, m - 5000, -m + 5000, 0, m - 70000])
     acc0 = np.array(draw(st.lists(near, min_size=b * n, max_size=b * n)), np.int64).reshape(b, n)
@@ -52,6 +52,8 @@ def mac_case(draw):
         x = np.abs(x.astype(np.int16)).clip(0, 127).astype(np.int8)
         sign = np.where(np.arange(k) < k // 2, 1, -1) * (1 if style == "updown" else -1)
         w = (np.abs(w.astype(np.int16)).clip(0, 127) * sign).astype(np.int8)
+    if draw(st.booleans()):  # the default ascending order: x and w are reshaped, not gathered
+        return acc0, x, w, None, chunk, acc_bits
     order = draw(st.permutations(list(range(k))))
     holes = draw(st.lists(st.integers(0, len(order)), max_size=4))
     order = list(order)
@@ -64,7 +66,7 @@ def mac_case(draw):
 @given(mac_case())
 def test_mac_matches_python_model_and_reference(case):
     acc0, x, w, order, chunk, acc_bits = case
-    want = py_mac_all(acc0, x, w, order, chunk, acc_bits)
+    want = py_mac_all(acc0, x, w, range(x.shape[1]) if order is None else order, chunk, acc_bits)
     kw = dict(order=order, chunk=chunk, acc_bits=acc_bits)
     np.testing.assert_array_equal(np.asarray(mac(acc0, x, w, **kw)), want)
     np.testing.assert_array_equal(np.asarray(mac(acc0, x, w, route="float", **kw)), want)
@@ -93,18 +95,49 @@ def test_long_saturating_sequences_equal_reference():
     w[:, :700] = np.abs(w[:, :700]).clip(0, 127)
     x[:, :700] = np.abs(x[:, :700]).clip(0, 127)
     acc0 = rng.choice([M32, -M32, M32 - 10**6, -M32 + 10**6, 0], (b, n)).astype(np.int32)
-    for chunk in (1, 32):
-        order = rng.permutation(k)
+    # Random orders gather; the ascending order reshapes (zero-padded to whole blocks).
+    # chunk=1: 6 screened blocks of 250 products (loop of 32-term bodies plus a rest of
+    # 26); chunk=2: one block of 750 chunk sums; chunk=32: one block of 47 (32 + 15).
+    for chunk, order in ((1, rng.permutation(k)), (32, rng.permutation(k)), (1, None), (2, None), (32, None)):
         ref = np.asarray(mac_reference(acc0, x, w, order=order, chunk=chunk))
         np.testing.assert_array_equal(np.asarray(mac(acc0, x, w, order=order, chunk=chunk)), ref)
         np.testing.assert_array_equal(np.asarray(mac(acc0, x, w, order=order, chunk=chunk, route="float")), ref)
-        assert np.any(np.abs(ref) == M32)  # the data does saturate
+        unclipped = acc0.astype(np.int64) + x.astype(np.int64) @ w.T.astype(np.int64)
+        assert np.any(ref != unclipped)  # the data does saturate
     # A sequence that provably saturates and recovers, checked against the model.
     x1 = np.full((1, 64), 127, np.int8)
     w1 = np.concatenate([np.full(32, 127), np.full(32, -128)]).astype(np.int8)[None]
     got = int(mac(np.int32(M32 - 1000), x1, w1, chunk=1)[0, 0])
     assert got == py_mac(M32 - 1000, x1[0], w1[0], range(64), 1)
     assert got < M32 - 1000 - 400000  # recovered well below the bound
+
+
+def test_walk_edges_equal_model():
+    """The slow path's clipped walk at its limits: acc0 = -2**31 (clipped only once a
+    product is added), products of exactly 2**30 (int16 x int16, one product per
+    block), and both bounds touched within one block (acc_bits=12)."""
+    lo32 = -(2**31)
+    x = np.array([[-1] + [127] * 40 + [-128] * 40], np.int8)
+    w = np.array([[1] + [127] * 40 + [127] * 40, [-1] + [-128] * 80], np.int8)
+    acc0 = np.array([[lo32, M32]], np.int32)
+    k = x.shape[1]
+    for chunk in (1, 3):
+        got = np.asarray(mac(acc0, x, w, chunk=chunk))
+        np.testing.assert_array_equal(got, py_mac_all(acc0, x, w, range(k), chunk))
+    x16 = np.array([[-32768, -32768, 32767, -32768, 32767, 32767]], np.int16)
+    w16 = np.array([[-32768] * 6, [32767] * 6], np.int16)
+    for a in (lo32, -M32, 0, M32, M32 - 2**30):
+        acc = np.array([[a, a]], np.int32)
+        for route in ("int", "float"):
+            np.testing.assert_array_equal(np.asarray(mac(acc, x16, w16, chunk=1, route=route)),
+                                          py_mac_all(acc, x16, w16, range(6), 1))
+    rng = np.random.default_rng(11)
+    xs = rng.integers(-128, 128, (3, 300)).astype(np.int8)
+    ws = rng.integers(-128, 128, (4, 300)).astype(np.int8)
+    a12 = rng.integers(-2048, 2048, (3, 4)).astype(np.int32)
+    for chunk in (1, 4):
+        np.testing.assert_array_equal(np.asarray(mac(a12, xs, ws, chunk=chunk, acc_bits=12)),
+                                      py_mac_all(a12, xs, ws, range(300), chunk, acc_bits=12))
 
 
 def test_order_changes_result_when_saturating():

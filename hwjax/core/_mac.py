@@ -9,19 +9,21 @@ at ``acc0``. Saturation is not associative, so ``order`` and ``chunk`` matter.
 
 How ``mac`` stays exact and fast:
 
-* Fast path: if a conservative bound ``|acc0| + sum_k |x_k| * max_k |w_nk| <= M``
-  holds for every output, no prefix can reach the bounds and the result is
-  ``acc0 + x . w`` computed by one integer ``dot_general`` (int32 wrapping
-  arithmetic is exact when the true result fits int32). The (batch, N, K) product
-  tensor is never formed.
-* Slow path: the chunks are grouped into blocks whose total ``sum |products|`` is
-  below 2**31. Per block, if ``acc + positive part <= M`` and ``acc - negative
-  part >= -M`` (two integer dots) nothing in the block can clip and the block sum is
-  added. Otherwise the block's chunk sums and their prefix sums ``P_j`` are formed;
-  because the prefix sums span less than ``2M``, at most one bound is touched in the
-  block and the saturating recurrence has the closed form (one-sided reflection)
-  ``M + S - max_j P_j`` (upper bound hit), ``-M + S - min_j P_j`` (lower bound hit)
-  or ``acc + S`` (none), with ``S`` the block sum. This is exact and vectorised.
+* Fast path: when no prefix of any output can reach the bounds, the result is
+  ``acc0 + x . w`` from one integer ``dot_general`` (int32 wrapping arithmetic is
+  exact when the true result fits int32). Proofs, cheapest first: the dtype bound
+  ``|acc0| <= M - K * max|x*w|`` (made at trace time when ``acc0`` is concrete);
+  for ``chunk == 1`` also the weight interval of XS3's ``certify_no_saturation``
+  and the data bound ``|acc0| + sum_k |x_k| * max_k |w_nk|``. The (batch, N, K)
+  product tensor is never formed.
+* Slow path: the chunks are grouped into blocks whose ``sum |products|`` is below
+  2**30. ``chunk > 1``: every chunk sum comes from one batched dot, then a clipped
+  walk over them (one saturating add per chunk). ``chunk == 1``: per block, if
+  ``acc + positive part <= M`` and ``acc - negative part >= -M`` (block sums from two
+  dots) nothing in the block can clip and the block sum is added; only the other
+  blocks are walked product by product, one column of products at a time. The walk
+  keeps ``acc - acc_in`` clipped to bounds clamped at ``+-2**30`` (see ``_walk``), so
+  no intermediate wraps and no int64 is needed.
 * Routes: integer dots (``route="int"``), or float32 dots at ``precision=HIGHEST``
   on contraction blocks small enough that every partial sum stays below 2**24
   (exact), with block results added in int32 (``route="float"``; the default on
@@ -46,6 +48,8 @@ Route = Literal["auto", "int", "float"]
 _I32 = jnp.int32
 _F32_EXACT = 2**24  # every integer of magnitude <= 2**24 is exact in float32
 _FLOAT_PROD_BITS = 24  # the float route needs every product exact in float32
+_UNROLL = 32  # terms per loop body in _walk
+_WALK_SPAN = 2**30  # _walk clamps |acc - acc_in| here; a block's sum |products| stays below it
 
 
 # ------------------------------------------------------------------ argument handling
@@ -143,19 +147,6 @@ def _sum_lt(a: jax.Array, p: jax.Array, bound: int) -> jax.Array:
     return jnp.where(overflow, p < 0, r < _I32(bound))
 
 
-def _reflect(a, s, pmax, pmin, lo: int, hi: int) -> jax.Array:
-    """Result of ``a <- clip(a + cs_j, lo, hi)`` over a block of chunk sums, in closed form.
-
-    ``s``, ``pmax``, ``pmin`` are the sum and the largest / smallest prefix sum of the
-    block's chunk sums. The block layout guarantees prefix sums fit int32 and span at
-    most ``hi - lo``, so at most one bound is touched; then the recurrence is a
-    one-sided reflection: ``hi + s - pmax`` if ``a + pmax > hi``, ``lo + s - pmin`` if
-    ``a + pmin < lo``, else ``a + s`` (the Skorokhod map of the prefix-sum path).
-    """
-    return jnp.where(_sum_gt(a, pmax, hi), _I32(hi) + (s - pmax),
-                     jnp.where(_sum_lt(a, pmin, lo), _I32(lo) + (s - pmin), a + s))
-
-
 def _abs_widened(a: jax.Array) -> jax.Array:
     """|a| in a dtype that holds it (int8 -> int16, int16 -> int32)."""
     wider = {np.dtype(np.int8): jnp.int16, np.dtype(np.int16): _I32}.get(np.dtype(a.dtype))
@@ -201,90 +192,151 @@ def _fast_bound_ok(acc0, x, w, hi, x_range, exact_weights=False):
     return jnp.all(by_weights | by_data)
 
 
-def _block_layout(order: np.ndarray, k: int, chunk: int, lo: int, hi: int, prod_bits: int) -> np.ndarray:
+def _block_layout(order: np.ndarray, k: int, chunk: int, prod_bits: int) -> np.ndarray:
     """Static gather indices (blocks, chunks per block, chunk) into x/w padded with a zero at ``k``.
 
-    Chunks per block: (1) sum|products| of a block <= 2**30, so block sums and the
-    bound dots fit int32; (2) the chunk prefix sums of a block span at most
-    (cpb - 1) * max|chunk sum| <= hi - lo, so at most one bound is touched per block
-    (the premise of ``_reflect``). Aim at ~256 products per block.
+    Chunks per block: sum |products| of a block <= 2**30 - 1, or one chunk of at most
+    2**30 (when ``chunk * 2**prod_bits == 2**30``), so block sums, the screening dots and
+    ``_walk`` fit int32. ``chunk > 1``: as many chunks per block
+    as that allows (the chunk sums come from one batched dot anyway). ``chunk == 1``:
+    about 256 products per block, the granularity at which blocks are screened.
     """
     idx = np.where(order < 0, k, order)
     n_chunks = idx.size // chunk
-    max_chunk = chunk << prod_bits
-    max_cpb = max(1, min((2**30 - 1) // max_chunk, 1 + (hi - lo) // max_chunk))
-    cpb = max(1, min(max_cpb, max(1, 256 // chunk), n_chunks))
+    max_cpb = max(1, (_WALK_SPAN - 1) // (chunk << prod_bits))
+    cpb = max(1, min(max_cpb, 256 if chunk == 1 else n_chunks, n_chunks))
     nb = -(-n_chunks // cpb)
     cpb = -(-n_chunks // nb)
     pad = nb * cpb * chunk - idx.size
     return np.concatenate([idx, np.full(pad, k)]).reshape(nb, cpb, chunk).astype(np.int32)
 
 
-def _prefix_stats(cs_step, n_steps: int, shape) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Sequential (sum, max prefix, min prefix) of chunk sums ``cs_step(j)``, j < n_steps."""
-    lowest, highest = jnp.iinfo(jnp.int32).min, jnp.iinfo(jnp.int32).max
-
-    def body(j, carry):
-        p, pmax, pmin = carry
-        p = p + cs_step(j)
-        return p, jnp.maximum(pmax, p), jnp.minimum(pmin, p)
-
-    init = (jnp.zeros(shape, _I32), jnp.full(shape, lowest, _I32), jnp.full(shape, highest, _I32))
-    return jax.lax.fori_loop(0, n_steps, body, init, unroll=min(8, n_steps))
+def _is_contiguous(idx: np.ndarray, k: int) -> bool:
+    """True when the layout visits 0, 1, ..., k-1 in order followed only by empty lanes,
+    so reshaping (and zero-padding) x and w replaces the gather."""
+    flat = idx.ravel()
+    return bool(np.array_equal(flat[:k], np.arange(k)) and np.all(flat[k:] == k))
 
 
-def _gathered(xz: jax.Array, wz: jax.Array, idx: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``xz[:, idx]``, ``wz[:, idx]``, materialised: a gather fused into a dot operand
-    makes XLA:CPU fall back to a slow dot emitter (measured 8x slower)."""
-    return jax.lax.optimization_barrier((xz[:, idx], wz[:, idx]))
+def _walk(a: jax.Array, term, items, lo: int, hi: int, unroll: int = _UNROLL) -> jax.Array:
+    """``acc <- clip(acc + term(item_j), lo, hi)`` for every j in order, from ``acc = a``; exact.
+
+    ``items`` is a pytree of arrays whose leading axis is j; ``a`` lies in
+    ``[lo - 1, hi]``; the int32 terms of one call satisfy ``sum_j |term_j| <= 2**30 - 1``,
+    or there is a single term with ``|term| <= 2**30`` (the block layout guarantees
+    one of the two). The state is ``d = acc - a``, clipped to
+    ``[max(lo - a, -2**30), min(hi - a, 2**30)]``. No intermediate wraps: ``|d| <= 2**30``
+    and ``|d + term| <= 2**31 - 1``. A bound clamped to ``+-2**30`` never changes the
+    walk: without touching the other bound, ``|d| = |prefix sum| <= 2**30 - 1``; after
+    touching it (at most 1 beyond zero, for ``a = lo - 1``), the walk moves at most
+    ``sum |terms| <= 2**30 - 1`` from there. So this is the saturating recurrence itself,
+    touching either bound any number of times.
+
+    One state array, so each loop body is a single XLA fusion. ``unroll`` consecutive
+    terms are written out per body, so the (B, N) state is read and written once per
+    ``unroll`` terms (measured on XLA:CPU: 16 and 64 no faster than 32). A version that
+    carried the prefix sum with its running max and min for a closed-form reflection
+    was 1.6x slower: XLA:CPU split it into three fusions, each recomputing the products.
+    """
+    span = _I32(_WALK_SPAN)
+    upper = jnp.where(a < _I32(hi - _WALK_SPAN), span, _I32(hi) - a)
+    lower = jnp.where(a > _I32(lo + _WALK_SPAN), -span, _I32(lo) - a)
+    n = jax.tree.leaves(items)[0].shape[0]
+
+    def run(d, block):
+        for u in range(jax.tree.leaves(block)[0].shape[0]):
+            d = jnp.clip(d + term(jax.tree.map(lambda v: v[u], block)), lower, upper)
+        return d, None
+
+    u = min(unroll, n)
+    full = n // u
+    d = jnp.zeros(a.shape, _I32)
+    if full > 1:
+        blocks = jax.tree.map(lambda v: v[:full * u].reshape((full, u) + v.shape[1:]), items)
+        d = jax.lax.scan(run, d, blocks)[0]
+    elif full == 1:
+        d = run(d, jax.tree.map(lambda v: v[:u], items))[0]
+    if n > full * u:
+        d = run(d, jax.tree.map(lambda v: v[full * u:], items))[0]
+    return a + d
 
 
-def _slow(acc0, x, w, idx, lo, hi, route, prod_bits):
+def _fold_blocks(block, acc0, items):
+    """``acc <- block(acc, items[i])`` over the leading (block) axis of ``items``."""
+    if jax.tree.leaves(items)[0].shape[0] == 1:
+        return block(acc0, jax.tree.map(lambda a: a[0], items))
+    return jax.lax.scan(lambda a, it: (block(a, it), None), acc0, items)[0]
+
+
+def _laid_out(x: jax.Array, idx: np.ndarray | jax.Array, contiguous: bool) -> jax.Array:
+    """``x`` (R, K) arranged as (R, *idx.shape) along ``idx`` (index K = a zero lane)."""
+    r, k = x.shape
+    if contiguous:
+        xz = jnp.pad(x, ((0, 0), (0, idx.size - k)))
+        return xz.reshape((r,) + tuple(idx.shape))
+    xz = jnp.concatenate([x, jnp.zeros((r, 1), x.dtype)], axis=-1)
+    # A gather fused into a dot operand makes XLA:CPU fall back to a slow dot emitter
+    # (measured 8x slower): materialise it.
+    return jax.lax.optimization_barrier(xz[:, idx])
+
+
+def _slow(acc0, x, w, idx, lo, hi, route, prod_bits, contiguous):
     """The saturating recurrence, exactly, without a per-product scan where avoidable."""
     b, n = acc0.shape
     nb, cpb, chunk = idx.shape
-    xz = jnp.concatenate([x, jnp.zeros((b, 1), x.dtype)], axis=-1)  # index k = empty lane
-    wz = jnp.concatenate([w, jnp.zeros((n, 1), w.dtype)], axis=-1)
-    if chunk > 1:  # every chunk sum from one batched dot, then one saturating add per chunk
-        flat = idx.reshape(nb * cpb, chunk)
-        cs = _bdot(*_gathered(xz, wz, flat), route, prod_bits)  # (chunks, B, N)
-        return jax.lax.scan(lambda a, c: (_sat_add(a, c, lo, hi), None), acc0, cs)[0]
-    # chunk == 1: blocks of products; only blocks in which some output may clip are
-    # resolved product by product (sequential prefix statistics + closed-form reflection).
-    xf, wf = _gathered(xz, wz, idx[..., 0])  # (B, nb, cpb), (N, nb, cpb)
+    if chunk > 1:  # every chunk sum from one batched dot, then a clipped walk per block
+        xg = _laid_out(x, idx.reshape(nb * cpb, chunk), contiguous)
+        wg = _laid_out(w, idx.reshape(nb * cpb, chunk), contiguous)
+        cs = _bdot(xg, wg, route, prod_bits).reshape(nb, cpb, b, n)
+        return _fold_blocks(lambda a, c: _walk(a, lambda t: t, c, lo, hi), acc0, cs)
+    # chunk == 1: blocks of products, screened by their sums of positive and negative
+    # products; only blocks in which some output may clip are resolved product by product.
+    xf = _laid_out(x, idx[..., 0], contiguous)  # (B, nb, cpb)
+    wf = _laid_out(w, idx[..., 0], contiguous)  # (N, nb, cpb)
     sums = _bdot(xf, wf, route, prod_bits)  # (nb, B, N) block sums
-    mags = _bdot(_abs_widened(xf), _abs_widened(wf), route, prod_bits)  # sum |products|
+    # sum |products| on the exact float route (block sums of at most 2**24 need one f32
+    # dot; wider ones fall back to integers): an int16 |x| dot is 1.5x slower on XLA:CPU.
+    mags = _bdot(_abs_widened(xf), _abs_widened(wf), "float", prod_bits)
     # mag >= |s| and mag <= 2**30: mag - s lies in [0, 2**31], exact in uint32.
     diff = jax.lax.bitcast_convert_type(mags, jnp.uint32) - jax.lax.bitcast_convert_type(sums, jnp.uint32)
     negs = (diff >> 1).astype(_I32)  # per block: sum of |negative products|
     poss = mags - negs  # per block: sum of positive products
+    rows = (xf.transpose(1, 2, 0), wf.transpose(1, 2, 0))  # (nb, cpb, B), (nb, cpb, N)
 
     def block(a, item):
-        xb, wb, s, pos, neg = item
+        (xr, wr), s, pos, neg = item
         risky = _sum_gt(a, pos, hi) | _sum_lt(a, -neg, lo)
 
         def fine(_):  # products formed one column at a time, never as a (B, N, K) tensor
-            xc, wc = xb.T.astype(_I32), wb.T.astype(_I32)  # (cpb, B), (cpb, N): rows per step
-            total, pmax, pmin = _prefix_stats(lambda j: xc[j][:, None] * wc[j][None, :], cpb, (b, n))
-            return _reflect(a, total, pmax, pmin, lo, hi)
+            prod = lambda r: r[0].astype(_I32)[:, None] * r[1].astype(_I32)[None, :]
+            return _walk(a, prod, (xr, wr), lo, hi)
 
-        return jax.lax.cond(jnp.any(risky), fine, lambda _: a + s, None), None
+        return jax.lax.cond(jnp.any(risky), fine, lambda _: a + s, None)
 
-    out, _ = jax.lax.scan(block, acc0, (jnp.moveaxis(xf, 1, 0), jnp.moveaxis(wf, 1, 0), sums, poss, negs))
-    return out
+    return _fold_blocks(block, acc0, (rows, sums, poss, negs))
 
 
 def _acc0_within(acc0: jax.Array, margin: int) -> jax.Array:
-    """``all(|acc0| <= margin)`` (margin >= 0), without forming ``|acc0|`` (no -2**31 wrap)."""
-    return (jnp.max(acc0) <= _I32(margin)) & (jnp.min(acc0) >= _I32(-margin))
+    """``all(|acc0| <= margin)`` (margin >= 0), without forming ``|acc0|`` (no -2**31 wrap).
+
+    One reduction, not a max and a min: on XLA:CPU each reduction to a scalar costs a
+    fixed ~25 us, more than the element-wise work on a (256, 64) array.
+    """
+    return ~jnp.any((acc0 > _I32(margin)) | (acc0 < _I32(-margin)))
 
 
-@functools.partial(jax.jit, static_argnames=("lo", "hi", "route", "prod_bits", "proved"))
-def _mac_int(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved=False):
+@functools.partial(jax.jit, static_argnames=("lo", "hi", "route", "prod_bits", "proved", "contiguous"))
+def _mac_int(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved=False, contiguous=False):
     """acc0 broadcastable to (B, N) int32, x (B, K), w (N, K) integer, idx from _block_layout.
 
     ``idx`` is traced, so calls that differ only in ``order`` share one compilation.
     ``proved=True``: the caller showed at trace time that nothing can clip.
+    ``contiguous=True``: ``idx`` is the ascending order (see ``_is_contiguous``).
+
+    Which path: the fast path when ``|acc0| <= hi - K * max|x*w|`` (one reduction over
+    ``acc0``). Otherwise, for ``chunk == 1``, the interval proof of ``_fast_bound_ok``
+    (it costs about one dot and saves a slow path of about ten); for ``chunk > 1`` the
+    slow path directly, since it costs about two dots, less than the proof and a dot.
     """
     shape = (x.shape[0], w.shape[0])
     if idx.size == 0:  # no chunk at all: the accumulator is untouched
@@ -297,9 +349,11 @@ def _mac_int(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved=False):
         return fast(None)
 
     def slow(_):
-        return _slow(jnp.broadcast_to(acc0, shape), x, w, idx, lo, hi, route, prod_bits)
+        return _slow(jnp.broadcast_to(acc0, shape), x, w, idx, lo, hi, route, prod_bits, contiguous)
 
     total = x.shape[1] << prod_bits  # static bound on sum_k |x_k * w_nk|
+    if idx.shape[2] > 1:
+        return jax.lax.cond(_acc0_within(acc0, hi - total), fast, slow, None) if total <= hi else slow(None)
     tight = lambda _: _fast_bound_ok(acc0, x, w, hi, V.int_range(x.dtype), exact_weights=total <= hi)
     ok = jax.lax.cond(_acc0_within(acc0, hi - total), lambda _: True, tight, None) if total <= hi \
         else tight(None)
@@ -365,7 +419,8 @@ def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturatio
 
     def ints(acc0, x, w):
         return _mac_int(acc0.astype(_I32), x.astype(xd), w.astype(wd), idx,
-                        lo=lo, hi=hi, route=route, prod_bits=prod_bits)
+                        lo=lo, hi=hi, route=route, prod_bits=prod_bits,
+                        contiguous=_is_contiguous(idx, x.shape[-1]))
 
     def out_dtype(*arrays):
         return jnp.result_type(*[a.dtype for a in arrays if jnp.issubdtype(a.dtype, jnp.floating)])
@@ -438,7 +493,7 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
     k = w.shape[1]
     batch = x.shape[:-1]
-    idx = _block_layout(o, k, chunk, lo, hi, prod_bits)
+    idx = _block_layout(o, k, chunk, prod_bits)
     x2 = x.reshape((-1, k))
     a2 = _acc0_2d(acc0, out_shape)
     if "float" in (V.kind(x, "x"), V.kind(w, "w"), V.kind(acc0, "acc0")):
@@ -449,7 +504,7 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
     total = k << prod_bits  # static bound on any prefix sum of products
     proved = V.is_concrete(a2) and total <= hi and int(np.abs(np.asarray(a2, np.int64)).max()) <= hi - total
     y = _mac_int(a2, x2.astype(xd), w.astype(wd), idx, lo=lo, hi=hi, route=route,
-                 prod_bits=prod_bits, proved=proved)
+                 prod_bits=prod_bits, proved=proved, contiguous=_is_contiguous(idx, k))
     return y.reshape(batch + (w.shape[0],))
 
 
