@@ -5,7 +5,8 @@ instructions and kernels.
 """
 
 from hwjax.core import _wide as wide
-from hwjax.core._float import div_rn
+from hwjax.core._float import div_rn, quantize_affine
+from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_taps
 from hwjax.core._mac import mac, mac_reference
 from hwjax.core._ops import (
     ROUNDING_MODES,
@@ -17,14 +18,19 @@ from hwjax.core._ops import (
 )
 
 __all__ = [
+    "ConvGeometry",
     "ROUNDING_MODES",
     "div_rn",
+    "quantize_affine",
+    "extract_patches",
     "fixed_mul",
     "int_bounds",
     "mac",
     "mac_reference",
     "magnitude_bits",
+    "pool_out_hw",
     "saturate",
     "shift_right",
     "wide",
+    "window_taps",
 ]

@@ -1,0 +1,279 @@
+"""Convolution and pooling window geometry, and gather-free patch extraction.
+
+Nothing here knows about any chip. One :class:`ConvGeometry` describes where the
+windows of a 2-D convolution or pool sit on an (H, W) image; :func:`window_taps` and
+:func:`extract_patches` read them out with static strided slices (no gathers), taps
+outside the image holding a pad value that may be traced.
+
+Window semantics (all static Python ints). With ``(pt, pb), (pl, pr) = padding``,
+``(sv, sh) = stride`` and ``(dv, dh) = dilation``, output pixel ``(oy, ox)`` and
+kernel tap ``(i, j)`` read image row and column::
+
+    r = oy * sv - pt + i * dv        c = ox * sh - pl + j * dh
+
+and a position outside ``[0, H) x [0, W)`` reads the pad value. ``out_hw`` is XLA's
+rule ``(H + pt + pb - ((kh - 1) * dv + 1)) // sv + 1`` (likewise for the width).
+Negative padding entries crop, as in ``jax.lax.pad``: they come from
+:meth:`ConvGeometry.from_window` (windows that start inside the image, or outputs
+that stop before its end); :meth:`ConvGeometry.make` accepts only padding >= 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import _validate as V
+
+Pair = tuple[int, int]
+Padding = Union[str, int, Sequence[int], Sequence[Sequence[int]]]
+
+_MAX = 2**30  # bound on any geometry entry (keeps every index computation in int32 range)
+
+
+def _pair(v: Any, name: str, lo: int) -> Pair:
+    """``v`` (an int, or a pair of ints) as a pair of static Python ints >= ``lo``."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        v = (v, v)
+    try:
+        a, b = v
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an int or a pair of static Python ints, got {v!r}") from None
+    return (V.check_static_int(a, lo, _MAX, f"{name}[0]"), V.check_static_int(b, lo, _MAX, f"{name}[1]"))
+
+
+def _padding_pairs(padding: Any, *, lo: int) -> tuple[Pair, Pair]:
+    """Explicit padding: an int p, a pair (ph, pw) or ((top, bottom), (left, right))."""
+    if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
+        p = V.check_static_int(padding, lo, _MAX, "padding")
+        return ((p, p), (p, p))
+    try:
+        a, b = padding
+    except (TypeError, ValueError):
+        raise TypeError("padding must be 'SAME', 'VALID', an int, a pair (vertical, horizontal) or "
+                        f"((top, bottom), (left, right)), got {padding!r}") from None
+    if all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in (a, b)):
+        ph, pw = _pair((a, b), "padding", lo)
+        return ((ph, ph), (pw, pw))
+    return (_pair(a, "padding[0]", lo), _pair(b, "padding[1]", lo))
+
+
+def _dilated(k: int, d: int) -> int:
+    return (k - 1) * d + 1
+
+
+def _same_pads(size: int, k: int, s: int) -> Pair:
+    """XLA's SAME rule: ``ceil(size / s)`` outputs, the extra padding at the bottom/right."""
+    out = -(-size // s)
+    total = max(0, (out - 1) * s + k - size)
+    return (total // 2, total - total // 2)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Static geometry of one 2-D window operation (convolution or pool) on an HW image.
+
+    Fields (static Python ints, normalised to tuples, so instances are hashable and can
+    be static ``jit`` arguments):
+
+    * ``in_hw``: (H, W) of the input image, >= 1.
+    * ``kernel``: (kh, kw) window shape, >= 1.
+    * ``stride``: (vertical, horizontal), >= 1.
+    * ``padding``: ((top, bottom), (left, right)); negative entries crop (see the
+      module docstring).
+    * ``dilation``: (vertical, horizontal) kernel dilation, >= 1 (default (1, 1)).
+
+    Construction raises ValueError (naming the field) for out-of-range entries and when
+    there is no output pixel, TypeError for entries that are not ints.
+    """
+
+    in_hw: Pair
+    kernel: Pair
+    stride: Pair
+    padding: tuple[Pair, Pair]
+    dilation: Pair = (1, 1)
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "in_hw", _pair(self.in_hw, "in_hw", 1))
+        set_(self, "kernel", _pair(self.kernel, "kernel", 1))
+        set_(self, "stride", _pair(self.stride, "stride", 1))
+        set_(self, "dilation", _pair(self.dilation, "dilation", 1))
+        set_(self, "padding", _padding_pairs(self.padding, lo=-_MAX))
+        if min(self.out_hw) < 1:
+            raise ValueError(
+                f"a {self.in_hw} input with a {self.kernel} kernel (dilation {self.dilation}), stride "
+                f"{self.stride} and padding {self.padding} has no output pixels (out_hw = {self.out_hw})")
+
+    # ------------------------------------------------------------------ constructors
+
+    @staticmethod
+    def make(in_hw, kernel, stride=(1, 1), padding: Padding = "VALID", dilation=(1, 1)) -> "ConvGeometry":
+        """From ``padding`` = ``"SAME"``, ``"VALID"``, an int ``p`` (all four sides), a pair
+        ``(ph, pw)`` or ``((top, bottom), (left, right))``, all >= 0.
+
+        ``"SAME"`` is XLA's rule (``jax.lax.padtype_to_pads`` on the dilated kernel):
+        ``ceil(H / sv)`` output rows, total padding ``max(0, (OH - 1) * sv + (kh - 1) * dv
+        + 1 - H)``, of which ``total // 2`` on top and the rest at the bottom; likewise for
+        the width. ``"VALID"``: no padding. ``stride`` and ``dilation`` may be ints.
+        """
+        in_hw, kernel = _pair(in_hw, "in_hw", 1), _pair(kernel, "kernel", 1)
+        stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+        if isinstance(padding, str):
+            if padding == "VALID":
+                pads = ((0, 0), (0, 0))
+            elif padding == "SAME":
+                pads = tuple(_same_pads(in_hw[i], _dilated(kernel[i], dilation[i]), stride[i])
+                             for i in range(2))
+            else:
+                raise ValueError(f"padding must be 'SAME', 'VALID', an int or explicit pairs, got {padding!r}")
+        else:
+            pads = _padding_pairs(padding, lo=0)
+        return ConvGeometry(in_hw, kernel, stride, pads, dilation)
+
+    @staticmethod
+    def from_window(in_hw, kernel, window_start, window_stride, out_hw, dilation=(1, 1)) -> "ConvGeometry":
+        """From the first window's top-left position and the output shape.
+
+        Output ``(oy, ox)`` tap ``(i, j)`` reads row ``window_start[0] + oy * sv + i * dv``
+        and column ``window_start[1] + ox * sh + j * dh`` (outside the image: the pad
+        value). ``window_start`` may be negative (padding) or positive (the windows start
+        inside the image); the result has ``padding = ((-r0, r0 + (OH - 1) * sv +
+        (kh - 1) * dv + 1 - H), ...)``, so its ``out_hw`` is exactly ``out_hw``.
+        """
+        in_hw, kernel = _pair(in_hw, "in_hw", 1), _pair(kernel, "kernel", 1)
+        stride, dilation = _pair(window_stride, "window_stride", 1), _pair(dilation, "dilation", 1)
+        start = _pair(window_start, "window_start", -_MAX)
+        out = _pair(out_hw, "out_hw", 1)
+        pads = tuple((-start[i], start[i] + (out[i] - 1) * stride[i] + _dilated(kernel[i], dilation[i]) - in_hw[i])
+                     for i in range(2))
+        return ConvGeometry(in_hw, kernel, stride, pads, dilation)
+
+    # ---------------------------------------------------------------- derived values
+
+    @property
+    def out_hw(self) -> Pair:
+        """(OH, OW) = ``(H + top + bottom - ((kh - 1) * dv + 1)) // sv + 1`` (and the width)."""
+        return tuple((self.in_hw[i] + sum(self.padding[i]) - self.effective_kernel[i]) // self.stride[i] + 1
+                     for i in range(2))  # type: ignore[return-value]
+
+    @property
+    def pad_top_left(self) -> Pair:
+        """(top, left) padding."""
+        return (self.padding[0][0], self.padding[1][0])
+
+    @property
+    def window_start(self) -> Pair:
+        """Image (row, column) of output (0, 0)'s tap (0, 0): ``(-top, -left)``."""
+        return (-self.padding[0][0], -self.padding[1][0])
+
+    @property
+    def effective_kernel(self) -> Pair:
+        """The dilated window extent ``((kh - 1) * dv + 1, (kw - 1) * dh + 1)``."""
+        return (_dilated(self.kernel[0], self.dilation[0]), _dilated(self.kernel[1], self.dilation[1]))
+
+    @property
+    def inside(self) -> bool:
+        """True when every window lies inside the image (no tap reads the pad value)."""
+        (pt, pb), (pl, pr) = self.padding
+        return max(pt, pb, pl, pr) <= 0
+
+
+def pool_out_hw(in_hw, window, stride=None, window_start=(0, 0)) -> Pair:
+    """Output shape of a VALID pool: the most windows that fit inside the image.
+
+    ``((H - r0 - kh) // sv + 1, (W - c0 - kw) // sh + 1)`` with ``stride`` defaulting to
+    ``window`` and ``window_start`` = (r0, c0) >= 0 the first window's top-left pixel.
+    Raises ValueError when no window fits.
+    """
+    in_hw, window = _pair(in_hw, "in_hw", 1), _pair(window, "window", 1)
+    stride = window if stride is None else _pair(stride, "stride", 1)
+    start = _pair(window_start, "window_start", 0)
+    out = tuple((in_hw[i] - start[i] - window[i]) // stride[i] + 1 for i in range(2))
+    if min(out) < 1:
+        raise ValueError(f"no {window} pooling window starting at {start} fits inside a {in_hw} image")
+    return out  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------- patch extraction
+
+
+def _pad_scalar(pad_value: Any, dtype) -> jax.Array:
+    """The pad value as a 0-d array of ``dtype`` (checked to be representable when concrete)."""
+    if isinstance(pad_value, (bool, np.bool_)):
+        raise TypeError(f"pad_value must be a number scalar, got {pad_value!r}")
+    a = pad_value if isinstance(pad_value, jax.core.Tracer) else np.asarray(pad_value)
+    if a.shape != ():
+        raise TypeError(f"pad_value must be a scalar, got shape {a.shape}")
+    if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise TypeError(f"pad_value must be an integer or float scalar, got dtype {a.dtype}")
+    if jnp.issubdtype(dtype, jnp.integer):
+        if not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"pad_value must be an integer scalar for an integer x ({np.dtype(dtype)}), "
+                            f"got dtype {a.dtype}")
+        info = jnp.iinfo(dtype)
+        V.check_range(a, int(info.min), int(info.max), f"pad_value (for x of dtype {np.dtype(dtype)})")
+    return jnp.asarray(a).astype(dtype)
+
+
+def _check_image(x: Any, geom: ConvGeometry) -> jax.Array:
+    if not isinstance(geom, ConvGeometry):
+        raise TypeError(f"geom must be a ConvGeometry, got {type(geom).__name__}")
+    x = jnp.asarray(x)
+    if x.ndim < 3 or tuple(x.shape[-3:-1]) != geom.in_hw:
+        raise ValueError(f"x must have shape (..., H, W, C) with (H, W) = geom.in_hw = {geom.in_hw}, "
+                         f"got {x.shape}")
+    return x
+
+
+def window_taps(x, geom: ConvGeometry, *, pad_value) -> list[jax.Array]:
+    """The kh*kw window taps of ``x`` (..., H, W, C), each (..., OH, OW, C), in (kh, kw) order.
+
+    Tap ``(i, j)`` holds ``x[..., r, c, :]`` at the rows and columns of the module
+    docstring for every output ``(oy, ox)``; positions outside the image hold
+    ``pad_value``. Built from one ``jax.lax.pad`` (only where padding is positive) and
+    static strided slices: no gathers, differentiable in ``x``, jit- and vmap-safe.
+
+    Args:
+      x: (..., H, W, C) array with (H, W) = ``geom.in_hw``.
+      geom: the :class:`ConvGeometry`.
+      pad_value: a scalar (Python number, 0-d array or traced scalar) cast to ``x``'s
+        dtype; for an integer ``x`` it must be an integer representable in that dtype
+        (checked when concrete).
+    """
+    x = _check_image(x, geom)
+    (pt, pb), (pl, pr) = geom.padding
+    lead = x.ndim - 3
+    grow = (max(0, pt), max(0, pb), max(0, pl), max(0, pr))
+    if any(grow):
+        pad = _pad_scalar(pad_value, x.dtype)
+        x = jax.lax.pad(x, pad, [(0, 0, 0)] * lead + [(grow[0], grow[1], 0), (grow[2], grow[3], 0), (0, 0, 0)])
+    else:
+        _pad_scalar(pad_value, x.dtype)  # validated even when unused
+    (oh, ow), (sv, sh), (dv, dh) = geom.out_hw, geom.stride, geom.dilation
+    r0, c0 = max(0, -pt), max(0, -pl)  # first window row/column in the grown array
+    taps = []
+    for i in range(geom.kernel[0]):
+        for j in range(geom.kernel[1]):
+            r, c = r0 + i * dv, c0 + j * dh
+            start = (0,) * lead + (r, c, 0)
+            limit = x.shape[:lead] + (r + (oh - 1) * sv + 1, c + (ow - 1) * sh + 1, x.shape[-1])
+            taps.append(jax.lax.slice(x, start, limit, (1,) * lead + (sv, sh, 1)))
+    return taps
+
+
+def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
+    """The im2col patches of ``x``: (..., H, W, C) -> (..., OH, OW, kh*kw*C).
+
+    ``patches[..., oy, ox, (i*kw + j)*C + ch] = x[..., r, c, ch]`` with ``r``, ``c`` as
+    in the module docstring ((kh, kw, c) order, channels fastest), ``pad_value``
+    outside the image: the :func:`window_taps` concatenated along the channel axis
+    (static slices and one concatenation, no gathers). Same arguments as
+    :func:`window_taps`; the result has ``x``'s dtype.
+    """
+    taps = window_taps(x, geom, pad_value=pad_value)
+    return taps[0] if len(taps) == 1 else jnp.concatenate(taps, axis=-1)
