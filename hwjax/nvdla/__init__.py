@@ -1,4 +1,4 @@
-"""NVIDIA NVDLA: LUT unit, convertors and in-memory formats, bit-exact (spec: shared/spec/nvdla.md)."""
+"""NVIDIA NVDLA: LUT unit, convertors, in-memory formats and INT8 layer kernels, bit-exact (spec: shared/spec/nvdla.md)."""
 
 from hwjax.nvdla._lut import (
     COUNTERS,
@@ -87,4 +87,18 @@ from hwjax.nvdla._program import (
     slope_registers,
     sweep,
     tanh_lut,
+)
+
+# INT8 layer kernels: conv pipeline (CACC + SDP X1), depthwise, SDP element-wise add, PDP pooling.
+from hwjax.nvdla._layers import (
+    ALU_ALGOS,
+    MAX_CONV_PRODUCTS,
+    conv2d_int8,
+    depthwise_conv2d_int8,
+    pdp_avgpool_int8,
+    pdp_maxpool_int8,
+    pdp_recip_kernel,
+    sdp_add_int8,
+    sdp_x,
+    sdp_x1,
 )
