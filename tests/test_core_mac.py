@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -15,22 +17,32 @@ from hwjax.core import mac, mac_reference
 M32 = 2**31 - 1
 
 
-def py_mac(acc0, x, w, order, chunk, acc_bits=32):
-    """The definition, with Python integers: one output."""
+def py_mac(acc0, x, w, order, chunk, acc_bits=32, clips=False):
+    """The definition, with Python integers: one output (and its clip count)."""
     m = 2 ** (acc_bits - 1) - 1
     order = list(order) + [-1] * ((-len(order)) % chunk)
-    acc = int(acc0)
+    acc, clipped = int(acc0), 0
     for c in range(0, len(order), chunk):
         s = sum(int(x[k]) * int(w[k]) for k in order[c:c + chunk] if k >= 0)
+        clipped += not -m <= acc + s <= m
         acc = min(max(acc + s, -m), m)
-    return acc
+    return (acc, clipped) if clips else acc
 
 
-def py_mac_all(acc0, x, w, order, chunk, acc_bits=32):
+def py_mac_all(acc0, x, w, order, chunk, acc_bits=32, clips=False):
+    """All outputs of x (B, K), w (N, K); with ``clips`` the pair (acc, clip counts)."""
     b, n = x.shape[0], w.shape[0]
     acc0 = np.broadcast_to(acc0, (b, n))
-    return np.array([[py_mac(acc0[i, j], x[i], w[j], order, chunk, acc_bits) for j in range(n)]
-                     for i in range(b)], dtype=np.int64)
+    r = np.array([[py_mac(acc0[i, j], x[i], w[j], order, chunk, acc_bits, clips=True) for j in range(n)]
+                  for i in range(b)], dtype=np.int64).reshape(b, n, 2)
+    return (r[..., 0], r[..., 1]) if clips else r[..., 0]
+
+
+def assert_pair_equal(got, want):
+    """(acc, clipped) against the model's pair: exact, int32."""
+    for g, w_ in zip(got, want):
+        assert g.dtype == jnp.int32
+        np.testing.assert_array_equal(np.asarray(g), w_)
 
 
 @st.composite
@@ -66,11 +78,11 @@ def mac_case(draw):
 @given(mac_case())
 def test_mac_matches_python_model_and_reference(case):
     acc0, x, w, order, chunk, acc_bits = case
-    want = py_mac_all(acc0, x, w, range(x.shape[1]) if order is None else order, chunk, acc_bits)
+    want = py_mac_all(acc0, x, w, range(x.shape[1]) if order is None else order, chunk, acc_bits, clips=True)
     kw = dict(order=order, chunk=chunk, acc_bits=acc_bits)
-    np.testing.assert_array_equal(np.asarray(mac(acc0, x, w, **kw)), want)
-    np.testing.assert_array_equal(np.asarray(mac(acc0, x, w, route="float", **kw)), want)
-    np.testing.assert_array_equal(np.asarray(mac_reference(acc0, x, w, **kw)), want)
+    np.testing.assert_array_equal(np.asarray(mac(acc0, x, w, **kw)), want[0])
+    assert_pair_equal(mac(acc0, x, w, route="float", return_clipped=True, **kw), want)
+    assert_pair_equal(mac_reference(acc0, x, w, return_clipped=True, **kw), want)
 
 
 @given(st.integers(0, 2**16), st.sampled_from([1, 4, 16]))
@@ -256,6 +268,10 @@ def test_errors():
         mac(0.0, np.full((2, 4), 300.0, np.float32), w)
     with pytest.raises(ValueError, match="route must be one of"):
         mac(0, x, w, route="tf32")
+    with pytest.raises(TypeError, match="return_clipped"):
+        mac(0, x, w, return_clipped="yes")
+    with pytest.raises(TypeError, match="return_clipped"):
+        mac_reference(0, x, w, return_clipped=1)
 
 
 @given(st.integers(0, 2**16), st.integers(1, 40))
@@ -272,3 +288,148 @@ def test_weight_certificate_selects_fast_path(seed, wmax):
     x = rng.integers(-128, 128, (4, 288)).astype(np.int8)
     acc0 = jnp.asarray(np.broadcast_to(bias, (4, 6)))
     assert bool(_fast_bound_ok(acc0, jnp.asarray(x), jnp.asarray(w), M32, (-128, 127), exact_weights=True))
+
+
+# ------------------------------------------------- vmap (fast paths kept) and clip counts
+
+VB, BB, NB, KB = 3, 2, 3, 33  # fixed shapes: hypothesis draws values, not shapes
+_PERM = [int(i) for i in np.random.default_rng(12).permutation(KB)]
+_PERM = _PERM[:10] + [-1] + _PERM[10:] + [-1, -1]  # with empty lanes
+
+
+@functools.lru_cache(maxsize=None)
+def _vmapped(kind, permuted, chunk):
+    """vmap (or vmap of jit) of mac over x and acc0, one function per static setting."""
+    order = _PERM if permuted else None
+    f = lambda a, x, w: mac(a, x, w, order=order, chunk=chunk, return_clipped=True)
+    return jax.vmap(jax.jit(f) if kind == "vmap_jit" else f, in_axes=(0, 0, None))
+
+
+@st.composite
+def vmap_case(draw):
+    chunk = draw(st.sampled_from([1, 3]))
+    ints8 = st.integers(-128, 127)
+    x = np.array(draw(st.lists(ints8, min_size=VB * BB * KB, max_size=VB * BB * KB)), np.int8)
+    w = np.array(draw(st.lists(ints8, min_size=NB * KB, max_size=NB * KB)), np.int8).reshape(NB, KB)
+    if draw(st.booleans()):  # some rows may clip: the slow path for the whole vmapped batch
+        near = st.sampled_from([M32, -M32, -M32 - 1, M32 - 5000, -M32 + 5000, 0, M32 - 70000])
+        acc0 = draw(st.lists(near, min_size=VB * BB * NB, max_size=VB * BB * NB))
+    else:  # far from the bounds: a proof holds and the fast path is taken
+        small = st.integers(-(10**6), 10**6)
+        acc0 = draw(st.lists(small, min_size=VB * BB * NB, max_size=VB * BB * NB))
+    acc0 = np.array(acc0, np.int64).astype(np.int32).reshape(VB, BB, NB)
+    return acc0, x.reshape(VB, BB, KB), w, draw(st.booleans()), chunk
+
+
+def _want_stacked(acc0, x, w, order, chunk, acc_bits):
+    runs = [py_mac_all(acc0[v], x[v], w, order, chunk, acc_bits, clips=True) for v in range(x.shape[0])]
+    return np.stack([r[0] for r in runs]), np.stack([r[1] for r in runs])
+
+
+@settings(max_examples=20)
+@given(vmap_case(), st.sampled_from(["vmap", "vmap_jit"]))
+def test_vmap_matches_python_model(case, kind):
+    """vmap and vmap-of-jit of mac (acc and clip counts) equal the big-integer model."""
+    acc0, x, w, permuted, chunk = case
+    want = _want_stacked(acc0, x, w, _PERM if permuted else range(KB), chunk, 32)
+    assert_pair_equal(_vmapped(kind, permuted, chunk)(acc0, x, w), want)
+
+
+def _vmap_data(seed=21, v=3, b=2, n=4, k=24):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (v, b, k)).astype(np.int8)
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    acc0 = rng.choice([M32, -M32, -M32 - 1, M32 - 10**5, 0, 12345], (v, b, n)).astype(np.int32)
+    return acc0, x, w
+
+
+def test_vmap_in_axes_and_nesting():
+    """Every in_axes combination (w or acc0 batched too, or alone; chunk=1) and nested
+    vmap/jit (chunk=3)."""
+    acc0, x, w = _vmap_data()
+    chunk = 1
+    v = x.shape[0]
+    ws = np.stack([w, -w, w[::-1]])  # per-instance weights
+    rk = range(x.shape[-1])
+    f = lambda a, xx, ww: mac(a, xx, ww, chunk=chunk, return_clipped=True)
+    model = lambda a, xx, ww: py_mac_all(a, xx, ww, rk, chunk, clips=True)
+    stack = lambda runs: (np.stack([r[0] for r in runs]), np.stack([r[1] for r in runs]))
+    cases = [
+        ((0, 0, None), (acc0, x, w), [(acc0[i], x[i], w) for i in range(v)]),
+        ((0, 0, None), (acc0[:, 0, :], x, w), [(acc0[i, 0], x[i], w) for i in range(v)]),  # acc0 (N,) each
+        ((None, 0, None), (acc0[0], x, w), [(acc0[0], x[i], w) for i in range(v)]),
+        ((0, None, None), (acc0, x[0], w), [(acc0[i], x[0], w) for i in range(v)]),
+        ((None, 0, 0), (acc0[0], x, ws), [(acc0[0], x[i], ws[i]) for i in range(v)]),  # w batched
+        ((0, 0, 0), (acc0, x, ws), [(acc0[i], x[i], ws[i]) for i in range(v)]),
+    ]
+    for in_axes, args, per in cases:
+        assert_pair_equal(jax.vmap(f, in_axes=in_axes)(*args), stack([model(*p) for p in per]))
+    # Nested: vmap of vmap, vmap of jit of vmap, jit of vmap of vmap over (2, 3, B, K).
+    chunk = 3
+    x2, a2 = np.stack([x, x[::-1]]), np.stack([acc0, acc0[:, ::-1]])
+    want = tuple(np.stack(p) for p in zip(*[stack([model(a2[j, i], x2[j, i], w) for i in range(v)])
+                                            for j in range(2)]))
+    g = lambda a, xx: f(a, xx, w)
+    for fn in (jax.vmap(jax.vmap(g)), jax.vmap(jax.jit(jax.vmap(g))), jax.jit(jax.vmap(jax.vmap(g)))):
+        assert_pair_equal(fn(a2, x2), want)
+
+
+def test_vmap_keeps_the_cond():
+    """Under vmap the path choice stays a conditional (one path runs), not a select of both."""
+    acc0, x, w = _vmap_data()
+    ws = np.stack([w, w, w])
+    for chunk in (1, 32):
+        f = lambda a, xx, ww: mac(a, xx, ww, chunk=chunk)
+        kept = jax.jit(jax.vmap(f, in_axes=(0, 0, None))).lower(acc0, x, w).as_text()
+        assert "stablehlo.case" in kept or "stablehlo.if" in kept
+        # With w batched the rows no longer share weights: the plain vmap (both branches).
+        fallback = jax.jit(jax.vmap(f, in_axes=(0, 0, 0))).lower(acc0, x, ws).as_text()
+        assert "stablehlo.case" not in fallback and "stablehlo.if" not in fallback
+
+
+def test_clip_counts_edges():
+    """acc0 = -2**31 counts one clip at the first step; clipping and recovering counts
+    every clipping step; the fast path reports zeros; an empty chunk can clip."""
+    x = np.array([[0, 0, 0, 0], [127, 127, -128, -128]], np.int8)
+    w = np.array([[127, 127, 127, 127], [1, 1, 1, 1]], np.int8)
+    acc0 = np.array([[-(2**31), M32 - 100], [M32 - 100, -(2**31)]], np.int32)
+    for chunk, order in ((1, None), (3, None), (2, [-1, -1, 0, 1, 2, 3])):  # the last: an empty chunk
+        want = py_mac_all(acc0, x, w, range(4) if order is None else order, chunk, clips=True)
+        assert_pair_equal(mac(acc0, x, w, chunk=chunk, order=order, return_clipped=True), want)
+        assert_pair_equal(mac_reference(acc0, x, w, chunk=chunk, order=order, return_clipped=True), want)
+    assert py_mac(M32 - 100, x[1], w[0], range(4), 1, clips=True) == (M32 - 127 * 256, 2)
+    acc, clipped = mac(np.int32(5), x, w, return_clipped=True)  # proved at trace time
+    np.testing.assert_array_equal(np.asarray(acc), 5 + x.astype(np.int64) @ w.T.astype(np.int64))
+    np.testing.assert_array_equal(np.asarray(clipped), np.zeros((2, 2)))
+    a = np.array([[0, -(10**6)], [10**6, 0]], np.int32)  # traced: proved at run time
+    got = jax.jit(lambda t: mac(t, x, w, chunk=1, return_clipped=True))(a)
+    assert_pair_equal(got, py_mac_all(a, x, w, range(4), 1, clips=True))
+
+
+def test_grad_under_vmap():
+    """Float inputs: vmap of grad, grad of vmap (w shared or batched) equal per-example grads."""
+    _, x, w = _vmap_data(seed=22)
+    rng = np.random.default_rng(23)  # accumulators exact in float32, some at the bounds' edge
+    acc0 = rng.choice([2**31 - 128, -(2**31) + 128, 2**31 - 2**16, 0, 12345], (3, 2, 4)).astype(np.int32)
+    xf, wf, af = x.astype(np.float32), w.astype(np.float32), acc0.astype(np.float32)
+    loss = lambda a, xx, ww: (mac(a, xx, ww, chunk=4) * jnp.arange(1.0, 5.0)).sum()
+    per = [jax.grad(loss, argnums=(0, 1, 2))(af[i], xf[i], wf) for i in range(x.shape[0])]
+    g_vg = jax.vmap(jax.grad(loss, argnums=(0, 1, 2)), in_axes=(0, 0, None))(af, xf, wf)
+    g_gv = jax.grad(lambda a, xx, ww: jax.vmap(loss, in_axes=(0, 0, None))(a, xx, ww).sum(),
+                    argnums=(0, 1, 2))(af, xf, wf)
+    for j in range(2):
+        np.testing.assert_array_equal(np.asarray(g_vg[j]), np.stack([p[j] for p in per]))
+        np.testing.assert_array_equal(np.asarray(g_gv[j]), np.stack([p[j] for p in per]))
+    np.testing.assert_array_equal(np.asarray(g_vg[2]), np.stack([p[2] for p in per]))
+    np.testing.assert_array_equal(np.asarray(g_gv[2]), sum(np.asarray(p[2]) for p in per))
+    assert np.any(np.asarray(g_vg[0]) == 0)  # some outputs saturate: their gradient is zeroed
+    wb = np.stack([wf, -wf, wf])
+    g_wb = jax.vmap(jax.grad(loss, argnums=2))(af, xf, wb)
+    np.testing.assert_array_equal(np.asarray(g_wb), np.stack(
+        [jax.grad(loss, argnums=2)(af[i], xf[i], wb[i]) for i in range(3)]))
+    # The clip counts of the float path, under vmap: those of the integer model.
+    acc, clipped = jax.vmap(lambda a, xx: mac(a, xx, wf, chunk=4, return_clipped=True))(af, xf)
+    want = _want_stacked(acc0, x, w, range(x.shape[-1]), 4, 32)
+    assert want[1].any()
+    np.testing.assert_array_equal(np.asarray(clipped), want[1])
+    np.testing.assert_array_equal(np.asarray(acc), want[0].astype(np.float32))

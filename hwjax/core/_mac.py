@@ -133,6 +133,13 @@ def _sat_add(acc: jax.Array, s: jax.Array, lo: int, hi: int) -> jax.Array:
     return jnp.clip(r, _I32(lo), _I32(hi))
 
 
+def _outside(acc: jax.Array, s: jax.Array, lo: int, hi: int) -> jax.Array:
+    """``acc + s`` outside ``[lo, hi]``, exactly for int32 ``acc``, ``s`` (lo >= -2**31 + 1)."""
+    r = acc + s
+    overflow = ((acc ^ r) & (s ^ r)) < 0
+    return overflow | (r < _I32(lo)) | (r > _I32(hi))
+
+
 def _sum_gt(a: jax.Array, p: jax.Array, bound: int) -> jax.Array:
     """``a + p > bound`` exactly for int32 ``a``, ``p``."""
     r = a + p
@@ -218,7 +225,8 @@ def _is_contiguous(idx: np.ndarray, k: int) -> bool:
     return bool(np.array_equal(flat[:k], np.arange(k)) and np.all(flat[k:] == k))
 
 
-def _walk(a: jax.Array, term, items, lo: int, hi: int, unroll: int = _UNROLL) -> jax.Array:
+def _walk(a: jax.Array, term, items, lo: int, hi: int, count: jax.Array | None = None,
+          unroll: int = _UNROLL):
     """``acc <- clip(acc + term(item_j), lo, hi)`` for every j in order, from ``acc = a``; exact.
 
     ``items`` is a pytree of arrays whose leading axis is j; ``a`` lies in
@@ -229,36 +237,52 @@ def _walk(a: jax.Array, term, items, lo: int, hi: int, unroll: int = _UNROLL) ->
     and ``|d + term| <= 2**31 - 1``. A bound clamped to ``+-2**30`` never changes the
     walk: without touching the other bound, ``|d| = |prefix sum| <= 2**30 - 1``; after
     touching it (at most 1 beyond zero, for ``a = lo - 1``), the walk moves at most
-    ``sum |terms| <= 2**30 - 1`` from there. So this is the saturating recurrence itself,
-    touching either bound any number of times.
+    ``sum |terms| <= 2**30 - 1`` from there, so ``d + term`` never exceeds a clamped
+    bound (it can equal it). So this is the saturating recurrence itself, touching
+    either bound any number of times.
 
-    One state array, so each loop body is a single XLA fusion. ``unroll`` consecutive
-    terms are written out per body, so the (B, N) state is read and written once per
-    ``unroll`` terms (measured on XLA:CPU: 16 and 64 no faster than 32). A version that
-    carried the prefix sum with its running max and min for a closed-form reflection
-    was 1.6x slower: XLA:CPU split it into three fusions, each recomputing the products.
+    ``count`` (int32, broadcastable to ``a``): when given, returns ``(acc, count + c)``
+    where ``c`` counts the steps whose ``d + term`` lies strictly outside the clip
+    interval. By the argument above that happens exactly when ``acc + term`` lies
+    outside ``[lo, hi]`` (a clamped bound is never crossed), i.e. when the step's
+    saturation changed the value.
+
+    One state array (two when counting), so each loop body is a single XLA fusion.
+    ``unroll`` consecutive terms are written out per body, so the (B, N) state is read
+    and written once per ``unroll`` terms (measured on XLA:CPU: 16 and 64 no faster than
+    32). A version that carried the prefix sum with its running max and min for a
+    closed-form reflection was 1.6x slower: XLA:CPU split it into three fusions, each
+    recomputing the products.
     """
     span = _I32(_WALK_SPAN)
     upper = jnp.where(a < _I32(hi - _WALK_SPAN), span, _I32(hi) - a)
     lower = jnp.where(a > _I32(lo + _WALK_SPAN), -span, _I32(lo) - a)
     n = jax.tree.leaves(items)[0].shape[0]
+    counting = count is not None
 
-    def run(d, block):
+    def run(state, block):
+        d, c = state if counting else (state, None)
         for u in range(jax.tree.leaves(block)[0].shape[0]):
-            d = jnp.clip(d + term(jax.tree.map(lambda v: v[u], block)), lower, upper)
-        return d, None
+            v = d + term(jax.tree.map(lambda t: t[u], block))
+            if counting:
+                c = c + ((v > upper) | (v < lower)).astype(_I32)
+            d = jnp.clip(v, lower, upper)
+        return ((d, c) if counting else d), None
 
     u = min(unroll, n)
     full = n // u
     d = jnp.zeros(a.shape, _I32)
+    state = (d, jnp.broadcast_to(count, a.shape).astype(_I32)) if counting else d
     if full > 1:
         blocks = jax.tree.map(lambda v: v[:full * u].reshape((full, u) + v.shape[1:]), items)
-        d = jax.lax.scan(run, d, blocks)[0]
+        state = jax.lax.scan(run, state, blocks)[0]
     elif full == 1:
-        d = run(d, jax.tree.map(lambda v: v[:u], items))[0]
+        state = run(state, jax.tree.map(lambda v: v[:u], items))[0]
     if n > full * u:
-        d = run(d, jax.tree.map(lambda v: v[full * u:], items))[0]
-    return a + d
+        state = run(state, jax.tree.map(lambda v: v[full * u:], items))[0]
+    if counting:
+        return a + state[0], state[1]
+    return a + state
 
 
 def _fold_blocks(block, acc0, items):
@@ -280,14 +304,22 @@ def _laid_out(x: jax.Array, idx: np.ndarray | jax.Array, contiguous: bool) -> ja
     return jax.lax.optimization_barrier(xz[:, idx])
 
 
-def _slow(acc0, x, w, idx, lo, hi, route, prod_bits, contiguous):
-    """The saturating recurrence, exactly, without a per-product scan where avoidable."""
+def _slow(acc0, x, w, idx, lo, hi, route, prod_bits, contiguous, clipped=False):
+    """The saturating recurrence, exactly, without a per-product scan where avoidable.
+
+    ``acc0`` has the output shape (B, N). Returns the accumulators, or with
+    ``clipped=True`` the pair (accumulators, number of clipping steps per output).
+    """
     b, n = acc0.shape
     nb, cpb, chunk = idx.shape
+    zero = jnp.zeros((b, n), _I32) if clipped else None
+    carry0 = (acc0, zero) if clipped else acc0
     if chunk > 1:  # every chunk sum from one batched dot, then a clipped walk per block
         xg = _laid_out(x, idx.reshape(nb * cpb, chunk), contiguous)
         wg = _laid_out(w, idx.reshape(nb * cpb, chunk), contiguous)
         cs = _bdot(xg, wg, route, prod_bits).reshape(nb, cpb, b, n)
+        if clipped:
+            return _fold_blocks(lambda st, c: _walk(st[0], lambda t: t, c, lo, hi, count=st[1]), carry0, cs)
         return _fold_blocks(lambda a, c: _walk(a, lambda t: t, c, lo, hi), acc0, cs)
     # chunk == 1: blocks of products, screened by their sums of positive and negative
     # products; only blocks in which some output may clip are resolved product by product.
@@ -303,17 +335,23 @@ def _slow(acc0, x, w, idx, lo, hi, route, prod_bits, contiguous):
     poss = mags - negs  # per block: sum of positive products
     rows = (xf.transpose(1, 2, 0), wf.transpose(1, 2, 0))  # (nb, cpb, B), (nb, cpb, N)
 
-    def block(a, item):
+    def block(carry, item):
+        a = carry[0] if clipped else carry
         (xr, wr), s, pos, neg = item
+        # Safe block: every prefix stays in [lo, hi] (a = lo - 1 is always risky), so
+        # no step clips and the block sum is exact.
         risky = _sum_gt(a, pos, hi) | _sum_lt(a, -neg, lo)
 
         def fine(_):  # products formed one column at a time, never as a (B, N, K) tensor
             prod = lambda r: r[0].astype(_I32)[:, None] * r[1].astype(_I32)[None, :]
-            return _walk(a, prod, (xr, wr), lo, hi)
+            return _walk(a, prod, (xr, wr), lo, hi, count=carry[1] if clipped else None)
 
-        return jax.lax.cond(jnp.any(risky), fine, lambda _: a + s, None)
+        def coarse(_):
+            return (a + s, carry[1]) if clipped else a + s
 
-    return _fold_blocks(block, acc0, (rows, sums, poss, negs))
+        return jax.lax.cond(jnp.any(risky), fine, coarse, None)
+
+    return _fold_blocks(block, carry0, (rows, sums, poss, negs))
 
 
 def _acc0_within(acc0: jax.Array, margin: int) -> jax.Array:
@@ -325,31 +363,23 @@ def _acc0_within(acc0: jax.Array, margin: int) -> jax.Array:
     return ~jnp.any((acc0 > _I32(margin)) | (acc0 < _I32(-margin)))
 
 
-@functools.partial(jax.jit, static_argnames=("lo", "hi", "route", "prod_bits", "proved", "contiguous"))
-def _mac_int(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved=False, contiguous=False):
-    """acc0 broadcastable to (B, N) int32, x (B, K), w (N, K) integer, idx from _block_layout.
-
-    ``idx`` is traced, so calls that differ only in ``order`` share one compilation.
-    ``proved=True``: the caller showed at trace time that nothing can clip.
-    ``contiguous=True``: ``idx`` is the ascending order (see ``_is_contiguous``).
+def _mac_paths(acc0, x, w, idx, *, lo, hi, route, prod_bits, contiguous, clipped):
+    """The path choice for one batch: acc0 (1|B, 1|N) int32, x (B, K), w (N, K), idx (nb, cpb, chunk).
 
     Which path: the fast path when ``|acc0| <= hi - K * max|x*w|`` (one reduction over
     ``acc0``). Otherwise, for ``chunk == 1``, the interval proof of ``_fast_bound_ok``
     (it costs about one dot and saves a slow path of about ten); for ``chunk > 1`` the
     slow path directly, since it costs about two dots, less than the proof and a dot.
+    Every proof covers the whole batch at once, so one ``cond`` picks one path for it.
     """
     shape = (x.shape[0], w.shape[0])
-    if idx.size == 0:  # no chunk at all: the accumulator is untouched
-        return jnp.broadcast_to(acc0, shape)
 
     def fast(_):
-        return acc0 + _dot(x, w, route, prod_bits)
-
-    if proved:
-        return fast(None)
+        y = acc0 + _dot(x, w, route, prod_bits)
+        return (y, jnp.zeros(shape, _I32)) if clipped else y
 
     def slow(_):
-        return _slow(jnp.broadcast_to(acc0, shape), x, w, idx, lo, hi, route, prod_bits, contiguous)
+        return _slow(jnp.broadcast_to(acc0, shape), x, w, idx, lo, hi, route, prod_bits, contiguous, clipped)
 
     total = x.shape[1] << prod_bits  # static bound on sum_k |x_k * w_nk|
     if idx.shape[2] > 1:
@@ -358,6 +388,69 @@ def _mac_int(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved=False, contigu
     ok = jax.lax.cond(_acc0_within(acc0, hi - total), lambda _: True, tight, None) if total <= hi \
         else tight(None)
     return jax.lax.cond(ok, fast, slow, None)
+
+
+def _merge_rows(a: jax.Array, batched: bool, v: int, rows: int, keep_single: bool) -> jax.Array:
+    """A per-call (r, c) operand (r in {1, rows}) as rows of the merged (v * rows, c) call.
+
+    ``batched``: ``a`` is (v, r, c). ``keep_single``: an unbatched operand with r = 1
+    stays (1, c) and broadcasts over the merged rows (for ``acc0``, not ``x``).
+    """
+    if not batched:
+        if a.shape[0] == 1 and keep_single:
+            return a
+        a = jnp.broadcast_to(a[None], (v,) + a.shape)
+    return jnp.broadcast_to(a, (v, rows, a.shape[-1])).reshape(v * rows, a.shape[-1])
+
+
+@functools.lru_cache(maxsize=None)
+def _batched_paths(lo, hi, route, prod_bits, contiguous, clipped):
+    """``_mac_paths`` as a ``custom_vmap`` function that keeps its fast paths under ``vmap``.
+
+    Under ``vmap`` a ``cond`` with a batched predicate becomes a ``select`` that runs
+    both branches. The rule instead folds the mapped axis into the row axis: mac is
+    row-wise (output ``(b, n)`` depends on row ``b`` of ``x`` and ``acc0`` and on ``w``
+    only), so ``V`` calls on ``(B, K)`` rows equal one call on ``(V * B, K)`` rows, where
+    the batch-level proofs pick one path for all ``V * B`` rows (the slow path when any
+    row may clip; it is exact for every row). The rule calls this same function, so
+    nested ``vmap`` folds again. When ``w`` (or ``idx``) is mapped, rows no longer share
+    weights: it falls back to the plain ``vmap`` of ``_mac_paths`` (exact; both branches
+    of each ``cond`` run).
+    """
+    static = dict(lo=lo, hi=hi, route=route, prod_bits=prod_bits, contiguous=contiguous, clipped=clipped)
+    impl = functools.partial(_mac_paths, **static)
+    f = jax.custom_batching.custom_vmap(lambda acc0, x, w, idx: impl(acc0, x, w, idx))
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, acc0, x, w, idx):
+        ab, xb, wb, ib = in_batched
+        if wb or ib or not (ab or xb):
+            out = jax.vmap(impl, in_axes=tuple(0 if t else None for t in in_batched))(acc0, x, w, idx)
+            return out, jax.tree.map(lambda _: True, out)
+        rows = x.shape[-2]
+        ym = f(_merge_rows(acc0, ab, axis_size, rows, True), _merge_rows(x, xb, axis_size, rows, False), w, idx)
+        out = jax.tree.map(lambda y: y.reshape((axis_size, rows) + y.shape[1:]), ym)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return f
+
+
+@functools.partial(jax.jit, static_argnames=("lo", "hi", "route", "prod_bits", "proved", "contiguous", "clipped"))
+def _mac_int(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved=False, contiguous=False, clipped=False):
+    """acc0 broadcastable to (B, N) int32, x (B, K), w (N, K) integer, idx from _block_layout.
+
+    ``idx`` is traced, so calls that differ only in ``order`` share one compilation.
+    ``proved=True``: the caller showed at trace time that nothing can clip.
+    ``contiguous=True``: ``idx`` is the ascending order (see ``_is_contiguous``).
+    ``clipped=True``: returns ``(acc, clip counts)``. The paths: ``_mac_paths``, through
+    ``_batched_paths`` so that they survive ``vmap``.
+    """
+    shape = (x.shape[0], w.shape[0])
+    if idx.size == 0 or proved:  # no chunk at all, or nothing can clip: no cond needed
+        y = jnp.broadcast_to(acc0, shape) if idx.size == 0 else acc0 + _dot(x, w, route, prod_bits)
+        return (y, jnp.zeros(shape, _I32)) if clipped else y
+    f = _batched_paths(lo, hi, route, prod_bits, contiguous, clipped)
+    return f(acc0, x, w, idx)
 
 
 # ----------------------------------------------------------------------- public API
@@ -406,6 +499,12 @@ def _acc0_2d(acc0: jax.Array, out_shape: tuple[int, ...]) -> jax.Array:
     return jnp.broadcast_to(acc0, out_shape).reshape(-1, n)
 
 
+def _check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a Python bool (static), got {value!r}")
+    return bool(value)
+
+
 def _default_route(route: str) -> str:
     V.check_choice(route, ("auto", "int", "float"), "route")
     if route == "auto":
@@ -414,29 +513,37 @@ def _default_route(route: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturation_grad):
+def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturation_grad, clipped):
     idx = np.frombuffer(idx_bytes, np.int32).reshape(idx_shape)
 
     def ints(acc0, x, w):
         return _mac_int(acc0.astype(_I32), x.astype(xd), w.astype(wd), idx,
                         lo=lo, hi=hi, route=route, prod_bits=prod_bits,
-                        contiguous=_is_contiguous(idx, x.shape[-1]))
+                        contiguous=_is_contiguous(idx, x.shape[-1]), clipped=clipped)
 
     def out_dtype(*arrays):
         return jnp.result_type(*[a.dtype for a in arrays if jnp.issubdtype(a.dtype, jnp.floating)])
 
+    def forward(acc0, x, w):
+        r = ints(acc0, x, w)
+        y, c = r if clipped else (r, None)
+        yf = y.astype(out_dtype(acc0, x, w))
+        return ((yf, c) if clipped else yf), (y == hi) | (y == lo)
+
     @jax.custom_vjp
     def f(acc0, x, w):
-        return ints(acc0, x, w).astype(out_dtype(acc0, x, w))
+        return forward(acc0, x, w)[0]
 
     def fwd(acc0, x, w):
-        y = ints(acc0, x, w)
-        return y.astype(out_dtype(acc0, x, w)), (acc0, x, w, (y == hi) | (y == lo))
+        out, at_bound = forward(acc0, x, w)
+        return out, (acc0, x, w, at_bound)
 
     def bwd(res, g):
-        acc0, x, w, clipped = res
+        acc0, x, w, at_bound = res
+        if clipped:
+            g = g[0]  # the clip counts are integers: no cotangent flows from them
         if saturation_grad == "zero":
-            g = jnp.where(clipped, jnp.zeros_like(g), g)
+            g = jnp.where(at_bound, jnp.zeros_like(g), g)
         def ct(a, val):
             return unbroadcast(val, a.shape).astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.floating) \
                 else np.zeros(a.shape, jax.dtypes.float0)
@@ -450,7 +557,7 @@ def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturatio
 
 def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
         route: Route = "auto", x_dtype=None, w_dtype=None,
-        saturation_grad: Literal["zero", "pass"] = "zero") -> jax.Array:
+        saturation_grad: Literal["zero", "pass"] = "zero", return_clipped: bool = False):
     """Ordered saturating multiply-accumulate, exact.
 
     For each output ``n`` (and each leading batch index): start at ``acc0[..., n]``;
@@ -479,15 +586,26 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
       x_dtype, w_dtype: for float inputs, the integer dtype their values represent
         (checked when concrete); ignored for integer inputs.
       saturation_grad: ``"zero"`` (default) or ``"pass"``; see Gradient.
+      return_clipped: also return the clip counts (static bool).
 
     Returns:
-      int32 array of shape ``x.shape[:-1] + (N,)`` (float dtype for float inputs).
+      ``acc``: int32 array of shape ``x.shape[:-1] + (N,)`` (float dtype for float
+      inputs). With ``return_clipped=True``, the pair ``(acc, clipped)``: ``clipped``
+      is an int32 array of the same shape counting, per output, the saturation steps
+      (one per chunk, empty chunks included) whose unsaturated value
+      ``acc + chunk_sum`` lay outside ``[-M, M]``, i.e. the steps at which saturation
+      changed the accumulator. 0 means the result equals the unsaturated
+      ``acc0 + sum_k x_k * w_nk``; an output can clip and still end inside the bounds,
+      and ``acc0 = -M-1`` counts once at the first step (which lifts it to ``-M`` or
+      above). Identical on every path and route.
 
     Gradient (float inputs): that of the linear function ``acc0 + x @ w.T``
     (``d/dx = g @ w``, ``d/dw = g.T @ x``, ``d/dacc0 = g``), with ``g`` set to 0 for
     outputs whose final value is at a saturation bound (``saturation_grad="zero"``).
+    The clip counts carry no gradient.
     """
     route = _default_route(route)
+    clipped = _check_flag(return_clipped, "return_clipped")
     V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
@@ -498,46 +616,53 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
     a2 = _acc0_2d(acc0, out_shape)
     if "float" in (V.kind(x, "x"), V.kind(w, "w"), V.kind(acc0, "acc0")):
         f = _mac_float(idx.tobytes(), idx.shape, lo, hi, route, prod_bits,
-                       xd, wd, saturation_grad)
-        return f(a2, x2, w).reshape(out_shape)
+                       xd, wd, saturation_grad, clipped)
+        return jax.tree.map(lambda t: t.reshape(out_shape), f(a2, x2, w))
     a2 = V.to_int32(a2, "acc0")
     total = k << prod_bits  # static bound on any prefix sum of products
     proved = V.is_concrete(a2) and total <= hi and int(np.abs(np.asarray(a2, np.int64)).max()) <= hi - total
     y = _mac_int(a2, x2.astype(xd), w.astype(wd), idx, lo=lo, hi=hi, route=route,
-                 prod_bits=prod_bits, proved=proved, contiguous=_is_contiguous(idx, k))
-    return y.reshape(batch + (w.shape[0],))
+                 prod_bits=prod_bits, proved=proved, contiguous=_is_contiguous(idx, k), clipped=clipped)
+    return jax.tree.map(lambda t: t.reshape(batch + (w.shape[0],)), y)
 
 
 def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
-                  x_dtype=None, w_dtype=None) -> jax.Array:
+                  x_dtype=None, w_dtype=None, return_clipped: bool = False):
     """Literal ``lax.scan`` implementation of :func:`mac` (same arguments and result).
 
     One scan step per visited product: the product is added exactly to the running
     chunk sum; after every ``chunk``-th product the chunk sum is added to the
-    accumulator with saturation. Slow; kept public as the executable definition.
-    Integer inputs only.
+    accumulator with saturation, and (``return_clipped=True``) the output's clip count
+    is incremented when ``acc + chunk_sum`` lies outside ``[-M, M]``. Slow; kept
+    public as the executable definition. Integer inputs only.
     """
+    clipped = _check_flag(return_clipped, "return_clipped")
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
     k = w.shape[1]
     a = V.to_int32(jnp.broadcast_to(acc0, out_shape), "acc0")
     idx = jnp.asarray(np.where(o < 0, k, o), _I32)
-    return _reference_scan(a, x.astype(_I32), w.astype(_I32), idx, chunk=chunk, lo=lo, hi=hi)
+    acc, count = _reference_scan(a, x.astype(_I32), w.astype(_I32), idx, chunk=chunk, lo=lo, hi=hi,
+                                 clipped=clipped)
+    return (acc, count) if clipped else acc
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "lo", "hi"))
-def _reference_scan(a, x, w, idx, *, chunk, lo, hi):
+@functools.partial(jax.jit, static_argnames=("chunk", "lo", "hi", "clipped"))
+def _reference_scan(a, x, w, idx, *, chunk, lo, hi, clipped):
     xz = jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (1,), _I32)], axis=-1)
     wz = jnp.concatenate([w, jnp.zeros((w.shape[0], 1), _I32)], axis=-1)
     ends = (jnp.arange(idx.shape[0]) % chunk) == chunk - 1
 
     def step(carry, item):
-        acc, part = carry
+        acc, part, count = carry
         kk, end = item
         part = part + xz[..., kk, None] * wz[:, kk]
+        if clipped:
+            count = count + (end & _outside(acc, part, lo, hi)).astype(_I32)
         acc = jnp.where(end, _sat_add(acc, part, lo, hi), acc)
         part = jnp.where(end, jnp.zeros_like(part), part)
-        return (acc, part), None
+        return (acc, part, count), None
 
-    (acc, _), _ = jax.lax.scan(step, (a, jnp.zeros_like(a)), (idx, ends))
-    return acc
+    zero = jnp.zeros_like(a)
+    (acc, _, count), _ = jax.lax.scan(step, (a, zero, zero), (idx, ends))
+    return acc, count
