@@ -63,26 +63,32 @@ def test_round_trip_is_bit_exact(exported):
 def test_manifest_describes_the_graph(exported):
     _, _, path = exported
     m = json.loads((path / "manifest.json").read_text())
-    assert m["format"] == "hwjax.export" and m["format_version"] == 1
+    assert m["format"] == "hwjax.export" and m["format_version"] == 2
     assert m["target"] == {"name": "xs3", "variant": "hardware"}
-    names = [l["name"] for l in m["layers"]]
+    names = [n["name"] for n in m["nodes"]]
     assert names == ["input", "conv", "block.body.dw", "block.add", "avg", "max", "act", "flat", "fc"]
-    add = m["layers"][3]
-    assert add["inputs"] == ["conv", "block.body.dw"]
-    conv = m["layers"][1]
+    assert [n["op"] for n in m["nodes"]] == ["quantize", "conv", "depthwise_conv", "add", "avgpool", "maxpool",
+                                             "lut", "flatten", "dense"]
+    add = m["nodes"][3]
+    assert add["inputs"] == ["conv", "block.body.dw"] and add["outputs"] == ["block.add"]
+    conv = m["nodes"][1]
     assert conv["tensors"]["weights"]["dtype"] == "int8"
     assert conv["tensors"]["output_transform"]["dtype"] == "int16"
-    assert len(conv["weight_scales"]) == 8 and conv["output"]["zero_point"] == -128
-    for layer in m["layers"]:
-        for t in layer["tensors"].values():
+    assert conv["attrs"] == {"activation": "relu", "features": 8, "kernel_size": [3, 3], "stride": [1, 1],
+                             "padding": [[1, 1], [1, 1]]}
+    assert m["tensors"]["conv"]["zero_point"] == -128 and m["tensors"]["conv"]["shape"] == [7, 7, 8]
+    assert m["inputs"] == ["float_input"] and m["outputs"] == ["fc"]
+    for node in m["nodes"]:
+        for t in node["tensors"].values():
             assert (path / t["file"]).stat().st_size == t["bytes"]
+    assert load(path).graph.summary().splitlines()[1].split()[:2] == ["conv", "conv"]
 
 
 def test_exported_tensors_feed_xs3_conv2d_directly(exported):
     model, x, path = exported
     m = json.loads((path / "manifest.json").read_text())
-    spec = m["layers"][1]
-    meta, cfg = spec["meta"], spec["config"]
+    spec = m["nodes"][1]
+    meta, cfg = spec["meta"], spec["attrs"]
 
     def blob(role):
         t = spec["tensors"][role]
@@ -95,7 +101,7 @@ def test_exported_tensors_feed_xs3_conv2d_directly(exported):
     y = xs3.conv2d(np.asarray(q_in.q, np.int8), k, ot["multipliers"], ot["biases"],
                    initial_shift=meta["initial_shift"], final_shr=meta["final_shr"], stride=tuple(cfg["stride"]),
                    pad_top_left=(cfg["padding"][0][0], cfg["padding"][1][0]), pad_value=meta["pad_value"],
-                   out_shape=tuple(spec["output"]["shape"][:2]), variant=m["target"]["variant"])
+                   out_shape=tuple(m["tensors"]["conv"]["shape"][:2]), variant=m["target"]["variant"])
     want = model.layers[1](q_in)
     np.testing.assert_array_equal(np.asarray(y), np.asarray(want.q).astype(np.int8))
     # the stream is lib_nn's reordered layout, byte for byte
@@ -108,10 +114,16 @@ def _copy(path, tmp_path):
     return dst
 
 
-def _edit_manifest(folder, fn):
+def _edit_manifest(folder, fn, *, redigest=True):
+    """Edits the manifest; with ``redigest`` also recomputes its digest (a deliberate,
+    consistent-looking edit that load's semantic checks must still catch)."""
+    from hwjax._export import manifest_digest
+
     p = folder / "manifest.json"
     m = json.loads(p.read_text())
     fn(m)
+    if redigest:
+        m["digest"] = manifest_digest(m)
     p.write_text(json.dumps(m))
 
 
@@ -141,19 +153,27 @@ def test_missing_truncated_and_tampered_files_are_rejected(exported, tmp_path):
     (d / "manifest.json").write_text("{not json")
     with pytest.raises(ExportError, match="not valid JSON"):
         load(d)
+    shutil.rmtree(d)
+    d = _copy(path, tmp_path)  # any edit of the manifest without its digest: a layer's shift
+    _edit_manifest(d, lambda m: m["nodes"][1]["meta"].update(final_shr=m["nodes"][1]["meta"]["final_shr"] + 1),
+                   redigest=False)
+    with pytest.raises(ExportError, match="digest mismatch"):
+        load(d)
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m: m.update(format_version=2), "format version 2 is not supported"),
+    (lambda m: m.update(format_version=1), "format version 1 is not supported"),
     (lambda m: m.update(hwjax_version="9.0.0"), "written by hwjax 9.0.0"),
     (lambda m: m.update(format="other"), "not a hwjax.export manifest"),
     (lambda m: m["target"].update(name="tpu"), "unknown target 'tpu'"),
     (lambda m: m["target"].update(variant="chip"), "invalid target"),
-    (lambda m: m["layers"][1]["meta"].update(kernel_shape=[8, 3, 3, 2]), "layer conv"),
-    (lambda m: m["layers"][1]["output"].update(shape=[7, 7, 9]), "layer conv: output has shape"),
-    (lambda m: m["layers"][4]["config"].update(window=[3, 3]), "layer avg: output has shape"),
-    (lambda m: m["layers"][3].update(inputs=["conv", "fc"]), "not an earlier layer"),
-    (lambda m: m["layers"][2].update(kind="fancy"), "unknown layer kind"),
+    (lambda m: m["nodes"][1]["meta"].update(kernel_shape=[8, 3, 3, 2]), "layer conv"),
+    (lambda m: m["tensors"]["conv"].update(shape=[7, 7, 9]), "'conv' has shape"),
+    (lambda m: m["nodes"][4]["attrs"].update(window=[3, 3]), "'avg' has shape"),
+    (lambda m: m["nodes"][3].update(inputs=["conv", "fc"]), "not a graph input or an earlier node"),
+    (lambda m: m["nodes"][2].update(op="fancy"), "unknown op kind 'fancy'"),
+    (lambda m: m["tensors"]["input"].update(scale=0.0), "scale must be finite and > 0"),
+    (lambda m: m["tensors"]["input"].update(zero_point=500), r"zero_point must be an integer in \[-128, 127\]"),
 ])
 def test_inconsistent_manifests_are_rejected(exported, tmp_path, edit, message):
     _, _, path = exported
@@ -185,7 +205,7 @@ def test_round_trip_on_the_other_targets(target, tmp_path):
     assert loaded.target == target
     np.testing.assert_array_equal(evaluate(loaded, x, batch_size=16).outputs, evaluate(model, x, batch_size=16).outputs)
     m = json.loads((tmp_path / "m" / "manifest.json").read_text())
-    roles = sorted(m["layers"][1]["tensors"])
+    roles = sorted(m["nodes"][1]["tensors"])
     assert roles == (["bso", "weights"] if isinstance(target, T.XS3Legacy) else ["sdp", "weights"])
 
 
@@ -211,7 +231,7 @@ def test_exported_legacy_tensors_feed_fully_connected_8(tmp_path):
     model = _hardware_model(t, {"input": hn.Quantize(target=t),
                                 "fc": hn.Dense(12, 20, activation="relu", target=t, rngs=nnx.Rngs(3))}, x)
     path = export(model, tmp_path / "m", input_shape=(12,))
-    spec = json.loads((path / "manifest.json").read_text())["layers"][1]
+    spec = json.loads((path / "manifest.json").read_text())["nodes"][1]
     b = _blobs(path, spec)
     q = model.layers[0](x)
     y = xs3.fully_connected_8(np.asarray(q.q, np.int8), b["weights"].astype(np.int8).reshape(20, 12),
@@ -228,7 +248,7 @@ def test_exported_nvdla_tensors_feed_the_sdp_kernels(tmp_path):
                                 "fc": hn.Dense(12, 8, target=t, rngs=nnx.Rngs(4)),
                                 "act": hn.LutActivation("sigmoid", target=t)}, x)
     path = export(model, tmp_path / "m", input_shape=(12,))
-    specs = json.loads((path / "manifest.json").read_text())["layers"]
+    specs = json.loads((path / "manifest.json").read_text())["nodes"]
     q = model.layers[0](x)
     h, y = model.layers[1](q), model.layers[2](model.layers[1](q))
     # dense: the direct-convolution weight image and the SDP operand image, through the convertors

@@ -13,6 +13,7 @@ from flax import nnx
 import hwjax.nn as hn
 from hwjax import targets as T
 from hwjax import xs3
+from hwjax.graph import Attrs, Quant
 
 RNG = np.random.default_rng(1234)
 
@@ -31,6 +32,10 @@ def _conv_model(target, c_in=3, c_out=20, k=3, stride=1, padding="SAME", act="re
                                           target=target, rngs=r)})
 
 
+def _lut_params(t, fn, s_in, z_in, s_out, z_out):
+    return t.lowering("lut").params(t, Attrs({"fn": fn}), None, [Quant.of(s_in, z_in)], Quant.of(s_out, z_out))
+
+
 # ------------------------------------------------------------------------- targets
 
 
@@ -40,23 +45,28 @@ def test_targets_construct_and_reject():
         assert T.XS3(variant=v).describe() == {"name": "xs3", "variant": v}
     with pytest.raises(ValueError, match="variant"):
         T.XS3(variant="chip")
-    for cls in (T.TFLite, T.Gemmlowp):
-        with pytest.raises(NotImplementedError, match="not landed yet"):
-            cls()
+    assert {"xs3", "xs3-legacy", "nvdla"} <= set(T.available())
+    assert T.get("xs3", variant="host") == T.XS3(variant="host")
+    assert T.get("xs3-legacy") == T.XS3Legacy() and T.get("nvdla") == T.NVDLA()
+    with pytest.raises(ValueError, match="unknown target 'chip9'; available"):
+        T.get("chip9")
+    with pytest.raises(ValueError, match="does not take the options"):
+        T.get("nvdla", variant="host")
 
 
 def test_layer_a_target_cannot_run_fails_at_construction():
     @dataclasses.dataclass(frozen=True)
     class DenseOnly(T.Target):
         name = "dense-only"
-        layers = frozenset({"dense"})
 
+    DenseOnly.implement("dense", T.XS3().lowering("dense"))
     t = DenseOnly()
     hn.Dense(4, 2, target=t, rngs=nnx.Rngs(0))
-    with pytest.raises(NotImplementedError, match="cannot run a 'conv' layer"):
+    with pytest.raises(NotImplementedError, match="cannot run a 'conv' op"):
         hn.Conv(1, 2, 3, target=t, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match="target must be"):
-        hn.Dense(4, 2, target="xs3", rngs=nnx.Rngs(0))
+        hn.Dense(4, 2, target=42, rngs=nnx.Rngs(0))
+    assert hn.Dense(4, 2, target="xs3", rngs=nnx.Rngs(0)).target == T.XS3()  # registered names work
 
 
 def test_bad_arguments_name_themselves():
@@ -172,7 +182,7 @@ def test_pools_add_and_lut_hardware_match_the_xs3_kernels():
     c = m.layers[1].body(q0)
     add = m.layers[1].add
     s, z = add.out_qparams()
-    p = t.add_params(s1=q0.scale, z1=q0.zero_point, s2=c.scale, z2=c.zero_point, s_out=s, z_out=z)
+    p = T.xs3_add_params(s1=q0.scale, z1=q0.zero_point, s2=c.scale, z2=c.zero_point, s_out=s, z_out=z)
     a0, a1 = np.asarray(q0.q, np.int64), np.asarray(c.q, np.int64)
     acc = int(p["bias"]) + a0 * int(p["m1"]) + a1 * int(p["m2"])  # far from sat32
     sh = int(p["shift"])
@@ -316,7 +326,7 @@ def test_nvdla_dense_and_lut_follow_the_sdp_pipeline():
     v = np.sign(prod) * ((np.abs(prod) + (1 << (s - 1))) >> s) if s else prod  # round half away from zero
     want = np.clip(v, -128, 127)
     np.testing.assert_array_equal(np.asarray(h.q, np.int64), want)
-    lp = t.lut_params("sigmoid", s_in=h.scale, z_in=h.zero_point, s_out=y.scale, z_out=y.zero_point)
+    lp = _lut_params(t, "sigmoid", h.scale, h.zero_point, y.scale, y.zero_point)
     xq = nvdla.cvt(np.asarray(h.q, np.int32), offset=0, scale=lp.m_in, shift=lp.sh_in, out_bits=32)
     lut_y = nvdla.sdp_lut(xq, nvdla.sigmoid_lut())[0]
     want = nvdla.cvt(lut_y, offset=0, scale=lp.m_out, shift=lp.sh_out, out_bits=8, stage_bits=17)
@@ -336,7 +346,7 @@ def test_nvdla_lut_gradient_is_the_lut_slope():
     h = m.layers[1](m.layers[0](x))
     lut = m.layers[2]
     s_out, z_out = lut.out_qparams()
-    lp = t.lut_params("sigmoid", s_in=h.scale, z_in=h.zero_point, s_out=s_out, z_out=z_out)
+    lp = _lut_params(t, "sigmoid", h.scale, h.zero_point, s_out, z_out)
     q = jnp.asarray(h.q, jnp.float32)
     grad = jax.grad(lambda v: lut(hn.QArray(v, h.scale, h.zero_point)).q.sum())(q)
     # chain of separately tested pieces: input convertor scale, LUT segment slope, output convertor scale

@@ -5,7 +5,7 @@ instructions and kernels.
 """
 
 from hwjax.core import _wide as wide
-from hwjax.core._float import div_rn
+from hwjax.core._float import div_rn, quantize_affine
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_taps
 from hwjax.core._mac import mac, mac_reference
 from hwjax.core._ops import (
@@ -21,6 +21,7 @@ __all__ = [
     "ConvGeometry",
     "ROUNDING_MODES",
     "div_rn",
+    "quantize_affine",
     "extract_patches",
     "fixed_mul",
     "int_bounds",

@@ -51,3 +51,15 @@ def _pow2(n) -> jax.Array:
     """``2.0**n`` as float32, exactly, for int32 ``n`` in [-126, 127] (built from its bits)."""
     n = jnp.clip(jnp.asarray(n, jnp.int32), -126, 127)
     return jax.lax.bitcast_convert_type((n + 127) << 23, jnp.float32)
+
+
+def quantize_affine(x, scale, zero_point, *, lo: int = -128, hi: int = 127) -> jax.Array:
+    """Affine quantisation of real values: ``clip(round(x / scale + zero_point), lo, hi)``.
+
+    ``x / scale`` is the correctly rounded float32 division :func:`div_rn`, the zero
+    point is added in float32 and ``round`` is ties-to-even, so the integers do not
+    depend on the device. Returns float32 arrays holding the integers. No gradient.
+    """
+    x = jax.lax.stop_gradient(jnp.asarray(x, jnp.float32))
+    z = jnp.asarray(zero_point).astype(jnp.float32)
+    return jnp.clip(jnp.round(div_rn(x, scale) + z), lo, hi)

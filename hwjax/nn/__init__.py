@@ -16,7 +16,7 @@ from hwjax.nn._base import (
     get_mode,
     set_mode,
 )
-from hwjax.nn._graph import Residual, Sequential
+from hwjax.nn._graph import Residual, Sequential, to_graph
 from hwjax.nn._layers import (
     Add,
     AvgPool,
@@ -35,5 +35,5 @@ __all__ = [
     "MODES", "Add", "AvgPool", "Calibration", "Conv", "Dense", "DepthwiseConv", "Flatten", "HwLayer",
     "LayerStats", "LutActivation", "MaxPool", "QArray", "Quantize", "Residual", "ScaleFactor", "Sequential",
     "act_qparams", "as_float", "exact_forward", "get_mode", "quantize_act", "quantize_weights", "set_mode",
-    "weight_scales",
+    "to_graph", "weight_scales",
 ]

@@ -11,6 +11,7 @@ import numpy as np
 from flax import nnx
 
 from hwjax.nn._qarray import QArray
+from hwjax.targets import resolve as resolve_target
 from hwjax.nn._quant import INT8_MAX, INT8_MIN, act_qparams, compute_once
 
 Mode = Literal["float", "calibrate", "hardware"]
@@ -117,9 +118,11 @@ class HwLayer(nnx.Module):
     requantizes: ClassVar[bool] = False  # owns an output scale / zero point
 
     def __init__(self, target, *, mode: Mode = "float", learn_scale: bool = False, **cfg):
-        if target is None or not hasattr(target, "check_layer"):
-            raise TypeError(f"target must be a hwjax.targets target (e.g. hwjax.targets.XS3()), got {target!r}")
-        target.check_layer(self.kind, **cfg)
+        try:
+            target = resolve_target(target)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"target must be a hwjax.targets.Target or a registered target name: {e}") from None
+        target.check_op(self.kind, **cfg)
         self.target = target
         self.mode = check_mode(mode)
         if self.requantizes:
@@ -129,6 +132,48 @@ class HwLayer(nnx.Module):
                 self.scale_factor = ScaleFactor(jnp.ones((), jnp.float32))
         elif learn_scale:
             raise ValueError(f"{type(self).__name__} keeps its input's scale: learn_scale is not available")
+
+    # ------------------------------------------------------------ the graph op
+
+    def node_attrs(self, in_shape=None):
+        """The :class:`hwjax.graph.Attrs` of this layer's graph node (per-example input
+        shape ``in_shape`` where the attributes depend on it)."""
+        from hwjax.graph import Attrs
+
+        return Attrs()
+
+    def op_params(self, attrs, portable, q_in, q_out):
+        """The target's recipe for this layer's op (:class:`hwjax.graph.OpImpl`.params)."""
+        impl = self.target.lowering(self.kind)
+        return None if impl.params is None else impl.params(self.target, attrs, portable, q_in, q_out)
+
+    def op_run(self, attrs, params, *xs):
+        """The target's exact integer forward of this layer's op on integer arrays."""
+        return self.target.lowering(self.kind).run(self.target, attrs, params, *xs)
+
+    def portable_params(self, inputs):
+        """The node's portable parameters for input tensors ``inputs`` (None: none)."""
+        return None
+
+    def to_node(self, name: str, inputs):
+        """This layer as a :class:`hwjax.graph.Node` named ``name`` reading the
+        :class:`hwjax.graph.Tensor` s ``inputs``, and the tensor it writes. The layer must be
+        calibrated (requantising layers take their output quantisation from it)."""
+        from hwjax.graph import Node, Quant, Tensor, get_op
+
+        attrs = self.node_attrs(tuple(inputs[0].shape))
+        quant = Quant.of(*self.out_qparams()) if self.requantizes else inputs[0].quant
+        node = Node(self.kind, tuple(t.name for t in inputs), (name,), attrs, self.portable_params(inputs), name)
+        shape = get_op(self.kind).infer(node, inputs)[0]
+        return node, Tensor(name, tuple(shape), "int8", quant)
+
+    def emit(self, graph_nodes: list, tensors: dict, prefix: str, name: str, inputs: list):
+        """Appends this layer's node (``prefix + name``) to ``graph_nodes``; returns its
+        output tensor (used by :func:`hwjax.nn.to_graph`; containers override it)."""
+        node, out = self.to_node(prefix + name, inputs)
+        graph_nodes.append(node)
+        tensors[out.name] = out
+        return out
 
     # ------------------------------------------------------------ output quantiser
 

@@ -41,6 +41,13 @@ class Sequential(nnx.Module):
     def named_layers(self):
         return zip(self.names, self.layers)
 
+    def emit(self, graph_nodes: list, tensors: dict, prefix: str, name: str, inputs: list):
+        cur = inputs[0]
+        inner = f"{prefix}{name}." if name else prefix
+        for child_name, child in self.named_layers():
+            cur = child.emit(graph_nodes, tensors, inner, child_name, [cur])
+        return cur
+
     def __call__(self, x, *, return_stats: bool = False):
         stats = {}
         for name, layer in self.named_layers():
@@ -66,9 +73,57 @@ class Residual(nnx.Module):
         self.body = body
         self.add = add
 
+    def emit(self, graph_nodes: list, tensors: dict, prefix: str, name: str, inputs: list):
+        body_out = self.body.emit(graph_nodes, tensors, f"{prefix}{name}.", "body", inputs)
+        return self.add.emit(graph_nodes, tensors, f"{prefix}{name}.", "add", [inputs[0], body_out])
+
     def __call__(self, x, *, return_stats: bool = False):
         if not return_stats:
             return self.add(x, self.body(x))
         y, stats = self.body(x, return_stats=True)
         out, s = self.add(x, y, return_stats=True)
         return out, {**{f"body.{k}": v for k, v in stats.items()}, "add": s}
+
+
+INPUT = "float_input"
+
+
+def to_graph(model, input_shape=None):
+    """The portable :class:`hwjax.graph.Graph` of a calibrated ``hwjax.nn`` model.
+
+    Args:
+      model: a :class:`Sequential` (possibly nested, with :class:`Residual` blocks) of
+        calibrated layers whose first layer is a ``Quantize``.
+      input_shape: per-example input shape, e.g. ``(8, 8, 1)``; defaults to the model's
+        ``input_shape`` attribute.
+
+    Returns:
+      A graph with one float32 input tensor ``"float_input"``, one node per layer (named
+      by its dotted path, e.g. ``"block.body.conv"``), int8 tensors with the calibrated
+      quantisation, and the layers' portable integer parameters: what hardware mode runs
+      once :func:`hwjax.graph.lower` applies the target's recipe, bit for bit.
+    """
+    from hwjax.graph import Graph, Tensor
+
+    if not isinstance(model, Sequential):
+        raise TypeError(f"to_graph needs a hwjax.nn.Sequential model, got {type(model).__name__}")
+    shape = tuple(input_shape if input_shape is not None else getattr(model, "input_shape", ()) or ())
+    if not shape or not all(isinstance(d, int) and d >= 1 for d in shape):
+        raise ValueError(f"input_shape must be a non-empty tuple of positive ints (the model has no "
+                         f"input_shape attribute), got {input_shape!r}")
+    layers = [(p, m) for p, m in nnx.iter_modules(model) if isinstance(m, HwLayer)]
+    bad = ["/".join(map(str, p)) for p, m in layers if not m.is_calibrated()]
+    if bad:
+        raise ValueError(f"layers {bad} are not calibrated (run the model in 'calibrate' mode first)")
+    first = next(iter(model.layers), None)
+    if getattr(first, "kind", None) != "quantize":
+        raise ValueError("the model's first layer must be a hwjax.nn.Quantize")
+    targets = {m.target for _, m in layers}
+    if len(targets) != 1:
+        raise ValueError(f"the model's layers use several targets {sorted(map(repr, targets))}; use one")
+    nodes: list = []
+    tensors = {INPUT: Tensor(INPUT, shape, "float32", None)}
+    out = model.emit(nodes, tensors, "", "", [tensors[INPUT]])
+    if len(tensors) != len(nodes) + 1:
+        raise ValueError(f"layer names collide with the graph input name {INPUT!r}")
+    return Graph(tensors, tuple(nodes), (INPUT,), (out.name,)).validate()

@@ -31,8 +31,9 @@ from hwjax.nn._quant import (
     weight_scales,
     weights_int,
 )
-from hwjax.core import div_rn
-from hwjax.targets import LUT_FUNCTIONS, ConvGeometry, lut_function
+from hwjax.core import ConvGeometry, div_rn
+from hwjax.graph import Attrs, Quant, geometry
+from hwjax.targets import LUT_FUNCTIONS, lut_function
 
 Padding = Union[str, int, Sequence[tuple[int, int]]]
 _DN = ("NHWC", "HWIO", "NHWC")
@@ -182,20 +183,39 @@ class _Linear(HwLayer):
             return y, self.float_stats(y, relu=self.activation == "relu")
         if self.mode != "hardware":
             raise TypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
-        geom = self._geometry(x.shape)
         s_out, z_out = self.out_qparams()
         y, stats = _hw_linear(kernel, self._bias(), x.q, x.scale, x.zero_point, s_out, z_out, target=self.target,
-                              geom=geom, depthwise=self.groups_is_depthwise, relu=self.activation == "relu",
-                              return_stats=return_stats)
+                              op=self.kind, attrs=self.node_attrs(x.shape[1:]), return_stats=return_stats)
         return QArray(y, s_out, z_out), stats
 
-    def integer_params(self, s_in, z_in, geom: ConvGeometry) -> "LinearQuant":
-        """Integer weights and biases, weight scales, the output quantisation and the
-        target's integer parameters for an input quantised with ``(s_in, z_in)``: what
-        hardware mode runs and :func:`hwjax.export` writes."""
+    def node_attrs(self, in_shape) -> Attrs:
+        """The graph attributes of this layer for a per-example input shape (padding made
+        explicit)."""
+        a = {"activation": self.activation}
+        if self.kind != "dense":
+            geom = self._geometry((None, *in_shape))
+            a.update(kernel_size=tuple(self.kernel.shape[:2]), stride=geom.stride, padding=geom.padding)
+        if self.kind != "depthwise_conv":
+            a["features"] = int(self.kernel.shape[-1])
+        return Attrs(a)
+
+    def portable_params(self, inputs):
+        """int8 ``kernel``, int32 ``bias`` and ``w_scale`` (see :mod:`hwjax.graph.ops.linear`)
+        for an input tensor quantised with ``inputs[0].quant``."""
+        q = inputs[0].quant
+        return self.integer_params(q.scale, q.zero_point, in_shape=tuple(inputs[0].shape)).portable
+
+    def integer_params(self, s_in, z_in, geom: ConvGeometry | None = None, *, in_shape=None) -> "LinearQuant":
+        """Integer weights and biases, weight scales, the output quantisation, the portable
+        parameters and the target's integer parameters for an input quantised with
+        ``(s_in, z_in)``: what hardware mode runs and :func:`hwjax.export` writes.
+        ``in_shape`` (or ``geom``) gives the per-example input shape for the padding."""
+        if in_shape is None:
+            in_shape = (*geom.in_hw, self.kernel.shape[2]) if geom is not None else (1, 1, self.kernel.shape[2])
         s_out, z_out = self.out_qparams()
-        return _linear_quant_jit(self.kernel[...], self._bias(), s_in, z_in, s_out, z_out, self.target,
-                                 self.groups_is_depthwise, self.activation == "relu")
+        return _linear_quant_jit(self.kernel[...], self._bias(), jnp.asarray(s_in, jnp.float32),
+                                 jnp.asarray(z_in, jnp.int32), s_out, z_out, self.target, self.kind,
+                                 self.node_attrs(in_shape if self.kind != "dense" else (in_shape[-1],)))
 
 
 class LinearQuant(NamedTuple):
@@ -207,42 +227,56 @@ class LinearQuant(NamedTuple):
     s_w: jax.Array  # (C_out,) weight scales
     s_out: jax.Array
     z_out: jax.Array
+    portable: Any = None  # the node's portable parameters (see hwjax.graph.ops.linear)
 
 
-def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, target, depthwise: bool, relu: bool) -> LinearQuant:
+def portable_kernel(op: str, w_int: jax.Array) -> jax.Array:
+    """The portable int8 kernel layout of ``op`` from an HWIO kernel: conv (O, kh, kw, I),
+    depthwise (kh, kw, C), dense (O, I)."""
+    w = w_int.astype(jnp.int32)
+    if op == "depthwise_conv":
+        return w[:, :, 0, :].astype(jnp.int8)
+    if op == "dense":
+        return jnp.transpose(w[0, 0], (1, 0)).astype(jnp.int8)
+    return jnp.transpose(w, (3, 0, 1, 2)).astype(jnp.int8)
+
+
+def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, target, op: str, attrs) -> LinearQuant:
     """The layer's integer constants (no gradient): :func:`weight_scales`, :func:`weights_int`,
-    :func:`bias_int` and the target's parameters."""
+    :func:`bias_int`, the portable parameters and the target's recipe."""
     kernel, bias, s_in, s_out = sg(kernel), sg(bias), sg(s_in), sg(s_out)
     s_w = weight_scales(kernel, (0, 1, 2))
     w_int = weights_int(kernel, s_w)
     b_int = bias_int(bias, s_in * s_w)
-    w32, b32 = w_int.astype(jnp.int32), b_int.astype(jnp.int32)
-    qs = dict(s_in=s_in, z_in=z_in, s_w=s_w, s_out=s_out, z_out=z_out, relu=relu)
-    if depthwise:
-        params = target.depthwise_params(w32[:, :, 0, :], b32, **qs)
-    else:
-        params = target.conv_params(jnp.transpose(w32, (3, 0, 1, 2)), b32, **qs)
-    return LinearQuant(params, w_int, b_int, s_w, s_out, z_out)
+    portable = {"kernel": portable_kernel(op, w_int), "bias": b_int.astype(jnp.int32), "w_scale": s_w}
+    params = target.lowering(op).params(target, attrs, portable, [Quant.of(s_in, z_in)], Quant.of(s_out, z_out))
+    return LinearQuant(params, w_int, b_int, s_w, s_out, z_out, portable)
 
 
 _linear_quant_jit = jax.jit(_linear_quant, static_argnums=(6, 7, 8))
 
 
-@functools.partial(jax.jit, static_argnames=("target", "geom", "depthwise", "relu", "return_stats"))
-def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, *, target, geom: ConvGeometry, depthwise: bool,
-               relu: bool, return_stats: bool):
+@functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
+def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, *, target, op: str, attrs, return_stats: bool):
     """Hardware-mode forward of a linear layer (jitted once per configuration): the
-    target's exact result with the surrogate's gradient (see :class:`_Linear`)."""
-    hw = compute_once(lambda k, b, si, so: _linear_quant(k, b, si, z_in, so, z_out, target, depthwise, relu),
+    target's exact result with the surrogate's gradient (see :class:`_Linear`). ``xq`` is
+    NHWC (dense: (B, 1, 1, N))."""
+    hw = compute_once(lambda k, b, si, so: _linear_quant(k, b, si, z_in, so, z_out, target, op, attrs),
                       (sg(kernel), sg(bias), sg(s_in), sg(s_out)), z_in)
     w_q = exact_forward(hw.w_int, kernel / hw.s_w)  # straight-through: d w_q / d w = 1 / s_w
     b_q = exact_forward(hw.b_int, bias / (s_in * hw.s_w))
-    x_int = sg(xq).astype(jnp.int8)
-    run = target.depthwise if depthwise else target.conv
-    y, acc = compute_once(lambda v, p: run(v, p, geom, return_acc=return_stats), (x_int, hw.params), z_in)
-    groups = xq.shape[-1] if depthwise else 1
+    x_int = sg(xq).astype(jnp.int32)
+    if op == "dense":
+        x_int = x_int[:, 0, 0, :]
+    impl = target.lowering(op)
+    y, acc = compute_once(lambda v, p: impl.run(target, attrs, p, v, return_acc=True), (x_int, hw.params), z_in)
+    if op == "dense":
+        y = y[:, None, None, :]
+    geom = geometry(attrs, xq.shape) if op != "dense" else ConvGeometry.make((1, 1), (1, 1), (1, 1), "VALID")
+    groups = xq.shape[-1] if op == "depthwise_conv" else 1
     acc_sur = _float_conv(xq - z_in.astype(jnp.float32), w_q, geom, groups) + b_q
     y_sur = acc_sur * (s_in * hw.s_w / s_out) + z_out.astype(jnp.float32)
+    relu = attrs.get("activation") == "relu"
     # clipped where the output saturates; a ReLU also clips at the zero point (on
     # asymmetric targets that is -128 already)
     y_sur = jnp.clip(y_sur, z_out.astype(jnp.float32) if relu else -128.0, 127.0)
@@ -333,6 +367,9 @@ class _Pool(HwLayer):
         self.strides = _pair(strides if strides is not None else self.window, "strides")
         super().__init__(target, mode=mode, window=self.window, strides=self.strides)
 
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"window": self.window, "strides": self.strides})
+
     def _reduce(self, x, init, op):
         return jax.lax.reduce_window(x, init, op, (1, *self.window, 1), (1, *self.strides, 1), "VALID")
 
@@ -353,7 +390,7 @@ class MaxPool(_Pool):
             y = self._reduce(x, -jnp.inf, jax.lax.max)
             return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
         x_int = sg(x.q).astype(jnp.int8)
-        y_int = compute_once(lambda v: self.target.maxpool(v, self.window, self.strides), (x_int,), x.zero_point)
+        y_int = compute_once(lambda v: self.op_run(self.node_attrs(), None, v), (x_int,), x.zero_point)
         y = exact_forward(y_int, self._reduce(x.q, -jnp.inf, jax.lax.max))
         return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)  # cannot clip
 
@@ -375,7 +412,7 @@ class AvgPool(_Pool):
             y = self._reduce(x, 0.0, jax.lax.add) / n
             return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
         x_int = sg(x.q).astype(jnp.int8)
-        y_int = compute_once(lambda v: self.target.avgpool(v, self.window, self.strides), (x_int,), x.zero_point)
+        y_int = compute_once(lambda v: self.op_run(self.node_attrs(), None, v), (x_int,), x.zero_point)
         y = exact_forward(y_int, clip_int8(self._reduce(x.q, 0.0, jax.lax.add) / n))
         return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)  # an average of int8
 
@@ -393,6 +430,9 @@ class Add(HwLayer):
     kind = "add"
     requantizes = True
 
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"activation": self.activation})
+
     def __init__(self, *, activation=None, target, mode: Mode = "float", learn_scale: bool = False):
         self.activation = check_activation(activation)
         super().__init__(target, mode=mode, learn_scale=learn_scale)
@@ -408,10 +448,11 @@ class Add(HwLayer):
                 self.record(y)
             return _ret(y, self.float_stats(y, relu), return_stats)
         s_out, z_out = self.out_qparams()
-        params = self.target.add_params(s1=sg(x1.scale), z1=x1.zero_point, s2=sg(x2.scale), z2=x2.zero_point,
-                                        s_out=sg(s_out), z_out=z_out, relu=relu)
-        a, b = sg(x1.q).astype(jnp.int8), sg(x2.q).astype(jnp.int8)
-        y_int = compute_once(lambda u, v, p: self.target.add(u, v, p), (a, b, params), z_out)
+        attrs = self.node_attrs()
+        params = self.op_params(attrs, None, [Quant.of(sg(x1.scale), x1.zero_point),
+                                              Quant.of(sg(x2.scale), x2.zero_point)], Quant.of(sg(s_out), z_out))
+        a, b = sg(x1.q).astype(jnp.int32), sg(x2.q).astype(jnp.int32)
+        y_int = compute_once(lambda u, v, p: self.op_run(attrs, p, u, v), (a, b, params), z_out)
         y_sur = clip_int8((x1.dequantize() + x2.dequantize()) / s_out + z_out.astype(jnp.float32))
         return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=relu), return_stats)
 
@@ -435,6 +476,9 @@ class LutActivation(HwLayer):
     kind = "lut"
     requantizes = True
 
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"fn": self.fn})
+
     def __init__(self, fn: str, *, target, mode: Mode = "float", learn_scale: bool = False):
         if fn not in LUT_FUNCTIONS:
             raise ValueError(f"fn must be one of {tuple(LUT_FUNCTIONS)}, got {fn!r}")
@@ -451,11 +495,12 @@ class LutActivation(HwLayer):
                 self.record(y)
             return _ret(y, self.float_stats(y, relu=False), return_stats)
         s_out, z_out = self.out_qparams()
-        params = self.target.lut_params(self.fn, s_in=sg(x.scale), z_in=x.zero_point, s_out=sg(s_out), z_out=z_out)
-        x_int = sg(x.q).astype(jnp.int8)
-        y_int = compute_once(lambda v, p: self.target.lut(v, p), (x_int, params), z_out)
+        attrs = self.node_attrs()
+        params = self.op_params(attrs, None, [Quant.of(sg(x.scale), x.zero_point)], Quant.of(sg(s_out), z_out))
+        x_int = sg(x.q).astype(jnp.int32)
+        y_int = compute_once(lambda v, p: self.op_run(attrs, p, v), (x_int, params), z_out)
         y_sur = clip_int8(f(x.dequantize()) / s_out + z_out.astype(jnp.float32))
         if self.target.lut_slopes:  # input gradient from the LUT itself, scale gradient from y_sur
             y_scale = clip_int8(sg(f(x.dequantize())) / s_out + z_out.astype(jnp.float32))
-            y_sur = self.target.lut(x.q.astype(jnp.float32), params) + (y_scale - sg(y_scale))
+            y_sur = self.op_run(attrs, params, x.q.astype(jnp.float32)) + (y_scale - sg(y_scale))
         return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=False), return_stats)

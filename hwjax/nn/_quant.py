@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from typing import Any, Callable
 
-from hwjax.core import div_rn
+from hwjax.core import div_rn, quantize_affine
 
 sg = jax.lax.stop_gradient
 
@@ -77,8 +77,7 @@ def exact_forward(exact: jax.Array, surrogate: jax.Array) -> jax.Array:
 def act_int(x: jax.Array, scale: jax.Array, zero_point: jax.Array) -> jax.Array:
     """int8 activations of the real tensor ``x``: ``clip(round(x / scale) + zp, -128, 127)``,
     as float32 integers (correctly rounded division; no gradient)."""
-    x = sg(jnp.asarray(x, jnp.float32))
-    return jnp.clip(jnp.round(div_rn(x, scale) + zero_point.astype(jnp.float32)), INT8_MIN, INT8_MAX)
+    return quantize_affine(x, scale, zero_point, lo=INT8_MIN, hi=INT8_MAX)
 
 
 def quantize_act(x: jax.Array, scale: jax.Array, zero_point: jax.Array) -> jax.Array:

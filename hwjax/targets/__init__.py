@@ -1,30 +1,33 @@
-"""Target objects: which chip (and which model of it) a hwjax layer runs on.
+"""Targets: the chips (and runtime conventions) hwjax graphs and layers run on.
 
-A target is a frozen dataclass. ``hwjax.nn`` layers call its methods to turn their
-quantised float-side parameters into the chip's integer parameters (``*_params``,
-jittable) and to run the chip's exact integer kernels (``conv``, ``depthwise``,
-``maxpool``, ``avgpool``, ``add``, ``lut``). Targets compose the chip packages
-(:mod:`hwjax.xs3`, :mod:`hwjax.nvdla`), which compose :mod:`hwjax.core`.
+One interface, :class:`Target`, and a registry: ``get("xs3", variant="host")``,
+``available()``, ``register(name, factory)``. A target holds, per op kind it supports,
+one :class:`hwjax.graph.OpImpl` (exact integer lowering, quantisation recipe, memory
+formats). Targets compose the chip packages (:mod:`hwjax.xs3`, :mod:`hwjax.nvdla`),
+which compose :mod:`hwjax.core`.
 
-Every target answers ``check_layer(kind, **config)`` at layer construction and raises
-``NotImplementedError`` naming the layer kind and the kinds it supports when it cannot
-run a layer.
+Adding a target: subclass :class:`Target` in its own module, register its op
+implementations with ``MyTarget.implements(op, ...)`` and the target with
+``register("mychip", MyTarget)``; ``hwjax.nn`` layers, :func:`hwjax.graph.run`,
+:func:`hwjax.export` / :func:`hwjax.load`, the CLI and the benchmarks then find it.
 """
 
 from hwjax.targets._base import (
     LUT_FUNCTIONS,
     ConvGeometry,
-    Gemmlowp,
     Target,
-    TFLite,
+    available,
+    get,
     lut_function,
     lut_table,
+    register,
+    resolve,
 )
 from hwjax.targets._nvdla import NVDLA, NVDLAConvParams, NVDLALutParams, nvdla_lut_config
-from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, xs3_bso
+from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, xs3_add_params, xs3_bso
 
 __all__ = [
-    "LUT_FUNCTIONS", "NVDLA", "ConvGeometry", "Gemmlowp", "NVDLAConvParams", "NVDLALutParams", "TFLite",
-    "Target", "XS3", "XS3ConvParams", "XS3Legacy", "XS3LegacyParams", "lut_function", "lut_table",
-    "nvdla_lut_config", "xs3_bso",
+    "LUT_FUNCTIONS", "NVDLA", "ConvGeometry", "NVDLAConvParams", "NVDLALutParams", "Target", "XS3", "XS3ConvParams",
+    "XS3Legacy", "XS3LegacyParams", "available", "get", "lut_function", "lut_table", "nvdla_lut_config", "register",
+    "resolve", "xs3_add_params", "xs3_bso",
 ]

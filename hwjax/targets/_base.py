@@ -1,4 +1,4 @@
-"""Target base class, convolution geometry, LUT tables, and not-yet-landed targets."""
+"""The :class:`Target` interface, the target registry, and LUT tables shared by targets."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import ConvGeometry  # noqa: F401  (re-exported: hwjax.targets.ConvGeometry)
+from hwjax.errors import UnsupportedOpError
+from hwjax.graph import OpImpl, get_op, ops as registered_ops
 
 LUT_FUNCTIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "sigmoid": jax.nn.sigmoid,
@@ -23,9 +26,6 @@ def lut_function(name: str) -> Callable[[jax.Array], jax.Array]:
     if name not in LUT_FUNCTIONS:
         raise ValueError(f"LUT function must be one of {tuple(LUT_FUNCTIONS)}, got {name!r}")
     return LUT_FUNCTIONS[name]
-
-
-# ------------------------------------------------------------- exact float division
 
 
 _LUT_NUMPY = {"sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "tanh": np.tanh}
@@ -50,45 +50,6 @@ def lut_table(fn: str, *, s_in, z_in, s_out, z_out) -> jax.Array:
                              *jax.lax.stop_gradient(args), vmap_method="sequential")
 
 
-# ------------------------------------------------------------------------ geometry
-
-
-@dataclass(frozen=True)
-class ConvGeometry:
-    """Static geometry of one convolution: NHWC input, kernel (kh, kw), stride, padding.
-
-    ``padding`` is explicit ``((top, bottom), (left, right))``; ``out_hw`` follows the
-    usual ``(H + top + bottom - kh) // sh + 1`` rule.
-    """
-
-    in_hw: tuple[int, int]
-    kernel: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[tuple[int, int], tuple[int, int]]
-
-    @staticmethod
-    def make(in_hw, kernel, stride, padding) -> "ConvGeometry":
-        """From ``padding`` = ``"SAME"``, ``"VALID"`` or explicit pairs (XLA's SAME rule)."""
-        if isinstance(padding, str):
-            pads = jax.lax.padtype_to_pads(tuple(in_hw), tuple(kernel), tuple(stride), padding)
-            padding = tuple((int(a), int(b)) for a, b in pads)
-        geom = ConvGeometry(tuple(int(v) for v in in_hw), tuple(int(v) for v in kernel),
-                            tuple(int(v) for v in stride), tuple(tuple(int(v) for v in p) for p in padding))
-        if min(geom.out_hw) < 1:
-            raise ValueError(f"convolution of a {in_hw} input with a {kernel} kernel, stride {stride} and "
-                             f"padding {padding} has no output pixels")
-        return geom
-
-    @property
-    def out_hw(self) -> tuple[int, int]:
-        return tuple((self.in_hw[i] + sum(self.padding[i]) - self.kernel[i]) // self.stride[i] + 1
-                     for i in range(2))  # type: ignore[return-value]
-
-    @property
-    def pad_top_left(self) -> tuple[int, int]:
-        return (self.padding[0][0], self.padding[1][0])
-
-
 def pytree(cls):
     """Registers a frozen dataclass as a pytree: array fields are leaves, the rest static."""
     fields = [f.name for f in dataclasses.fields(cls)]
@@ -101,54 +62,152 @@ def static():
     return dataclasses.field(metadata={"static": True})
 
 
-# --------------------------------------------------------------------- base class
+def float_exponent(v: jax.Array) -> jax.Array:
+    """frexp exponent ``e`` with ``v = f * 2**e``, ``0.5 <= |f| < 1`` (0 for v = 0)."""
+    return jnp.where(v == 0, 0, jnp.frexp(v)[1]).astype(jnp.int32)
+
+
+# --------------------------------------------------------------------- the interface
 
 
 @dataclass(frozen=True)
 class Target:
-    """Base class of hwjax targets (see the module docstring)."""
+    """One chip (or runtime convention) that runs hwjax graphs: the interface every target
+    implements, as optax's ``GradientTransformation`` is for optimisers.
+
+    A target is a frozen, hashable dataclass (its fields are variants of the chip). For
+    each op kind it supports it holds one :class:`hwjax.graph.OpImpl`: the exact
+    integer lowering (``run``), the quantisation recipe from portable parameters to the
+    chip's integer parameters (``params``), and the chip-native tensor formats
+    (``export`` / ``load``). Implementations are registered on the class in the target's
+    own module::
+
+        @MyChip.implements("conv", params=_conv_params, export=_conv_export, load=_conv_load)
+        def _conv(target, attrs, params, x, return_acc=False): ...
+
+    Subclasses inherit their parent's implementations and may override any. Op kinds
+    with a ``generic`` implementation (``quantize``, ``flatten``) run on every target.
+
+    Class attributes: ``name`` (the registry name), ``symmetric_activations`` (int8
+    activations with zero point 0), ``lut_slopes`` (the ``lut`` op's ``run`` accepts
+    float inputs and differentiates with the table's own slopes).
+    """
 
     name: ClassVar[str] = "target"
-    layers: ClassVar[frozenset[str]] = frozenset()
     symmetric_activations: ClassVar[bool] = False
-    lut_slopes: ClassVar[bool] = False  # ``lut`` takes float inputs and differentiates with the LUT's slopes
+    lut_slopes: ClassVar[bool] = False
+    _impls: ClassVar[dict[str, OpImpl]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._impls = dict(cls._impls)  # a subclass starts from its parent's implementations
+
+    @classmethod
+    def implement(cls, op: str, impl: OpImpl) -> None:
+        """Registers ``impl`` as this target class's implementation of op kind ``op``."""
+        get_op(op)  # the op kind must exist
+        if not isinstance(impl, OpImpl):
+            raise TypeError(f"impl must be a hwjax.graph.OpImpl, got {type(impl).__name__}")
+        cls._impls[op] = impl
+
+    @classmethod
+    def implements(cls, op: str, *, params=None, export=None, load=None) -> Callable:
+        """Decorator form of :meth:`implement` around the ``run`` function."""
+        def deco(run):
+            cls.implement(op, OpImpl(run, params=params, export=export, load=load))
+            return run
+
+        return deco
+
+    def ops(self) -> frozenset[str]:
+        """Op kinds this target runs (its own and the generic ones)."""
+        generic = {o for o in registered_ops() if get_op(o).generic is not None}
+        return frozenset(self._impls) | generic
+
+    def lowering(self, op: str) -> OpImpl:
+        """The :class:`hwjax.graph.OpImpl` of ``op`` (UnsupportedOpError naming the
+        supported kinds when this target cannot run it)."""
+        impl = self._impls.get(op)
+        if impl is None:
+            try:
+                impl = get_op(op).generic
+            except KeyError:
+                impl = None
+        if impl is None:
+            raise UnsupportedOpError(f"target {self!r} cannot run a {op!r} op; it supports {sorted(self.ops())}")
+        return impl
+
+    def check_op(self, op: str, **config: Any) -> None:
+        """Raises UnsupportedOpError if this target cannot run ``op`` with ``config`` (the
+        layer's construction arguments). Targets with restrictions override it."""
+        self.lowering(op)
 
     def check_layer(self, kind: str, **config: Any) -> None:
-        """Raises NotImplementedError if this target cannot run a ``kind`` layer with ``config``."""
-        always = {"quantize", "flatten"}
-        if kind not in self.layers | always:
-            raise NotImplementedError(
-                f"target {self!r} cannot run a {kind!r} layer; it supports {sorted(self.layers | always)}")
+        """Alias of :meth:`check_op` (the name hwjax 0.1 layers called)."""
+        self.check_op(kind, **config)
 
     def describe(self) -> dict[str, Any]:
-        """JSON-serialisable identity of the target (written to export manifests)."""
+        """JSON-serialisable identity of the target (written to export manifests);
+        :func:`hwjax.targets.get` ``(**describe())`` rebuilds it."""
         return {"name": self.name, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
 
 
-def _not_landed(name: str):
-    raise NotImplementedError(f"target {name!r} not landed yet")
+# ---------------------------------------------------------------------- the registry
 
 
-@dataclass(frozen=True)
-class TFLite(Target):
-    """TFLite int8 reference kernels (not landed yet: constructing one raises)."""
-
-    name: ClassVar[str] = "tflite"
-
-    def __post_init__(self):
-        _not_landed(self.name)
+_REGISTRY: dict[str, Callable[..., Target]] = {}
 
 
-@dataclass(frozen=True)
-class Gemmlowp(Target):
-    """gemmlowp uint8 GEMM pipelines (not landed yet: constructing one raises)."""
+def register(name: str, factory: Callable[..., Target], *, replace: bool = False) -> None:
+    """Adds a target under ``name``: ``factory(**options)`` builds one (a Target subclass
+    works). ValueError if the name is taken (unless ``replace``)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"target name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"target {name!r} is already registered")
+    _REGISTRY[name] = factory
 
-    name: ClassVar[str] = "gemmlowp"
 
-    def __post_init__(self):
-        _not_landed(self.name)
+def available() -> tuple[str, ...]:
+    """Names of the registered targets."""
+    return tuple(sorted(_REGISTRY))
 
 
-def float_exponent(v: jax.Array) -> jax.Array:
-    """frexp exponent ``e`` with ``v = f * 2**e``, ``0.5 <= |f| < 1`` (0 for v = 0)."""
-    return jnp.where(v == 0, 0, jnp.frexp(v)[1]).astype(jnp.int32)
+def get(name: str, **options: Any) -> Target:
+    """The target registered as ``name``, built with ``options`` (e.g. ``variant="host"``).
+
+    ValueError names the registered targets for an unknown name, and the problem for
+    bad options."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown target {name!r}; available: {list(available())}")
+    try:
+        return _REGISTRY[name](**options)
+    except TypeError as e:
+        raise ValueError(f"target {name!r} does not take the options {options}: {e}") from None
+
+
+def resolve(target: Any) -> Target:
+    """A :class:`Target` from a Target, a registered name, or a ``describe()`` dict."""
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str):
+        return get(target)
+    if isinstance(target, dict) and "name" in target:
+        return get(target["name"], **{k: v for k, v in target.items() if k != "name"})
+    raise TypeError(f"target must be a hwjax.targets.Target, a registered name {list(available())} or a "
+                    f"describe() dict, got {target!r}")
+
+
+def no_acc(y, return_acc: bool):
+    """``y``, or ``(y, None)`` when accumulator statistics were asked for (ops without
+    accumulators)."""
+    return (y, None) if return_acc else y
+
+
+def empty_export(target, attrs, params) -> tuple[dict, dict]:
+    return {}, {}
+
+
+def as_np(v, dtype) -> np.ndarray:
+    return np.asarray(v).astype(dtype)
+

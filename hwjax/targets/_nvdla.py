@@ -1,4 +1,8 @@
-"""NVDLA target: the INT8 convolution pipeline with SDP X1 stage and the SDP LUT."""
+"""NVDLA target: the INT8 convolution pipeline with the SDP X1 stage, PDP pooling and the SDP LUT.
+
+Each op kind is one :class:`hwjax.graph.OpImpl` registered below, composed from
+:mod:`hwjax.nvdla`.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import hwjax.nvdla as nvdla_pkg
-from hwjax.core import div_rn
-from hwjax.targets._base import ConvGeometry, Target, float_exponent, pytree, static
+from hwjax.core import div_rn, extract_patches, shift_right
+from hwjax.errors import UnsupportedOpError
+from hwjax.graph import geometry
+from hwjax.targets._base import Target, float_exponent, no_acc, pytree, register, static
 
 
 def _scale_shift(r: jax.Array, max_shift: int = 63) -> tuple[jax.Array, jax.Array]:
@@ -47,10 +53,10 @@ class NVDLAConvParams:
 def nvdla_lut_config(fn: str):
     """The SDP LUT programmed for ``fn`` on a Q12 input (``X = round(x * 2**12)``), output
     ``Y = round(32767 * fn(x))``: :func:`hwjax.nvdla.sigmoid_lut` / ``tanh_lut`` presets
-    (spec nvdla_pkg.md §4.6 layout), computed once per function."""
+    (spec nvdla.md §4.6 layout), computed once per function."""
     presets = {"sigmoid": nvdla_pkg.sigmoid_lut, "tanh": nvdla_pkg.tanh_lut}
     if fn not in presets:
-        raise NotImplementedError(f"no NVDLA LUT preset for {fn!r} (available: {sorted(presets)})")
+        raise UnsupportedOpError(f"no NVDLA LUT preset for {fn!r} (available: {sorted(presets)})")
     return presets[fn]()
 
 
@@ -76,46 +82,55 @@ _LUT_OUT_SCALE = 32767.0
 
 @dataclass(frozen=True)
 class NVDLA(Target):
-    """NVIDIA NVDLA (``nv_full``), INT8 pipeline, spec nvdla_pkg.md: symmetric int8 activations
+    """NVIDIA NVDLA (``nv_full``), INT8 pipeline, spec nvdla.md: symmetric int8 activations
     (zero point 0), per-channel int8 weights.
 
     * ``conv``/``dense``: exact int32 accumulation (CMAC/CACC), then the SDP X1 stage:
       ALU ``sat32(acc + bias16 * 2**bias_shift)``, MUL ``sat32(rshift_rhaz(v * mul16[c],
       mul_shift))``, optional ReLU, then the SDP output convertor to int8 (int17 stage,
-      :func:`hwjax.nvdla_pkg.cvt`). ``mul16 * 2**-mul_shift ~ s_in s_w[c] / s_out``.
-    * ``lut``: X1 MUL to the LUT's Q12 input, the SDP LUT (:func:`hwjax.nvdla_pkg.sdp_lut`,
+      :func:`hwjax.nvdla.cvt`). ``mul16 * 2**-mul_shift ~ s_in s_w[c] / s_out``.
+    * ``lut``: X1 MUL to the LUT's Q12 input, the SDP LUT (:func:`hwjax.nvdla.sdp_lut`,
       programmed by the ``sigmoid_lut`` / ``tanh_lut`` presets), and the output
       convertor from ``32767 * fn(x)`` to int8.
     * ``maxpool``: PDP max pooling (exact int8 maximum).
     """
 
     name: ClassVar[str] = "nvdla"
-    layers: ClassVar[frozenset[str]] = frozenset({"conv", "dense", "maxpool", "lut"})
     symmetric_activations: ClassVar[bool] = True
     lut_slopes: ClassVar[bool] = True
 
-    def check_layer(self, kind: str, **config: Any) -> None:
-        super().check_layer(kind, **config)
-        if kind == "lut":
-            nvdla_lut_config(config.get("fn"))
+    def check_op(self, op: str, **config: Any) -> None:
+        super().check_op(op, **config)
+        if op == "lut" and config.get("fn") is not None:
+            nvdla_lut_config(config["fn"])
 
-    def conv_params(self, kernel_ohwi, bias_q, *, s_in, z_in, s_w, s_out, z_out, relu: bool = False):
-        from hwjax.core import shift_right
 
-        b = bias_q.astype(jnp.int32)
+# ------------------------------------------------------------------ linear ops
+
+
+def _conv_params(op: str):
+    def params(target, attrs, p, q_in, q_out) -> NVDLAConvParams:
+        k = jnp.asarray(p["kernel"]).astype(jnp.int32)
+        if op == "dense":
+            k = k.reshape(k.shape[0], 1, 1, k.shape[1])
+        b = jnp.asarray(p["bias"], jnp.int32)
         bits = 32 - jax.lax.clz(jnp.max(jnp.abs(b)))
         bias_shift = jnp.maximum(bits - 15, 0).astype(jnp.int32)
         bias16 = jnp.clip(shift_right(b, bias_shift, rounding="half_away"), -32768, 32767)
-        mul16, mul_shift = _scale_shift(div_rn(s_in * s_w, s_out))
-        return NVDLAConvParams(kernel_ohwi.astype(jnp.int8), bias16, bias_shift, mul16, mul_shift, bool(relu))
+        mul16, mul_shift = _scale_shift(div_rn(q_in[0].scale * p["w_scale"], q_out.scale))
+        return NVDLAConvParams(k.astype(jnp.int8), bias16, bias_shift, mul16, mul_shift,
+                               attrs.get("activation") == "relu")
 
-    def conv(self, x, params: NVDLAConvParams, geom: ConvGeometry, *, return_acc: bool = False):
+    return params
+
+
+def _conv_run(op: str):
+    def run(target, attrs, params: NVDLAConvParams, x, return_acc: bool = False):
+        """Exact int32 accumulation over gather-free patches, then the SDP X1 stage."""
         cvt = nvdla_pkg.cvt
-        (pt, pb), (pl, pr) = geom.padding
-        xp = jnp.pad(x.astype(jnp.int8), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
-        (kh, kw), (sh, sw), (ho, wo) = geom.kernel, geom.stride, geom.out_hw
-        taps = [xp[:, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw, :] for i in range(kh) for j in range(kw)]
-        patches = jnp.concatenate(taps, axis=-1)  # (B, Ho, Wo, kh*kw*C) in (kh, kw, c) order
+        x4 = x[:, None, None, :] if op == "dense" else x
+        geom = geometry({"kernel_size": (1, 1)} if op == "dense" else attrs, x4.shape)
+        patches = extract_patches(x4.astype(jnp.int8), geom, pad_value=jnp.int8(0))
         k = params.kernel.reshape(params.kernel.shape[0], -1)
         if k.shape[1] * 128 * 128 > 2**31 - 1:
             raise ValueError(f"an NVDLA convolution with {k.shape[1]} products per output could exceed int32; "
@@ -125,84 +140,104 @@ class NVDLA(Target):
         v = cvt(v, offset=0, scale=params.mul16, shift=params.mul_shift, out_bits=32)
         if params.relu:
             v = jnp.maximum(v, 0)
-        y = cvt(v, offset=0, scale=1, shift=0, out_bits=8, stage_bits=17)
-        return y.astype(jnp.int32), (acc if return_acc else None)
+        y = cvt(v, offset=0, scale=1, shift=0, out_bits=8, stage_bits=17).astype(jnp.int32)
+        if op == "dense":
+            y, acc = y[:, 0, 0, :], acc[:, 0, 0, :]
+        if not return_acc:
+            return y
+        return y, {"count": jnp.int32(acc.size), "saturated": jnp.int32(0)}  # CACC is exact: never saturates
 
-    def maxpool(self, x, window, strides):
-        """PDP max pooling: the int8 maximum over each window (no padding)."""
-        return jax.lax.reduce_window(x.astype(jnp.int32), jnp.int32(-128), jax.lax.max, (1, *window, 1),
-                                     (1, *strides, 1), "VALID")
+    return run
 
-    def lut_params(self, fn: str, *, s_in, z_in, s_out, z_out) -> dict:
-        """X1 MUL ``(m_in, sh_in)`` with ``m_in 2**-sh_in ~ s_in 2**12`` (int8 -> Q12) and the
-        output convertor ``(m_out, sh_out)`` with ``m_out 2**-sh_out ~ 1 / (32767 s_out)``."""
-        m_in, sh_in = _scale_shift(jnp.asarray(s_in, jnp.float32) * float(2**_LUT_IN_BITS))
-        m_out, sh_out = _scale_shift(div_rn(jnp.float32(1.0), _LUT_OUT_SCALE * jnp.asarray(s_out, jnp.float32)))
-        cfg = nvdla_lut_config(fn)
-        return NVDLALutParams(m_in, sh_in, m_out, sh_out, jnp.asarray(cfg.le_table, jnp.int16),
-                              jnp.asarray(cfg.lo_table, jnp.int16), fn)
 
-    def lut(self, x, params: NVDLALutParams):
-        """X1 MUL to the Q12 LUT input (:func:`hwjax.nvdla.cvt`), :func:`hwjax.nvdla.sdp_lut`,
-        then the output convertor to int8.
+def _conv_export(target, attrs, params: NVDLAConvParams):
+    """``weights``: :func:`hwjax.nvdla.pack_dc_weights` of the KCRS kernel (the
+    direct-convolution byte image); ``sdp``: :func:`hwjax.nvdla.pack_sdp_per_channel` of the
+    (bias16, mul16) operands; shifts and ReLU to the manifest."""
+    k = np.asarray(params.kernel, np.int8)
+    kcrs = np.transpose(k, (0, 3, 1, 2))
+    image = np.asarray(nvdla_pkg.pack_dc_weights(kcrs, dtype=np.int8), np.uint8)
+    sdp = np.asarray(nvdla_pkg.pack_sdp_per_channel(np.asarray(params.bias16, np.int16),
+                                                    np.asarray(params.mul16, np.int16), dtype=np.int16), np.uint8)
+    meta = {"kernel_shape": list(k.shape), "bias_shift": int(params.bias_shift), "mul_shift": int(params.mul_shift),
+            "relu": bool(params.relu)}
+    return {"weights": image, "sdp": sdp}, meta
 
-        Integer ``x``: int32 results. Float ``x`` holding int8 values: the same values in
-        float32, differentiable with the true slopes (the convertors' ``scale *
-        2**-shift`` and the slope of the LUT segment or extrapolation actually used; 0
-        where a convertor saturated)."""
-        cfg = nvdla_lut_config(params.fn).replace(le_table=params.le_table, lo_table=params.lo_table)
-        is_float = jnp.issubdtype(x.dtype, jnp.floating)
-        xin = x.astype(jnp.float32) if is_float else x.astype(jnp.int32)
-        xq = nvdla_pkg.cvt(xin, offset=0, scale=params.m_in, shift=params.sh_in, out_bits=32)
-        y = nvdla_pkg.sdp_lut(xq, cfg)[0]
-        y = nvdla_pkg.cvt(y, offset=0, scale=params.m_out, shift=params.sh_out, out_bits=8, stage_bits=17)
-        return y if is_float else y.astype(jnp.int32)
 
-    # ------------------------------------------------------------- memory formats
+def _conv_load(target, attrs, tensors, meta) -> NVDLAConvParams:
+    shape = tuple(int(v) for v in meta["kernel_shape"])
+    if len(shape) != 4:
+        raise ValueError(f"kernel_shape must have 4 entries, got {list(shape)}")
+    kcrs = nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (shape[0], shape[3], shape[1], shape[2]),
+                                       dtype=jnp.int8)
+    bias16, mul16 = nvdla_pkg.unpack_sdp_per_channel(jnp.asarray(tensors["sdp"]), shape[0], dtype=jnp.int16)
+    return NVDLAConvParams(jnp.transpose(kcrs, (0, 2, 3, 1)).astype(jnp.int8), bias16.astype(jnp.int32),
+                           jnp.int32(meta["bias_shift"]), mul16.astype(jnp.int32), jnp.int32(meta["mul_shift"]),
+                           bool(meta["relu"]))
 
-    def export_tensors(self, kind: str, params):
-        """``conv``/``dense``: ``weights`` = :func:`hwjax.nvdla_pkg.pack_dc_weights` of the KCRS
-        kernel (the direct-convolution byte image), ``sdp`` =
-        :func:`hwjax.nvdla_pkg.pack_sdp_per_channel` of the (bias16, mul16) operands.
-        ``lut``: the ``le_table`` (65) and ``lo_table`` (257) int16 entries; registers and
-        convertor settings go to the manifest."""
-        if kind in ("conv", "dense"):
-            k = np.asarray(params.kernel, np.int8)
-            kcrs = np.transpose(k, (0, 3, 1, 2))
-            image = np.asarray(nvdla_pkg.pack_dc_weights(kcrs, dtype=np.int8), np.uint8)
-            sdp = np.asarray(nvdla_pkg.pack_sdp_per_channel(np.asarray(params.bias16, np.int16),
-                                                        np.asarray(params.mul16, np.int16), dtype=np.int16),
-                             np.uint8)
-            meta = {"kernel_shape": list(k.shape), "bias_shift": int(params.bias_shift),
-                    "mul_shift": int(params.mul_shift), "relu": bool(params.relu)}
-            return {"weights": image, "sdp": sdp}, meta
-        if kind == "lut":
-            cfg = nvdla_lut_config(params.fn)
-            regs = {k: (v if isinstance(v, (str, int)) else int(v)) for k, v in cfg.registers().items()}
-            meta = {"fn": params.fn, "registers": regs,
-                    **{k: int(getattr(params, k)) for k in ("m_in", "sh_in", "m_out", "sh_out")}}
-            return {"le_table": np.asarray(params.le_table, np.int16),
-                    "lo_table": np.asarray(params.lo_table, np.int16)}, meta
-        return {}, {}
 
-    def import_tensors(self, kind: str, tensors: dict, meta: dict):
-        if kind in ("conv", "dense"):
-            shape = tuple(int(v) for v in meta["kernel_shape"])
-            kcrs = nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (shape[0], shape[3], shape[1], shape[2]),
-                                           dtype=jnp.int8)
-            bias16, mul16 = nvdla_pkg.unpack_sdp_per_channel(jnp.asarray(tensors["sdp"]), shape[0], dtype=jnp.int16)
-            return NVDLAConvParams(jnp.transpose(kcrs, (0, 2, 3, 1)).astype(jnp.int8), bias16.astype(jnp.int32),
-                                   jnp.int32(meta["bias_shift"]), mul16.astype(jnp.int32),
-                                   jnp.int32(meta["mul_shift"]), bool(meta["relu"]))
-        if kind == "lut":
-            regs = meta["registers"]
-            cfg = nvdla_lut_config(meta["fn"])
-            if regs != {k: (v if isinstance(v, (str, int)) else int(v)) for k, v in cfg.registers().items()}:
-                raise ValueError(f"LUT registers differ from this hwjax's {meta['fn']} preset")
-            for t, n in (("le_table", 65), ("lo_table", 257)):
-                if np.asarray(tensors[t]).shape != (n,):
-                    raise ValueError(f"{t} must have {n} entries, got shape {np.asarray(tensors[t]).shape}")
-            return NVDLALutParams(*(jnp.int32(meta[k]) for k in ("m_in", "sh_in", "m_out", "sh_out")),
-                                  jnp.asarray(tensors["le_table"], jnp.int16),
-                                  jnp.asarray(tensors["lo_table"], jnp.int16), meta["fn"])
-        return None
+for _op in ("conv", "dense"):
+    NVDLA.implements(_op, params=_conv_params(_op), export=_conv_export, load=_conv_load)(_conv_run(_op))
+
+
+@NVDLA.implements("maxpool")
+def _nvdla_maxpool(target, attrs, params, x, return_acc: bool = False):
+    """PDP max pooling: the int8 maximum over each window (no padding)."""
+    y = jax.lax.reduce_window(x.astype(jnp.int32), jnp.int32(-128), jax.lax.max, (1, *attrs["window"], 1),
+                              (1, *attrs["strides"], 1), "VALID")
+    return no_acc(y, return_acc)
+
+
+# ------------------------------------------------------------------------- LUT
+
+
+def _lut_params(target, attrs, p, q_in, q_out) -> NVDLALutParams:
+    """X1 MUL ``(m_in, sh_in)`` with ``m_in 2**-sh_in ~ s_in 2**12`` (int8 -> Q12) and the
+    output convertor ``(m_out, sh_out)`` with ``m_out 2**-sh_out ~ 1 / (32767 s_out)``."""
+    m_in, sh_in = _scale_shift(jnp.asarray(q_in[0].scale, jnp.float32) * float(2**_LUT_IN_BITS))
+    m_out, sh_out = _scale_shift(div_rn(jnp.float32(1.0), _LUT_OUT_SCALE * jnp.asarray(q_out.scale, jnp.float32)))
+    cfg = nvdla_lut_config(attrs["fn"])
+    return NVDLALutParams(m_in, sh_in, m_out, sh_out, jnp.asarray(cfg.le_table, jnp.int16),
+                          jnp.asarray(cfg.lo_table, jnp.int16), attrs["fn"])
+
+
+def _lut_export(target, attrs, params: NVDLALutParams):
+    """``le_table`` (65) and ``lo_table`` (257) int16 entries; registers and convertor
+    settings to the manifest."""
+    cfg = nvdla_lut_config(params.fn)
+    regs = {k: (v if isinstance(v, (str, int)) else int(v)) for k, v in cfg.registers().items()}
+    meta = {"fn": params.fn, "registers": regs, **{k: int(getattr(params, k)) for k in ("m_in", "sh_in", "m_out", "sh_out")}}
+    return {"le_table": np.asarray(params.le_table, np.int16), "lo_table": np.asarray(params.lo_table, np.int16)}, meta
+
+
+def _lut_load(target, attrs, tensors, meta) -> NVDLALutParams:
+    cfg = nvdla_lut_config(meta["fn"])
+    if meta["registers"] != {k: (v if isinstance(v, (str, int)) else int(v)) for k, v in cfg.registers().items()}:
+        raise ValueError(f"LUT registers differ from this hwjax's {meta['fn']} preset")
+    for t, n in (("le_table", 65), ("lo_table", 257)):
+        if np.asarray(tensors[t]).shape != (n,):
+            raise ValueError(f"{t} must have {n} entries, got shape {np.asarray(tensors[t]).shape}")
+    return NVDLALutParams(*(jnp.int32(meta[k]) for k in ("m_in", "sh_in", "m_out", "sh_out")),
+                          jnp.asarray(tensors["le_table"], jnp.int16), jnp.asarray(tensors["lo_table"], jnp.int16),
+                          meta["fn"])
+
+
+@NVDLA.implements("lut", params=_lut_params, export=_lut_export, load=_lut_load)
+def _nvdla_lut(target, attrs, params: NVDLALutParams, x, return_acc: bool = False):
+    """X1 MUL to the Q12 LUT input (:func:`hwjax.nvdla.cvt`), :func:`hwjax.nvdla.sdp_lut`,
+    then the output convertor to int8.
+
+    Integer ``x``: int32 results. Float ``x`` holding int8 values: the same values in
+    float32, differentiable with the true slopes (the convertors' ``scale *
+    2**-shift`` and the slope of the LUT segment or extrapolation actually used; 0
+    where a convertor saturated)."""
+    cfg = nvdla_lut_config(params.fn).replace(le_table=params.le_table, lo_table=params.lo_table)
+    is_float = jnp.issubdtype(x.dtype, jnp.floating)
+    xin = x.astype(jnp.float32) if is_float else x.astype(jnp.int32)
+    xq = nvdla_pkg.cvt(xin, offset=0, scale=params.m_in, shift=params.sh_in, out_bits=32)
+    y = nvdla_pkg.sdp_lut(xq, cfg)[0]
+    y = nvdla_pkg.cvt(y, offset=0, scale=params.m_out, shift=params.sh_out, out_bits=8, stage_bits=17)
+    return no_acc(y if is_float else y.astype(jnp.int32), return_acc)
+
+
+register("nvdla", NVDLA)

@@ -1,0 +1,31 @@
+"""The exceptions hwjax raises at its public boundary.
+
+Every error hwjax raises on purpose is a :class:`HwjaxError`; each also derives from
+the builtin exception a caller would expect (``ValueError``, ``NotImplementedError``),
+so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class HwjaxError(Exception):
+    """Base class of every hwjax error."""
+
+
+class RangeError(HwjaxError, ValueError):
+    """An argument is outside its allowed range (the message names both)."""
+
+
+class ShapeError(HwjaxError, ValueError):
+    """An argument has a shape the operation cannot take."""
+
+
+class FormatError(HwjaxError, ValueError):
+    """A model graph, export folder or model file is malformed or inconsistent."""
+
+
+class UnsupportedOpError(HwjaxError, NotImplementedError):
+    """An op kind (or an op configuration) that a target or file reader does not support."""
+
+
+__all__ = ["FormatError", "HwjaxError", "RangeError", "ShapeError", "UnsupportedOpError"]

@@ -1,0 +1,119 @@
+"""The op registry: every op kind is declared once, as an :class:`OpSpec`.
+
+An op spec says what a node of that kind looks like (inputs, attributes and their
+defaults, the portable parameters) and infers its output shapes. How the op *runs* is
+the business of each target (:meth:`hwjax.targets.Target.lowering`); an op that runs
+the same everywhere (quantize, flatten) carries a ``generic`` implementation that every
+target inherits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Optional, Sequence
+
+from hwjax.errors import FormatError
+
+_OPS: dict[str, "OpSpec"] = {}
+
+
+@dataclass(frozen=True)
+class OpImpl:
+    """How one target runs one op kind: the target-side half of the seam.
+
+    Attributes:
+      run: ``run(target, attrs, params, *xs, return_acc=False)``: the exact integer
+        forward on batched integer arrays (int32 holding the tensor's values; float32
+        for float tensors). Returns ``y``, or ``(y, acc)`` with ``return_acc=True`` where
+        ``acc`` is None or an accumulator statistic ``{"count", "saturated"}``.
+      params: the quantisation recipe ``params(target, attrs, portable, q_in, q_out)``
+        from the node's portable parameters and the input/output
+        :class:`hwjax.graph.Quant` to the target's integer parameters (jittable; no
+        gradient). None: the op has no parameters on this target.
+      export: ``export(target, attrs, params) -> (tensors, meta)``: the chip-native
+        arrays (name -> numpy array, written as raw little-endian blobs) and JSON
+        scalars. None: nothing to write.
+      load: ``load(target, attrs, tensors, meta) -> params``, the inverse of ``export``
+        (ValueError on inconsistent data).
+    """
+
+    run: Callable[..., Any]
+    params: Optional[Callable[..., Any]] = None
+    export: Optional[Callable[..., Any]] = None
+    load: Optional[Callable[..., Any]] = None
+
+
+class OpSpec:
+    """Base class of op kinds. Subclass, set the class attributes, override :meth:`infer`
+    (and :meth:`check` for attribute validation), and :func:`register_op` an instance.
+
+    Class attributes:
+      name: the op's registry key.
+      num_inputs: how many input tensors it takes.
+      attrs: allowed attribute names and their defaults (``REQUIRED`` for none).
+      params: names of the portable parameters (a dict of arrays), for documentation
+        and validation.
+      generic: an :class:`OpImpl` every target inherits unless it implements the op
+        itself (None: targets must implement it).
+    """
+
+    REQUIRED: ClassVar[object] = object()
+    name: ClassVar[str] = ""
+    num_inputs: ClassVar[int] = 1
+    attrs: ClassVar[dict[str, Any]] = {}
+    params: ClassVar[tuple[str, ...]] = ()
+    generic: ClassVar[Optional[OpImpl]] = None
+
+    def attr(self, node, key: str):
+        """``node.attrs[key]`` or its default."""
+        if key in node.attrs:
+            return node.attrs[key]
+        default = self.attrs[key]
+        if default is OpSpec.REQUIRED:
+            raise KeyError(f"attribute {key!r} is required")
+        return default
+
+    def check(self, node, ins: Sequence) -> None:
+        """Validates the node's arity and attribute names (ValueError naming the problem)."""
+        if len(node.inputs) != self.num_inputs:
+            raise ValueError(f"takes {self.num_inputs} inputs, got {len(node.inputs)}")
+        unknown = set(node.attrs) - set(self.attrs)
+        if unknown:
+            raise ValueError(f"unknown attributes {sorted(unknown)}; {self.name} takes {sorted(self.attrs)}")
+        for k, v in self.attrs.items():
+            if v is OpSpec.REQUIRED and k not in node.attrs:
+                raise ValueError(f"attribute {k!r} is required")
+
+    def infer(self, node, ins: Sequence) -> list[tuple[int, ...]]:
+        """Output shapes (per example) from the input tensors (:class:`hwjax.graph.Tensor`)."""
+        return [tuple(ins[0].shape)]
+
+
+def register_op(spec: OpSpec, *, replace: bool = False) -> OpSpec:
+    """Adds an op kind to the registry (ValueError if the name is taken, unless ``replace``)."""
+    if not isinstance(spec, OpSpec) or not spec.name:
+        raise TypeError(f"register_op takes an OpSpec instance with a name, got {spec!r}")
+    if spec.name in _OPS and not replace:
+        raise ValueError(f"op kind {spec.name!r} is already registered")
+    _OPS[spec.name] = spec
+    return spec
+
+
+def get_op(name: str) -> OpSpec:
+    """The :class:`OpSpec` registered as ``name`` (KeyError naming the known kinds)."""
+    try:
+        return _OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op kind {name!r}; registered: {sorted(_OPS)}") from None
+
+
+def ops() -> tuple[str, ...]:
+    """Names of every registered op kind."""
+    return tuple(sorted(_OPS))
+
+
+def check_node_op(name: str) -> OpSpec:
+    try:
+        return get_op(name)
+    except KeyError as e:
+        raise FormatError(e.args[0]) from None

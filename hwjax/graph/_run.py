@@ -1,0 +1,151 @@
+"""Lowering a portable graph for a target, and running a graph exactly."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.errors import FormatError, ShapeError
+from hwjax.graph._ir import Graph, Node
+
+_NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "float32": np.float32}
+
+
+def _resolve_target(graph: Graph, target):
+    from hwjax.targets import resolve
+
+    if target is None:
+        if graph.target is None:
+            raise ValueError("this graph holds portable parameters: pass the target to run it on "
+                             "(e.g. hwjax.targets.get('xs3'))")
+        return graph.target
+    target = resolve(target)
+    if graph.target is not None and target != graph.target:
+        raise ValueError(f"this graph was lowered for {graph.target!r}; it cannot run on {target!r}")
+    return target
+
+
+def lower_node(node: Node, graph: Graph, target) -> Node:
+    """``node`` with its portable parameters replaced by ``target``'s (its recipe)."""
+    impl = target.lowering(node.op)
+    if impl.params is None:
+        return node.replace(params=None)
+    q_in = [graph.tensors[t].quant for t in node.inputs]
+    q_out = graph.tensors[node.outputs[0]].quant
+    return node.replace(params=impl.params(target, node.attrs, node.params, q_in, q_out))
+
+
+def lower(graph: Graph, target) -> Graph:
+    """The graph with every node's integer parameters derived for ``target`` (its
+    quantisation recipes, jittable), ready to :func:`run` or to export in the target's
+    formats. A graph already lowered for ``target`` is returned unchanged.
+
+    Raises :class:`hwjax.errors.UnsupportedOpError` naming the first op the target
+    cannot run."""
+    target = _resolve_target(graph, target)
+    if graph.target is not None:
+        return graph
+    return graph.replace(nodes=tuple(lower_node(n, graph, target) for n in graph.nodes), target=target)
+
+
+def _batched(graph: Graph, inputs) -> tuple[list[jax.Array], bool]:
+    if isinstance(inputs, Mapping):
+        missing = [t for t in graph.inputs if t not in inputs]
+        if missing:
+            raise ValueError(f"inputs lack the graph inputs {missing}")
+        xs = [inputs[t] for t in graph.inputs]
+    elif isinstance(inputs, (tuple, list)):
+        xs = list(inputs)
+    else:
+        xs = [inputs]
+    if len(xs) != len(graph.inputs):
+        raise ValueError(f"the graph takes {len(graph.inputs)} inputs {list(graph.inputs)}, got {len(xs)}")
+    out, single = [], None
+    for t, x in zip(graph.inputs, xs):
+        x = jnp.asarray(x)
+        shape = tuple(graph.tensors[t].shape)
+        if tuple(x.shape) == shape:
+            s = True
+        elif tuple(x.shape[1:]) == shape:
+            s = False
+        else:
+            raise ShapeError(f"input {t!r} must have shape {shape} or (batch, {', '.join(map(str, shape))}), "
+                             f"got {tuple(x.shape)}")
+        if single is not None and s != single:
+            raise ShapeError("either every input has a batch axis or none has")
+        single = s
+        out.append(x[None] if s else x)
+    return out, bool(single)
+
+
+def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
+        return_stats: bool = False):
+    """Evaluates ``graph`` exactly on ``target``.
+
+    Args:
+      graph: a :class:`Graph`, portable or lowered.
+      inputs: one array, a sequence in ``graph.inputs`` order, or a mapping by name;
+        each of the input tensor's shape (one example) or with a leading batch axis.
+        Integer inputs hold the tensor's values; a float input feeds a ``quantize`` node.
+      target: a :class:`hwjax.targets.Target` or registered name; default the graph's.
+        A portable graph is first :func:`lower`-ed (inside the trace).
+      intermediates: also return every tensor, by name.
+      return_stats: also return, per node with accumulators, ``{"count", "saturated"}``.
+
+    Returns:
+      The output (a tuple for several outputs) as int32 arrays holding the tensors'
+      values (float32 for float tensors), batched like the inputs; then the dict of
+      intermediates and/or statistics when asked for.
+
+    Pure and jittable (``jax.jit(run, static_argnames=...)`` or :func:`jit_run`), and it
+    batches with ``jax.vmap`` over a leading axis: every example is computed
+    independently and exactly.
+    """
+    target = _resolve_target(graph, target)
+    graph = lower(graph, target)
+    xs, single = _batched(graph, inputs)
+    env: dict[str, jax.Array] = dict(zip(graph.inputs, xs))
+    stats: dict[str, Any] = {}
+    for node in graph.nodes:
+        impl = target.lowering(node.op)
+        args = [env[t] for t in node.inputs]
+        if return_stats:
+            y, acc = impl.run(target, node.attrs, node.params, *args, return_acc=True)
+            if acc is not None:
+                stats[node.name] = acc
+        else:
+            y = impl.run(target, node.attrs, node.params, *args)
+        ys = y if isinstance(y, tuple) else (y,)
+        for t, v in zip(node.outputs, ys):
+            env[t] = v
+    unb = (lambda v: v[0]) if single else (lambda v: v)
+    outs = tuple(unb(env[t]) for t in graph.outputs)
+    result: Any = outs[0] if len(outs) == 1 else outs
+    extra = []
+    if intermediates:
+        extra.append({k: unb(v) for k, v in env.items()})
+    if return_stats:
+        extra.append(stats)
+    return (result, *extra) if extra else result
+
+
+@functools.partial(jax.jit, static_argnames=("target", "intermediates", "return_stats"))
+def jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, return_stats: bool = False):
+    """:func:`run` under ``jax.jit``: compiled once per graph structure, target and input
+    shapes (the parameters are traced, so new parameter values reuse the program)."""
+    return run(graph, inputs, target, intermediates=intermediates, return_stats=return_stats)
+
+
+def as_dtype(x: jax.Array, dtype: str) -> np.ndarray:
+    """Host copy of ``x`` in the tensor dtype ``dtype`` (values are range-checked)."""
+    a = np.asarray(x)
+    dt = np.dtype(_NP_DTYPES[dtype])
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        if a.size and (a.min() < info.min or a.max() > info.max):
+            raise FormatError(f"values outside {dtype} in a tensor declared {dtype}")
+    return a.astype(dt)

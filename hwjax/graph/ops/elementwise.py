@@ -1,0 +1,40 @@
+"""``add`` (two tensors, requantised to the output's quantisation) and ``lut`` (a table
+activation ``fn``)."""
+
+from __future__ import annotations
+
+from hwjax.graph._ops import OpSpec, register_op
+from hwjax.graph.ops.linear import ACTIVATIONS
+
+LUT_FUNCTIONS = ("sigmoid", "tanh")
+
+
+class Add(OpSpec):
+    """``y = q_out(real(x1) + real(x2))`` with an optional fused ReLU."""
+
+    name = "add"
+    num_inputs = 2
+    attrs = {"activation": None}
+
+    def check(self, node, ins):
+        super().check(node, ins)
+        if self.attr(node, "activation") not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {node.attrs['activation']!r}")
+        if len(ins) == 2 and tuple(ins[0].shape) != tuple(ins[1].shape):
+            raise ValueError(f"inputs have shapes {tuple(ins[0].shape)} and {tuple(ins[1].shape)}")
+
+
+class Lut(OpSpec):
+    """``y = q_out(fn(real(x)))`` through the target's lookup table."""
+
+    name = "lut"
+    attrs = {"fn": OpSpec.REQUIRED}
+
+    def check(self, node, ins):
+        super().check(node, ins)
+        if node.attrs["fn"] not in LUT_FUNCTIONS:
+            raise ValueError(f"fn must be one of {LUT_FUNCTIONS}, got {node.attrs['fn']!r}")
+
+
+register_op(Add())
+register_op(Lut())

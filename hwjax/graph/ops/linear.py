@@ -1,0 +1,81 @@
+"""``conv``, ``depthwise_conv`` and ``dense``: the requantising linear ops.
+
+Portable parameters (what a calibrated ``hwjax.nn`` layer or a ``.tflite`` file holds):
+``kernel`` int8 (conv: (O, kh, kw, I); depthwise: (kh, kw, C); dense: (O, I)),
+``bias`` int32 (O,) in units of ``s_in * w_scale``, ``w_scale`` float32 (O,) (symmetric
+per-output-channel weight scales). Each target's recipe turns these and the tensors'
+quantisation into its own integer parameters.
+"""
+
+from __future__ import annotations
+
+from hwjax.core import ConvGeometry
+from hwjax.graph._ops import OpSpec, register_op
+
+ACTIVATIONS = (None, "relu")
+
+
+def _pair(v, what: str) -> tuple[int, int]:
+    t = tuple(int(i) for i in v)
+    if len(t) != 2 or min(t) < 1:
+        raise ValueError(f"{what} must be a pair of positive ints, got {v!r}")
+    return t  # type: ignore[return-value]
+
+
+def geometry(attrs, in_shape) -> ConvGeometry:
+    """The :class:`hwjax.core.ConvGeometry` of a ``conv``/``depthwise_conv`` node's ``attrs``
+    for a per-example (H, W, C) input shape (a batched shape's leading axis is dropped)."""
+    if len(in_shape) == 4:
+        in_shape = in_shape[1:]
+    if len(in_shape) != 3:
+        raise ValueError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
+    a = attrs
+    return ConvGeometry.make(tuple(in_shape[:2]), _pair(a["kernel_size"], "kernel_size"),
+                             _pair(a.get("stride", (1, 1)), "stride"), a.get("padding", ((0, 0), (0, 0))))
+
+
+class _Linear(OpSpec):
+    params = ("kernel", "bias", "w_scale")
+
+    def check(self, node, ins):
+        super().check(node, ins)
+        if self.attr(node, "activation") not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {node.attrs['activation']!r}")
+
+
+class Conv(_Linear):
+    """2-D convolution, NHWC, explicit padding; output channels ``features``."""
+
+    name = "conv"
+    attrs = {"features": OpSpec.REQUIRED, "kernel_size": OpSpec.REQUIRED, "stride": (1, 1),
+             "padding": ((0, 0), (0, 0)), "activation": None}
+
+    def infer(self, node, ins):
+        return [(*geometry(node.attrs, ins[0].shape).out_hw, int(node.attrs["features"]))]
+
+
+class DepthwiseConv(_Linear):
+    """Depthwise 2-D convolution (channel multiplier 1), NHWC, explicit padding."""
+
+    name = "depthwise_conv"
+    attrs = {"kernel_size": OpSpec.REQUIRED, "stride": (1, 1), "padding": ((0, 0), (0, 0)), "activation": None}
+
+    def infer(self, node, ins):
+        return [(*geometry(node.attrs, ins[0].shape).out_hw, ins[0].shape[-1])]
+
+
+class Dense(_Linear):
+    """Fully connected: (N,) -> (features,)."""
+
+    name = "dense"
+    attrs = {"features": OpSpec.REQUIRED, "activation": None}
+
+    def infer(self, node, ins):
+        if len(ins[0].shape) != 1:
+            raise ValueError(f"dense needs a flat (N,) input, got shape {tuple(ins[0].shape)}")
+        return [(int(node.attrs["features"]),)]
+
+
+register_op(Conv())
+register_op(DepthwiseConv())
+register_op(Dense())
