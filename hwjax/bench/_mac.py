@@ -3,9 +3,13 @@
 Shapes (issue defaults): B=256 inputs, N=64 outputs, K=576 int8. Two data sets:
 (a) random int8 data with zero biases, which cannot saturate (fast path), and
 (b) the same products with biases at +-(2**31-1) minus a little, which saturate.
-For chunk=1 and chunk=32 it prints seconds per call and the ratios
-``dot / mac`` (throughput relative to the plain dot; 1.0 = as fast) and
-``reference / mac`` (speed-up over the literal scan), all measured in this run.
+For chunk=1 and chunk=32 it prints seconds per call of ``mac`` called once on the
+(B, K) batch (``jit``) and of ``mac`` on one (K,) row, ``jax.vmap``-ed over the B rows
+(``jit(vmap)``, ``w`` shared), with the ratios ``dot / mac`` (throughput relative to the
+plain dot; 1.0 = as fast) and ``reference / mac`` (speed-up over the literal scan,
+``mac_reference`` jitted on the whole batch, clip counts off), all measured in this run.
+Every result is compared with the reference, clip counts (``return_clipped=True``,
+computed but not timed) included.
 """
 
 from __future__ import annotations
@@ -47,19 +51,27 @@ def main(argv: list[str] | None = None) -> int:
           f"B={args.b} N={args.n} K={args.k} int8 route={args.route}")
     t_dot = time_fn(dot, safe, x, w, repeats=args.repeats).best
     print(f"plain XLA int32 dot_general: {t_dot * 1e3:9.3f} ms")
-    print(f"{'data':<12}{'chunk':>6}{'mac ms':>10}{'ref ms':>10}{'dot/mac':>9}{'ref/mac':>9}  exact")
+    print(f"{'data':<12}{'chunk':>6}{'call':>6}{'mac ms':>10}{'ref ms':>10}{'dot/mac':>9}{'ref/mac':>9}  exact")
     for label, acc0 in (("(a) no-sat", safe), ("(b) sat", near)):
         for chunk in (1, 32):
-            f = jax.jit(lambda a, xx, ww, c=chunk: mac(a, xx, ww, chunk=c, route=args.route))
+            one = lambda a, xx, ww, c=chunk, **kw: mac(a, xx, ww, chunk=c, route=args.route, **kw)
             r = jax.jit(lambda a, xx, ww, c=chunk: mac_reference(a, xx, ww, chunk=c))
-            same = bool(jnp.array_equal(f(acc0, x, w), r(acc0, x, w)))
-            t_mac = time_fn(f, acc0, x, w, repeats=args.repeats).best
             t_ref = time_fn(r, acc0, x, w, repeats=max(2, args.repeats // 2)).best
-            print(f"{label:<12}{chunk:>6}{t_mac * 1e3:10.3f}{t_ref * 1e3:10.2f}"
-                  f"{t_dot / t_mac:9.2f}{t_ref / t_mac:9.1f}  {same}")
-            if not same:
-                print("ERROR: mac differs from mac_reference")
-                return 1
-    sat = int(jnp.sum(jnp.abs(jax.jit(lambda a: mac(a, x, w, chunk=1))(near)) == M32))
-    print(f"(b) outputs ending at +-(2**31-1) with chunk=1: {sat} of {args.b * args.n}")
+            want = mac_reference(acc0, x, w, chunk=chunk, return_clipped=True)
+            for call, wrap in (("jit", lambda f: f), ("vmap", lambda f: jax.vmap(f, in_axes=(0, 0, None)))):
+                f = jax.jit(wrap(one))
+                g = jax.jit(wrap(lambda a, xx, ww: one(a, xx, ww, return_clipped=True)))
+                got, (acc, clipped) = f(acc0, x, w), g(acc0, x, w)
+                same = bool(jnp.array_equal(got, want[0]) & jnp.array_equal(acc, want[0])
+                            & jnp.array_equal(clipped, want[1]))
+                t_mac = time_fn(f, acc0, x, w, repeats=args.repeats).best
+                print(f"{label:<12}{chunk:>6}{call:>6}{t_mac * 1e3:10.3f}{t_ref * 1e3:10.2f}"
+                      f"{t_dot / t_mac:9.2f}{t_ref / t_mac:9.1f}  {same}")
+                if not same:
+                    print("ERROR: mac differs from mac_reference")
+                    return 1
+    acc, clipped = jax.jit(lambda a: mac(a, x, w, chunk=1, return_clipped=True))(near)
+    print(f"(b) chunk=1: {int(jnp.sum(jnp.abs(acc) == M32))} of {args.b * args.n} outputs end at "
+          f"+-(2**31-1); {int(jnp.sum(clipped > 0))} clipped at least once, "
+          f"{int(jnp.sum(clipped))} clipping steps in all")
     return 0

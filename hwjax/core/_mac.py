@@ -28,6 +28,19 @@ How ``mac`` stays exact and fast:
   on contraction blocks small enough that every partial sum stays below 2**24
   (exact), with block results added in int32 (``route="float"``; the default on
   GPU, where integer dots are slow and TF32 would drop bits).
+* ``vmap``: a ``cond`` whose predicate is batched turns into a ``select`` that runs
+  both branches, which would cost every vmapped call the slow path. The path choice
+  is therefore a ``jax.custom_batching.custom_vmap`` function whose rule folds the
+  mapped axis into the rows of ``x`` and ``acc0`` (mac is row-wise, so ``V`` calls on
+  ``B`` rows equal one call on ``V * B`` rows) and makes the batch-level proof and one
+  guarded dot for all of them; nested ``vmap`` folds again. With ``w`` mapped the rows
+  no longer share weights and it falls back to the plain ``vmap`` (exact, both
+  branches run).
+* Clip counts (``return_clipped``): the fast path is taken only when no step can clip,
+  so its counts are zeros; a slow-path block passed by the screen has every prefix
+  inside the bounds, so it adds no count; ``_walk`` counts the steps whose unclipped
+  value leaves its (possibly clamped) interval, which by its argument happens exactly
+  when ``acc + term`` leaves ``[lo, hi]``.
 """
 
 from __future__ import annotations
@@ -603,6 +616,11 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
     (``d/dx = g @ w``, ``d/dw = g.T @ x``, ``d/dacc0 = g``), with ``g`` set to 0 for
     outputs whose final value is at a saturation bound (``saturation_grad="zero"``).
     The clip counts carry no gradient.
+
+    Works under ``jit``, ``vmap`` (nested too) and ``grad``. Under ``vmap`` with ``w``
+    not mapped, the mapped calls run as one call on all their rows, so saturation-free
+    batches keep the single-dot fast path; with ``w`` mapped, both paths run and the
+    result is selected (same values, slower).
     """
     route = _default_route(route)
     clipped = _check_flag(return_clipped, "return_clipped")
