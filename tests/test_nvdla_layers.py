@@ -412,30 +412,34 @@ def test_pdp_maxpool_matches_model(case, seed):
 
 
 def _target_conv(x, kernel, bias_q, s_in, s_w, s_out, relu, stride, padding):
-    """(y, bias16, bias_shift, mul16, mul_shift) from hwjax.targets.NVDLA's conv lowering,
-    its parameters built by the target's own recipe (conv_params / the registered params)."""
+    """(y, params) of hwjax.targets.NVDLA's conv lowering, its parameters built by the
+    target's own recipe (``conv_params``, or the registered ``params`` of the op-registry
+    API), jitted as one program."""
     from hwjax.targets import NVDLA
 
     t = NVDLA()
     if hasattr(t, "conv_params"):  # Target API of hwjax 0.1: conv_params + conv(x, params, geom)
         from hwjax.targets._base import ConvGeometry as TargetGeometry
 
-        p = t.conv_params(jnp.asarray(kernel), jnp.asarray(bias_q), s_in=s_in, z_in=0, s_w=s_w, s_out=s_out,
-                          z_out=0, relu=relu)
         geom = TargetGeometry.make(x.shape[1:3], kernel.shape[1:3], stride, padding)
-        y, _ = t.conv(jnp.asarray(x), p, geom, return_acc=True)
+
+        def f(x, kernel, bias_q, s_in, s_w, s_out):
+            p = t.conv_params(kernel, bias_q, s_in=s_in, z_in=0, s_w=s_w, s_out=s_out, z_out=0, relu=relu)
+            return t.conv(x, p, geom)[0], p
     else:  # op-registry API: the "conv" OpImpl's params and run
         from hwjax.graph import Attrs, Quant, geometry
 
+        pads = geometry({"kernel_size": kernel.shape[1:3], "stride": stride, "padding": padding}, x.shape).padding
         attrs = Attrs({"features": kernel.shape[0], "kernel_size": kernel.shape[1:3], "stride": stride,
-                       "padding": geometry({"kernel_size": kernel.shape[1:3], "stride": stride,
-                                            "padding": padding}, x.shape).padding,
-                       "activation": "relu" if relu else None})
+                       "padding": pads, "activation": "relu" if relu else None})
         impl = t.lowering("conv")
-        p = impl.params(t, attrs, {"kernel": jnp.asarray(kernel), "bias": jnp.asarray(bias_q), "w_scale": s_w},
-                        [Quant.of(s_in, 0)], Quant.of(s_out, 0))
-        y = impl.run(t, attrs, p, jnp.asarray(x))
-    return y, p
+
+        def f(x, kernel, bias_q, s_in, s_w, s_out):
+            p = impl.params(t, attrs, {"kernel": kernel, "bias": bias_q, "w_scale": s_w}, [Quant.of(s_in, 0)],
+                            Quant.of(s_out, 0))
+            return impl.run(t, attrs, p, x), p
+
+    return jax.jit(f)(x, kernel, bias_q, s_in, s_w, s_out)
 
 
 @pytest.mark.parametrize("relu", [False, True])
@@ -470,11 +474,12 @@ def test_vmap_over_images_and_registers_matches_loop():
         np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(f(x[i], int(shifts[i]))))
     pooled = jax.vmap(lambda xi: nv.pdp_avgpool_int8(xi, 2))(x)
     np.testing.assert_array_equal(np.asarray(pooled), np.asarray(nv.pdp_avgpool_int8(x, 2)))
-    added = jax.vmap(lambda a, b: nv.sdp_add_int8(a, b, x_mul=3, x_shift=1, y_scale=-5, y_shift=2,
-                                                  out_scale=7, out_shift=3))(x, x[::-1])
-    np.testing.assert_array_equal(np.asarray(added),
-                                  np.asarray(nv.sdp_add_int8(x, x[::-1], x_mul=3, x_shift=1, y_scale=-5, y_shift=2,
-                                                             out_scale=7, out_shift=3)))
+    added = jax.vmap(lambda a, b, s: nv.sdp_add_int8(a, b, x_mul=3, x_shift=1, y_scale=-5, y_shift=s,
+                                                     out_scale=7, out_shift=3))(x, x[::-1], shifts)
+    for i in range(3):
+        want = nv.sdp_add_int8(x[i], x[2 - i], x_mul=3, x_shift=1, y_scale=-5, y_shift=int(shifts[i]), out_scale=7,
+                               out_shift=3)
+        np.testing.assert_array_equal(np.asarray(added[i]), np.asarray(want))
 
 
 def test_identical_with_x64():

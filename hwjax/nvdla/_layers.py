@@ -49,10 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import ConvGeometry, extract_patches, shift_right, wide, window_taps
 from hwjax.core import _validate as V
-from hwjax.core import wide
-from hwjax.core._geometry import ConvGeometry, extract_patches, window_taps
-from hwjax.core._ops import shift_right
 from hwjax.nvdla._cvt import cvt, sign_extend
 
 __all__ = [
@@ -90,17 +88,23 @@ _CACC_MAX_TRUNCATE = 16  # C model: truncate + 32 must not exceed the 48-bit ass
 
 
 def _int_array(x: Any, lo: int, hi: int, name: str, what: str) -> jax.Array:
-    """An integer array (at most 32 bits) as int32, concrete values checked against [lo, hi]."""
+    """An integer array (at most 32 bits; its dtype kept: the kernels cast inside ``jit``),
+    concrete values checked against [lo, hi]."""
     a = V.as_array(x, name)
     if V.kind(a, name) != "int":
         raise TypeError(f"{name} must be an integer array of {what} values (these NVDLA kernels take "
                         f"integers only), got dtype {a.dtype}")
     V.check_range(a, lo, hi, f"{name} ({what})")
-    return V.to_int32(a, name)
+    return a
 
 
 def _int8_array(x: Any, name: str) -> jax.Array:
-    return _int_array(x, -128, 127, name, "int8").astype(jnp.int8)
+    return _int_array(x, -128, 127, name, "int8")
+
+
+def _i32(tree):
+    """Every array leaf of ``tree`` as int32 (inside the kernels)."""
+    return jax.tree.map(lambda a: a.astype(_I32), tree)
 
 
 def _register(v: Any, lo: int, hi: int, name: str) -> jax.Array:
@@ -197,7 +201,7 @@ def _x_stage(x, op, alu_shift, algo, m, mul_shift, relu):
 
 @functools.partial(jax.jit, static_argnames=("algo", "relu"))
 def _sdp_x_kernel(x, op, alu_shift, m, mul_shift, *, algo, relu):
-    return _x_stage(x, op, alu_shift, algo, m, mul_shift, relu)
+    return _x_stage(*_i32((x, op, alu_shift)), algo, *_i32((m, mul_shift)), relu)
 
 
 def _out_registers(offset, scale, shift) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -228,7 +232,7 @@ def _x1(acc, regs, relu):
 
 @functools.partial(jax.jit, static_argnames=("relu",))
 def _sdp_x1_kernel(acc, regs, *, relu):
-    return _x1(acc, regs, relu)
+    return _x1(*_i32((acc, regs)), relu)
 
 
 def sdp_x1(acc, *, bias16, bias_shift, mul16, mul_shift, relu: bool = False, out_offset=0,
@@ -323,6 +327,8 @@ def conv2d_int8(x, kernel_ohwi, *, stride=1, padding="VALID", dilation=1, pad_va
 
 @functools.partial(jax.jit, static_argnames=("geom", "relu"))
 def _conv_kernel(x, k, pad_value, truncate, regs, *, geom, relu):
+    x, k = x.astype(jnp.int8), k.astype(jnp.int8)
+    truncate, regs = _i32((truncate, regs))
     patches = extract_patches(x, geom, pad_value=pad_value)  # (..., OH, OW, kh*kw*C_in), (i, j, c) order
     w = k.reshape(k.shape[0], -1)
     acc = jax.lax.dot_general(patches, w, (((patches.ndim - 1,), (1,)), ((), ())), preferred_element_type=_I32)
@@ -367,6 +373,8 @@ def depthwise_conv2d_int8(x, kernel_hwc, *, stride=1, padding="VALID", dilation=
 
 @functools.partial(jax.jit, static_argnames=("geom", "relu"))
 def _depthwise_kernel(x, k, pad_value, truncate, regs, *, geom, relu):
+    x = x.astype(jnp.int8)
+    truncate, regs = _i32((truncate, regs))
     taps = window_taps(x, geom, pad_value=pad_value)  # kh*kw arrays (..., OH, OW, C) in (i, j) order
     kk = k.astype(_I32).reshape(-1, k.shape[2])
     acc = taps[0].astype(_I32) * kk[0]
@@ -426,7 +434,7 @@ def sdp_add_int8(x, y, *, x_mul, x_shift, y_offset=0, y_scale, y_shift, out_offs
 
 @jax.jit
 def _add_kernel(x, y, regs):
-    m, x_shift, y_off, y_sc, y_sh, out = regs
+    m, x_shift, y_off, y_sc, y_sh, out = _i32(regs)
     a = _x_stage(x.astype(_I32), None, None, "sum", m, x_shift, False)  # X1: ALU bypass, MUL, shift
     op = cvt(y.astype(_I32), offset=y_off, scale=y_sc, shift=y_sh, out_bits=32)  # EW ALU operand cvt
     return _out8(_sat32_sum(a, op), out)  # Y ALU sum, output convertor
@@ -487,6 +495,7 @@ def pdp_maxpool_int8(x, window, stride=None, *, padding="VALID") -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("geom",))
 def _maxpool_kernel(x, *, geom):
+    x = x.astype(jnp.int8)
     taps = window_taps(x, geom, pad_value=-128)  # -128 never exceeds a real element
     y = taps[0]
     for t in taps[1:]:
@@ -533,6 +542,7 @@ def pdp_avgpool_int8(x, window, stride=None, *, padding="VALID", recip_kernel_wi
 
 @functools.partial(jax.jit, static_argnames=("geom",))
 def _avgpool_kernel(x, rw, rh, *, geom):
+    x, (rw, rh) = x.astype(jnp.int8), _i32((rw, rh))
     taps = window_taps(x, geom, pad_value=0)
     s = taps[0].astype(_I32)
     for t in taps[1:]:
