@@ -15,9 +15,10 @@ from hwjax.gemmlowp._stages import _apply_stages, check_output_stages, check_sta
 _I32 = jnp.int32
 
 
-def check_uint8_matrix(x: Any, name: str) -> jax.Array:
-    """A 2-D integer matrix holding 0..255 (any integer dtype; values checked when
-    concrete, a traced non-uint8 array is the caller's contract), returned as int32."""
+def check_uint8_matrix(x: Any, name: str) -> Any:
+    """Checks a 2-D integer matrix holding 0..255 (any integer dtype; values checked when
+    concrete, a traced non-uint8 array is the caller's contract). Returns a uint8 or
+    int32 array (NumPy or JAX); the jitted programs convert it to int32."""
     a = x if isinstance(x, jax.Array) else np.asarray(x)
     if isinstance(x, (bool, np.bool_)) or not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype == bool:
         raise TypeError(f"{name} must be an integer (uint8) matrix with values in [0, 255], got dtype {a.dtype}")
@@ -25,9 +26,9 @@ def check_uint8_matrix(x: Any, name: str) -> jax.Array:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {tuple(a.shape)}")
     if a.dtype != np.uint8:
         V.check_range(a, 0, 255, name)
-        if not isinstance(a, jax.Array):
-            a = a.astype(np.int32)
-    return jnp.asarray(a).astype(_I32)
+        if not isinstance(a, jax.core.Tracer):
+            a = np.asarray(a).astype(np.uint8)
+    return a
 
 
 def check_offset(x: Any, length: int, name: str, per: str) -> jax.Array:
@@ -62,6 +63,7 @@ def _to_int8(x: jax.Array, xmax: int) -> tuple[jax.Array, int]:
 def _udot(a: jax.Array, b: jax.Array, amax: int = 255, bmax: int = 255) -> jax.Array:
     """Exact ``a @ b`` (wrap32) for int32 matrices holding 0..amax and 0..bmax (<= 255):
     one int8 dot plus the rank-one corrections of any side shifted by -128."""
+    a, b = a.astype(_I32), b.astype(_I32)
     a8, ca = _to_int8(a, amax)
     b8, cb = _to_int8(b, bmax)
     acc = _dot_i8(a8, b8)
@@ -85,6 +87,7 @@ def offset_matmul(lhs: jax.Array, rhs: jax.Array, lhs_offset: jax.Array, rhs_off
     for depth < 2**17; beyond that XLA's int32 accumulation wraps, still congruent.)
     """
     depth = lhs.shape[1]
+    lhs, rhs = lhs.astype(_I32), rhs.astype(_I32)
     lo = (lhs_offset if lhs_offset.ndim == 0 else lhs_offset[:, None]) + _I32(128)
     ro = (rhs_offset if rhs_offset.ndim == 0 else rhs_offset[None, :]) + _I32(128)
     a, _ = _to_int8(lhs, 255)

@@ -242,11 +242,21 @@ def requantize(x, bits: int, *, mode: str) -> jax.Array:
         raise TypeError(f"x must be an integer array with values in [0, 255], got dtype {a.dtype}")
     if a.dtype != np.uint8:
         V.check_range(a, 0, 255, "x")
-    v = jnp.asarray(np.asarray(a).astype(np.int32) if not isinstance(a, jax.Array) else a).astype(_I32)
-    if bits == 8:
-        return v.astype(jnp.uint8)
-    index = jax.lax.broadcasted_iota(_I32, (max(v.size, 1),), 0)[: v.size].reshape(v.shape)
-    return _requantize_values(v, bits, _offsets_at(index, mode)).astype(jnp.uint8)
+        if not isinstance(a, jax.core.Tracer):
+            a = np.asarray(a).astype(np.uint8)
+    return _requantize_jit(a, np.int32(bits), np.int32(MODES.index(mode)))
+
+
+@jax.jit
+def _requantize_jit(a, bits: jax.Array, mode_index: jax.Array) -> jax.Array:
+    """Bit depth and mode are traced (one compilation per shape). With ``bits == 8``
+    the formula gives ``floor((255*v + o) / 255) = v`` since ``o <= 254``: the identity."""
+    v = a.astype(_I32)
+    k = jax.lax.broadcasted_iota(_I32, (max(v.size, 1),), 0)[: v.size].reshape(v.shape)
+    offsets = jnp.stack([_offsets_at(k, m) for m in MODES])
+    o = jnp.take(offsets, mode_index, axis=0)
+    m = (_I32(1) << bits) - _I32(1)
+    return ((v * m + o) // _I32(255)).astype(jnp.uint8)
 
 
 # ------------------------------------------------------------------------ packing order
@@ -328,18 +338,17 @@ def pack_lt8(lhs, rhs, *, lhs_bits: int | None = None, rhs_bits: int | None = No
     rows, depth = lhs.shape
     cols = rhs.shape[1]
     if rows == 0 or cols == 0 or rounding == "exact":
-        return lhs.astype(jnp.uint8), rhs.astype(jnp.uint8)
-    pl, pr = _pack_jit(lhs, rhs, lhs_bits, rhs_bits, _strategy(rounding).mode(depth),
-                       block_params(rows, depth, cols))
-    return pl.astype(jnp.uint8), pr.astype(jnp.uint8)
+        return jnp.asarray(lhs, jnp.uint8), jnp.asarray(rhs, jnp.uint8)
+    return _pack_jit(lhs, rhs, lhs_bits, rhs_bits, _strategy(rounding).mode(depth),
+                     block_params(rows, depth, cols))
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
 def _pack_jit(lhs, rhs, lhs_bits, rhs_bits, mode, bp):
     _, l2_cols, _, _, _, l1_depth = bp
-    pl = _pack_side(lhs, lhs_bits, mode, "lhs", l1_depth, _rup(lhs.shape[0], 8))
-    pr = _pack_side(rhs, rhs_bits, mode, "rhs", l1_depth, l2_cols)
-    return pl, pr
+    pl = _pack_side(lhs.astype(_I32), lhs_bits, mode, "lhs", l1_depth, _rup(lhs.shape[0], 8))
+    pr = _pack_side(rhs.astype(_I32), rhs_bits, mode, "rhs", l1_depth, l2_cols)
+    return pl.astype(jnp.uint8), pr.astype(jnp.uint8)
 
 
 # -------------------------------------------------------------------- uint16 accumulators
@@ -379,6 +388,7 @@ def _lt8_jit(lhs, rhs, lo, ro, stages, lhs_bits, rhs_bits, mode, bp):
 def _lt8_acc(lhs, rhs, lo, ro, lhs_bits, rhs_bits, mode, bp):
     """int32 accumulator of the requantized GEMM (spec §3.9, §3.10)."""
     rows, depth = lhs.shape
+    lhs, rhs = lhs.astype(_I32), rhs.astype(_I32)
     _, l2_cols, _, _, _, l1_depth = bp
     ml, mr = 2**lhs_bits - 1, 2**rhs_bits - 1
     pl = _pack_side(lhs, lhs_bits, mode, "lhs", l1_depth, _rup(rows, 8))

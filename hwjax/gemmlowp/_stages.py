@@ -309,6 +309,7 @@ def check_stage_params(stages: tuple, acc_shape: tuple) -> None:
 
 
 def _apply_stages(x: jax.Array, stages: tuple) -> jax.Array:
+    x = x.astype(_I32)
     for st in stages:
         x = st._apply(x, st._params(x.shape))
     return x
@@ -329,7 +330,8 @@ def apply_output_stages(acc, output_stages) -> jax.Array:
     x = V.as_array(acc, "acc")
     if V.kind(x, "acc") != "int":
         raise TypeError(f"acc must be an integer array, got dtype {x.dtype}")
-    x = V.to_int32(x, "acc")
+    if np.dtype(x.dtype) == np.int64:
+        V.check_range(x, INT32_MIN, INT32_MAX, "acc")
     if x.ndim != 2:
         raise ValueError(f"acc must be a (rows, cols) matrix, got shape {x.shape}")
     check_stage_params(stages, x.shape)
