@@ -412,32 +412,21 @@ def test_pdp_maxpool_matches_model(case, seed):
 
 
 def _target_conv(x, kernel, bias_q, s_in, s_w, s_out, relu, stride, padding):
-    """(y, params) of hwjax.targets.NVDLA's conv lowering, its parameters built by the
-    target's own recipe (``conv_params``, or the registered ``params`` of the op-registry
-    API), jitted as one program."""
+    """(y, params) of hwjax.targets.NVDLA's ``conv`` lowering, its parameters built by the
+    target's own recipe (the OpImpl's ``params``), jitted as one program."""
+    from hwjax.graph import Attrs, Quant, geometry
     from hwjax.targets import NVDLA
 
     t = NVDLA()
-    if hasattr(t, "conv_params"):  # Target API of hwjax 0.1: conv_params + conv(x, params, geom)
-        from hwjax.targets._base import ConvGeometry as TargetGeometry
+    pads = geometry({"kernel_size": kernel.shape[1:3], "stride": stride, "padding": padding}, x.shape).padding
+    attrs = Attrs({"features": kernel.shape[0], "kernel_size": kernel.shape[1:3], "stride": stride,
+                   "padding": pads, "activation": "relu" if relu else None})
+    impl = t.lowering("conv")
 
-        geom = TargetGeometry.make(x.shape[1:3], kernel.shape[1:3], stride, padding)
-
-        def f(x, kernel, bias_q, s_in, s_w, s_out):
-            p = t.conv_params(kernel, bias_q, s_in=s_in, z_in=0, s_w=s_w, s_out=s_out, z_out=0, relu=relu)
-            return t.conv(x, p, geom)[0], p
-    else:  # op-registry API: the "conv" OpImpl's params and run
-        from hwjax.graph import Attrs, Quant, geometry
-
-        pads = geometry({"kernel_size": kernel.shape[1:3], "stride": stride, "padding": padding}, x.shape).padding
-        attrs = Attrs({"features": kernel.shape[0], "kernel_size": kernel.shape[1:3], "stride": stride,
-                       "padding": pads, "activation": "relu" if relu else None})
-        impl = t.lowering("conv")
-
-        def f(x, kernel, bias_q, s_in, s_w, s_out):
-            p = impl.params(t, attrs, {"kernel": kernel, "bias": bias_q, "w_scale": s_w}, [Quant.of(s_in, 0)],
-                            Quant.of(s_out, 0))
-            return impl.run(t, attrs, p, x), p
+    def f(x, kernel, bias_q, s_in, s_w, s_out):
+        p = impl.params(t, attrs, {"kernel": kernel, "bias": bias_q, "w_scale": s_w}, [Quant.of(s_in, 0)],
+                        Quant.of(s_out, 0))
+        return impl.run(t, attrs, p, x), p
 
     return jax.jit(f)(x, kernel, bias_q, s_in, s_w, s_out)
 
