@@ -404,6 +404,15 @@ def test_clip_counts_edges():
     a = np.array([[0, -(10**6)], [10**6, 0]], np.int32)  # traced: proved at run time
     got = jax.jit(lambda t: mac(t, x, w, chunk=1, return_clipped=True))(a)
     assert_pair_equal(got, py_mac_all(a, x, w, range(4), 1, clips=True))
+    # chunk=1, three screened blocks of 200 products: safe, clipping, safe (passed by the
+    # screen, walked only for the block that may clip): the counts survive the safe blocks.
+    xl = np.full((2, 600), 100, np.int8)
+    wl = np.concatenate([np.tile([3, -3], 100), np.full(200, 127), np.full(200, -50)])
+    wl = np.stack([wl, -wl]).astype(np.int8)
+    al = np.array([[M32 - 10**6, 0], [0, -M32 + 10**6]], np.int32)
+    want = py_mac_all(al, xl, wl, range(600), 1, clips=True)
+    assert want[1][0, 0] > 100 and want[1][1, 1] > 100 and want[1][0, 1] == want[1][1, 0] == 0
+    assert_pair_equal(mac(al, xl, wl, chunk=1, return_clipped=True), want)
 
 
 def test_grad_under_vmap():
