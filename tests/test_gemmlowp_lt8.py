@@ -424,3 +424,17 @@ def test_lt8_errors():
         G.gemm_lt8(a, b, **kw, lhs_bits=5, bit_depth=G.A5B7)
     with pytest.raises(ValueError, match="requires lhs_bits == rhs_bits == 8"):
         G.BitDepthParams(7, 5, "exact")
+
+
+def test_bench_numpy_reference_is_exact_on_golden_cases(cases):
+    """The NumPy reference that `python -m hwjax.bench gemmlowp` times is the same
+    definition: equal to upstream on the requantizing golden cases (no JAX involved)."""
+    from hwjax.bench._gemmlowp import np_gemm_lt8
+
+    for name in ("lt8_L7R5_addmod_ragged", "lt8_L5R7_xorshift_l1split_ragged", "lt8_L6R4_nearest_ragged"):
+        g = _case(cases, name)
+        mode = _strategy(g).mode(int(g["depth"]))
+        out = np_gemm_lt8(g["lhs"], g["rhs"], int(g["lhs_offset"]), int(g["rhs_offset"]), int(g["lhs_bits"]),
+                          int(g["rhs_bits"]), mode,
+                          (int(g["result_offset"]), int(g["result_mult_int"]), int(g["result_shift"])))
+        np.testing.assert_array_equal(out, g["result_uint8"], err_msg=name)

@@ -11,6 +11,7 @@ BENCHES = {
     "xs3": "hwjax.bench._xs3",
     "nvdla": "hwjax.bench._nvdla",
     "train": "hwjax.bench._train",
+    "gemmlowp": "hwjax.bench._gemmlowp",
 }
 
 __all__ = ["BENCHES", "Timing", "time_fn"]
