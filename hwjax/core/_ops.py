@@ -208,8 +208,10 @@ def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int
     The product ``x * m`` is formed exactly (64-bit, as two 32-bit words when the
     dtypes do not prove that it fits int32), shifted right by ``frac_bits`` with
     ``rounding`` and saturated to ``bits`` (symmetric by default). Q1.14 (XS3 VLMUL
-    16-bit mode) is ``frac_bits=14, bits=16``; the rounding multiply of gemmlowp is
-    ``frac_bits=31, rounding="half_away"`` on int32 operands.
+    16-bit mode) is ``frac_bits=14, bits=16``. gemmlowp's
+    ``SaturatingRoundingDoublingHighMul`` (``hwjax.gemmlowp.srdhm``) is ``frac_bits=31,
+    rounding="half_up", symmetric=False`` on int32 operands: ties round up, toward +inf
+    (not away from zero), and only ``(-2**31) * (-2**31)`` saturates, to ``2**31 - 1``.
 
     Args:
       x, m: integer arrays (<= 32 bits) or float arrays holding integers; broadcast.
