@@ -182,7 +182,7 @@ def _sdp_x_jit(algo, relu, alu, mul):
     return jax.jit(f)
 
 
-@settings(max_examples=80)
+@settings(max_examples=50)
 @given(v=st.lists(I32, min_size=16, max_size=16), op=st.lists(I16, min_size=16, max_size=16),
        a_sh=SHIFT, m=st.lists(I16, min_size=16, max_size=16), m_sh=SHIFT,
        algo=st.sampled_from(nv.ALU_ALGOS), relu=st.booleans())
@@ -218,7 +218,7 @@ def _sdp_x1_jit(relu):
     return jax.jit(lambda acc, r: nv.sdp_x1(acc, relu=relu, **r))
 
 
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(acc=st.lists(I32, min_size=8, max_size=8), r=sdp_regs(4))
 def test_sdp_x1_matches_model(acc, r):
     a = np.array(acc, np.int32).reshape(2, 4)
@@ -269,7 +269,7 @@ def _dw_jit(relu):
                                                                     pad_value=pv, relu=relu, cacc_truncate=tr, **r))
 
 
-@settings(max_examples=30)
+@settings(max_examples=20)
 @given(seed=st.integers(0, 2**32 - 1), pad_value=st.integers(-128, 127), trunc=st.sampled_from([0, 0, 5]),
        r=sdp_regs(4))
 def test_depthwise_conv2d_int8_matches_model(seed, pad_value, trunc, r):
@@ -304,7 +304,7 @@ def _add_jit(x, y, r):
     return nv.sdp_add_int8(x, y, **r)
 
 
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(seed=st.integers(0, 2**32 - 1),
        r=st.fixed_dictionaries({
            "x_mul": st.lists(I16, min_size=4, max_size=4).map(lambda v: np.array(v, np.int32)),
@@ -356,7 +356,7 @@ def _avg_jit(case):
 
 
 @pytest.mark.parametrize("case", sorted(POOL_CASES))
-@settings(max_examples=20)
+@settings(max_examples=15)
 @given(seed=st.integers(0, 2**32 - 1),
        recips=st.one_of(st.just(None), st.tuples(st.integers(0, 2**17 - 1), st.integers(0, 2**17 - 1))))
 def test_pdp_avgpool_matches_model(case, seed, recips):
@@ -396,7 +396,7 @@ def _max_jit(case):
 
 
 @pytest.mark.parametrize("case", sorted(POOL_CASES))
-@settings(max_examples=15)
+@settings(max_examples=10)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_pdp_maxpool_matches_model(case, seed):
     window, stride, padding = POOL_CASES[case]
