@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
-from hwjax.core import mac
+from hwjax.core import ConvGeometry, extract_patches, mac, window_taps
 from hwjax.core import wide as W
 from hwjax.xs3 import _otfn
 from hwjax.core import _surrogate as S
@@ -63,13 +63,16 @@ def _int8_operand(x, name: str, *, float_ok: bool = False) -> jax.Array:
 # --------------------------------------------------------------------------- im2col
 
 
-@functools.lru_cache(maxsize=None)
-def _tap_indices(size: int, out: int, k: int, stride: int, pad: int, dil: int):
-    """Input coordinates of every (output, tap) pair, shifted to index a padded axis."""
-    idx = np.arange(out)[:, None] * stride - pad + np.arange(k)[None, :] * dil
-    before = max(0, -int(idx.min())) if idx.size else 0
-    after = max(0, int(idx.max()) - (size - 1)) if idx.size else 0
-    return idx + before, before, after
+def _geometry(in_hw, kernel_hw, stride, pad_top_left, out_hw, dilation=(1, 1)) -> ConvGeometry:
+    """The :class:`hwjax.core.ConvGeometry` of an im2col window grid (arguments validated
+    and named as in :func:`im2col`): windows start at ``-pad_top_left``; bottom and right
+    padding follow from ``out_hw`` (negative where the windows stop before the edge)."""
+    kh, kw = _pair(kernel_hw, "kernel_hw", 1)
+    sv, sh = _pair(stride, "stride", 1)
+    pt, pl = _pair(pad_top_left, "pad_top_left", 0)
+    dv, dh = _pair(dilation, "dilation", 1)
+    oh, ow = _pair(out_hw, "out_hw", 1)
+    return ConvGeometry.from_window(in_hw, (kh, kw), (-pt, -pl), (sv, sh), (oh, ow), (dv, dh))
 
 
 def im2col(x, kernel_hw: Sequence[int], *, stride: Sequence[int], pad_top_left: Sequence[int],
@@ -80,26 +83,14 @@ def im2col(x, kernel_hw: Sequence[int], *, stride: Sequence[int], pad_top_left: 
     ``r = oy*stride[0] - pad_top_left[0] + kh*dilation[0]`` and
     ``c = ox*stride[1] - pad_top_left[1] + kw*dilation[1]``; taps outside the image take
     ``pad_value``. ``x`` is (..., H, W, C); the result is (..., OH, OW, KH*KW*C) in
-    ``x``'s dtype (the chip's trailing 32 zero bytes are not materialised).
+    ``x``'s dtype (the chip's trailing 32 zero bytes are not materialised). Built by
+    :func:`hwjax.core.extract_patches` (static strided slices, no gathers).
     """
-    kh, kw = _pair(kernel_hw, "kernel_hw", 1)
-    sv, sh = _pair(stride, "stride", 1)
-    pt, pl = _pair(pad_top_left, "pad_top_left", 0)
-    dv, dh = _pair(dilation, "dilation", 1)
-    oh, ow = _pair(out_hw, "out_hw", 1)
     x = jnp.asarray(x)
     if x.ndim < 3:
         raise ValueError(f"x must have shape (..., H, W, C), got {x.shape}")
-    h, w, c = x.shape[-3:]
-    rows, rb, ra = _tap_indices(h, oh, kh, sv, pt, dv)
-    cols, cb, ca = _tap_indices(w, ow, kw, sh, pl, dh)
-    pad = [(0, 0)] * (x.ndim - 3) + [(rb, ra), (cb, ca), (0, 0)]
-    xp = jnp.pad(x, pad, constant_values=jnp.asarray(pad_value, x.dtype))
-    # (..., OH, KH, W', C) -> (..., OH, KH, OW, KW, C)
-    g = jnp.take(xp, jnp.asarray(rows.reshape(-1)), axis=-3).reshape(x.shape[:-3] + (oh, kh) + xp.shape[-2:])
-    g = jnp.take(g, jnp.asarray(cols.reshape(-1)), axis=-2).reshape(g.shape[:-2] + (ow, kw, c))
-    g = jnp.moveaxis(g, -3, -4)  # (..., OH, OW, KH, KW, C)
-    return g.reshape(x.shape[:-3] + (oh, ow, kh * kw * c))
+    geom = _geometry(x.shape[-3:-1], kernel_hw, stride, pad_top_left, out_hw, dilation)
+    return extract_patches(x, geom, pad_value=pad_value)
 
 
 # ------------------------------------------------------------ weight reordering §5.6
@@ -249,8 +240,8 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=True, channels=c_out)
-    patches_of = functools.partial(im2col, kernel_hw=(kh, kw), stride=stride,
-                                   pad_top_left=pad_top_left, out_hw=out_shape[:2], dilation=dilation)
+    geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, out_shape[:2], dilation)
+    patches_of = functools.partial(extract_patches, geom=geom)
     otfn_forward = _otfn.int8_forward(variant, return_stats)
 
     def forward(xv, k, mul, bias, pad, s1, s2):
@@ -316,21 +307,14 @@ def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
         raise ValueError(f"x must be (..., H, W, C) and k_hwc (K_h, K_w, C) with the same C, got "
                          f"{xv.shape} and {k.shape}")
     kh, kw, c = k.shape
-    sv, sh = _pair(stride, "stride", 1)
-    pt, pl = _pair(pad_top_left, "pad_top_left", 0)
-    oh, ow = _pair(tuple(out_shape)[:2], "out_shape", 1)
+    geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, tuple(out_shape)[:2])
     initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=False, channels=c)
-    h, w = xv.shape[-3:-1]
-    pb, pr = max(0, (oh - 1) * sv + kh - pt - h), max(0, (ow - 1) * sh + kw - pl - w)
-    pad = [(0, 0)] * (xv.ndim - 3) + [(pt, pb), (pl, pr), (0, 0)]
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
-    xp = jnp.pad(xv.astype(_I32), pad, constant_values=pad_value)
-    acc = jnp.zeros(xv.shape[:-3] + (oh, ow, c), _I32)
-    for i in range(kh):
-        for j in range(kw):
-            tap = xp[..., i:i + sv * (oh - 1) + 1:sv, j:j + sh * (ow - 1) + 1:sh, :]
-            acc = vpu.vlmacc(acc, tap, k[i, j].astype(_I32), mode=8, variant=variant)
+    taps = window_taps(xv.astype(_I32), geom, pad_value=pad_value)
+    acc = jnp.zeros(taps[0].shape, _I32)
+    for t, tap in enumerate(taps):  # (kh, kw) row-major, one VLMACC per tap
+        acc = vpu.vlmacc(acc, tap, k[t // kw, t % kw].astype(_I32), mode=8, variant=variant)
     y = _otfn.otfn_int8(acc, mul, bias, initial_shift=initial_shift, final_shr=final_shr, variant=variant)
     return (y, acc) if return_accumulators else y
 

@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
-from hwjax.core import fixed_mul, mac, shift_right
+from hwjax.core import ConvGeometry, extract_patches, fixed_mul, mac, pool_out_hw, shift_right, window_taps
 from hwjax.core import wide as W
 from hwjax.core import _surrogate as S
 from hwjax.xs3._bso import BsoFields, check_bso, split_bso
@@ -153,50 +153,34 @@ def _checked_fields(bso, c_out: int, variant: str) -> BsoFields:
 # ---------------------------------------------------------------------- windows
 
 
-class _Window(NamedTuple):
-    shape: tuple[int, int]
-    start: tuple[int, int]
-    stride: tuple[int, int]
-    out: tuple[int, int]
+def _window(in_hw, window_shape, window_start, window_stride, out_shape) -> ConvGeometry:
+    """The :class:`hwjax.core.ConvGeometry` of a legacy window grid (static arguments
+    validated with the legacy names): window ``(oy, ox)`` starts at ``window_start +
+    (oy, ox) * window_stride``; taps outside the image read the pad value."""
+    return ConvGeometry.from_window(tuple(in_hw), _pair(window_shape, "window shape", 1),
+                                    _pair(window_start, "window_start"),
+                                    _pair(window_stride, "window_stride", 1), _pair(out_shape, "out_shape", 1))
 
 
-def _window(window_shape, window_start, window_stride, out_shape) -> _Window:
-    return _Window(_pair(window_shape, "window shape", 1), _pair(window_start, "window_start"),
-                   _pair(window_stride, "window_stride", 1), _pair(out_shape, "out_shape", 1))
-
-
-def _windows(x: jax.Array, win: _Window, pad_value: jax.Array) -> jax.Array:
+def _windows(x: jax.Array, win: ConvGeometry, pad_value: jax.Array) -> jax.Array:
     """(B, H, W, C) -> (B, H_out, W_out, K_h*K_w, C): the window taps in (kh, kw) order.
 
-    Taps outside the image take ``pad_value``.
+    Taps outside the image take ``pad_value`` (:func:`hwjax.core.window_taps`).
     """
-    _, h, w, _ = x.shape
-    (kh, kw), (r0, c0), (sv, sh), (oh, ow) = win
-    pt, pl = max(0, -r0), max(0, -c0)
-    pb = max(0, r0 + (oh - 1) * sv + kh - h)
-    pr = max(0, c0 + (ow - 1) * sh + kw - w)
-    if pt or pb or pl or pr:
-        x = jax.lax.pad(x, pad_value.astype(x.dtype), [(0, 0, 0), (pt, pb, 0), (pl, pr, 0), (0, 0, 0)])
-    taps = []
-    for i in range(kh):
-        for j in range(kw):
-            r, c = r0 + pt + i, c0 + pl + j
-            taps.append(x[:, r:r + (oh - 1) * sv + 1:sv, c:c + (ow - 1) * sh + 1:sh, :])
-    return jnp.stack(taps, axis=3)
+    return jnp.stack(window_taps(x, win, pad_value=pad_value), axis=3)
 
 
-def _check_inside(x_shape: tuple[int, ...], win: _Window) -> None:
+def _check_inside(win: ConvGeometry) -> None:
     """Pooling windows must lie inside the image (no padding, §6.1)."""
-    h, w = x_shape[-3], x_shape[-2]
-    (kh, kw), (r0, c0), (sv, sh), (oh, ow) = win
-    if r0 < 0 or c0 < 0 or r0 + (oh - 1) * sv + kh > h or c0 + (ow - 1) * sh + kw > w:
+    if not win.inside:
+        (h, w), (r0, c0) = win.in_hw, win.window_start
         raise ValueError(f"pooling windows must lie inside the {h}x{w} image (no padding): "
-                         f"start {win.start}, shape {win.shape}, stride {win.stride}, out {win.out}")
+                         f"start {(r0, c0)}, shape {win.kernel}, stride {win.stride}, out {win.out_hw}")
 
 
-def _row_sequence(oy: int, win: _Window, h: int) -> tuple[int, ...]:
+def _row_sequence(oy: int, win: ConvGeometry, h: int) -> tuple[int, ...]:
     """Kernel-row order of output row ``oy`` (§5.1): top padding, bottom padding, interior."""
-    rows = [win.start[0] + oy * win.stride[0] + kh for kh in range(win.shape[0])]
+    rows = [win.window_start[0] + oy * win.stride[0] + kh for kh in range(win.kernel[0])]
     top = [kh for kh, r in enumerate(rows) if r < 0]
     bottom = [kh for kh, r in enumerate(rows) if r >= h]
     return tuple(top + bottom + [kh for kh, r in enumerate(rows) if 0 <= r < h])
@@ -424,7 +408,7 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
     _multiple_of(c_out, 4, "C_out")
     if check_kernel is not None:
         check_kernel(kh, kw, c_in)
-    win = _window((kh, kw), window_start, window_stride, out_shape)
+    win = _window(xb.shape[1:3], (kh, kw), window_start, window_stride, out_shape)
     f = _checked_fields(bso, c_out, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
     return _bso_kernel(functools.partial(_conv_acc, win=win, order_for=order_for),
@@ -433,10 +417,9 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
                        return_stats=return_stats, saturation_grad=saturation_grad)
 
 
-def _conv_patches(xb, k_shape, win: _Window, zp):
+def _conv_patches(xb, k_shape, win: ConvGeometry, zp):
     """(B, H, W, C_in) -> the (B, H_out, W_out, K_h*K_w*C_in) window patches."""
-    patches = _windows(xb, win, zp)
-    return patches.reshape(patches.shape[:3] + (int(np.prod(k_shape[1:])),))
+    return extract_patches(xb, win, pad_value=zp)
 
 
 @functools.partial(jax.jit, static_argnames=("win", "order_for", "stats"))
@@ -444,7 +427,7 @@ def _conv_acc(xb, k, bias, zp, *, win, order_for, stats):
     """(B, H, W, C_in) int8 -> accumulators (B, H_out, W_out, C_out) and clip flags."""
     c_out, kh, kw, c_in = k.shape
     patches = _conv_patches(xb, k.shape, win, zp)
-    seqs = [_row_sequence(oy, win, xb.shape[1]) for oy in range(win.out[0])]
+    seqs = [_row_sequence(oy, win, xb.shape[1]) for oy in range(win.out_hw[0])]
     return _grouped_rows_mac(patches, k.reshape(c_out, -1), bias, seqs,
                              lambda seq: order_for(seq, kw, c_in), stats)
 
@@ -590,7 +573,7 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     if xb.shape[-1] != c:
         raise ValueError(f"x has {xb.shape[-1]} channels but k has C = {c}")
     _multiple_of(c, 4, "C")
-    win = _window((kh, kw), window_start, window_stride, out_shape)
+    win = _window(xb.shape[1:3], (kh, kw), window_start, window_stride, out_shape)
     f = _checked_fields(bso, c, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
     return _bso_kernel(functools.partial(_depthwise_acc, win=win),
@@ -786,12 +769,13 @@ def _pool_geometry(x, window_shape, window_start, window_stride, out_shape):
     xb, lead = _image(x)
     stride = window_shape if window_stride is None else window_stride
     if out_shape is None:
-        (kh, kw), (r0, c0), (sv, sh) = (_pair(window_shape, "window_shape", 1),
-                                        _pair(window_start, "window_start"),
-                                        _pair(stride, "window_stride", 1))
-        out_shape = ((xb.shape[1] - r0 - kh) // sv + 1, (xb.shape[2] - c0 - kw) // sh + 1)
-    win = _window(window_shape, window_start, stride, out_shape)
-    _check_inside(xb.shape, win)
+        kshape, start = _pair(window_shape, "window_shape", 1), _pair(window_start, "window_start")
+        if min(start) < 0:
+            raise ValueError(f"pooling windows must lie inside the image (no padding): window_start "
+                             f"{start} is negative")
+        out_shape = pool_out_hw(xb.shape[1:3], kshape, _pair(stride, "window_stride", 1), start)
+    win = _window(xb.shape[1:3], window_shape, window_start, stride, out_shape)
+    _check_inside(win)
     return xb, lead, win
 
 
@@ -811,7 +795,7 @@ def maxpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_s
 
 @functools.partial(jax.jit, static_argnames=("win",))
 def _maxpool_core(xb, *, win):
-    return jnp.maximum(_windows(xb, win, jnp.zeros((), _I32)).max(axis=3), jnp.int8(-128))
+    return functools.reduce(jnp.maximum, window_taps(xb, win, pad_value=0))
 
 
 def avgpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_shape=None,
@@ -832,8 +816,8 @@ def avgpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_s
 
 @functools.partial(jax.jit, static_argnames=("win", "symmetric"))
 def _avgpool_core(xb, *, win, symmetric):
-    scale, shift = avgpool2d_scale_shift(win.shape[0] * win.shape[1])
-    acc = _windows(xb, win, jnp.zeros((), _I32)).astype(_I32).sum(axis=3) * scale
+    scale, shift = avgpool2d_scale_shift(win.kernel[0] * win.kernel[1])
+    acc = functools.reduce(jnp.add, (t.astype(_I32) for t in window_taps(xb, win, pad_value=0))) * scale
     r = shift_right(acc, shift, rounding="half_up")
     y = jnp.clip(r, -127 if symmetric else -128, 127)
     return y.astype(jnp.int8), y != r

@@ -1,0 +1,291 @@
+"""hwjax.core geometry: ConvGeometry against jax.lax conventions, extract_patches and
+window_taps against a plain-Python loop (pad values, strides, dilation, crops), under
+jit, vmap and grad; no gathers; argument errors."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwjax.core import ConvGeometry, extract_patches, pool_out_hw, window_taps
+
+_DN = ("NHWC", "HWIO", "NHWC")
+
+
+# ------------------------------------------------------------ plain-Python model
+
+
+def py_patches(x: np.ndarray, start, stride, dilation, kernel, out_hw, pad_value) -> np.ndarray:
+    """patches[..., oy, ox, (i*kw + j)*C + c] = x[..., r, s, c] (pad_value outside), loops."""
+    h, w, c = x.shape[-3:]
+    (kh, kw), (oh, ow) = kernel, out_hw
+    out = np.empty(x.shape[:-3] + (oh, ow, kh * kw * c), np.int64)
+    for oy in range(oh):
+        for ox in range(ow):
+            for i in range(kh):
+                for j in range(kw):
+                    r = start[0] + oy * stride[0] + i * dilation[0]
+                    s = start[1] + ox * stride[1] + j * dilation[1]
+                    t = (i * kw + j) * c
+                    out[..., oy, ox, t:t + c] = x[..., r, s, :] if 0 <= r < h and 0 <= s < w else pad_value
+    return out
+
+
+def py_geometry_patches(x, g: ConvGeometry, pad_value):
+    return py_patches(x, g.window_start, g.stride, g.dilation, g.kernel, g.out_hw, pad_value)
+
+
+# ----------------------------------------------------- geometry vs jax.lax conventions
+
+
+def _lax_out_hw(in_hw, kernel, stride, padding, dilation):
+    """Output (H, W) of jax.lax.conv_general_dilated with this geometry (shape only)."""
+    shape = jax.eval_shape(
+        functools.partial(jax.lax.conv_general_dilated, window_strides=stride, padding=padding,
+                          rhs_dilation=dilation, dimension_numbers=_DN),
+        jax.ShapeDtypeStruct((1, *in_hw, 1), jnp.float32), jax.ShapeDtypeStruct((*kernel, 1, 1), jnp.float32)).shape
+    return tuple(shape[1:3])
+
+
+small = st.integers(1, 4)
+
+
+@settings(max_examples=80)
+@given(h=st.integers(1, 20), w=st.integers(1, 20), kh=small, kw=small, sv=small, sh=small, dv=small, dh=small,
+       padding=st.one_of(st.sampled_from(["SAME", "VALID"]), st.integers(0, 3),
+                         st.tuples(st.tuples(st.integers(0, 3), st.integers(0, 3)),
+                                   st.tuples(st.integers(0, 3), st.integers(0, 3)))))
+def test_make_matches_lax(h, w, kh, kw, sv, sh, dv, dh, padding):
+    """out_hw and the explicit padding agree with jax.lax (SAME via padtype_to_pads on the
+    dilated kernel); geometries without output pixels raise."""
+    lax_pad = ((padding,) * 2,) * 2 if isinstance(padding, int) else padding
+    if padding == "SAME":
+        eff = ((kh - 1) * dv + 1, (kw - 1) * dh + 1)
+        want_pads = tuple(tuple(int(v) for v in p) for p in jax.lax.padtype_to_pads((h, w), eff, (sv, sh), "SAME"))
+    elif padding == "VALID":
+        want_pads = ((0, 0), (0, 0))
+    else:
+        want_pads = lax_pad
+    want_out = tuple((n + sum(p) - ((k - 1) * d + 1)) // s + 1
+                     for n, p, k, s, d in zip((h, w), want_pads, (kh, kw), (sv, sh), (dv, dh)))
+    if min(want_out) < 1:
+        with pytest.raises(ValueError, match="no output pixels"):
+            ConvGeometry.make((h, w), (kh, kw), (sv, sh), padding, (dv, dh))
+        return
+    g = ConvGeometry.make((h, w), (kh, kw), (sv, sh), padding, (dv, dh))
+    assert g.padding == want_pads
+    assert g.out_hw == want_out == _lax_out_hw((h, w), (kh, kw), (sv, sh), lax_pad, (dv, dh))
+    assert g.pad_top_left == (want_pads[0][0], want_pads[1][0])
+    assert g.window_start == (-want_pads[0][0], -want_pads[1][0])
+    assert g.effective_kernel == ((kh - 1) * dv + 1, (kw - 1) * dh + 1)
+    assert g.inside == (max(max(p) for p in want_pads) == 0)
+
+
+@settings(max_examples=50)
+@given(h=st.integers(1, 12), w=st.integers(1, 12), kh=small, kw=small, sv=small, sh=small,
+       r0=st.integers(-2, 3), c0=st.integers(-2, 3))
+def test_pool_out_hw_matches_reduce_window(h, w, kh, kw, sv, sh, r0, c0):
+    """VALID pools: pool_out_hw is reduce_window's shape on the image cropped at the start."""
+    if r0 < 0 or c0 < 0:
+        with pytest.raises(ValueError, match="window_start"):
+            pool_out_hw((h, w), (kh, kw), (sv, sh), (r0, c0))
+        return
+    hh, ww = h - r0, w - c0
+    if hh < kh or ww < kw:
+        with pytest.raises(ValueError, match="fits inside"):
+            pool_out_hw((h, w), (kh, kw), (sv, sh), (r0, c0))
+        return
+    shape = jax.eval_shape(lambda a: jax.lax.reduce_window(a, 0.0, jax.lax.add, (kh, kw), (sv, sh), "VALID"),
+                           jax.ShapeDtypeStruct((hh, ww), jnp.float32)).shape
+    assert pool_out_hw((h, w), (kh, kw), (sv, sh), (r0, c0)) == tuple(shape)
+    if (r0, c0) == (0, 0):
+        assert ConvGeometry.make((h, w), (kh, kw), (sv, sh), "VALID").out_hw == tuple(shape)
+    # the stride defaults to the window
+    assert pool_out_hw((h, w), (kh, kw), window_start=(r0, c0)) == pool_out_hw((h, w), (kh, kw), (kh, kw), (r0, c0))
+
+
+def test_from_window_round_trip():
+    """from_window gives exactly the requested out_hw; negative padding entries crop."""
+    g = ConvGeometry.from_window((10, 9), (3, 2), (2, -1), (2, 3), (3, 4))
+    assert g.out_hw == (3, 4)
+    assert g.window_start == (2, -1)
+    assert g.padding == ((-2, 2 + 2 * 2 + 3 - 10), (1, -1 + 3 * 3 + 2 - 9))
+    assert not g.inside
+    assert ConvGeometry.from_window((8, 8), (2, 2), (1, 1), (2, 2), (3, 3)).inside
+    # equal geometries are equal and hash equal (static jit arguments); lists normalise
+    a = ConvGeometry((5, 5), (3, 3), (1, 1), ((1, 1), (1, 1)))
+    b = ConvGeometry([5, 5], [3, 3], [1, 1], [[1, 1], [1, 1]], [1, 1])
+    assert a == b and hash(a) == hash(b) and a.dilation == (1, 1)
+    assert ConvGeometry.make((5, 5), (3, 3), 1, 1) == a == ConvGeometry.make((5, 5), (3, 3), (1, 1), "SAME")
+    assert ConvGeometry.make((5, 5), (3, 3), 1, (1, 2)).padding == ((1, 1), (2, 2))
+
+
+# ------------------------------------------------------- patches vs the Python loop
+
+# A handful of fixed geometries (one compilation each): (in_hw, C, geometry).
+GEOMS = [
+    ((7, 6), 3, ConvGeometry.make((7, 6), (3, 3), (1, 1), "SAME")),
+    ((7, 6), 3, ConvGeometry.make((7, 6), (3, 2), (2, 3), ((2, 0), (1, 3)))),
+    ((7, 6), 3, ConvGeometry.make((7, 6), (2, 3), (1, 2), "SAME", dilation=(2, 3))),
+    ((7, 6), 3, ConvGeometry.make((7, 6), (1, 1), (3, 2), "VALID")),
+    # legacy windows: starting inside the image, stopping before its end, running past it
+    ((7, 6), 3, ConvGeometry.from_window((7, 6), (2, 2), (1, 2), (2, 1), (2, 3))),
+    ((7, 6), 3, ConvGeometry.from_window((7, 6), (3, 3), (-2, 3), (3, 2), (3, 2))),
+]
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(g: ConvGeometry):
+    return jax.jit(lambda x, p: extract_patches(x, g, pad_value=p))
+
+
+@pytest.mark.parametrize("case", range(len(GEOMS)))
+@settings(max_examples=10)
+@given(data=st.data())
+def test_extract_patches_matches_loop(case, data):
+    """int8 images, batch of 2, traced int8 / int32 pad values (including the extremes)."""
+    hw, c, g = GEOMS[case]
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    pad = data.draw(st.sampled_from([-128, 127, 0]) | st.integers(-128, 127))
+    x = np.random.default_rng(seed).integers(-128, 128, (2, *hw, c)).astype(np.int8)
+    want = py_geometry_patches(x, g, pad)
+    for p in (jnp.int32(pad), jnp.int8(pad)):
+        y = _jitted(g)(x, p)
+        assert y.dtype == jnp.int8 and y.shape == (2, *g.out_hw, g.kernel[0] * g.kernel[1] * c)
+        np.testing.assert_array_equal(np.asarray(y), want)
+
+
+@pytest.mark.parametrize("case", [1, 5])
+def test_extract_patches_eager(case):
+    """Outside jit, no batch axis, a Python int pad value."""
+    hw, c, g = GEOMS[case]
+    x = np.random.default_rng(case).integers(-128, 128, (*hw, c)).astype(np.int8)
+    np.testing.assert_array_equal(np.asarray(extract_patches(x, g, pad_value=-77)), py_geometry_patches(x, g, -77))
+
+
+def test_window_taps_are_the_patch_blocks():
+    hw, c, g = GEOMS[2]
+    x = np.random.default_rng(1).integers(-128, 128, (*hw, c)).astype(np.int8)
+    taps = window_taps(x, g, pad_value=-3)
+    assert len(taps) == g.kernel[0] * g.kernel[1]
+    want = py_geometry_patches(x, g, -3)
+    for t, tap in enumerate(taps):
+        np.testing.assert_array_equal(np.asarray(tap), want[..., t * c:(t + 1) * c])
+
+
+def test_other_dtypes_and_leading_axes():
+    """int32 / float32 images, two leading axes; the pad value takes x's dtype."""
+    _, c, g = GEOMS[1]
+    rng = np.random.default_rng(2)
+    x = rng.integers(-(2**31), 2**31 - 1, (2, 3, 7, 6, c), dtype=np.int64).astype(np.int32)
+    y = jax.jit(lambda x: extract_patches(x, g, pad_value=-(2**31)))(x)
+    assert y.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(y), py_geometry_patches(x, g, -(2**31)))
+    xf = x[0, 0].astype(np.float32) / 7
+    yf = jax.jit(lambda x: extract_patches(x, g, pad_value=jnp.int32(5)))(xf)
+    assert yf.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(yf), _float_loop(xf, g, 5.0))
+
+
+def _float_loop(x, g, pad):
+    h, w, c = x.shape
+    (kh, kw), (oh, ow) = g.kernel, g.out_hw
+    out = np.empty((oh, ow, kh * kw * c), np.float32)
+    for oy in range(oh):
+        for ox in range(ow):
+            for i in range(kh):
+                for j in range(kw):
+                    r = g.window_start[0] + oy * g.stride[0] + i * g.dilation[0]
+                    s = g.window_start[1] + ox * g.stride[1] + j * g.dilation[1]
+                    t = (i * kw + j) * c
+                    out[oy, ox, t:t + c] = x[r, s] if 0 <= r < h and 0 <= s < w else pad
+    return out
+
+
+def test_vmap_over_images_and_pad_values():
+    _, c, g = GEOMS[0]
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (4, 7, 6, c)).astype(np.int8)
+    pads = jnp.asarray([-128, -1, 0, 127], jnp.int32)
+    f = jax.jit(jax.vmap(lambda xi, p: extract_patches(xi, g, pad_value=p)))
+    y = np.asarray(f(x, pads))
+    for b in range(4):
+        np.testing.assert_array_equal(y[b], py_geometry_patches(x[b], g, int(pads[b])))
+    y2 = np.asarray(jax.jit(jax.vmap(lambda xi: extract_patches(xi, g, pad_value=jnp.int8(9))))(x))
+    np.testing.assert_array_equal(y2, py_geometry_patches(x, g, 9))
+
+
+def test_grad_counts_uses():
+    """d sum(patches * v) / dx[r, s] = sum of v over the patch entries that read (r, s)."""
+    _, c, g = GEOMS[2]
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(7, 6, c)).astype(np.float32)
+    v = rng.integers(-3, 4, (*g.out_hw, g.kernel[0] * g.kernel[1] * c)).astype(np.float32)
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(extract_patches(x, g, pad_value=1.5) * v)))(x)
+    want = np.zeros((7, 6, c), np.float32)
+    (kh, kw), (oh, ow) = g.kernel, g.out_hw
+    for oy in range(oh):
+        for ox in range(ow):
+            for i in range(kh):
+                for j in range(kw):
+                    r = g.window_start[0] + oy * g.stride[0] + i * g.dilation[0]
+                    s = g.window_start[1] + ox * g.stride[1] + j * g.dilation[1]
+                    if 0 <= r < 7 and 0 <= s < 6:
+                        want[r, s] += v[oy, ox, (i * kw + j) * c:(i * kw + j + 1) * c]
+    np.testing.assert_array_equal(np.asarray(grad), want)
+
+
+def test_no_gathers():
+    """The patches come from slices, a pad and a concatenation only."""
+    for _, c, g in GEOMS:
+        jaxpr = str(jax.make_jaxpr(lambda x, p: extract_patches(x, g, pad_value=p))(
+            jnp.zeros((2, 7, 6, c), jnp.int8), jnp.int32(0)))
+        assert "gather" not in jaxpr and "dynamic_slice" not in jaxpr
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="no output pixels"):
+        ConvGeometry.make((2, 5), (3, 3), 1, "VALID")
+    with pytest.raises(ValueError, match="no output pixels"):
+        ConvGeometry((4, 4), (3, 3), (1, 1), ((-2, 0), (0, 0)))
+    with pytest.raises(ValueError, match=r"padding\[0\]\[1\] must lie in \[0, "):
+        ConvGeometry.make((5, 5), (3, 3), 1, ((1, -1), (0, 0)))
+    with pytest.raises(ValueError, match=r"padding must lie in \[0, "):
+        ConvGeometry.make((5, 5), (3, 3), 1, -1)
+    with pytest.raises(ValueError, match="padding must be 'SAME', 'VALID'"):
+        ConvGeometry.make((5, 5), (3, 3), 1, "same")
+    with pytest.raises(TypeError, match="padding must be"):
+        ConvGeometry.make((5, 5), (3, 3), 1, (1, 2, 3))
+    with pytest.raises(ValueError, match=r"stride\[1\] must lie in \[1, "):
+        ConvGeometry.make((5, 5), (3, 3), (1, 0))
+    with pytest.raises(ValueError, match=r"kernel\[0\] must lie in \[1, "):
+        ConvGeometry.make((5, 5), (0, 3))
+    with pytest.raises(ValueError, match=r"dilation\[0\] must lie in \[1, "):
+        ConvGeometry.make((5, 5), (3, 3), dilation=(0, 1))
+    with pytest.raises(TypeError, match=r"in_hw\[0\] must be a Python int"):
+        ConvGeometry.make((5.0, 5), (3, 3))
+    with pytest.raises(ValueError, match=r"out_hw\[1\] must lie in \[1, "):
+        ConvGeometry.from_window((5, 5), (3, 3), (0, 0), (1, 1), (2, 0))
+    with pytest.raises(TypeError, match="window_start must be an int or a pair"):
+        ConvGeometry.from_window((5, 5), (3, 3), (0, 0, 0), (1, 1), (2, 2))
+    g = ConvGeometry.make((5, 5), (3, 3), 1, "SAME")
+    x = np.zeros((5, 5, 2), np.int8)
+    with pytest.raises(ValueError, match=r"pad_value \(for x of dtype int8\) must lie in \[-128, 127\]"):
+        extract_patches(x, g, pad_value=128)
+    with pytest.raises(TypeError, match="pad_value must be an integer scalar for an integer x"):
+        extract_patches(x, g, pad_value=0.5)
+    with pytest.raises(TypeError, match="pad_value must be a scalar"):
+        extract_patches(x, g, pad_value=np.zeros(2, np.int8))
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., H, W, C\) with \(H, W\) = geom.in_hw"):
+        extract_patches(np.zeros((5, 4, 2), np.int8), g, pad_value=0)
+    with pytest.raises(TypeError, match="geom must be a ConvGeometry"):
+        extract_patches(x, ((5, 5), (3, 3)), pad_value=0)
