@@ -6,10 +6,16 @@ Each also takes float arrays holding integer values and then returns the same
 integers in that float dtype, differentiably: the backward pass is the surrogate
 gradient stated in the docstring (the one surrogate mechanism of
 :mod:`hwjax.core._surrogate`, a ``jax.custom_vjp``).
+
+Each public function checks its arguments in Python (static arguments always, array
+values when they are concrete) and then runs one ``jax.jit``-compiled program, so an
+eager call compiles once per shape, dtype and static arguments instead of once per
+``jax.numpy`` operation; under ``jit``, ``vmap`` and ``grad`` that program is inlined.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import jax
@@ -35,6 +41,18 @@ def int_bounds(bits: int, symmetric: bool = True) -> tuple[int, int]:
     return (-hi if symmetric else -hi - 1), hi
 
 
+def checked_int(x: jax.Array, name: str) -> jax.Array:
+    """Checks what :func:`hwjax.core._validate.to_int32` checks (concrete values only)
+    and returns ``x`` unconverted: the jitted programs convert it to int32."""
+    k = V.kind(x, name)
+    if k == "float":
+        V.check_integral(x, name)
+        V.check_range(x, -(2**31), 2**31 - 1, name)
+    elif np.dtype(x.dtype) == np.int64:
+        V.check_range(x, -(2**31), 2**31 - 1, name)
+    return x
+
+
 def float0_zeros(x: jax.Array):
     return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
@@ -50,9 +68,9 @@ def unbroadcast(g: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 # --------------------------------------------------------------------------- saturate
 
 
-def _saturate_int(x: jax.Array, bits: int, symmetric: bool) -> tuple[jax.Array, jax.Array]:
-    lo, hi = int_bounds(bits, symmetric)
-    y = jnp.clip(x, _I32(lo), _I32(hi))
+def _clamp(x: jax.Array, lo, hi) -> tuple[jax.Array, jax.Array]:
+    """``(clip(x, lo, hi), clipped)`` for int32 ``x`` and int32 (possibly traced) bounds."""
+    y = jnp.clip(x, jnp.asarray(lo, _I32), jnp.asarray(hi, _I32))
     return y, y != x
 
 
@@ -80,9 +98,18 @@ def saturate(x, bits: int, *, symmetric: bool = True,
     x = V.as_array(x, "x")
     if V.kind(x, "x") == "float":
         V.check_integral(x, "x")
-        return S.call(lambda v: _saturate_int(v, bits, bool(symmetric)), lambda v: v, x,
-                      saturation_grad=saturation_grad)
-    return _saturate_int(V.to_int32(x, "x"), bits, bool(symmetric))[0]
+    else:
+        checked_int(x, "x")
+    lo, hi = int_bounds(bits, bool(symmetric))
+    return _saturate_jit(x, np.int32(lo), np.int32(hi), saturation_grad)
+
+
+# The bounds are traced: one compilation serves every ``bits`` and ``symmetric``.
+@functools.partial(jax.jit, static_argnums=3)
+def _saturate_jit(x, lo, hi, saturation_grad: str):
+    if S.is_float(x):
+        return S.call(_clamp, lambda v, lo, hi: v, x, lo, hi, saturation_grad=saturation_grad)
+    return _clamp(x.astype(_I32), lo, hi)[0]
 
 
 # ------------------------------------------------------------------------ shift_right
@@ -163,7 +190,7 @@ def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
     s = V.as_array(shift, "shift")
     if V.kind(s, "shift") != "int":
         raise TypeError(f"shift must be an integer array or int, got dtype {s.dtype}")
-    s = V.to_int32(s, "shift")
+    s = checked_int(s, "shift")
     if not allow_left:
         V.check_range(s, 0, 2**31 - 1, "shift (use allow_left=True for left shifts)")
     try:
@@ -172,9 +199,18 @@ def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
         raise ValueError(f"shift of shape {s.shape} does not broadcast against x of shape {x.shape}") from e
     if V.kind(x, "x") == "float":
         V.check_integral(x, "x")
-        return S.call(lambda v, k: _shift_int(v, k, rounding, bool(allow_left)),
+    else:
+        checked_int(x, "x")
+    return _shift_right_jit(x, s, rounding, bool(allow_left), saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _shift_right_jit(x, s, rounding: str, allow_left: bool, saturation_grad: str):
+    s = s.astype(_I32)
+    if S.is_float(x):
+        return S.call(lambda v, k: _shift_int(v, k, rounding, allow_left),
                       lambda v, k: v * S.exp2(-k, v), x, s, saturation_grad=saturation_grad)
-    return _shift_int(V.to_int32(x, "x"), s, rounding, bool(allow_left))[0]
+    return _shift_int(x.astype(_I32), s, rounding, allow_left)[0]
 
 
 # -------------------------------------------------------------------------- fixed_mul
@@ -189,16 +225,15 @@ def magnitude_bits(dtype) -> int:
     return _MAG_BITS.get(np.dtype(dtype), 31)
 
 
-def _fixed_mul_int(x, m, frac_bits, rounding, bits, symmetric, narrow):
-    lo, hi = int_bounds(bits, symmetric)
+def _fixed_mul_int(x, m, frac_bits, rounding, lo, hi, narrow):
+    """``(clip(round(x * m / 2**frac_bits), lo, hi), clipped)``; ``frac_bits``, ``lo`` and
+    ``hi`` may be traced int32 scalars."""
+    frac_bits = jnp.asarray(frac_bits, _I32)
     if narrow:  # the product provably fits int32
-        p = x * m
-        r = _round_shift_int32(p, jnp.asarray(frac_bits, _I32), rounding)
-        y = jnp.clip(r, _I32(lo), _I32(hi))
-        return y, y != r
+        return _clamp(_round_shift_int32(x * m, frac_bits, rounding), lo, hi)
     p = _wide.mul_int32(x, m)
-    r = _wide.shift_right(p, jnp.asarray(frac_bits, _I32), rounding)
-    return _wide.saturate_to_int32(r, lo, hi)
+    r = _wide.shift_right(p, frac_bits, rounding)
+    return _wide.saturate_to_int32(r, jnp.asarray(lo, _I32), jnp.asarray(hi, _I32))
 
 
 def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int = 32,
@@ -236,14 +271,18 @@ def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int
         jnp.broadcast_shapes(x.shape, m.shape)
     except ValueError as e:
         raise ValueError(f"m of shape {m.shape} does not broadcast against x of shape {x.shape}") from e
-    kx, km = V.kind(x, "x"), V.kind(m, "m")
-    if "float" in (kx, km):
-        for a, name in ((x, "x"), (m, "m")):
-            if V.kind(a, name) == "float":
-                V.check_integral(a, name)
-                V.check_range(a, -(2**31), 2**31 - 1, name)
-        return S.call(lambda a, b: _fixed_mul_int(a, b, frac_bits, rounding, bits, bool(symmetric), narrow=False),
-                      lambda a, b: a * b * 2.0**-frac_bits, x, m, saturation_grad=saturation_grad)
+    checked_int(x, "x")
+    checked_int(m, "m")
+    lo, hi = int_bounds(bits, bool(symmetric))
+    return _fixed_mul_jit(x, m, np.int32(frac_bits), np.int32(lo), np.int32(hi), rounding, saturation_grad)
+
+
+# ``frac_bits`` and the bounds are traced: one compilation per shapes, dtypes and rounding.
+@functools.partial(jax.jit, static_argnums=(5, 6))
+def _fixed_mul_jit(x, m, frac_bits, lo, hi, rounding: str, saturation_grad: str):
+    if S.is_float(x) or S.is_float(m):
+        return S.call(lambda a, b, f, lo, hi: _fixed_mul_int(a, b, f, rounding, lo, hi, narrow=False),
+                      lambda a, b, f, lo, hi: a * b * S.exp2(-f, a * b), x, m, frac_bits, lo, hi,
+                      saturation_grad=saturation_grad)
     narrow = magnitude_bits(x.dtype) + magnitude_bits(m.dtype) <= 31
-    return _fixed_mul_int(V.to_int32(x, "x"), V.to_int32(m, "m"), frac_bits, rounding, bits,
-                          bool(symmetric), narrow)[0]
+    return _fixed_mul_int(x.astype(_I32), m.astype(_I32), frac_bits, rounding, lo, hi, narrow)[0]

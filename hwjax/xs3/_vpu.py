@@ -18,7 +18,10 @@ instruction's variant quirks are written once, in that instruction's function.
 
 Values are checked against the lane range of the mode when they are concrete (not
 traced); under ``jit`` the ranges are the caller's contract. Static arguments
-(``mode``, ``variant``) are checked at trace time.
+(``mode``, ``variant``) are checked at trace time. After its checks, every instruction
+runs as one ``jax.jit``-compiled program (static: ``mode``, ``variant`` and the other
+keyword options), so an eager call compiles once per shapes and options, not once per
+``jax.numpy`` operation; inside ``jit``, ``vmap`` or ``grad`` the program is inlined.
 
 Float inputs (differentiable). The data operands of ``vlsat``, ``vlashr``, ``vlmul``,
 ``vladd``, ``vlsub``, ``vdepth8``, ``vdepth16`` and of ``vlmacc``/``vlmaccr`` in 8/16-bit
@@ -34,6 +37,7 @@ gradient; a float shift raises TypeError.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Literal, Union
 
@@ -89,6 +93,45 @@ def _int_operand(x, name: str, lo: int, hi: int, *, float_ok: bool = False) -> j
 def _lanes(x, name: str, bits: int, *, float_ok: bool = False) -> jax.Array:
     """A vector operand of ``bits``-wide signed lanes, as int32 (or float, see above)."""
     return _int_operand(x, name, *_lane_range(bits), float_ok=float_ok)
+
+
+def _checked(x, name: str, lo: int, hi: int, *, float_ok: bool = False) -> jax.Array:
+    """The checks of :func:`_int_operand` (values when concrete) without its int32
+    conversion: the operand as a JAX array of its own dtype, converted inside the jitted
+    program (converting here would compile one program per dtype conversion)."""
+    a = V.as_array(x, name)
+    if V.kind(a, name) == "float":
+        if not float_ok:
+            raise TypeError(f"{name} must be an integer array (lane values), got dtype {a.dtype} "
+                            f"(float arrays are accepted only for differentiable operands)")
+        V.check_integral(a, name)
+    V.check_range(a, lo, hi, name)
+    return a
+
+
+def _checked_lanes(x, name: str, bits: int, *, float_ok: bool = False) -> jax.Array:
+    """The checks of :func:`_lanes`, without the conversion (see :func:`_checked`)."""
+    return _checked(x, name, *_lane_range(bits), float_ok=float_ok)
+
+
+def _checked_u32(x, name: str) -> jax.Array:
+    """The checks of :func:`_bits_u32`, without the conversion (see :func:`_checked`)."""
+    a = V.as_array(x, name)
+    if np.dtype(a.dtype) == np.uint32:
+        return a
+    return _checked(a, name, -(2**31), 2**31 - 1)
+
+
+def _checked_acc40(acc: AccLike, name: str = "acc"):
+    """The checks of :func:`as_acc40`, without the conversion: a Wide, ``(hi, lo)`` pair
+    or array of JAX arrays, which :func:`as_acc40` converts inside the jitted program."""
+    if isinstance(acc, W.Wide):
+        return W.Wide(V.as_array(acc.hi, f"{name}.hi"), V.as_array(acc.lo, f"{name}.lo"))
+    if isinstance(acc, tuple):
+        if len(acc) != 2:
+            raise ValueError(f"{name} must be a Wide or an (hi, lo) pair, got a tuple of {len(acc)}")
+        return (_checked(acc[0], f"{name}.hi", -(2**31), 2**31 - 1), _checked_u32(acc[1], f"{name}.lo"))
+    return _checked(acc, name, -(2**31), 2**31 - 1)
 
 
 def _int_only_in_32bit_mode(mode: int, what: str, *arrays) -> None:
@@ -164,6 +207,13 @@ def as_acc40(acc: AccLike, name: str = "acc") -> W.Wide:
 
 def acc40_from_registers(vd, vr) -> W.Wide:
     """§1.4: ``acc40 = int8(vD & 0xFF) * 2**32 + u32(vR)`` for 32-bit mode lanes."""
+    vd = _checked(vd, "vd", -(2**31), 2**31 - 1)
+    vr = _checked_u32(vr, "vr")
+    return _acc40_from_registers_impl(vd, vr)
+
+
+@jax.jit
+def _acc40_from_registers_impl(vd, vr):
     vd = _int_operand(vd, "vd", -(2**31), 2**31 - 1)
     lo = _bits_u32(vr, "vr")
     hi = ((vd & 0xFF) ^ 0x80) - 0x80  # low byte, signed
@@ -232,6 +282,19 @@ def vlmacc(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
     (``saturation_grad="zero"``).
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
+    c, m = _checked_lanes(vc, "vc", mode, float_ok=True), _checked_lanes(mem, "mem", mode, float_ok=True)
+    if mode == 32:
+        _int_only_in_32bit_mode(mode, "vlmacc", acc, c, m)
+        _need_hardware(variant, "32-bit VLMACC")
+        a = _checked_acc40(acc, "acc")
+    else:
+        a = _checked(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
+    return _vlmacc_impl(a, c, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+def _vlmacc_impl(acc, vc, mem, *, mode, variant, saturation_grad):
+    mode, variant = _check_mode(mode), _check_variant(variant)
     c, m = _lanes(vc, "vc", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
     if mode == 32:
         _int_only_in_32bit_mode(mode, "vlmacc", acc, c, m)
@@ -270,6 +333,19 @@ def vlmaccr(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
     slot's cotangent set to 0 where its sum clipped (``saturation_grad="zero"``;
     ``"pass"`` keeps it).
     """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    c, m = _checked_lanes(vc, "vc", mode, float_ok=True), _checked_lanes(mem, "mem", mode, float_ok=True)
+    if mode == 32:
+        _int_only_in_32bit_mode(mode, "vlmaccr", acc, c, m)
+        _need_hardware(variant, "32-bit VLMACCR")
+        a = _checked_acc40(acc, "acc")
+    else:
+        a = _checked(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
+    return _vlmaccr_impl(a, c, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+def _vlmaccr_impl(acc, vc, mem, *, mode, variant, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     c, m = _lanes(vc, "vc", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
     epv, ring = _EPV[mode], _RING[mode]
@@ -374,6 +450,24 @@ def vlsat(acc: AccLike, shift, *, mode: Mode, variant: Variant = "hardware",
     if mode == 32:
         _int_only_in_32bit_mode(mode, "vlsat", acc)
         _need_hardware(variant, "32-bit VLSAT")
+        a = _checked_acc40(acc, "acc")
+        s = _checked_u32(shift, "shift")
+    else:
+        a = _checked(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
+        s = _checked(shift, "shift", -(2**15), 2**16 - 1)
+        if variant != "hardware" and V.is_concrete(s) and np.any((np.asarray(s).astype(np.int64) & 0xFFFF) >= 32):
+            warnings.warn(f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3);"
+                          " computing them as variant='hardware'", stacklevel=2)
+    return _vlsat_impl(a, s, mode=mode, variant=variant, symmetric=bool(symmetric),
+                       saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'symmetric', 'saturation_grad',))
+def _vlsat_impl(acc, shift, *, mode, variant, symmetric, saturation_grad):
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    if mode == 32:
+        _int_only_in_32bit_mode(mode, "vlsat", acc)
+        _need_hardware(variant, "32-bit VLSAT")
         a = as_acc40(acc)
         s = _bits_u32(shift, "shift")
         s = jnp.where(s > 62, _U32(62), s).astype(_I32)
@@ -381,10 +475,7 @@ def vlsat(acc: AccLike, shift, *, mode: Mode, variant: Variant = "hardware",
         lo, hi = (-(2**31 - 1), 2**31 - 1) if symmetric else (-(2**31), 2**31 - 1)
         return W.saturate_to_int32(r, lo, hi)[0]
     a = _int_operand(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
-    s = _vlsat_shift_16(shift)
-    if variant != "hardware" and V.is_concrete(s) and np.any(np.asarray(s) >= 32):
-        warnings.warn(f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3);"
-                      " computing them as variant='hardware'", stacklevel=2)
+    s = _vlsat_shift_16(shift)  # (the warning on shifts >= 32 is issued by vlsat)
 
     def forward(a, s):
         return _sat_clipped(vlsat_raw(a.astype(_I32), s, variant=variant), mode, bool(symmetric))
@@ -450,6 +541,18 @@ def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware",
     saturated, i.e. ``sat_b`` changed the value or the exact ``x * 2**k`` left the
     lane range (``saturation_grad="zero"``).
     """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    xv = _checked_lanes(x, "x", mode, float_ok=True)
+    s = _checked(shr, "shr", -(2**31), 2**31 - 1)
+    try:
+        jnp.broadcast_shapes(xv.shape, s.shape)
+    except ValueError as e:
+        raise ValueError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
+    return _vlashr_impl(xv, s, mode=mode, variant=variant, saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+def _vlashr_impl(x, shr, *, mode, variant, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     b = mode
     xv = _lanes(x, "x", b, float_ok=True)
@@ -524,6 +627,13 @@ def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware",
     (``saturation_grad="zero"``).
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
+    x, m = _checked_lanes(x, "x", mode, float_ok=True), _checked_lanes(m, "m", mode, float_ok=True)
+    return _vlmul_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+def _vlmul_impl(x, m, *, mode, variant, saturation_grad):
+    mode, variant = _check_mode(mode), _check_variant(variant)
     x, m = _lanes(x, "x", mode, float_ok=True), _lanes(m, "m", mode, float_ok=True)
     k = _VLMUL_FRAC[mode]
 
@@ -568,6 +678,14 @@ def vdepth8(x, *, mode: Literal[16, 32], variant: Variant = "hardware",
     """
     mode = _check_mode(mode, (16, 32))
     _check_variant(variant)
+    x = _checked_lanes(x, "x", mode, float_ok=True)
+    return _vdepth8_impl(x, mode=mode, variant=variant, saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+def _vdepth8_impl(x, *, mode, variant, saturation_grad):
+    mode = _check_mode(mode, (16, 32))
+    _check_variant(variant)
     return _narrow(_lanes(x, "x", mode, float_ok=True), mode - 8, 8, saturation_grad)
 
 
@@ -579,6 +697,13 @@ def vdepth16(x, *, variant: Variant = "hardware",
     straight-through, ``d/dx = 2**-16``; 0 where the lane saturated
     (``saturation_grad="zero"``).
     """
+    _check_variant(variant)
+    x = _checked_lanes(x, "x", 32, float_ok=True)
+    return _vdepth16_impl(x, variant=variant, saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('variant', 'saturation_grad',))
+def _vdepth16_impl(x, *, variant, saturation_grad):
     _check_variant(variant)
     return _narrow(_lanes(x, "x", 32, float_ok=True), 16, 16, saturation_grad)
 
@@ -598,6 +723,14 @@ def vdepth1(x, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
     ``vR.s32[0]``) is returned as int32 holding that bit pattern (bit 31 set makes it
     negative in 8-bit mode). Identical in all variants.
     """
+    mode = _check_mode(mode)
+    _check_variant(variant)
+    x = _checked_lanes(x, "x", mode)
+    return _vdepth1_impl(x, mode=mode, variant=variant)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant',))
+def _vdepth1_impl(x, *, mode, variant):
     mode = _check_mode(mode)
     _check_variant(variant)
     xv = _lanes(x, "x", mode)
@@ -621,6 +754,14 @@ def vladd(vr, mem, *, mode: Mode, variant: Variant = "hardware",
     dtype). Gradient: ``d/dvr = d/dmem = 1``; 0 where the sum saturated
     (``saturation_grad="zero"``; ``"pass"`` keeps it).
     """
+    mode = _check_mode(mode)
+    _check_variant(variant)
+    x, m = _checked_lanes(vr, "vr", mode, float_ok=True), _checked_lanes(mem, "mem", mode, float_ok=True)
+    return _vladd_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+def _vladd_impl(vr, mem, *, mode, variant, saturation_grad):
     mode = _check_mode(mode)
     _check_variant(variant)
     x, m = _lanes(vr, "vr", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
@@ -648,6 +789,13 @@ def vlsub(vr, mem, *, mode: Mode, variant: Variant = "hardware",
     differs from the exact ``m - x`` (saturation, and the ``hardware`` MIN quirk)
     with ``saturation_grad="zero"``.
     """
+    mode, variant = _check_mode(mode), _check_variant(variant)
+    x, m = _checked_lanes(vr, "vr", mode, float_ok=True), _checked_lanes(mem, "mem", mode, float_ok=True)
+    return _vlsub_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+def _vlsub_impl(vr, mem, *, mode, variant, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     x, m = _lanes(vr, "vr", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
 
@@ -692,6 +840,13 @@ def vpos(x, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
     Returns int32 lane values.
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
+    x = _checked_lanes(x, "x", mode)
+    return _vpos_impl(x, mode=mode, variant=variant)
+
+
+@functools.partial(jax.jit, static_argnames=('mode', 'variant',))
+def _vpos_impl(x, *, mode, variant):
+    mode, variant = _check_mode(mode), _check_variant(variant)
     xv = _lanes(x, "x", mode)
     if variant == "hardware" or mode == 16:
         return jnp.maximum(xv, 0)
@@ -718,6 +873,14 @@ def vlmaccr1(acc, vc_words, mem_words, *, variant: Variant = "hardware") -> jax.
     ``a = sat32(acc[15] + s)``; the ring rotates exactly as in :func:`vlmaccr`.
     Identical in all variants.
     """
+    _check_variant(variant)
+    c, m = _checked_u32(vc_words, "vc_words"), _checked_u32(mem_words, "mem_words")
+    r = _checked(acc, "acc", -(2**31), 2**31 - 1)
+    return _vlmaccr1_impl(r, c, m, variant=variant)
+
+
+@functools.partial(jax.jit, static_argnames=('variant',))
+def _vlmaccr1_impl(acc, vc_words, mem_words, *, variant):
     _check_variant(variant)
     c, m = _bits_u32(vc_words, "vc_words"), _bits_u32(mem_words, "mem_words")
     for a, name in ((c, "vc_words"), (m, "mem_words")):
