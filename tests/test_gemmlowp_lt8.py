@@ -438,3 +438,17 @@ def test_bench_numpy_reference_is_exact_on_golden_cases(cases):
                           int(g["rhs_bits"]), mode,
                           (int(g["result_offset"]), int(g["result_mult_int"]), int(g["result_shift"])))
         np.testing.assert_array_equal(out, g["result_uint8"], err_msg=name)
+
+
+def test_lt8_study_smoke(tmp_path, capsys):
+    """`python -m hwjax.studies lt8` on a tiny grid: prints a markdown table, writes the PNG."""
+    from hwjax.studies.__main__ import main
+
+    out = tmp_path / "lt8.png"
+    assert main(["lt8", "--rows", "100", "--cols", "100", "--depths", "32", "--pairs", "L4R4", "--modes", "nearest",
+                 "--data", "uniform", "--seeds", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.startswith("| 32 |"))
+    rms = float(row.split("|")[2].strip(" *").split()[0])
+    assert 0 < rms < 50  # 4-bit operands: a few percent of error, never zero
+    assert out.stat().st_size > 10_000
