@@ -333,11 +333,11 @@ def load(path) -> LoadedModel:
         graph = Graph(tensors, tuple(nodes), tuple(m["inputs"]), tuple(m["outputs"]), target)
     except (KeyError, TypeError) as e:
         raise ExportError(f"malformed manifest: {e}") from None
+    graph = _bind_quantize(graph)
     try:
         graph.validate()
     except FormatError as e:
         raise ExportError(str(e)) from None
-    graph = _bind_quantize(graph)
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
         raise ExportError("an export has one input and one output")
     return LoadedModel(m, graph)
@@ -347,7 +347,7 @@ def _bind_quantize(graph: Graph) -> Graph:
     """Quantize nodes take their parameters from their output tensors' quantisation."""
     nodes = []
     for n in graph.nodes:
-        if n.op == "quantize":
+        if n.op == "quantize" and n.outputs and n.outputs[0] in graph.tensors:
             q = graph.tensors[n.outputs[0]].quant
             if q is None:
                 raise ExportError(f"layer {n.name}: a quantize output needs a scale and zero point")

@@ -37,8 +37,8 @@ def test_eval_and_export_subcommands(run, tmp_path, capsys):
     a = json.loads((run / "export" / "manifest.json").read_text())
     b = json.loads((again / "manifest.json").read_text())
     # the checkpointed model exports the same integers, byte for byte
-    assert [[t["sha256"] for t in l["tensors"].values()] for l in a["layers"]] == \
-           [[t["sha256"] for t in l["tensors"].values()] for l in b["layers"]]
+    assert [[t["sha256"] for t in l["tensors"].values()] for l in a["nodes"]] == \
+           [[t["sha256"] for t in l["tensors"].values()] for l in b["nodes"]]
 
 
 def test_resume_continues_the_hardware_aware_phase(run, capsys):

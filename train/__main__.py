@@ -19,27 +19,31 @@ import json
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
-
-_TARGETS = ("xs3", "xs3-legacy", "nvdla")
 
 
 # ----------------------------------------------------------------------------- setup
 
 
-def make_target(name: str, variant: str):
-    from hwjax import targets as T
+def target_names() -> tuple[str, ...]:
+    """The registered targets (:func:`hwjax.targets.available`)."""
+    from hwjax import targets
 
-    if name == "xs3":
-        return T.XS3(variant=variant)
-    if name == "xs3-legacy" and hasattr(T, "XS3Legacy"):
-        return T.XS3Legacy(variant=variant)
-    if name == "nvdla" and hasattr(T, "NVDLA"):
-        return T.NVDLA()
-    raise SystemExit(f"target {name!r} is not available in this build (choose from {_TARGETS})")
+    return targets.available()
+
+
+def make_target(name: str, variant: Optional[str]):
+    """``hwjax.targets.get(name, variant=...)`` (``variant`` only where given)."""
+    from hwjax import targets
+
+    try:
+        return targets.get(name, **({"variant": variant} if variant else {}))
+    except ValueError as e:
+        raise SystemExit(f"--target {name} --variant {variant}: {e}") from None
 
 
 def make_mesh(devices: Optional[int]):
@@ -56,7 +60,7 @@ def make_mesh(devices: Optional[int]):
 
 
 def load_data(args):
-    from train import _data
+    from . import _data
 
     flat = args.model in ("mlp", "lut_mlp")
     ds = _data.from_npz(args.data, flat=flat, seed=args.seed) if args.data else _data.digits(flat=flat, seed=args.seed)
@@ -76,7 +80,7 @@ def _split_val(x, y, fraction: float, seed: int):
 def build_model(args, target, classes: int, input_dim: int):
     from flax import nnx
 
-    import models
+    from hwjax import models
 
     kwargs = {"classes": classes, "learn_scale": bool(getattr(args, "learn_scale", False))}
     if args.model in ("mlp", "lut_mlp"):
@@ -89,20 +93,53 @@ def build_model(args, target, classes: int, input_dim: int):
 # ------------------------------------------------------------------------ pipeline
 
 
-def run_training(args) -> dict:
-    """The full demo pipeline (see the module docstring); returns the results dict."""
-    import jax
+@dataclass
+class Run:
+    """Everything one training run shares between its steps."""
+
+    args: Any
+    model: Any
+    target: Any
+    data: Any
+    x_tr: np.ndarray
+    y_tr: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    mesh: Any
+    ckpt: Any
+    out: Path
+    meta: dict
+    start_step: Optional[int]
+    rng: np.random.Generator
+    say: Callable[..., None]
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, len(self.x_tr) // self.args.batch_size)
+
+    def accuracy(self, x, y, batch_size: int = 256) -> float:
+        from hwjax._evaluate import evaluate
+
+        return evaluate(self.model, (x, y), batch_size=batch_size, mesh=self.mesh).accuracy
+
+    def save(self, step: int, trainer) -> None:
+        from flax import nnx
+
+        self.ckpt.save(step, nnx.state(self.model), trainer.opt_state, self.meta)
+
+    @property
+    def best_path(self) -> Path:
+        return self.out / "best_hat.npz"
+
+
+def _setup(args) -> Run:
+    """Data, target, model, mesh, output folder and checkpoints; restores ``--resume``."""
     from flax import nnx
-    from tqdm import tqdm
 
-    import hwjax.nn as hn
-    from hwjax._evaluate import evaluate
-    from hwjax._export import export
-    from train._ckpt import Checkpoints
-    from train._loop import Trainer, calibrate, layer_stats, make_optimizer
-    from train._report import final_table, plot_curves, saturation_report
+    from ._ckpt import Checkpoints
+    from ._loop import make_optimizer
 
-    t_start = time.perf_counter()
     make_optimizer(args.optimizer, args.lr, 1)  # fail fast on an unknown optimiser
     ds = load_data(args)
     x_tr, x_val, y_tr, y_val = _split_val(ds.x_train, ds.y_train, args.val_fraction, args.seed)
@@ -111,118 +148,166 @@ def run_training(args) -> dict:
         model = build_model(args, target, ds.classes, int(np.prod(ds.x_train.shape[1:])))
     except (NotImplementedError, ValueError) as e:
         raise SystemExit(f"cannot build the {args.model} model for {target!r}: {e}") from None
-    mesh = make_mesh(args.devices)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.resume and (out / "checkpoints").exists():
         shutil.rmtree(out / "checkpoints")  # a fresh run must not mix with an older one
-    ckpt = Checkpoints(out / "checkpoints")
-    rng = np.random.default_rng(args.seed)
-    steps = max(1, len(x_tr) // args.batch_size)
     history = {p: {"loss": [], "train_acc": [], "test_acc": [], "val_acc": []} for p in ("float", "hat")}
-    meta = {"phase": "float", "epoch": 0, "history": history, "config": _config(args)}
-    best_path = out / "best_hat.npz"
-    say = (lambda *a: None) if args.quiet else print
+    run = Run(args, model, target, ds, x_tr, y_tr, x_val, y_val, make_mesh(args.devices),
+              Checkpoints(out / "checkpoints"), out, {"phase": "float", "epoch": 0, "history": history,
+                                                     "config": _config(args)},
+              None, np.random.default_rng(args.seed), (lambda *a: None) if args.quiet else print)
+    if args.resume:
+        _resume(run)
+    return run
 
-    def acc(x, y, bs=256):
-        return evaluate(model, (x, y), batch_size=bs, mesh=mesh).accuracy
 
-    def save(step, trainer):
-        ckpt.save(step, nnx.state(model), trainer.opt_state, meta)
+def _resume(run: Run) -> None:
+    from flax import nnx
 
-    start_step = ckpt.latest() if args.resume else None
-    if args.resume and start_step is None:
-        say(f"--resume: no checkpoint in {ckpt.folder}, starting from scratch")
-    if start_step is not None:
-        meta = ckpt.restore_meta(start_step)
-        history = meta["history"]
-        if meta["config"].get("model") != args.model or meta["config"].get("target") != args.target:
-            raise SystemExit(f"--resume: the checkpoint was made with {meta['config']}, not these arguments")
-        state, _, _ = ckpt.restore(start_step, nnx.state(model), None)
-        nnx.update(model, state)
-        say(f"resumed from checkpoint {start_step} ({meta['phase']} phase, {meta['epoch']} epochs done)")
-        if meta["phase"] == "done" and meta["epoch"] < args.hat_epochs:
-            # a finished run asked for more hardware-aware epochs: continue from the selected
-            # model (with a fresh optimiser state)
-            meta.update(phase="hat", resumed_done=True)
-    timings: dict[str, float] = {}
+    step = run.ckpt.latest()
+    if step is None:
+        run.say(f"--resume: no checkpoint in {run.ckpt.folder}, starting from scratch")
+        return
+    meta = run.ckpt.restore_meta(step)
+    if meta["config"].get("model") != run.args.model or meta["config"].get("target") != run.args.target:
+        raise SystemExit(f"--resume: the checkpoint was made with {meta['config']}, not these arguments")
+    state, _, _ = run.ckpt.restore(step, nnx.state(run.model), None)
+    nnx.update(run.model, state)
+    run.say(f"resumed from checkpoint {step} ({meta['phase']} phase, {meta['epoch']} epochs done)")
+    if meta["phase"] == "done" and meta["epoch"] < run.args.hat_epochs:
+        # a finished run asked for more hardware-aware epochs: continue from the selected
+        # model (with a fresh optimiser state)
+        meta.update(phase="hat", resumed_done=True)
+    run.meta, run.start_step = meta, step
 
-    # ---- float baseline
-    if meta["phase"] == "float":
-        t0 = time.perf_counter()
-        hn.set_mode(model, "float")
-        trainer = Trainer(model, make_optimizer(args.optimizer, args.lr, steps * args.epochs), mesh=mesh)
-        if start_step is not None and meta["epoch"] > 0:
-            _, trainer.opt_state, _ = ckpt.restore(start_step, nnx.state(model), trainer.opt_state)
-        bar = tqdm(range(meta["epoch"], args.epochs), desc="float training", disable=args.quiet, unit="epoch")
-        for ep in bar:
-            loss, tr_acc = trainer.epoch(x_tr, y_tr, args.batch_size, rng)
-            te = acc(ds.x_test, ds.y_test)
-            for k, v in (("loss", loss), ("train_acc", tr_acc), ("test_acc", te), ("val_acc", None)):
-                history["float"][k].append(v)
-            bar.set_postfix(loss=f"{loss:.4f}", test=f"{100 * te:.2f}%")
-            meta.update(epoch=ep + 1)
-            save(ep + 1, trainer)
-        meta["float_acc"] = acc(ds.x_test, ds.y_test)
-        calibrate(model, x_tr)
-        hn.set_mode(model, "hardware")
-        meta["ptq_acc"] = acc(ds.x_test, ds.y_test)
-        meta["ptq_val_acc"] = acc(x_val, y_val)
-        meta.update(phase="hat", epoch=0, best_val=meta["ptq_val_acc"], best_epoch=0)
-        np.savez(best_path, *jax.tree.leaves(nnx.state(model)))
-        save(args.epochs + 1, trainer)
-        timings["float training + calibration + PTQ"] = time.perf_counter() - t0
-    say(f"float accuracy {100 * meta['float_acc']:.2f}%, post-training quantisation (bit-exact, "
-        f"{target.name} {getattr(target, 'variant', '')}) {100 * meta['ptq_acc']:.2f}%")
 
-    # ---- hardware-aware training
-    if meta["phase"] == "hat":
-        t0 = time.perf_counter()
-        hn.set_mode(model, "hardware")
-        trainer = Trainer(model, make_optimizer(args.optimizer, args.hat_lr, steps * max(1, args.hat_epochs)),
-                          mesh=mesh)
-        if start_step is not None and meta["epoch"] > 0 and not meta.pop("resumed_done", False):
-            _, trainer.opt_state, _ = ckpt.restore(start_step, nnx.state(model), trainer.opt_state)
-        bar = tqdm(range(meta["epoch"], args.hat_epochs), desc="hardware-aware training", disable=args.quiet,
-                   unit="epoch")
-        for ep in bar:
-            loss, tr_acc = trainer.epoch(x_tr, y_tr, args.batch_size, rng)
-            va, te = acc(x_val, y_val), acc(ds.x_test, ds.y_test)
-            for k, v in (("loss", loss), ("train_acc", tr_acc), ("test_acc", te), ("val_acc", va)):
-                history["hat"][k].append(v)
-            bar.set_postfix(loss=f"{loss:.4f}", val=f"{100 * va:.2f}%", test=f"{100 * te:.2f}%")
-            if va >= meta["best_val"]:  # ties go to the later, hardware-trained model
-                meta.update(best_val=va, best_epoch=ep + 1)
-                np.savez(best_path, *jax.tree.leaves(nnx.state(model)))
-            meta.update(epoch=ep + 1)
-            save(args.epochs + 2 + ep, trainer)
-        # model selection on the validation split (epoch 0 = the PTQ model)
-        saved = np.load(best_path)
-        leaves = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-        nnx.update(model, jax.tree.unflatten(jax.tree.structure(nnx.state(model)), leaves))
-        meta["hat_acc"] = acc(ds.x_test, ds.y_test)
-        meta.update(phase="done")
-        save(args.epochs + 2 + args.hat_epochs, trainer)
-        timings["hardware-aware training"] = time.perf_counter() - t0
-    else:  # resumed after the end
-        hn.set_mode(model, "hardware")
+def _trainer(run: Run, mode: str, lr: float, epochs: int):
+    """A :class:`Trainer` in ``mode`` whose optimiser state continues the checkpoint when
+    the run resumes inside this phase."""
+    from flax import nnx
 
-    # ---- reports, figure, export
-    stats = layer_stats(model, ds.x_test)
+    import hwjax.nn as hn
+
+    from ._loop import Trainer, make_optimizer
+
+    hn.set_mode(run.model, mode)
+    trainer = Trainer(run.model, make_optimizer(run.args.optimizer, lr, run.steps_per_epoch * max(1, epochs)),
+                      mesh=run.mesh)
+    if run.start_step is not None and run.meta["epoch"] > 0 and not run.meta.pop("resumed_done", False):
+        _, trainer.opt_state, _ = run.ckpt.restore(run.start_step, nnx.state(run.model), trainer.opt_state)
+    return trainer
+
+
+def _epochs(run: Run, phase: str, trainer, epochs: int, first_step: int,
+            after: Optional[Callable[[int], dict]] = None) -> None:
+    """The training loop (both phases): ``epochs`` epochs from the checkpointed epoch on,
+    recording loss, accuracies and ``after(epoch)``'s extra figures, checkpointing each."""
+    from tqdm import tqdm
+
+    desc = {"float": "float training", "hat": "hardware-aware training"}[phase]
+    bar = tqdm(range(run.meta["epoch"], epochs), desc=desc, disable=run.args.quiet, unit="epoch")
+    for ep in bar:
+        loss, tr_acc = trainer.epoch(run.x_tr, run.y_tr, run.args.batch_size, run.rng)
+        extra = after(ep) if after is not None else {"val_acc": None}
+        te = run.accuracy(run.data.x_test, run.data.y_test)
+        for k, v in {"loss": loss, "train_acc": tr_acc, "test_acc": te, **extra}.items():
+            run.meta["history"][phase][k].append(v)
+        bar.set_postfix(loss=f"{loss:.4f}", test=f"{100 * te:.2f}%")
+        run.meta.update(epoch=ep + 1)
+        run.save(first_step + ep, trainer)
+
+
+def _float_phase(run: Run) -> None:
+    """Float baseline, calibration, post-training quantisation (bit-exact)."""
+    import jax
+    from flax import nnx
+
+    import hwjax.nn as hn
+
+    from ._loop import calibrate
+
+    args, meta = run.args, run.meta
+    t0 = time.perf_counter()
+    trainer = _trainer(run, "float", args.lr, args.epochs)
+    _epochs(run, "float", trainer, args.epochs, first_step=1)
+    meta["float_acc"] = run.accuracy(run.data.x_test, run.data.y_test)
+    calibrate(run.model, run.x_tr)
+    hn.set_mode(run.model, "hardware")
+    meta["ptq_acc"] = run.accuracy(run.data.x_test, run.data.y_test)
+    meta["ptq_val_acc"] = run.accuracy(run.x_val, run.y_val)
+    meta.update(phase="hat", epoch=0, best_val=meta["ptq_val_acc"], best_epoch=0)
+    np.savez(run.best_path, *jax.tree.leaves(nnx.state(run.model)))
+    run.save(args.epochs + 1, trainer)
+    run.timings["float training + calibration + PTQ"] = time.perf_counter() - t0
+
+
+def _hat_phase(run: Run) -> None:
+    """Hardware-aware fine-tuning with model selection on the validation split (epoch 0 =
+    the PTQ model)."""
+    import jax
+    from flax import nnx
+
+    args, meta = run.args, run.meta
+    t0 = time.perf_counter()
+    trainer = _trainer(run, "hardware", args.hat_lr, args.hat_epochs)
+
+    def select(ep: int) -> dict:
+        va = run.accuracy(run.x_val, run.y_val)
+        if va >= meta["best_val"]:  # ties go to the later, hardware-trained model
+            meta.update(best_val=va, best_epoch=ep + 1)
+            np.savez(run.best_path, *jax.tree.leaves(nnx.state(run.model)))
+        return {"val_acc": va}
+
+    _epochs(run, "hat", trainer, args.hat_epochs, first_step=args.epochs + 2, after=select)
+    saved = np.load(run.best_path)
+    leaves = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    nnx.update(run.model, jax.tree.unflatten(jax.tree.structure(nnx.state(run.model)), leaves))
+    meta["hat_acc"] = run.accuracy(run.data.x_test, run.data.y_test)
+    meta.update(phase="done")
+    run.save(args.epochs + 2 + args.hat_epochs, trainer)
+    run.timings["hardware-aware training"] = time.perf_counter() - t0
+
+
+def _finish(run: Run, t_start: float) -> dict:
+    """Saturation report, curves, export, results.json and the summary table."""
+    import hwjax.nn as hn
+    from hwjax._export import export
+
+    from ._loop import layer_stats
+    from ._report import final_table, plot_curves, saturation_report
+
+    meta, model = run.meta, run.model
+    hn.set_mode(model, "hardware")
+    stats = layer_stats(model, run.data.x_test)
     acts = {n: getattr(l, "activation", None) for n, l in model.named_layers()}
-    say(f"\nper-layer saturation on the test split (hardware mode, best epoch {meta['best_epoch']}):")
-    say(saturation_report(stats, acts))
-    png = plot_curves(history, meta["ptq_acc"], out / "training_curves.png")
-    export_dir = export(model, out / "export", input_shape=ds.x_train.shape[1:])
-    (out / "results.json").write_text(json.dumps(
+    run.say(f"\nper-layer saturation on the test split (hardware mode, best epoch {meta['best_epoch']}):")
+    run.say(saturation_report(stats, acts))
+    png = plot_curves(meta["history"], meta["ptq_acc"], run.out / "training_curves.png")
+    export_dir = export(model, run.out / "export", input_shape=run.data.x_train.shape[1:])
+    (run.out / "results.json").write_text(json.dumps(
         {k: meta[k] for k in ("float_acc", "ptq_acc", "hat_acc", "best_epoch")} | {"export": str(export_dir)},
         indent=1))
-    timings["total"] = time.perf_counter() - t_start
-    say("\n" + final_table(meta["float_acc"], meta["ptq_acc"], meta["hat_acc"], export_dir,
-                           f"{target.name} ({getattr(target, 'variant', '-')})", timings))
-    say(f"training curves: {png}")
+    run.timings["total"] = time.perf_counter() - t_start
+    print("\n" + final_table(meta["float_acc"], meta["ptq_acc"], meta["hat_acc"], export_dir,
+                             f"{run.target.name} ({getattr(run.target, 'variant', '-')})", run.timings))
+    run.say(f"training curves: {png}")
     return {"float_acc": meta["float_acc"], "ptq_acc": meta["ptq_acc"], "hat_acc": meta["hat_acc"],
-            "export": export_dir, "stats": stats, "history": history, "model": model, "best_epoch": meta["best_epoch"]}
+            "export": export_dir, "stats": stats, "history": meta["history"], "model": model,
+            "best_epoch": meta["best_epoch"]}
+
+
+def run_training(args) -> dict:
+    """The full demo pipeline (see the module docstring); returns the results dict."""
+    t_start = time.perf_counter()
+    run = _setup(args)
+    if run.meta["phase"] == "float":
+        _float_phase(run)
+    run.say(f"float accuracy {100 * run.meta['float_acc']:.2f}%, post-training quantisation (bit-exact, "
+            f"{run.target.name} {getattr(run.target, 'variant', '')}) {100 * run.meta['ptq_acc']:.2f}%")
+    if run.meta["phase"] == "hat":
+        _hat_phase(run)
+    return _finish(run, t_start)
 
 
 def _config(args) -> dict:
@@ -236,7 +321,8 @@ def _config(args) -> dict:
 def run_eval(args) -> dict:
     from hwjax._evaluate import evaluate
     from hwjax._export import load
-    from train import _data
+
+    from . import _data
 
     m = load(args.export)
     flat = len(m.input_shape) == 1
@@ -252,7 +338,8 @@ def run_export(args) -> Path:
 
     import hwjax.nn as hn
     from hwjax._export import export
-    from train._ckpt import Checkpoints
+
+    from ._ckpt import Checkpoints
 
     ckpt = Checkpoints(Path(args.run) / "checkpoints")
     step = ckpt.latest()
@@ -276,8 +363,10 @@ def run_export(args) -> Path:
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="xs3", choices=_TARGETS, help="chip to train for (default xs3)")
-    p.add_argument("--variant", default="hardware", help="XS3 VPU model: hardware, host or v2021")
+    p.add_argument("--target", default="xs3", choices=target_names(),
+                   help="chip to train for (default xs3; the registered hwjax.targets)")
+    p.add_argument("--variant", default=None, help="target variant, e.g. the XS3 VPU model: hardware (default), "
+                                                   "host or v2021")
     p.add_argument("--model", default="cnn", choices=("cnn", "mlp", "lut_mlp"))
     p.add_argument("--lut-fn", default="tanh", choices=("tanh", "sigmoid"), help="lut_mlp activation")
     p.add_argument("--data", default=None, help=".npz with x_train/y_train/x_test/y_test or x/y "

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from flax import nnx
 
     import hwjax.nn as hn
-    import models
+    from hwjax import models
     from hwjax import targets as T
     from hwjax._evaluate import _as_output
     from hwjax._export import export, load

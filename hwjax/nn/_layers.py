@@ -435,7 +435,7 @@ class Add(HwLayer):
 
     def __init__(self, *, activation=None, target, mode: Mode = "float", learn_scale: bool = False):
         self.activation = check_activation(activation)
-        super().__init__(target, mode=mode, learn_scale=learn_scale)
+        super().__init__(target, mode=mode, learn_scale=learn_scale, activation=self.activation)
 
     def __call__(self, x1, x2, *, return_stats: bool = False):
         relu = self.activation == "relu"

@@ -15,9 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import hwjax.nvdla as nvdla_pkg
-from hwjax.core import div_rn, extract_patches, shift_right
+from hwjax.core import div_rn, shift_right
 from hwjax.errors import UnsupportedOpError
-from hwjax.graph import geometry
 from hwjax.targets._base import Target, float_exponent, no_acc, pytree, register, static
 
 
@@ -92,7 +91,11 @@ class NVDLA(Target):
     * ``lut``: X1 MUL to the LUT's Q12 input, the SDP LUT (:func:`hwjax.nvdla.sdp_lut`,
       programmed by the ``sigmoid_lut`` / ``tanh_lut`` presets), and the output
       convertor from ``32767 * fn(x)`` to int8.
-    * ``maxpool``: PDP max pooling (exact int8 maximum).
+    * ``depthwise_conv``: the same pipeline per channel (NVDLA runs it as a convolution
+      whose kernel is zero outside each channel's own taps).
+    * ``maxpool`` / ``avgpool``: the PDP (exact int8 maximum; window sum times the
+      firmware's reciprocals ``floor(2**16 / k)``, rounded half away from zero).
+    * ``add``: the SDP element-wise path (:func:`hwjax.nvdla.sdp_add_int8`); no fused ReLU.
     """
 
     name: ClassVar[str] = "nvdla"
@@ -103,6 +106,12 @@ class NVDLA(Target):
         super().check_op(op, **config)
         if op == "lut" and config.get("fn") is not None:
             nvdla_lut_config(config["fn"])
+        if op == "add" and config.get("activation") is not None:
+            raise UnsupportedOpError("NVDLA's SDP has no ReLU after the element-wise (Y) unit: use an add "
+                                     "without activation")
+        for key in ("window",):
+            if op in ("avgpool", "maxpool") and config.get(key) is not None and max(config[key]) > 8:
+                raise UnsupportedOpError(f"NVDLA's PDP pools windows of at most 8 x 8, got {config[key]}")
 
 
 # ------------------------------------------------------------------ linear ops
@@ -110,6 +119,8 @@ class NVDLA(Target):
 
 def _conv_params(op: str):
     def params(target, attrs, p, q_in, q_out) -> NVDLAConvParams:
+        """``bias16 << bias_shift ~ bias`` (the largest int16 the bias fits, rounded half away
+        from zero) and ``mul16 * 2**-mul_shift ~ s_in s_w[c] / s_out``."""
         k = jnp.asarray(p["kernel"]).astype(jnp.int32)
         if op == "dense":
             k = k.reshape(k.shape[0], 1, 1, k.shape[1])
@@ -126,23 +137,19 @@ def _conv_params(op: str):
 
 def _conv_run(op: str):
     def run(target, attrs, params: NVDLAConvParams, x, return_acc: bool = False):
-        """Exact int32 accumulation over gather-free patches, then the SDP X1 stage."""
-        cvt = nvdla_pkg.cvt
-        x4 = x[:, None, None, :] if op == "dense" else x
-        geom = geometry({"kernel_size": (1, 1)} if op == "dense" else attrs, x4.shape)
-        patches = extract_patches(x4.astype(jnp.int8), geom, pad_value=jnp.int8(0))
-        k = params.kernel.reshape(params.kernel.shape[0], -1)
-        if k.shape[1] * 128 * 128 > 2**31 - 1:
-            raise ValueError(f"an NVDLA convolution with {k.shape[1]} products per output could exceed int32; "
-                             f"the exact int32 accumulation here supports at most 131071 (kh*kw*C_in)")
-        acc = jax.lax.dot_general(patches, k, (((3,), (1,)), ((), ())), preferred_element_type=jnp.int32)
-        v = cvt(acc, offset=-(params.bias16 << params.bias_shift), scale=1, shift=0, out_bits=32)
-        v = cvt(v, offset=0, scale=params.mul16, shift=params.mul_shift, out_bits=32)
-        if params.relu:
-            v = jnp.maximum(v, 0)
-        y = cvt(v, offset=0, scale=1, shift=0, out_bits=8, stage_bits=17).astype(jnp.int32)
+        """:func:`hwjax.nvdla.conv2d_int8` (exact CMAC/CACC, then the SDP X1 program) or
+        :func:`hwjax.nvdla.depthwise_conv2d_int8`; padded taps read 0 (the zero point)."""
+        sdp = dict(bias16=params.bias16, bias_shift=params.bias_shift, mul16=params.mul16,
+                   mul_shift=params.mul_shift, relu=params.relu)
         if op == "dense":
+            y, acc = nvdla_pkg.conv2d_int8(x[:, None, None, :], params.kernel, **sdp)
             y, acc = y[:, 0, 0, :], acc[:, 0, 0, :]
+        elif op == "depthwise_conv":
+            y, acc = nvdla_pkg.depthwise_conv2d_int8(x, params.kernel, stride=attrs["stride"],
+                                                     padding=attrs["padding"], **sdp)
+        else:
+            y, acc = nvdla_pkg.conv2d_int8(x, params.kernel, stride=attrs["stride"], padding=attrs["padding"], **sdp)
+        y = y.astype(jnp.int32)
         if not return_acc:
             return y
         return y, {"count": jnp.int32(acc.size), "saturated": jnp.int32(0)}  # CACC is exact: never saturates
@@ -150,42 +157,143 @@ def _conv_run(op: str):
     return run
 
 
-def _conv_export(target, attrs, params: NVDLAConvParams):
-    """``weights``: :func:`hwjax.nvdla.pack_dc_weights` of the KCRS kernel (the
-    direct-convolution byte image); ``sdp``: :func:`hwjax.nvdla.pack_sdp_per_channel` of the
-    (bias16, mul16) operands; shifts and ReLU to the manifest."""
+def _kcrs(params: NVDLAConvParams, op: str) -> np.ndarray:
+    """The KCRS kernel the CMAC reads: a depthwise (kh, kw, C) kernel becomes the C x C
+    kernel with zeros off the diagonal, as NVIDIA's compiler squashes groups."""
     k = np.asarray(params.kernel, np.int8)
-    kcrs = np.transpose(k, (0, 3, 1, 2))
-    image = np.asarray(nvdla_pkg.pack_dc_weights(kcrs, dtype=np.int8), np.uint8)
-    sdp = np.asarray(nvdla_pkg.pack_sdp_per_channel(np.asarray(params.bias16, np.int16),
-                                                    np.asarray(params.mul16, np.int16), dtype=np.int16), np.uint8)
-    meta = {"kernel_shape": list(k.shape), "bias_shift": int(params.bias_shift), "mul_shift": int(params.mul_shift),
-            "relu": bool(params.relu)}
-    return {"weights": image, "sdp": sdp}, meta
+    if op == "depthwise_conv":
+        kh, kw, c = k.shape
+        full = np.zeros((c, c, kh, kw), np.int8)
+        full[np.arange(c), np.arange(c)] = np.transpose(k, (2, 0, 1))
+        return full
+    return np.transpose(k, (0, 3, 1, 2))
 
 
-def _conv_load(target, attrs, tensors, meta) -> NVDLAConvParams:
-    shape = tuple(int(v) for v in meta["kernel_shape"])
-    if len(shape) != 4:
-        raise ValueError(f"kernel_shape must have 4 entries, got {list(shape)}")
-    kcrs = nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (shape[0], shape[3], shape[1], shape[2]),
-                                       dtype=jnp.int8)
-    bias16, mul16 = nvdla_pkg.unpack_sdp_per_channel(jnp.asarray(tensors["sdp"]), shape[0], dtype=jnp.int16)
-    return NVDLAConvParams(jnp.transpose(kcrs, (0, 2, 3, 1)).astype(jnp.int8), bias16.astype(jnp.int32),
-                           jnp.int32(meta["bias_shift"]), mul16.astype(jnp.int32), jnp.int32(meta["mul_shift"]),
-                           bool(meta["relu"]))
+def _conv_export(op: str):
+    def export(target, attrs, params: NVDLAConvParams):
+        """``weights``: :func:`hwjax.nvdla.pack_dc_weights` of the KCRS kernel (the
+        direct-convolution byte image; depthwise: the zero-padded C x C kernel); ``sdp``:
+        :func:`hwjax.nvdla.pack_sdp_per_channel` of the (bias16, mul16) operands; shifts and
+        ReLU to the manifest."""
+        image = np.asarray(nvdla_pkg.pack_dc_weights(_kcrs(params, op), dtype=np.int8), np.uint8)
+        sdp = np.asarray(nvdla_pkg.pack_sdp_per_channel(np.asarray(params.bias16, np.int16),
+                                                        np.asarray(params.mul16, np.int16), dtype=np.int16), np.uint8)
+        meta = {"kernel_shape": list(np.asarray(params.kernel).shape), "bias_shift": int(params.bias_shift),
+                "mul_shift": int(params.mul_shift), "relu": bool(params.relu)}
+        return {"weights": image, "sdp": sdp}, meta
+
+    return export
 
 
-for _op in ("conv", "dense"):
-    NVDLA.implements(_op, params=_conv_params(_op), export=_conv_export, load=_conv_load)(_conv_run(_op))
+def _conv_load(op: str):
+    def load(target, attrs, tensors, meta) -> NVDLAConvParams:
+        shape = tuple(int(v) for v in meta["kernel_shape"])
+        if len(shape) != (3 if op == "depthwise_conv" else 4):
+            raise ValueError(f"kernel_shape {list(shape)} does not fit a {op} kernel")
+        if op == "depthwise_conv":
+            kh, kw, c = shape
+            kcrs = np.asarray(nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (c, c, kh, kw),
+                                                          dtype=jnp.int8))
+            diag = kcrs[np.arange(c), np.arange(c)]
+            if np.count_nonzero(kcrs) != np.count_nonzero(diag):
+                raise ValueError("depthwise weights have non-zero taps outside their own channel")
+            kernel = jnp.asarray(np.transpose(diag, (1, 2, 0)), jnp.int8)
+            c_out = c
+        else:
+            kcrs = nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (shape[0], shape[3], shape[1], shape[2]),
+                                               dtype=jnp.int8)
+            kernel = jnp.transpose(kcrs, (0, 2, 3, 1)).astype(jnp.int8)
+            c_out = shape[0]
+        bias16, mul16 = nvdla_pkg.unpack_sdp_per_channel(jnp.asarray(tensors["sdp"]), c_out, dtype=jnp.int16)
+        return NVDLAConvParams(kernel, bias16.astype(jnp.int32), jnp.int32(meta["bias_shift"]),
+                               mul16.astype(jnp.int32), jnp.int32(meta["mul_shift"]), bool(meta["relu"]))
+
+    return load
+
+
+def _depthwise_params(target, attrs, p, q_in, q_out) -> NVDLAConvParams:
+    """As for ``conv``, with the (kh, kw, C) kernel kept in its own layout."""
+    conv = _conv_params("conv")(target, attrs, {**p, "kernel": jnp.zeros((1, 1, 1, 1), jnp.int8)}, q_in, q_out)
+    return NVDLAConvParams(jnp.asarray(p["kernel"]).astype(jnp.int8), conv.bias16, conv.bias_shift, conv.mul16,
+                           conv.mul_shift, conv.relu)
+
+
+for _op in ("conv", "dense", "depthwise_conv"):
+    NVDLA.implements(_op, params=_depthwise_params if _op == "depthwise_conv" else _conv_params(_op),
+                     export=_conv_export(_op), load=_conv_load(_op))(_conv_run(_op))
+
+
+# ----------------------------------------------------------------------- pools
+
+
+def _pool_attrs(attrs) -> tuple:
+    return tuple(attrs["window"]), tuple(attrs["strides"])
 
 
 @NVDLA.implements("maxpool")
 def _nvdla_maxpool(target, attrs, params, x, return_acc: bool = False):
-    """PDP max pooling: the int8 maximum over each window (no padding)."""
-    y = jax.lax.reduce_window(x.astype(jnp.int32), jnp.int32(-128), jax.lax.max, (1, *attrs["window"], 1),
-                              (1, *attrs["strides"], 1), "VALID")
-    return no_acc(y, return_acc)
+    """PDP max pooling (:func:`hwjax.nvdla.pdp_maxpool_int8`): the int8 maximum over each
+    VALID window."""
+    window, strides = _pool_attrs(attrs)
+    return no_acc(nvdla_pkg.pdp_maxpool_int8(x, window, strides).astype(jnp.int32), return_acc)
+
+
+def _avgpool_params(target, attrs, p, q_in, q_out) -> dict:
+    """The reciprocals NVDLA's firmware programs: ``floor(2**16 / k)`` per window extent."""
+    (kh, kw), _ = _pool_attrs(attrs)
+    return {"recip_kernel_width": jnp.int32(nvdla_pkg.pdp_recip_kernel(kw)),
+            "recip_kernel_height": jnp.int32(nvdla_pkg.pdp_recip_kernel(kh))}
+
+
+def _register_export(target, attrs, params):
+    """No tensors; the register values to the manifest."""
+    return {}, {k: int(v) for k, v in params.items()}
+
+
+def _register_load(names):
+    def load(target, attrs, tensors, meta) -> dict:
+        return {k: jnp.int32(int(meta[k])) for k in names}
+
+    return load
+
+
+@NVDLA.implements("avgpool", params=_avgpool_params, export=_register_export,
+                  load=_register_load(("recip_kernel_width", "recip_kernel_height")))
+def _nvdla_avgpool(target, attrs, params, x, return_acc: bool = False):
+    """PDP average pooling (:func:`hwjax.nvdla.pdp_avgpool_int8`): the exact window sum times
+    the width and height reciprocals, each rounded half away from zero. The output keeps
+    the input's quantisation."""
+    window, strides = _pool_attrs(attrs)
+    y = nvdla_pkg.pdp_avgpool_int8(x, window, strides, recip_kernel_width=params["recip_kernel_width"],
+                                   recip_kernel_height=params["recip_kernel_height"])
+    return no_acc(y.astype(jnp.int32), return_acc)
+
+
+# ------------------------------------------------------------------------- add
+
+_ADD_GUARD_BITS = 8  # the sum is formed in units of s_out / 2**8, then the output convertor drops them
+
+
+def _add_params(target, attrs, p, q_in, q_out) -> dict:
+    """``x_mul 2**-x_shift ~ 2**8 s1 / s_out`` and ``y_scale 2**-y_shift ~ 2**8 s2 / s_out``
+    (int16 multipliers), output convertor ``rshift_rhaz(s, 8)``: ``z ~ (s1 x + s2 y) / s_out``
+    (zero points are 0 on NVDLA)."""
+    if attrs.get("activation") is not None:
+        raise UnsupportedOpError("NVDLA's SDP has no ReLU after the element-wise (Y) unit: an add with a "
+                                 "fused ReLU cannot run on it")
+    x_mul, x_shift = _scale_shift(div_rn(q_in[0].scale, q_out.scale) * float(2**_ADD_GUARD_BITS))
+    y_scale, y_shift = _scale_shift(div_rn(q_in[1].scale, q_out.scale) * float(2**_ADD_GUARD_BITS))
+    return {"x_mul": x_mul, "x_shift": x_shift, "y_scale": y_scale, "y_shift": y_shift}
+
+
+@NVDLA.implements("add", params=_add_params, export=_register_export,
+                  load=_register_load(("x_mul", "x_shift", "y_scale", "y_shift")))
+def _nvdla_add(target, attrs, params, x1, x2, return_acc: bool = False):
+    """:func:`hwjax.nvdla.sdp_add_int8`: ``x1`` through the X1 multiplier, ``x2`` as the Y
+    unit's element-wise operand through its convertor, summed, then the output convertor."""
+    y = nvdla_pkg.sdp_add_int8(x1, x2, x_mul=params["x_mul"], x_shift=params["x_shift"], y_scale=params["y_scale"],
+                               y_shift=params["y_shift"], out_scale=1, out_shift=_ADD_GUARD_BITS)
+    return no_acc(y.astype(jnp.int32), return_acc)
 
 
 # ------------------------------------------------------------------------- LUT

@@ -1,0 +1,167 @@
+"""hwjax.graph and the Target registry: the seams are real (a toy op and target from outside
+the package), graphs from hwjax.nn models run bit-exactly, validation names the node,
+and NVDLA runs depthwise conv, add and average pooling through the same seams."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import hwjax
+import hwjax.graph as hg
+import hwjax.nn as hn
+from hwjax import nvdla
+from hwjax import targets as T
+from hwjax.errors import FormatError, UnsupportedOpError
+
+RNG = np.random.default_rng(99)
+
+
+# ------------------------------------------------------- a toy op and target from outside
+
+
+class _Double(hg.OpSpec):
+    """``y = clip(2 x + offset, -128, 127)`` on int8 values."""
+
+    name = "toy_double"
+    attrs = {"offset": 0}
+
+
+def _double_params(target, attrs, portable, q_in, q_out):
+    return {"gain": jnp.int32(target.gain)}
+
+
+def _double_run(target, attrs, params, x, return_acc=False):
+    y = jnp.clip(params["gain"] * x.astype(jnp.int32) + attrs["offset"], -128, 127)
+    return (y, None) if return_acc else y
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToyChip(T.Target):
+    name = "toy-chip"
+    gain: int = 2
+
+
+@pytest.fixture(scope="module")
+def toy():
+    if "toy_double" not in hg.ops():
+        hg.register_op(_Double())
+    _ToyChip.implements("toy_double", params=_double_params)(_double_run)
+    T.register("toy-chip", _ToyChip, replace=True)
+    return T.get("toy-chip", gain=3)
+
+
+def _toy_graph():
+    q = hg.Quant.of(0.5, 0)
+    tensors = {"x": hg.Tensor("x", (4,), "float32"), "q": hg.Tensor("q", (4,), "int8", q),
+               "y": hg.Tensor("y", (4,), "int8", q)}
+    nodes = (hg.Node("quantize", ("x",), ("q",)), hg.Node("toy_double", ("q",), ("y",), {"offset": 1}))
+    return hg.Graph(tensors, nodes, ("x",), ("y",)).validate()
+
+
+def test_a_toy_op_and_target_registered_from_outside_run(toy):
+    assert "toy-chip" in T.available() and "toy_double" in hg.ops()
+    assert toy.ops() == {"toy_double", "quantize", "flatten"}
+    g = _toy_graph()
+    x = np.array([[0.0, 1.0, -1.5, 30.0], [2.0, -0.5, 0.25, -100.0]], np.float32)
+    q = np.clip(np.round(x / 0.5), -128, 127)
+    want = np.clip(3 * q + 1, -128, 127)
+    np.testing.assert_array_equal(np.asarray(hg.run(g, x, toy)), want)
+    np.testing.assert_array_equal(np.asarray(hg.jit_run(g, x, toy)), want)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda v: hg.run(g, v, toy))(x)), want)  # one example each
+    np.testing.assert_array_equal(np.asarray(hg.run(g, x[0], "toy-chip")), np.clip(2 * q[0] + 1, -128, 127))
+    lowered = hg.lower(g, toy)
+    assert lowered.target == toy and int(lowered.nodes[1].params["gain"]) == 3
+    with pytest.raises(ValueError, match="lowered for"):
+        hg.run(lowered, x, T.XS3())
+    with pytest.raises(UnsupportedOpError, match="cannot run a 'toy_double' op"):
+        hg.run(g, x, T.XS3())
+    y, inter = hg.run(g, x, toy, intermediates=True)
+    np.testing.assert_array_equal(np.asarray(inter["q"]), q)
+
+
+def test_validation_names_the_node():
+    g = _toy_graph()
+    bad = g.replace(nodes=(g.nodes[1], g.nodes[0]))
+    with pytest.raises(FormatError, match="node #0 'y' .toy_double.: input 'q' is not a graph input"):
+        bad.validate()
+    t = dict(g.tensors, y=hg.Tensor("y", (5,), "int8", g.tensors["y"].quant))
+    with pytest.raises(FormatError, match="output 'y' has shape \\(5,\\), the op infers \\(4,\\)"):
+        g.replace(tensors=t).validate()
+    with pytest.raises(FormatError, match="unknown op kind 'nope'"):
+        g.replace(nodes=(g.nodes[0], g.nodes[1].replace(op="nope"))).validate()
+    with pytest.raises(FormatError, match="unknown attributes \\['stride'\\]"):
+        g.replace(nodes=(g.nodes[0], g.nodes[1].replace(attrs=hg.Attrs({"stride": 1})))).validate()
+    with pytest.raises(ValueError, match="already registered"):
+        hg.register_op(_Double())
+
+
+# ------------------------------------------------------------- nn models as graphs
+
+
+def _calibrated(model, x):
+    hn.set_mode(model, "calibrate")
+    model(x)
+    hn.set_mode(model, "hardware")
+    return model
+
+
+def _block_model(target):
+    r = nnx.Rngs(5)
+    body = hn.Sequential({"dw": hn.DepthwiseConv(8, 3, target=target, rngs=r)})
+    return hn.Sequential({
+        "input": hn.Quantize(target=target),
+        "conv": hn.Conv(2, 8, 3, activation="relu", target=target, rngs=r),
+        "block": hn.Residual(body, hn.Add(target=target)),
+        "avg": hn.AvgPool(2, strides=1, target=target),
+        "max": hn.MaxPool(2, target=target),
+        "flat": hn.Flatten(target=target),
+        "fc": hn.Dense(2 * 2 * 8, 5, target=target, rngs=r),
+    })
+
+
+@pytest.mark.parametrize("target", [T.XS3(), T.NVDLA()], ids=["xs3", "nvdla"])
+def test_graph_of_a_model_runs_its_hardware_mode_bit_exactly(target, tmp_path):
+    x = jnp.asarray(RNG.uniform(-1, 1, (16, 6, 6, 2)), jnp.float32)
+    model = _calibrated(_block_model(target), x)
+    g = hn.to_graph(model, (6, 6, 2))
+    assert [n.op for n in g.nodes] == ["quantize", "conv", "depthwise_conv", "add", "avgpool", "maxpool",
+                                       "flatten", "dense"]
+    want = np.asarray(model(x).q, np.int32)
+    np.testing.assert_array_equal(np.asarray(hg.jit_run(g, x, target)), want)
+    np.testing.assert_array_equal(np.asarray(hg.jit_run(hg.lower(g, target), x)), want)
+    loaded = hwjax.load(hwjax.export(model, tmp_path / "m", input_shape=(6, 6, 2)))
+    np.testing.assert_array_equal(np.asarray(loaded(x)), want)
+    assert loaded.graph.target == target
+
+
+def test_nvdla_depthwise_add_and_avgpool_are_the_nvdla_kernels():
+    t = T.NVDLA()
+    x = jnp.asarray(RNG.uniform(-1, 1, (8, 6, 6, 2)), jnp.float32)
+    model = _calibrated(_block_model(t), x)
+    g = hg.lower(hn.to_graph(model, (6, 6, 2)), t)
+    _, v = hg.run(g, x, intermediates=True)
+    dw, add, avg = (g.node(n) for n in ("block.body.dw", "block.add", "avg"))
+    p = dw.params
+    y_dw, _ = nvdla.depthwise_conv2d_int8(v["conv"], p.kernel, stride=1, padding=((1, 1), (1, 1)), bias16=p.bias16,
+                                          bias_shift=p.bias_shift, mul16=p.mul16, mul_shift=p.mul_shift)
+    np.testing.assert_array_equal(np.asarray(v["block.body.dw"]), np.asarray(y_dw, np.int32))
+    a = add.params
+    y_add = nvdla.sdp_add_int8(v["conv"], v["block.body.dw"], x_mul=a["x_mul"], x_shift=a["x_shift"],
+                               y_scale=a["y_scale"], y_shift=a["y_shift"], out_scale=1, out_shift=8)
+    np.testing.assert_array_equal(np.asarray(v["block.add"]), np.asarray(y_add, np.int32))
+    y_avg = nvdla.pdp_avgpool_int8(v["block.add"], (2, 2), (1, 1))
+    np.testing.assert_array_equal(np.asarray(v["avg"]), np.asarray(y_avg, np.int32))
+    assert int(avg.params["recip_kernel_width"]) == 2**16 // 2
+    # the add is close to the real sum of its dequantised inputs (within 1 LSB + rounding)
+    s = {n: float(np.asarray(g.tensors[n].quant.scale)) for n in ("conv", "block.body.dw", "block.add")}
+    real = (np.asarray(v["conv"]) * s["conv"] + np.asarray(v["block.body.dw"]) * s["block.body.dw"]) / s["block.add"]
+    inside = np.abs(real) < 127
+    assert np.max(np.abs(np.asarray(v["block.add"])[inside] - real[inside])) <= 1.0
+    with pytest.raises(UnsupportedOpError, match="no ReLU after the element-wise"):
+        hn.Add(activation="relu", target=t)
