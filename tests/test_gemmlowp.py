@@ -370,6 +370,12 @@ def test_stages_are_pytrees():
     assert back.shape == "col" and back.shift_left_overflow == "saturate"
     with pytest.raises(Exception):
         st_.result_exponent = 1  # frozen
+    # Stages of different classes never share a tree structure (jit keys its cache on it;
+    # JAX's registered dataclasses with equal static fields compare equal across classes).
+    structure = jax.tree_util.tree_structure
+    assert structure(G.SaturatingCastToUint8()) != structure(G.SaturatingCastToInt16())
+    assert structure(G.QuantizeDownInt32ToUint8Scale(1, 2, 3)) != structure(G.QuantizeDownInt32ByFixedPoint(1, 2, 3))
+    assert structure(G.Clamp(1, 2)) == structure(G.Clamp(3, 4))
 
 
 def test_results_identical_with_x64(pipelines):

@@ -23,11 +23,29 @@ _SHAPES = ("row", "col")
 
 
 def _pytree(cls=None, *, meta: tuple[str, ...] = ()):
+    """A frozen dataclass registered as a pytree: numeric fields are children, ``meta``
+    fields are static. The auxiliary data holds the class itself, because JAX compares
+    the tree structures of two registered dataclasses with the same static values as
+    equal even when their classes differ (e.g. two field-less cast stages), which would
+    let ``jit`` reuse one stage's compiled program for another."""
     def wrap(c):
         c = dataclasses.dataclass(frozen=True)(c)
         fields = [f.name for f in dataclasses.fields(c)]
-        return jax.tree_util.register_dataclass(
-            c, data_fields=[f for f in fields if f not in meta], meta_fields=list(meta))
+        data = [f for f in fields if f not in meta]
+
+        def flatten(obj):
+            return [getattr(obj, f) for f in data], (c, tuple(getattr(obj, m) for m in meta))
+
+        def unflatten(aux, children):
+            obj = object.__new__(c)
+            for name, value in zip(data, children):
+                object.__setattr__(obj, name, value)
+            for name, value in zip(meta, aux[1]):
+                object.__setattr__(obj, name, value)
+            return obj
+
+        jax.tree_util.register_pytree_node(c, flatten, unflatten)
+        return c
     return wrap if cls is None else wrap(cls)
 
 
