@@ -8,6 +8,11 @@ from :mod:`hwjax.xs3._vpu`, so the variant quirks come from the instructions.
 Accumulators may have any leading shape ``(..., C)``; per-channel parameters have
 shape ``(C,)`` (or broadcast against ``acc``). Outputs are int8 arrays.
 
+Every transform checks its arguments in Python (values when concrete), then runs as
+one ``jax.jit``-compiled program (static: ``variant``, ``return_stats``,
+``saturation_grad``; shifts are traced), so an eager call compiles once per shapes and
+options; inside ``jit``, ``vmap`` or ``grad`` the program is inlined.
+
 Float inputs (:func:`otfn_int8`, :func:`otfn_int8_channelwise`): ``acc``,
 ``multipliers`` and ``biases`` may be float arrays holding integer values. The output
 is then the int8 result in that float dtype (bit-identical to the integer path) and
@@ -73,6 +78,31 @@ def _channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: int = 2*
     if a.shape != (channels,):
         raise ValueError(f"{name} must have shape ({channels},) (one per output channel), got {a.shape}")
     return a
+
+
+def _checked_acc32(acc, name: str = "acc", *, float_ok: bool = False) -> jax.Array:
+    """The checks of :func:`_acc32` without its int32 conversion (done in the jitted program)."""
+    a = vpu._checked(acc, name, -(2**31), 2**31 - 1, float_ok=float_ok, what=" of int32 accumulators")
+    if a.ndim < 1:
+        raise ValueError(f"{name} must have the output channels on its last axis, got a scalar")
+    return a
+
+
+def _checked_channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: int = 2**15 - 1, *,
+                           float_ok: bool = False) -> jax.Array:
+    """The checks of :func:`_channel_param` without its int32 conversion."""
+    a = vpu._checked(p, name, lo, hi, float_ok=float_ok, what=" (int16 values)")
+    if a.shape != (channels,):
+        raise ValueError(f"{name} must have shape ({channels},) (one per output channel), got {a.shape}")
+    return a
+
+
+def _checked_int8_operands(acc, multipliers, biases, *, float_ok: bool):
+    """The checks of :func:`_int8_operands` without the int32 conversions."""
+    a = _checked_acc32(acc, float_ok=float_ok)
+    c = a.shape[-1]
+    return (a, _checked_channel_param(multipliers, "multipliers", c, float_ok=float_ok),
+            _checked_channel_param(biases, "biases", c, float_ok=float_ok))
 
 
 # ------------------------------------------------------------------------- the steps
@@ -198,6 +228,13 @@ def otfn_int8_steps(acc, multipliers, biases, *, initial_shift: int, final_shr: 
     equals it when ``initial_shift > 0``. Arguments as for :func:`otfn_int8`.
     """
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
+    a, mul, bias = _checked_int8_operands(acc, multipliers, biases, float_ok=False)
+    return _otfn_int8_steps_impl(a, mul, bias, initial_shift, final_shr, variant=variant)
+
+
+@functools.partial(jax.jit, static_argnames=('variant',))
+def _otfn_int8_steps_impl(acc, multipliers, biases, initial_shift, final_shr, *, variant):
+    initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=False)
     return int8_steps(a, mul, bias, initial_shift, final_shr, variant=variant)
 
@@ -262,6 +299,15 @@ def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
     (``saturation_grad="zero"``; ``"pass"`` keeps the affine gradient there).
     """
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
+    a, mul, bias = _checked_int8_operands(acc, multipliers, biases, float_ok=True)
+    return _otfn_int8_impl(a, mul, bias, initial_shift, final_shr, variant=variant,
+                           return_stats=bool(return_stats), saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('variant', 'return_stats', 'saturation_grad'))
+def _otfn_int8_impl(acc, multipliers, biases, initial_shift, final_shr, *, variant, return_stats,
+                    saturation_grad):
+    initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=True)
     return S.call(int8_forward(variant, return_stats), int8_surrogate, a, mul, bias, initial_shift,
                   final_shr, saturation_grad=saturation_grad)
@@ -293,6 +339,20 @@ def otfn_int8_channelwise(acc, shifts, multipliers, biases, *, final_shr: int,
     ``2**-e1``: ``d/dacc = multipliers * 2**-(shifts + 14 + e2 + 8)``; 0 where any
     step clipped (``saturation_grad="zero"``).
     """
+    vpu._check_variant(variant)
+    final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
+    a = _checked_acc32(acc, float_ok=True)
+    c = a.shape[-1]
+    sh = _checked_channel_param(shifts, "shifts", c, -(2**15), 2**16 - 1)
+    mul = _checked_channel_param(multipliers, "multipliers", c, float_ok=True)
+    bias = _checked_channel_param(biases, "biases", c, float_ok=True)
+    return _otfn_int8_channelwise_impl(a, sh, mul, bias, final_shr, variant=variant,
+                                       return_stats=bool(return_stats), saturation_grad=saturation_grad)
+
+
+@functools.partial(jax.jit, static_argnames=('variant', 'return_stats', 'saturation_grad'))
+def _otfn_int8_channelwise_impl(acc, shifts, multipliers, biases, final_shr, *, variant, return_stats,
+                                saturation_grad):
     vpu._check_variant(variant)
     final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
     a = _acc32(acc, float_ok=True)
@@ -336,6 +396,21 @@ def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, 
     vpu._check_variant(variant)
     initial_shift = _shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
     final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
+    a = _checked_acc32(acc)
+    c = a.shape[-1]
+    off = _checked_channel_param(offsets, "offsets", c)
+    mul = _checked_channel_param(multipliers, "multipliers", c)
+    bias = _checked_channel_param(biases, "biases", c)
+    return _otfn_int8_clamped_impl(a, off, mul, bias, initial_shift, final_shr, variant=variant,
+                                   return_stats=bool(return_stats))
+
+
+@functools.partial(jax.jit, static_argnames=('variant', 'return_stats'))
+def _otfn_int8_clamped_impl(acc, offsets, multipliers, biases, initial_shift, final_shr, *, variant,
+                            return_stats):
+    vpu._check_variant(variant)
+    initial_shift = _shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
+    final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
     a = _acc32(acc)
     x = _low16(a)
     c = a.shape[-1]
@@ -376,6 +451,17 @@ def otfn_binary(acc, thresholds, *, variant: Variant = "hardware") -> jax.Array:
     Returns:
       uint8 array (..., C // 8): the bytes the chip writes. Integer inputs only.
     """
+    vpu._check_variant(variant)
+    a = _checked_acc32(acc)
+    c = a.shape[-1]
+    if c % EPV16:
+        raise ValueError(f"acc must have a multiple of {EPV16} channels (whole 16-lane groups), got {c}")
+    thr = _checked_channel_param(thresholds, "thresholds", c)
+    return _otfn_binary_impl(a, thr, variant=variant)
+
+
+@functools.partial(jax.jit, static_argnames=('variant',))
+def _otfn_binary_impl(acc, thresholds, *, variant):
     vpu._check_variant(variant)
     a = _acc32(acc)
     c = a.shape[-1]

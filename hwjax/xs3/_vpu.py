@@ -95,14 +95,16 @@ def _lanes(x, name: str, bits: int, *, float_ok: bool = False) -> jax.Array:
     return _int_operand(x, name, *_lane_range(bits), float_ok=float_ok)
 
 
-def _checked(x, name: str, lo: int, hi: int, *, float_ok: bool = False) -> jax.Array:
-    """The checks of :func:`_int_operand` (values when concrete) without its int32
-    conversion: the operand as a JAX array of its own dtype, converted inside the jitted
-    program (converting here would compile one program per dtype conversion)."""
+def _checked(x, name: str, lo: int, hi: int, *, float_ok: bool = False,
+             what: str = " (lane values)") -> jax.Array:
+    """The checks of :func:`hwjax.core._surrogate.operand` (as :func:`_int_operand` calls
+    it; values when concrete) without its int32 conversion: the operand as a JAX array of
+    its own dtype, converted inside the jitted program (converting here would compile one
+    program per dtype conversion)."""
     a = V.as_array(x, name)
     if V.kind(a, name) == "float":
         if not float_ok:
-            raise TypeError(f"{name} must be an integer array (lane values), got dtype {a.dtype} "
+            raise TypeError(f"{name} must be an integer array{what}, got dtype {a.dtype} "
                             f"(float arrays are accepted only for differentiable operands)")
         V.check_integral(a, name)
     V.check_range(a, lo, hi, name)
