@@ -274,10 +274,11 @@ def test_stats_count_saturated_outputs():
 def test_legacy_and_nvdla_targets_reject_layers_they_cannot_run():
     with pytest.raises(NotImplementedError, match="multiple of 4"):
         hn.Conv(1, 8, 3, target=T.XS3Legacy(), rngs=nnx.Rngs(0))
-    with pytest.raises(NotImplementedError, match="cannot run a 'avgpool' layer"):
-        hn.AvgPool(2, target=T.NVDLA())
-    with pytest.raises(NotImplementedError, match="cannot run a 'add' layer"):
-        hn.Add(target=T.NVDLA())
+    with pytest.raises(NotImplementedError, match="PDP pools windows of at most 8 x 8"):
+        hn.AvgPool(9, target=T.NVDLA())
+    with pytest.raises(NotImplementedError, match="no ReLU after the element-wise"):
+        hn.Add(activation="relu", target=T.NVDLA())
+    hn.AvgPool(2, target=T.NVDLA()), hn.Add(target=T.NVDLA())  # both run on NVDLA's PDP / SDP
 
 
 def _mlp(target, fn=None):

@@ -370,6 +370,11 @@ class _Pool(HwLayer):
     def node_attrs(self, in_shape=None) -> Attrs:
         return Attrs({"window": self.window, "strides": self.strides})
 
+    def _pool_int(self, x_int, x: QArray):
+        """The target's exact pool of ``x_int`` (the output keeps ``x``'s quantisation)."""
+        attrs, q = self.node_attrs(), Quant.of(sg(x.scale), x.zero_point)
+        return self.op_run(attrs, self.op_params(attrs, None, [q], q), x_int)
+
     def _reduce(self, x, init, op):
         return jax.lax.reduce_window(x, init, op, (1, *self.window, 1), (1, *self.strides, 1), "VALID")
 
@@ -390,7 +395,7 @@ class MaxPool(_Pool):
             y = self._reduce(x, -jnp.inf, jax.lax.max)
             return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
         x_int = sg(x.q).astype(jnp.int8)
-        y_int = compute_once(lambda v: self.op_run(self.node_attrs(), None, v), (x_int,), x.zero_point)
+        y_int = compute_once(lambda v: self._pool_int(v, x), (x_int,), x.zero_point)
         y = exact_forward(y_int, self._reduce(x.q, -jnp.inf, jax.lax.max))
         return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)  # cannot clip
 
@@ -412,7 +417,7 @@ class AvgPool(_Pool):
             y = self._reduce(x, 0.0, jax.lax.add) / n
             return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
         x_int = sg(x.q).astype(jnp.int8)
-        y_int = compute_once(lambda v: self.op_run(self.node_attrs(), None, v), (x_int,), x.zero_point)
+        y_int = compute_once(lambda v: self._pool_int(v, x), (x_int,), x.zero_point)
         y = exact_forward(y_int, clip_int8(self._reduce(x.q, 0.0, jax.lax.add) / n))
         return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)  # an average of int8
 
