@@ -12,7 +12,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from hwjax.nn._qarray import QArray
+from hwjax.nn import QArray
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ class Run:
         return max(1, len(self.x_tr) // self.args.batch_size)
 
     def accuracy(self, x, y, batch_size: int = 256) -> float:
-        from hwjax._evaluate import evaluate
+        from hwjax import evaluate
 
         return evaluate(self.model, (x, y), batch_size=batch_size, mesh=self.mesh).accuracy
 
@@ -272,7 +272,7 @@ def _hat_phase(run: Run) -> None:
 def _finish(run: Run, t_start: float) -> dict:
     """Saturation report, curves, export, results.json and the summary table."""
     import hwjax.nn as hn
-    from hwjax._export import export
+    from hwjax import export
 
     from ._loop import layer_stats
     from ._report import final_table, plot_curves, saturation_report
@@ -319,8 +319,8 @@ def _config(args) -> dict:
 
 
 def run_eval(args) -> dict:
-    from hwjax._evaluate import evaluate
-    from hwjax._export import load
+    from hwjax import evaluate
+    from hwjax import load
 
     from . import _data
 
@@ -337,7 +337,7 @@ def run_export(args) -> Path:
     from flax import nnx
 
     import hwjax.nn as hn
-    from hwjax._export import export
+    from hwjax import export
 
     from ._ckpt import Checkpoints
 

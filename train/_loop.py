@@ -33,6 +33,24 @@ def _batches(n: int, batch_size: int, rng: Optional[np.random.Generator], drop_l
         yield idx[s:s + batch_size]
 
 
+def make_step(graphdef, tx: optax.GradientTransformation) -> Callable:
+    """The pure training step ``step(params, opt_state, rest, x, y) -> (params, opt_state,
+    loss, accuracy)``: softmax cross-entropy of the (dequantised) logits of the model
+    ``nnx.merge(graphdef, params, rest)``, one ``value_and_grad`` and one optax update."""
+
+    def loss_fn(params, rest, x, y):
+        logits = hn.as_float(nnx.merge(graphdef, params, rest)(x))
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+        return loss, jnp.mean(jnp.argmax(logits, -1) == y)
+
+    def step(params, opt_state, rest, x, y):
+        (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest, x, y)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, acc
+
+    return step
+
+
 class Trainer:
     """Trains a hwjax model in the mode its layers are in (float or hardware).
 
@@ -55,18 +73,7 @@ class Trainer:
         self._step = self._build_step()
 
     def _build_step(self) -> Callable:
-        graphdef, tx = self.graphdef, self.tx
-
-        def loss_fn(params, rest, x, y):
-            logits = hn.as_float(nnx.merge(graphdef, params, rest)(x))
-            loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-            return loss, jnp.mean(jnp.argmax(logits, -1) == y)
-
-        def step(params, opt_state, rest, x, y):
-            (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, rest, x, y)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, loss, acc
-
+        step = make_step(self.graphdef, self.tx)
         if self.mesh is None:
             return jax.jit(step, donate_argnums=(0, 1))
         rep, data = NamedSharding(self.mesh, P()), NamedSharding(self.mesh, P(tuple(self.mesh.axis_names)))

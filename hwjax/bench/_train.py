@@ -21,23 +21,12 @@ import numpy as np
 
 
 def _steps(model, tx):
-    import optax
     from flax import nnx
 
-    import hwjax.nn as hn
+    from hwjax.train._loop import make_step
 
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-
-    def step(params, opt_state, rest, x, y):
-        def loss_fn(p):
-            logits = hn.as_float(nnx.merge(graphdef, p, rest)(x))
-            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    return jax.jit(step), (params, tx.init(params), rest)
+    return jax.jit(make_step(graphdef, tx)), (params, tx.init(params), rest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,13 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     import hwjax.nn as hn
     from hwjax import models
     from hwjax import targets as T
-    from hwjax._evaluate import _as_output
-    from hwjax._export import export, load
+    from hwjax import export, load
     from hwjax.bench import time_fn
 
     p = argparse.ArgumentParser(prog="python -m hwjax.bench train", description=__doc__)
     p.add_argument("--model", default="cnn", choices=("cnn", "mlp"))
-    p.add_argument("--variant", default="hardware")
+    p.add_argument("--target", default="xs3", choices=T.available(), help="a registered hwjax target")
+    p.add_argument("--variant", default=None, help="target variant (e.g. XS3: hardware, host, v2021)")
     p.add_argument("--batch-size", type=int, default=64, help="training batch (the demo's default)")
     p.add_argument("--eval-batch-size", type=int, default=256)
     p.add_argument("--repeats", type=int, default=5)
@@ -61,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = np.random.default_rng(0)
     shape = (8, 8, 1) if args.model == "cnn" else (64,)
-    model = models.build(args.model, T.XS3(variant=args.variant), rngs=nnx.Rngs(0))
+    target = T.get(args.target, **({"variant": args.variant} if args.variant else {}))
+    model = models.build(args.model, target, rngs=nnx.Rngs(0))
     x_cal = rng.uniform(0, 1, (512,) + shape).astype(np.float32)
     hn.set_mode(model, "calibrate")
     model(jnp.asarray(x_cal))
@@ -79,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     hn.set_mode(model, "hardware")
     xe = jnp.asarray(rng.uniform(0, 1, (args.eval_batch_size,) + shape).astype(np.float32))
     graphdef, state = nnx.split(model)
-    flax_eval = jax.jit(lambda st, v: _as_output(nnx.merge(graphdef, st)(v))[0])
+    flax_eval = jax.jit(lambda st, v: nnx.merge(graphdef, st)(v).q)
     t_flax = time_fn(flax_eval, state, xe, repeats=args.repeats)
     with tempfile.TemporaryDirectory() as d:
         loaded = load(export(model, d, input_shape=shape))
@@ -88,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     same = bool(np.array_equal(np.asarray(flax_eval(state, xe)), np.asarray(loaded_eval(loaded.state(), xe))))
 
     dev = jax.devices()[0]
-    print(f"hwjax train benchmark: {args.model} on XS3 ({args.variant}), {dev.platform} ({dev.device_kind}), "
+    print(f"hwjax train benchmark: {args.model} on {target!r}, {dev.platform} ({dev.device_kind}), "
           f"{jax.device_count()} device(s)")
     print(f"  float training step          (batch {args.batch_size}): {1e3 * times['float'].median:8.3f} ms "
           f"(best {1e3 * times['float'].best:.3f})")

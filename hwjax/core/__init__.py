@@ -8,17 +8,23 @@ from hwjax.core import _wide as wide
 from hwjax.core._float import div_rn, quantize_affine
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_taps
 from hwjax.core._mac import mac, mac_reference
+from hwjax.core._surrogate import SaturationGrad
 from hwjax.core._ops import (
     ROUNDING_MODES,
     fixed_mul,
+    float0_zeros,
     int_bounds,
     magnitude_bits,
     saturate,
     shift_right,
+    unbroadcast,
 )
 
 __all__ = [
     "ConvGeometry",
+    "SaturationGrad",
+    "float0_zeros",
+    "unbroadcast",
     "ROUNDING_MODES",
     "div_rn",
     "quantize_affine",

@@ -22,7 +22,7 @@ import numpy as np
 
 from hwjax.core import _validate as V
 from hwjax.core import wide
-from hwjax.core._ops import float0_zeros, int_bounds, unbroadcast
+from hwjax.core import float0_zeros, int_bounds, unbroadcast
 
 __all__ = [
     "CONVERTORS",

@@ -31,7 +31,7 @@ from hwjax.core import wide as W
 from hwjax.xs3 import _otfn
 from hwjax.core import _surrogate as S
 from hwjax.xs3 import _vpu as vpu
-from hwjax.core._surrogate import SaturationGrad
+from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import Variant
 
 _I32 = jnp.int32

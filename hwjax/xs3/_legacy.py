@@ -59,7 +59,7 @@ from hwjax.core import ConvGeometry, extract_patches, fixed_mul, mac, pool_out_h
 from hwjax.core import wide as W
 from hwjax.core import _surrogate as S
 from hwjax.xs3._bso import BsoFields, check_bso, split_bso
-from hwjax.core._surrogate import SaturationGrad
+from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import VARIANTS, vdepth8, vlmul, vlsat
 
 M32 = 2**31 - 1  # accumulator saturation bound

@@ -33,7 +33,7 @@ import numpy as np
 from hwjax.core import _validate as V
 from hwjax.core import _surrogate as S
 from hwjax.xs3 import _vpu as vpu
-from hwjax.core._surrogate import SaturationGrad
+from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import Variant
 
 _I32 = jnp.int32

@@ -49,7 +49,7 @@ from hwjax.core import _validate as V
 from hwjax.core import fixed_mul, saturate, shift_right
 from hwjax.core import wide as W
 from hwjax.core import _surrogate as S
-from hwjax.core._surrogate import SaturationGrad
+from hwjax.core import SaturationGrad
 
 Variant = Literal["hardware", "host", "v2021"]
 Mode = Literal[8, 16, 32]
