@@ -8,6 +8,10 @@ with an exact subtraction and product (two-word integers from :mod:`hwjax.core.w
 so up to 64 bits without ``jax_enable_x64``), a right shift rounded half away from zero
 and saturation; the CDMA and SDP output convertors saturate to int17 first (the value an
 fp16 output is converted from, and the stage whose saturation is flagged).
+
+The public functions check their arguments in Python (values when concrete), then run as
+one jitted program each (static: widths and options), so an eager call compiles once per
+shapes and options instead of once per ``jax.numpy`` operation.
 """
 
 from __future__ import annotations
@@ -60,6 +64,11 @@ def sign_extend(value: Any, bits: int):
     x = jnp.asarray(value)
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"value must be an integer array, got {x.dtype}")
+    return _sign_extend_jit(x, bits)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _sign_extend_jit(x: jax.Array, bits: int) -> jax.Array:
     u = x.astype(_U32) if x.dtype != jnp.int32 else jax.lax.bitcast_convert_type(x, _U32)
     mask = _U32(0xFFFFFFFF) if bits == 32 else _U32((1 << bits) - 1)
     sign = _U32(1 << (bits - 1))
@@ -86,7 +95,12 @@ def int_to_fp16(x: Any) -> jax.Array:
     if V.kind(x, "x") != "int":
         raise TypeError(f"x must be an integer array, got {x.dtype}")
     V.check_range(x, -(2**24), 2**24, "x")
-    return _int17_to_fp16(V.to_int32(x, "x"))
+    return _int_to_fp16_jit(x)
+
+
+@jax.jit
+def _int_to_fp16_jit(x: jax.Array) -> jax.Array:
+    return _int17_to_fp16(x.astype(_I32))
 
 
 # --------------------------------------------------------------------------------- cvt
@@ -157,11 +171,12 @@ def _check_out(out_bits, stage_bits):
 
 
 def _int_arg(v, lo, hi, name) -> jax.Array:
+    """A checked integer register operand (converted to int32 inside the jitted program)."""
     a = V.as_array(v, name)
     if V.kind(a, name) != "int":
         raise TypeError(f"{name} must be an integer or integer array, got dtype {a.dtype}")
     V.check_range(a, lo, hi, name)
-    return V.to_int32(a, name)
+    return a
 
 
 def cvt(x: Any, *, offset: Any, scale: Any, shift: Any, out_bits: OutBits,
@@ -207,38 +222,52 @@ def cvt(x: Any, *, offset: Any, scale: Any, shift: Any, out_bits: OutBits,
     sc = _int_arg(scale, -(2**15), 2**15 - 1, "scale")
     sh = _int_arg(shift, 0, 63, "shift")
     if isinstance(x, wide.Wide):
-        xw = wide.Wide(jnp.asarray(x.hi, _I32), jnp.asarray(x.lo, _U32))
-        if V.is_concrete(xw.hi) and V.is_concrete(xw.lo):
-            hi = np.asarray(xw.hi)
+        xa = wide.Wide(jnp.asarray(x.hi), jnp.asarray(x.lo))
+        if V.is_concrete(xa.hi) and V.is_concrete(xa.lo):
+            hi = np.asarray(xa.hi).astype(np.int64)
             if hi.size and (hi.min() < -256 or hi.max() > 255):
                 raise ValueError("x (Wide) must lie in [-2**40, 2**40)")
-        shape = xw.hi.shape
-        kind = "int"
+        shape = jnp.broadcast_shapes(xa.hi.shape, xa.lo.shape)
     else:
         xa = V.as_array(x, "x")
-        kind = V.kind(xa, "x")
+        if V.kind(xa, "x") == "float":
+            V.check_integral(xa, "x")
+            V.check_range(xa, -(2**31), 2**31 - 1, "x")
+        elif np.dtype(xa.dtype) == np.int64:
+            V.check_range(xa, -(2**31), 2**31 - 1, "x")
         shape = xa.shape
     try:
-        bshape = jnp.broadcast_shapes(shape, off.shape, sc.shape, sh.shape)
+        jnp.broadcast_shapes(shape, off.shape, sc.shape, sh.shape)
     except ValueError as e:
         raise ValueError(f"offset {off.shape}, scale {sc.shape} and shift {sh.shape} must "
                          f"broadcast against x {shape}") from e
+    y, flags = _cvt_jit(xa, off, sc, sh, stage_bits=stage_bits, out_bits=out_bits,
+                        saturation_grad=saturation_grad)
+    return (y, flags) if return_flags else y
+
+
+@functools.partial(jax.jit, static_argnames=("stage_bits", "out_bits", "saturation_grad"))
+def _cvt_jit(x, off, sc, sh, *, stage_bits, out_bits, saturation_grad):
+    """:func:`cvt` on checked operands, one program: ``(y, flags)`` (flags unused by the
+    caller cost nothing under an outer ``jit``)."""
+    off, sc, sh = (a.astype(_I32) for a in (off, sc, sh))
     sh = jnp.clip(sh, 0, 63)
-    if kind == "float":
-        V.check_integral(xa, "x")
-        V.check_range(xa, -(2**31), 2**31 - 1, "x")
+    if isinstance(x, wide.Wide):
+        xw = wide.Wide(jnp.asarray(x.hi, _I32), jnp.asarray(x.lo, _U32))
+        shape = jnp.broadcast_shapes(xw.hi.shape, xw.lo.shape)
+    else:
+        shape = x.shape
+    bshape = jnp.broadcast_shapes(shape, off.shape, sc.shape, sh.shape)
+    if not isinstance(x, wide.Wide) and jnp.issubdtype(x.dtype, jnp.floating):
         off_b, sc_b, sh_b = (jnp.broadcast_to(a, bshape) for a in (off, sc, sh))
-        y = _cvt_float(stage_bits, out_bits, saturation_grad)(xa, off_b, sc_b, sh_b)
-        if not return_flags:
-            return y
-        flags = _cvt_int_jit(wide.from_int32(jax.lax.stop_gradient(xa).astype(_I32)), off, sc, sh,
-                             stage_bits, out_bits)[2]
+        y = _cvt_float(stage_bits, out_bits, saturation_grad)(x, off_b, sc_b, sh_b)
+        flags = _cvt_int(wide.from_int32(jax.lax.stop_gradient(x).astype(_I32)), off, sc, sh,
+                         stage_bits, out_bits)[2]
         return y, jnp.broadcast_to(flags, bshape)
     if not isinstance(x, wide.Wide):
-        xw = wide.from_int32(V.to_int32(xa, "x"))
-    y, _, flags = _cvt_int_jit(xw, off, sc, sh, stage_bits, out_bits)
-    y, flags = jnp.broadcast_to(y, bshape), jnp.broadcast_to(flags, bshape)
-    return (y, flags) if return_flags else y
+        xw = wide.from_int32(x.astype(_I32))
+    y, _, flags = _cvt_int(xw, off, sc, sh, stage_bits, out_bits)
+    return jnp.broadcast_to(y, bshape), jnp.broadcast_to(flags, bshape)
 
 
 # -------------------------------------------------------------------- per-unit presets
@@ -390,6 +419,19 @@ def fp16_input(x: Any, *, unit: str, nan_to_zero: bool = False) -> jax.Array:
     """
     if unit not in INF_REPLACEMENT:
         raise ValueError(f"unit must be one of {tuple(INF_REPLACEMENT)}, got {unit!r}")
+    return _fp16_input_jit(_fp16_dtype_checked(x, "x"), unit=unit, nan_to_zero=bool(nan_to_zero))
+
+
+def _fp16_dtype_checked(x: Any, name: str) -> jax.Array:
+    """The dtype check of :func:`_fp16_array` (the bitcast runs inside the jitted program)."""
+    x = jnp.asarray(x)
+    if x.dtype not in (jnp.uint16, jnp.float16):
+        raise TypeError(f"{name} must be float16 (or uint16 fp16 bit patterns), got {x.dtype}")
+    return x
+
+
+@functools.partial(jax.jit, static_argnames=("unit", "nan_to_zero"))
+def _fp16_input_jit(x, *, unit, nan_to_zero):
     v = _fp16_array(x, "x").astype(jnp.float32)
     rep = INF_REPLACEMENT[unit]
     if rep is not None:
@@ -409,6 +451,11 @@ def fp16_output(x: Any) -> jax.Array:
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"x must be a float array, got {x.dtype}")
+    return _fp16_output_jit(x)
+
+
+@jax.jit
+def _fp16_output_jit(x):
     return jnp.clip(x.astype(jnp.float32), -FP16_MAX, FP16_MAX).astype(jnp.float16)
 
 
@@ -423,6 +470,11 @@ def fp16_to_int16(x: Any) -> jax.Array:
     Returns:
       int32 array with int16 values.
     """
+    return _fp16_to_int16_jit(_fp16_dtype_checked(x, "x"))
+
+
+@jax.jit
+def _fp16_to_int16_jit(x):
     v = _fp16_array(x, "x").astype(jnp.float32)
     # |v| + 0.5 is exact in fp32 for every fp16 v (at most 24 significant bits).
     r = jnp.sign(v) * jnp.floor(jnp.abs(v) + jnp.float32(0.5))

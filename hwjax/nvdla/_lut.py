@@ -10,11 +10,12 @@ The register fields are Python integers held as static pytree data (a jitted cal
 that takes a configuration as an argument retraces when register values change); the
 two tables are pytree leaves (int16 arrays), so they can be traced, batched with
 ``vmap`` and optimised (see :func:`hwjax.nvdla.fit_lut`). Internally the LUT kernels
-receive the register values as scalar operands, so they compile once per element count
-and LE function, whatever the register values. Every intermediate that exceeds 32 bits (the SDP's
-35-bit fraction and 34-bit extrapolation offset, the CDP's 38-bit inputs) is computed
-exactly with two-word integers (:mod:`hwjax.core.wide`), so results do not depend on
-``jax_enable_x64``.
+receive the register values as scalar operands, so they compile once per input shape
+and LE function, whatever the register values (the public functions check their
+arguments in Python, then run as one jitted program each). Every intermediate that
+exceeds 32 bits (the SDP's 35-bit fraction and 34-bit extrapolation offset, the CDP's
+38-bit inputs) is computed exactly with two-word integers (:mod:`hwjax.core.wide`), so
+results do not depend on ``jax_enable_x64``.
 """
 
 from __future__ import annotations
@@ -619,30 +620,44 @@ def _flat(a: jax.Array) -> jax.Array:
 def _run(kernel, params, x, cfg, return_details: bool, accept_wide: bool):
     """Input checks and float/int dispatch shared by :func:`sdp_lut` and :func:`cdp_lut`.
 
-    The kernels see 1-D inputs (one compilation per element count and LE function);
-    per-element results are reshaped back to the input's shape.
+    The checks run here, on concrete values; the conversion, the kernel and the
+    reshapes run as one jitted program (:func:`_run_jit`), compiled once per input
+    shape, dtype and LE function.
     """
     exp_mode, p = params(tuple(sorted(cfg.registers().items())))
-    tables = (cfg.le_table, cfg.lo_table)
-    if accept_wide and isinstance(x, wide.Wide):
-        x = wide.Wide(jnp.asarray(x.hi, _I32), jnp.asarray(x.lo, _U32))
-    else:
+    if not (accept_wide and isinstance(x, wide.Wide)):
         x = V.as_array(x, "x")
         if accept_wide and np.dtype(x.dtype) == np.int64:
-            x = wide.Wide((x >> 32).astype(_I32), (x & 0xFFFFFFFF).astype(_U32))
+            pass  # split into two words inside the program
         elif V.kind(x, "x") == "float":
             V.check_integral(x, "x")
             V.check_range(x, -(2**31), 2**31 - 1, "x")
-        else:
-            x = V.to_int32(x, "x")
+        elif np.dtype(x.dtype) == np.int64:
+            V.check_range(x, -(2**31), 2**31 - 1, "x")
+    y, stats, details = _run_jit(x, p, cfg.le_table, cfg.lo_table, kernel=kernel, exp_mode=exp_mode)
+    return (y, stats, details) if return_details else (y, stats)
+
+
+@functools.partial(jax.jit, static_argnames=("kernel", "exp_mode"))
+def _run_jit(x, p, le_table, lo_table, *, kernel, exp_mode: bool):
+    """``(y, stats, details)``. The kernels see 1-D inputs; per-element results are
+    reshaped back to ``x``'s shape. (The details are always returned, so that one
+    program serves both values of ``return_details``; under an outer ``jit`` unused
+    ones cost nothing.)"""
+    if isinstance(x, wide.Wide):
+        x = wide.Wide(jnp.asarray(x.hi, _I32), jnp.asarray(x.lo, _U32))
+    elif np.dtype(x.dtype) == np.int64:  # (the CDP with jax_enable_x64 only)
+        x = wide.Wide((x >> 32).astype(_I32), (x & 0xFFFFFFFF).astype(_U32))
+    elif not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(_I32)
     shape = x.hi.shape if isinstance(x, wide.Wide) else x.shape
     xf = jax.tree_util.tree_map(_flat, x)
     if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating):
-        y, stats, details = _lut_float(kernel, exp_mode, p, xf, *tables)
+        y, stats, details = _lut_float(kernel, exp_mode, p, xf, le_table, lo_table)
     else:
-        y, stats, details, _ = kernel(exp_mode, p, xf, *tables)
+        y, stats, details, _ = kernel(exp_mode, p, xf, le_table, lo_table)
     y, details = jax.tree_util.tree_map(lambda a: a.reshape(shape), (y, details))
-    return (y, stats, details) if return_details else (y, stats)
+    return y, stats, details
 
 
 def sdp_lut(x, cfg: SdpLutConfig, *, return_details: bool = False):
@@ -825,7 +840,7 @@ _MAX_L = 4  # NORMALZ_LEN is 2 bits: L = NORMALZ_LEN + 1 <= 4
 @functools.partial(jax.jit, static_argnums=2)
 def _sqsum(v: jax.Array, L: jax.Array, axis: int) -> wide.Wide:
     """Windowed sum of squares; ``L`` is traced (one compilation for every window)."""
-    v = jnp.moveaxis(v, axis, -1)
+    v = jnp.moveaxis(v.astype(_I32), axis, -1)
     n = v.shape[-1]
     sq = wide.mul_int32(v, v)
     pad = [(0, 0)] * (v.ndim - 1) + [(_MAX_L, _MAX_L)]
@@ -847,9 +862,21 @@ def cdp_sqsum(v, normalz_len: int, *, axis: int = -1) -> wide.Wide:
     int9 for INT8). Returns a two-word integer (up to ``9 * 2**32``, 36 bits).
     """
     normalz_len = V.check_static_int(normalz_len, 0, 3, "normalz_len")
-    v = V.to_int32(V.as_array(v, "v"), "v")
+    v = _checked_int32(v, "v")
     axis = V.check_static_int(axis, -v.ndim, v.ndim - 1, "axis") % v.ndim
     return _sqsum(v, np.int32(normalz_len + 1), axis)
+
+
+def _checked_int32(v, name: str) -> jax.Array:
+    """``v`` as a JAX array after the checks of :func:`hwjax.core._validate.to_int32`
+    (concrete values); the jitted programs convert it to int32."""
+    v = V.as_array(v, name)
+    if V.kind(v, name) == "float":
+        V.check_integral(v, name)
+        V.check_range(v, -(2**31), 2**31 - 1, name)
+    elif np.dtype(v.dtype) == np.int64:
+        V.check_range(v, -(2**31), 2**31 - 1, name)
+    return v
 
 
 def cdp_lrn(v, cfg: CdpLutConfig, *, normalz_len: int, sqsum_bypass: bool = False,
@@ -864,10 +891,29 @@ def cdp_lrn(v, cfg: CdpLutConfig, *, normalz_len: int, sqsum_bypass: bool = Fals
     Returns ``(m, stats)`` or ``(m, stats, details)`` where ``details`` additionally
     holds ``lut_in`` (Wide) and ``lut`` (int32).
     """
-    v = V.to_int32(V.as_array(v, "v"), "v")
-    x = wide.from_int32(v) if sqsum_bypass else cdp_sqsum(v, normalz_len, axis=axis)
-    lut, stats, details = cdp_lut(x, cfg, return_details=True)
-    m = wide.from_int32(lut) if mul_bypass else wide.mul_int32(lut, v)
-    if return_details:
-        return m, stats, {**details, "lut_in": x, "lut": lut}
-    return m, stats
+    if not isinstance(cfg, CdpLutConfig):
+        raise TypeError(f"cfg must be a CdpLutConfig, got {type(cfg).__name__}")
+    v = _checked_int32(v, "v")
+    if not sqsum_bypass:
+        normalz_len = V.check_static_int(normalz_len, 0, 3, "normalz_len")
+        axis = V.check_static_int(axis, -v.ndim, v.ndim - 1, "axis") % v.ndim
+    exp_mode, p = _cdp_params(tuple(sorted(cfg.registers().items())))
+    L = np.int32(1 if sqsum_bypass else normalz_len + 1)
+    m, stats, details = _cdp_lrn_jit(v, L, np.bool_(sqsum_bypass), np.bool_(mul_bypass), p,
+                                     cfg.le_table, cfg.lo_table, exp_mode=exp_mode,
+                                     axis=-1 if sqsum_bypass else axis)
+    return (m, stats, details) if return_details else (m, stats)
+
+
+@functools.partial(jax.jit, static_argnames=("exp_mode", "axis"))
+def _cdp_lrn_jit(v, L, sqsum_bypass, mul_bypass, p, le_table, lo_table, *, exp_mode, axis):
+    """:func:`cdp_lrn` on checked operands as one program: ``(m, stats, details)``. The
+    window ``L = normalz_len + 1`` and the two bypass flags are traced (selects), so one
+    compilation serves every register setting with the same shape and LE function."""
+    v = v.astype(_I32)
+    x = wide.from_int32(v)
+    if v.ndim:  # (a scalar ``v`` is only accepted with sqsum_bypass)
+        x = wide.where(sqsum_bypass, x, _sqsum(v, L, axis))
+    lut, stats, details = _run_jit(x, p, le_table, lo_table, kernel=_cdp_jit, exp_mode=exp_mode)
+    m = wide.where(mul_bypass, wide.from_int32(lut), wide.mul_int32(lut, v))
+    return m, stats, {**details, "lut_in": x, "lut": lut}
