@@ -23,7 +23,7 @@ import numpy as np
 def _steps(model, tx):
     from flax import nnx
 
-    from hwjax.train._loop import make_step
+    from hwjax.train import make_step
 
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     return jax.jit(make_step(graphdef, tx)), (params, tx.init(params), rest)

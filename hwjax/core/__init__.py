@@ -4,6 +4,8 @@ Nothing here knows about any chip: targets compose these primitives into their
 instructions and kernels.
 """
 
+from hwjax.core import _surrogate as surrogate  # the surrogate-gradient mechanism targets use
+from hwjax.core import _validate as validate  # argument validators shared by every package
 from hwjax.core import _wide as wide
 from hwjax.core._float import div_rn, quantize_affine
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_taps
@@ -37,6 +39,8 @@ __all__ = [
     "pool_out_hw",
     "saturate",
     "shift_right",
+    "surrogate",
+    "validate",
     "wide",
     "window_taps",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.core import fixed_mul, shift_right
 from hwjax.core import wide as _wide
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.gemmlowp._fixedpoint import INT32_MAX, INT32_MIN
 from hwjax.gemmlowp._stages import _apply_stages, check_output_stages, check_stage_params
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.gemmlowp._fixedpoint import _rmcf_int
 from hwjax.gemmlowp._gemm import _check_gemm_shapes, _gemm_jit, _udot, check_offset, check_uint8_matrix
 from hwjax.gemmlowp._stages import (

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.gemmlowp._fixedpoint import INT32_MAX, INT32_MIN, _rdbpot_int, _shift_left_int, _srdhm_int
 
 _I32 = jnp.int32

@@ -56,8 +56,9 @@ class LayerStats:
         would clip). Not counted for ReLU layers, whose lower bound *is* the ReLU.
       high: outputs at the upper bound 127, or above the calibrated range.
       acc_count: number of accumulators (0 where the layer has none).
-      acc_saturated: accumulators at the 32-bit saturation bound ±(2**31 - 1) (legacy
-        XS3 kernels: accumulators that a saturation changed, as the kernel reports).
+      acc_saturated: accumulators for which at least one saturating accumulation step
+        clipped (the unsaturated sum left ``[-(2**31-1), 2**31-1]``): the one statistic of
+        :func:`hwjax.core.mac`'s ``return_clipped``, on every target.
 
     Stats add up over batches with ``+``.
     """
@@ -83,7 +84,7 @@ def _i32(v) -> jax.Array:
     return jnp.asarray(v, jnp.int32)
 
 
-def make_stats(y_int: jax.Array | None, *, relu: bool, acc: jax.Array | None = None,
+def make_stats(y_int: jax.Array | None, *, relu: bool, acc: dict | None = None,
                y_float: jax.Array | None = None, bounds: tuple | None = None) -> LayerStats:
     """Counts for :class:`LayerStats` from an integer output (hardware) or a float
     output and its representable real ``bounds`` (float modes)."""
@@ -93,11 +94,7 @@ def make_stats(y_int: jax.Array | None, *, relu: bool, acc: jax.Array | None = N
         low, high, n = (y_float < bounds[0]).sum(), (y_float > bounds[1]).sum(), y_float.size
     else:
         low, high, n = 0, 0, y_float.size
-    if isinstance(acc, dict):  # counts a target computed itself
-        acc_n, acc_sat = acc["count"], acc["saturated"]
-    else:
-        acc_n = 0 if acc is None else acc.size
-        acc_sat = 0 if acc is None else (jnp.abs(acc) >= 2**31 - 1).sum()
+    acc_n, acc_sat = (0, 0) if acc is None else (acc["count"], acc["saturated"])  # the OpImpl's statistic
     return LayerStats(_i32(n), _i32(0 if relu else low), _i32(high), _i32(acc_n), _i32(acc_sat))
 
 

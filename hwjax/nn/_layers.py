@@ -269,7 +269,8 @@ def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, *, target, op: str, a
     if op == "dense":
         x_int = x_int[:, 0, 0, :]
     impl = target.lowering(op)
-    y, acc = compute_once(lambda v, p: impl.run(target, attrs, p, v, return_acc=True), (x_int, hw.params), z_in)
+    y, acc = compute_once(lambda v, p: impl.run(target, attrs, p, v, return_acc=True), (x_int, hw.params), z_in) \
+        if return_stats else (compute_once(lambda v, p: impl.run(target, attrs, p, v), (x_int, hw.params), z_in), None)
     if op == "dense":
         y = y[:, None, None, :]
     geom = geometry(attrs, xq.shape) if op != "dense" else ConvGeometry.make((1, 1), (1, 1), (1, 1), "VALID")

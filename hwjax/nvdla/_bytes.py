@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 
 # Element types of NVDLA in-memory data: name -> (NumPy dtype, bytes per element).
 _ELEMENT_TYPES: dict[str, tuple[np.dtype, int]] = {

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.core import wide
 from hwjax.core import float0_zeros, int_bounds, unbroadcast
 

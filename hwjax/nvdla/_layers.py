@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import ConvGeometry, extract_patches, shift_right, wide, window_taps
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.nvdla._cvt import cvt, sign_extend
 
 __all__ = [

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.nvdla import _bytes as B
 from hwjax.nvdla import _formats as F
 from hwjax.nvdla import _winograd as W

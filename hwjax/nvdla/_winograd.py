@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.nvdla import _bytes as B
 from hwjax.nvdla._formats import ATOMIC_K, CBUF_WIDTH, _check_atomics
 

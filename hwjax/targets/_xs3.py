@@ -22,12 +22,11 @@ from hwjax.errors import UnsupportedOpError
 from hwjax.graph import geometry, pool_geometry
 from hwjax.targets._base import Target, float_exponent, lut_table, no_acc, pytree, register
 
-_I32_MAX = 2**31 - 1
 
-
-def _acc_stat(acc) -> dict:
-    """Accumulators at the 32-bit saturation bound ±(2**31 - 1)."""
-    return {"count": jnp.int32(acc.size), "saturated": (jnp.abs(acc) >= _I32_MAX).sum(dtype=jnp.int32)}
+def _acc_stat(n: int, clipped) -> dict:
+    """The layers' accumulator statistic: ``n`` accumulators, of which ``saturated`` had at
+    least one saturating step clip (:func:`hwjax.core.mac`'s ``return_clipped`` > 0)."""
+    return {"count": jnp.int32(n), "saturated": jnp.asarray(clipped, jnp.int32).sum(dtype=jnp.int32)}
 
 
 def _ohwi(kernel, op: str):
@@ -120,14 +119,19 @@ def _xs3_linear_run(op: str):
         geom = _dense_geometry(x4) if op == "dense" else geometry(attrs, x4.shape)
         common = dict(initial_shift=params.initial_shift, final_shr=params.final_shr, stride=geom.stride,
                       pad_top_left=geom.pad_top_left, pad_value=params.pad_value, out_shape=geom.out_hw,
-                      variant=target.variant, return_accumulators=True)
+                      variant=target.variant)
+        x8 = x4.astype(jnp.int8)
         if op == "depthwise_conv":
-            y, acc = xs3.depthwise_conv2d(x4.astype(jnp.int8), jnp.transpose(params.kernel, (1, 2, 0)),
-                                          params.multipliers, params.biases, **common)
+            out = xs3.depthwise_conv2d(x8, jnp.transpose(params.kernel, (1, 2, 0)), params.multipliers,
+                                       params.biases, return_clipped=return_acc, **common)
+            y, clipped = out if return_acc else (out, None)
+            n_clipped = None if clipped is None else (clipped > 0)
         else:
-            y, acc = xs3.conv2d(x4.astype(jnp.int8), params.kernel, params.multipliers, params.biases, **common)
+            out = xs3.conv2d(x8, params.kernel, params.multipliers, params.biases, return_stats=return_acc, **common)
+            y, stats = out if return_acc else (out, None)
+            n_clipped = None if stats is None else stats["acc_saturated"]
         y = _from_4d(y.astype(jnp.int32), op)
-        return (y, _acc_stat(acc)) if return_acc else y
+        return (y, _acc_stat(y.size, n_clipped)) if return_acc else y
 
     return run
 
@@ -344,7 +348,7 @@ class XS3Legacy(XS3):
 
 
 def _legacy_stat(st, n: int):
-    return {"count": jnp.int32(n), "saturated": st.acc_saturations.sum(dtype=jnp.int32)}
+    return _acc_stat(n, st.acc_saturations)
 
 
 def _legacy_params(op: str):

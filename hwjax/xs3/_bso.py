@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 
 ACC_PERIOD = 16  # output channels per BSO block
 BSO_ROWS = 7

@@ -25,11 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.core import ConvGeometry, extract_patches, mac, window_taps
-from hwjax.core import wide as W
 from hwjax.xs3 import _otfn
-from hwjax.core import _surrogate as S
+from hwjax.core import surrogate as S
 from hwjax.xs3 import _vpu as vpu
 from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import Variant
@@ -166,19 +165,6 @@ def reorder_kernel_weights_inverse(reordered, kernel_shape: Sequence[int]) -> ja
 # -------------------------------------------------------------------------- conv2d
 
 
-def _exact_saturated(patches: jax.Array, w: jax.Array, acc: jax.Array) -> jax.Array:
-    """Where the chunk-saturated ``acc`` differs from the exact (unsaturated) dot product.
-
-    The exact sum is formed from two dots that cannot overflow int32
-    (x = 16*(x >> 4) + (x & 15)) and compared as a 64-bit value. Needs L < 2**20.
-    """
-    hi = mac(0, (patches >> 4).astype(jnp.int8), w)
-    lo = mac(0, (patches & 15).astype(jnp.int8), w)
-    exact = W.add(W.Wide(hi >> 28, jax.lax.bitcast_convert_type(hi << 4, jnp.uint32)), W.from_int32(lo))
-    as32, clipped = W.saturate_to_int32(exact, -(2**31), 2**31 - 1)
-    return clipped | (as32 != acc)
-
-
 def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int,
            stride: Sequence[int], pad_top_left: Sequence[int], pad_value: int,
            out_shape: Sequence[int], dilation: Sequence[int] = (1, 1),
@@ -208,10 +194,9 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
         depends on it; the accumulation is identical in all variants).
       return_accumulators: also return the int32 accumulators (..., OH, OW, C_out).
       return_stats: also return a dict of per-output-channel int32 counts (shape
-        (C_out,), summed over batch and pixels): ``acc_saturated`` (accumulators that
-        differ from the exact dot product because a chunk saturated; computed only
-        when L*2**14 can exceed 2**31-1, else statically 0) and the output-transform
-        counts of :func:`otfn_int8`.
+        (C_out,), summed over batch and pixels): ``acc_saturated`` (accumulators where
+        at least one chunk step clipped: :func:`hwjax.core.mac`'s ``return_clipped``
+        > 0) and the output-transform counts of :func:`otfn_int8`.
       saturation_grad: ``"zero"`` (default) or ``"pass"``; see Gradient.
 
     Returns:
@@ -247,11 +232,12 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     def forward(xv, k, mul, bias, pad, s1, s2):
         patches = patches_of(xv.astype(jnp.int8), pad_value=pad)
         w = k.astype(jnp.int8).reshape(c_out, -1)
-        acc = mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK)
+        acc, acc_clips = mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK, return_clipped=True) \
+            if return_stats else (mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK), None)
         y, clipped, *stats = otfn_forward(acc, mul, bias, s1, s2)
         extras = (acc,) if return_accumulators else ()
         if return_stats:
-            extras += ({"acc_saturated": _acc_saturation_counts(patches, w, acc), **stats[0]},)
+            extras += ({"acc_saturated": _otfn._count_per_channel(acc_clips > 0), **stats[0]},)
         return (y, clipped, *extras)
 
     def surrogate(xv, k, mul, bias, pad, s1, s2):
@@ -263,23 +249,13 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
                   saturation_grad=saturation_grad)
 
 
-def _acc_saturation_counts(patches: jax.Array, w: jax.Array, acc: jax.Array) -> jax.Array:
-    """Per output channel: accumulators changed by chunk saturation (int32 counts)."""
-    c_out, patch = w.shape
-    if patch * 2**14 <= ACC_MAX:  # no chunk sequence can reach the bound
-        return jnp.zeros(c_out, _I32)
-    if patch >= 2**20:
-        raise ValueError(f"return_stats needs K_h*K_w*C_in < 2**20, got {patch}")
-    return _otfn._count_per_channel(_exact_saturated(patches, w, acc))
-
-
 # ------------------------------------------------------------- depthwise §5.4, add §6.4
 
 
 def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
                      stride: Sequence[int], pad_top_left: Sequence[int], pad_value,
                      out_shape: Sequence[int], variant: Variant = "hardware",
-                     return_accumulators: bool = False):
+                     return_accumulators: bool = False, return_clipped: bool = False):
     """Current-API depthwise convolution: ``mat_mul_dw_direct`` (§5.4) + ``otfn_int8``.
 
     Per output pixel and channel c: ``acc = 0``; for every kernel tap (i, j) in
@@ -298,9 +274,13 @@ def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
       variant: ``"hardware"``, ``"host"`` or ``"v2021"`` (only the output transform
         depends on it).
       return_accumulators: also return the int32 accumulators (..., OH, OW, C).
+      return_clipped: also return, per accumulator, how many of its VLMACC steps clipped
+        (the unsaturated ``acc + x * k`` was outside ``[-(2**31-1), 2**31-1]``; the
+        meaning of :func:`hwjax.core.mac`'s ``return_clipped``), int32 (..., OH, OW, C).
 
     Returns:
-      int8 (..., OH, OW, C), and the accumulators when asked. Integer inputs only.
+      int8 (..., OH, OW, C), then the accumulators and the clip counts when asked.
+      Integer inputs only.
     """
     xv, k = _int8_operand(x, "x"), _int8_operand(k_hwc, "k_hwc")
     if xv.ndim not in (3, 4) or k.ndim != 3 or xv.shape[-1] != k.shape[-1]:
@@ -313,10 +293,18 @@ def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
     taps = window_taps(xv.astype(_I32), geom, pad_value=pad_value)
     acc = jnp.zeros(taps[0].shape, _I32)
+    clips = jnp.zeros(taps[0].shape, _I32)
     for t, tap in enumerate(taps):  # (kh, kw) row-major, one VLMACC per tap
-        acc = vpu.vlmacc(acc, tap, k[t // kw, t % kw].astype(_I32), mode=8, variant=variant)
+        kt = k[t // kw, t % kw].astype(_I32)
+        if return_clipped:  # |prod| <= 2**14: the comparisons cannot wrap
+            prod = tap * kt
+            over = (prod > 0) & (acc > ACC_MAX - jnp.maximum(prod, 0))
+            under = (prod < 0) & (acc < -ACC_MAX - jnp.minimum(prod, 0))
+            clips = clips + (over | under).astype(_I32)
+        acc = vpu.vlmacc(acc, tap, kt, mode=8, variant=variant)
     y = _otfn.otfn_int8(acc, mul, bias, initial_shift=initial_shift, final_shr=final_shr, variant=variant)
-    return (y, acc) if return_accumulators else y
+    out = (y,) + ((acc,) if return_accumulators else ()) + ((clips,) if return_clipped else ())
+    return out if len(out) > 1 else y
 
 
 def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant = "hardware"):

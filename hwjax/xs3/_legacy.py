@@ -54,10 +54,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.core import ConvGeometry, extract_patches, fixed_mul, mac, pool_out_hw, shift_right, window_taps
 from hwjax.core import wide as W
-from hwjax.core import _surrogate as S
+from hwjax.core import surrogate as S
 from hwjax.xs3._bso import BsoFields, check_bso, split_bso
 from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import VARIANTS, vdepth8, vlmul, vlsat
@@ -229,23 +229,12 @@ def fc_order(n: int) -> np.ndarray:
 # ------------------------------------------------------------------ accumulation
 
 
-def _chunk_sums(x: jax.Array, w: jax.Array, order: np.ndarray, chunk: int) -> jax.Array:
-    """Exact chunk sums (n_chunks, ..., N) of ``x`` (..., K) against ``w`` (N, K) in ``order``."""
-    k = w.shape[1]
-    o = np.concatenate([order, -np.ones((-order.size) % chunk, np.int64)])
-    idx = np.where(o < 0, k, o)
-    xz = jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (1,), x.dtype)], axis=-1)[..., idx]
-    wz = jnp.concatenate([w, jnp.zeros((w.shape[0], 1), w.dtype)], axis=-1)[:, idx]
-    nc = idx.size // chunk
-    xc = xz.reshape(x.shape[:-1] + (nc, chunk))
-    wc = wz.reshape(w.shape[0], nc, chunk)
-    return jnp.einsum("...cl,ncl->c...n", xc, wc, preferred_element_type=_I32)
-
-
 def _saturation_scan(acc0: jax.Array, sums: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Runs ``acc <- sat32(acc + s)`` over the leading axis of ``sums`` (|s| < 2**30).
 
-    Returns the final accumulators and whether any step clipped (exact, no wrap).
+    Returns the final accumulators and whether any step clipped (exact, no wrap): the
+    meaning of :func:`hwjax.core.mac`'s ``return_clipped`` (> 0), for the per-channel
+    (depthwise / pool) accumulations that are not dot products.
     """
     acc0 = jnp.broadcast_to(acc0.astype(_I32), sums.shape[1:])
 
@@ -262,11 +251,12 @@ def _saturation_scan(acc0: jax.Array, sums: jax.Array) -> tuple[jax.Array, jax.A
 
 def _ordered_mac(bias: jax.Array, x: jax.Array, w: jax.Array, order: np.ndarray, chunk: int,
                  stats: bool) -> tuple[jax.Array, jax.Array | None]:
-    """Saturating accumulation from the bias in ``order`` (core ``mac``), plus clip flags."""
-    acc = mac(bias, x, w, order=order, chunk=chunk)
+    """Saturating accumulation from the bias in ``order`` (core ``mac``), plus, with
+    ``stats``, whether any of its saturating steps clipped (``mac``'s ``return_clipped``)."""
     if not stats:
-        return acc, None
-    return acc, _saturation_scan(bias, _chunk_sums(x, w, order, chunk))[1]
+        return mac(bias, x, w, order=order, chunk=chunk), None
+    acc, clipped = mac(bias, x, w, order=order, chunk=chunk, return_clipped=True)
+    return acc, clipped > 0
 
 
 def _grouped_rows_mac(patches: jax.Array, w: jax.Array, bias: jax.Array,

@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
-from hwjax.core import _surrogate as S
+from hwjax.core import validate as V
+from hwjax.core import surrogate as S
 from hwjax.xs3 import _vpu as vpu
 from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import Variant

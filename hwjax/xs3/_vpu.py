@@ -45,10 +45,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import _validate as V
+from hwjax.core import validate as V
 from hwjax.core import fixed_mul, saturate, shift_right
 from hwjax.core import wide as W
-from hwjax.core import _surrogate as S
+from hwjax.core import surrogate as S
 from hwjax.core import SaturationGrad
 
 Variant = Literal["hardware", "host", "v2021"]
