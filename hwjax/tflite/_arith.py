@@ -1,0 +1,228 @@
+"""TFLite / LiteRT int8 requantisation: ``QuantizeMultiplier``, ``MultiplyByQuantizedMultiplier``
+and the four conventions R1-R4 of the spec (gemmlowp.md §2.4-§2.9).
+
+The multipliers are derived on the host in float64, exactly as TFLite's C++ does
+(``double`` arithmetic does not depend on ``jax_enable_x64``); the per-element
+arithmetic is exact int32 / two-word integer arithmetic from :mod:`hwjax.gemmlowp` and
+:mod:`hwjax.core`, except R2 (LiteRT's float64 reference fully connected), which runs
+its double multiply on the host through ``jax.pure_callback`` and R4 (XNNPACK), which
+is float32 element-wise arithmetic by definition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import shift_right
+from hwjax.core import validate as V
+from hwjax.core import wide
+from hwjax.errors import RangeError
+from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
+
+_I32 = jnp.int32
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+#: requantisation conventions: name -> (spec label, what runs it)
+REQUANT = {
+    "double": "R1: double-rounding MultiplyByQuantizedMultiplier (TFLite/TFLM reference, LiteRT BUILTIN_REF conv)",
+    "float64": "R2: float64 requantisation (LiteRT BUILTIN_REF fully connected)",
+    "ruy": "R3: ruy x86 (LiteRT builtin optimized kernels, no delegate)",
+    "xnnpack": "R4: XNNPACK fp32 (LiteRT default interpreter)",
+    "single": "TFLITE_SINGLE_ROUNDING=1 MultiplyByQuantizedMultiplier",
+}
+ACTIVATIONS = (None, "relu", "relu6", "relu_n1_to_1")
+
+
+def _round_half_away(v: np.ndarray) -> np.ndarray:
+    """``std::round`` on float64 values (exact: no ``+0.5`` rounding)."""
+    a = np.abs(v)
+    r = np.floor(a)
+    r = r + (a - r >= 0.5)
+    return np.copysign(r, v)
+
+
+def quantize_multiplier(real, *, single_rounding: bool = False):
+    """TFLite ``QuantizeMultiplier(double)`` (spec §2.4): ``(m, shift)`` with
+    ``real ~= m * 2**(shift - 31)``.
+
+    ``frexp``, ``m = round_half_away(q * 2**31)``, ``2**31 -> (2**30, shift + 1)``,
+    ``shift < -31 -> (0, 0)``; with ``single_rounding`` (a ``TFLITE_SINGLE_ROUNDING=1``
+    build) ``shift > 30 -> (2**31 - 1, 30)``. Host arithmetic in float64.
+
+    Args:
+      real: a Python float or an array of them (float64 is used as given; float32
+        values are widened exactly).
+    Returns:
+      ``(m, shift)``: Python ints for a scalar ``real``, else int32 numpy arrays.
+    """
+    scalar = np.ndim(real) == 0
+    r = np.asarray(real, np.float64)
+    if not np.all(np.isfinite(r)):
+        raise RangeError(f"quantize_multiplier: real must be finite, got {real!r}")
+    q, e = np.frexp(r)
+    m = _round_half_away(q * 2.0**31).astype(np.int64)
+    e = e.astype(np.int64)
+    top = m == 2**31
+    m = np.where(top, 2**30, m)
+    e = np.where(top, e + 1, e)
+    tiny = e < -31
+    m = np.where(tiny | (r == 0), 0, m)
+    e = np.where(tiny | (r == 0), 0, e)
+    if single_rounding:
+        big = e > 30
+        m = np.where(big, 2**31 - 1, m)
+        e = np.where(big, 30, e)
+    if np.any(e > 2**30):
+        raise RangeError(f"quantize_multiplier: real={real!r} is too large")
+    m, e = m.astype(np.int32), e.astype(np.int32)
+    return (int(m), int(e)) if scalar else (m, e)
+
+
+def _int32(x, name: str) -> jax.Array:
+    a = V.as_array(x, name)
+    if V.kind(a, name) != "int":
+        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
+    return V.to_int32(a, name)
+
+
+def multiply_by_quantized_multiplier(x, multiplier, shift, *, rounding: str = "double") -> jax.Array:
+    """TFLite ``MultiplyByQuantizedMultiplier(int32 x, int32 m, int shift)`` (spec §2.5).
+
+    ``rounding="double"`` (default build): ``RDBPOT(SRDHM(wrap32(x * 2**max(shift, 0)), m),
+    max(-shift, 0))``; ``"single"`` (``TFLITE_SINGLE_ROUNDING=1``): ``floor((x*m +
+    2**(30-shift)) / 2**(31-shift))`` from the exact 64-bit product (requires
+    ``m >= 0``, ``-31 <= shift <= 30``). ``x``, ``multiplier``, ``shift`` broadcast;
+    exact for all int32 without x64; jittable. Returns int32.
+    """
+    V.check_choice(rounding, ("double", "single"), "rounding")
+    x, m, s = _int32(x, "x"), _int32(multiplier, "multiplier"), _int32(shift, "shift")
+    if rounding == "double":
+        V.check_range(s, -31, 31, "shift")
+        return _mbqm_double(x, m, s)
+    V.check_range(s, -31, 30, "shift")
+    V.check_range(m, 0, INT32_MAX, "multiplier")
+    return _mbqm_single(x, m, s)
+
+
+def _mbqm_double(x, m, s):
+    ls = jnp.maximum(s, 0)
+    rs = jnp.maximum(-s, 0)
+    return rounding_divide_by_pot(srdhm(shift_left(x, ls, overflow="wrap"), m), rs)
+
+
+def _mbqm_single(x, m, s):
+    p = wide.mul_int32(x, m)
+    q = wide.shift_right(p, 31 - s, "half_up")
+    return jax.lax.bitcast_convert_type(q.lo, _I32)
+
+
+def _ruy(x, m, s):
+    """R3: SRDHM of the wrapped left shift, then a right shift rounding ties toward +inf
+    (the exact quotient, which is what ruy's overflow guard returns at the top)."""
+    ls = jnp.maximum(s, 0)
+    rs = jnp.maximum(-s, 0)
+    t = srdhm(shift_left(x, ls, overflow="wrap"), m)
+    return shift_right(t, rs, rounding="half_up")
+
+
+def _host_float64(acc, hi, lo):
+    eff = ((np.asarray(hi).astype(np.uint64) << np.uint64(32)) | np.asarray(lo).astype(np.uint64)).view(np.float64)
+    v = _round_half_away(np.asarray(acc).astype(np.float64) * eff)
+    return np.clip(v, INT32_MIN, INT32_MAX).astype(np.int32)
+
+
+def _float64_bits(eff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    u = np.asarray(eff, np.float64).view(np.uint64)
+    return (u >> np.uint64(32)).astype(np.uint32), (u & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def _r2(acc, hi, lo):
+    hi, lo = jnp.broadcast_to(hi, acc.shape), jnp.broadcast_to(lo, acc.shape)
+    return jax.pure_callback(_host_float64, jax.ShapeDtypeStruct(acc.shape, _I32), acc, hi, lo,
+                             vmap_method="broadcast_all")
+
+
+def activation_range(activation, output_scale, output_zero_point, *, qmin: int = -128, qmax: int = 127):
+    """``CalculateActivationRangeQuantized`` (spec §2.7): ``(act_min, act_max)`` with
+    ``Q(f) = zp + round_half_away(fl32(f / s_out))``. Host arithmetic; Python ints."""
+    if activation not in ACTIVATIONS:
+        raise RangeError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    s = np.float32(output_scale)
+    zp = int(output_zero_point)
+
+    def q(f):
+        return zp + int(_round_half_away(np.float64(np.float32(f) / s)))
+
+    if activation is None:
+        return qmin, qmax
+    if activation == "relu":
+        return max(qmin, q(0.0)), qmax
+    if activation == "relu6":
+        return max(qmin, q(0.0)), min(qmax, q(6.0))
+    return max(qmin, q(-1.0)), min(qmax, q(1.0))
+
+
+def requant_params(input_scale, filter_scales, output_scale, requant: str, *, float32_product: bool = False,
+                   channels: int | None = None) -> dict[str, np.ndarray]:
+    """Host recipe of one requantising op (spec §2.6, §2.9): per output channel,
+
+    * ``"double"`` / ``"ruy"`` / ``"single"``: ``(multiplier, shift)`` =
+      ``quantize_multiplier(eff)`` with ``eff = (double(s_in) * double(s_w)) / double(s_out)``,
+      or ``double(fl32(s_in * s_w)) / double(s_out)`` when ``float32_product`` (TFLite's
+      per-tensor fully connected);
+    * ``"float64"``: the float64 ``eff`` (double product) as two uint32 words;
+    * ``"xnnpack"``: ``scale = fl32(fl32(s_in * s_w) / s_out)``.
+
+    ``channels`` broadcasts a per-tensor scale to that many channels.
+    """
+    V.check_choice(requant, tuple(REQUANT), "requant")
+    s_in = np.float32(np.asarray(input_scale, np.float32).reshape(()))
+    s_out = np.float32(np.asarray(output_scale, np.float32).reshape(()))
+    s_w = np.asarray(filter_scales, np.float32).reshape(-1)
+    if channels is not None and s_w.size == 1:
+        s_w = np.broadcast_to(s_w, (channels,))
+    for v, what in ((s_in, "input_scale"), (s_out, "output_scale")):
+        if not (np.isfinite(v) and v > 0):
+            raise RangeError(f"{what} must be a positive finite float32, got {v}")
+    if not np.all(np.isfinite(s_w) & (s_w > 0)):
+        raise RangeError(f"filter_scales must be positive finite float32, got {s_w}")
+    if requant == "xnnpack":
+        return {"scale": ((s_in * s_w).astype(np.float32) / s_out).astype(np.float32)}
+    if requant in ("double", "ruy", "single") and float32_product:
+        eff = (s_in * s_w).astype(np.float32).astype(np.float64) / np.float64(s_out)
+    else:
+        eff = (np.float64(s_in) * s_w.astype(np.float64)) / np.float64(s_out)
+    if requant == "float64":
+        hi, lo = _float64_bits(eff)
+        return {"eff_hi": hi, "eff_lo": lo}
+    m, e = quantize_multiplier(eff, single_rounding=requant == "single")
+    return {"multiplier": np.asarray(m, np.int32), "shift": np.asarray(e, np.int32)}
+
+
+def requantize(acc, params: dict[str, Any], requant: str, *, output_zero_point, act_min, act_max) -> jax.Array:
+    """``clamp(v(acc) + output_zero_point, act_min, act_max)`` with ``v`` the convention
+    ``requant`` (params from :func:`requant_params`, broadcast along the last axis of
+    ``acc``). Jittable; returns int32."""
+    acc = jnp.asarray(acc, _I32)
+    if requant == "double":
+        v = _mbqm_double(acc, jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32))
+    elif requant == "single":
+        v = _mbqm_single(acc, jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32))
+    elif requant == "ruy":
+        v = _ruy(acc, jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32))
+    elif requant == "float64":
+        v = _r2(acc, jnp.asarray(params["eff_hi"], jnp.uint32), jnp.asarray(params["eff_lo"], jnp.uint32))
+    elif requant == "xnnpack":
+        f = acc.astype(jnp.float32) * jnp.asarray(params["scale"], jnp.float32)
+        lo, hi = jnp.float32(-(2.0**31)), jnp.float32(2.0**31 - 128)
+        v = jnp.round(jnp.clip(f, lo, hi)).astype(_I32)  # jnp.round: ties to even (rint)
+    else:
+        raise RangeError(f"requant must be one of {tuple(REQUANT)}, got {requant!r}")
+    zp = jnp.asarray(output_zero_point, _I32)
+    # v + zp may exceed int32 only far outside the int8 range: clamp v first (exact).
+    v = jnp.clip(v, -(2**30), 2**30)
+    return jnp.clip(v + zp, jnp.asarray(act_min, _I32), jnp.asarray(act_max, _I32))

@@ -1,0 +1,233 @@
+"""TFLite int8 kernels (spec gemmlowp.md §2.6-§2.9): fully connected, convolution,
+depthwise convolution, add, average and max pooling, with the requantisation
+convention of each runtime.
+
+Public kernels take the tensors' quantisation as concrete numbers (the recipe runs on
+the host in float64, as TFLite's does); the arrays may be traced (``jit``, ``vmap``).
+The accumulators are exact int32 integer dots (``jax.lax.dot_general`` with int32
+accumulation): no float matmul anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import ConvGeometry, extract_patches, window_taps
+from hwjax.core import validate as V
+from hwjax.errors import RangeError, ShapeError
+from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
+from hwjax.tflite._arith import (
+    REQUANT, _round_half_away, activation_range, quantize_multiplier, requant_params, requantize,
+)
+
+_I32 = jnp.int32
+
+
+def _concrete(v, what: str):
+    try:
+        return np.asarray(v)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        raise RangeError(f"{what} must be concrete (a number or numpy array), not a traced value") from None
+
+
+def _zp(v, what: str) -> int:
+    z = _concrete(v, what)
+    if z.size != 1 or z.reshape(()) != np.round(z.reshape(())):
+        raise RangeError(f"{what} must be one integer, got {v!r}")
+    z = int(z.reshape(()))
+    if not -128 <= z <= 255:
+        raise RangeError(f"{what} must be in [-128, 255], got {z}")
+    return z
+
+
+def _int_input(x, name: str, lo: int = -128, hi: int = 127) -> jax.Array:
+    a = V.as_array(x, name)
+    if V.kind(a, name) != "int":
+        raise TypeError(f"{name} must be an integer array (int8 values), got dtype {a.dtype}")
+    V.check_range(a, lo, hi, name)
+    return a.astype(_I32)
+
+
+def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Exact wrapping int32 ``a @ b.T`` over the last axes (integer dot)."""
+    return jax.lax.dot_general(a, b, (((a.ndim - 1,), (1,)), ((), ())), preferred_element_type=_I32)
+
+
+# ------------------------------------------------------------------ internal (params given)
+
+
+def fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max):
+    """x (..., I) int32 values, kernel (O, I), bias (O,) -> (..., O)."""
+    acc = _dot(x - zin, kernel.astype(_I32)) + bias.astype(_I32)
+    return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
+
+
+def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
+    """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O)."""
+    p = extract_patches(x, geom, pad_value=zin)
+    acc = _dot(p - zin, kernel.reshape(kernel.shape[0], -1).astype(_I32)) + bias.astype(_I32)
+    return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
+
+
+def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
+    """x (..., H, W, C), kernel (kh, kw, C) -> (..., OH, OW, C)."""
+    taps = window_taps(x, geom, pad_value=zin)
+    k = kernel.reshape(-1, kernel.shape[-1]).astype(_I32)
+    acc = bias.astype(_I32)
+    for t, tap in enumerate(taps):
+        acc = acc + (tap - zin) * k[t]
+    return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
+
+
+def tap_counts(geom: ConvGeometry) -> np.ndarray:
+    """(OH, OW) number of window taps inside the image (TFLite's ``filter_count``)."""
+    ones = np.ones((*geom.in_hw, 1), np.int32)
+    taps = window_taps(ones, geom, pad_value=0)
+    return np.asarray(sum(np.asarray(t) for t in taps))[..., 0]
+
+
+def avgpool_int(x, geom: ConvGeometry, act_min, act_max):
+    """TFLite int8 average pool: in-image taps summed, divided by their count rounding
+    half away from zero (C integer division of ``acc +- count/2``)."""
+    taps = window_taps(x, geom, pad_value=0)
+    acc = sum(taps[1:], taps[0])
+    n = jnp.asarray(tap_counts(geom))[:, :, None]
+    half = n // 2
+    q = jnp.where(acc > 0, (acc + half) // n, -((-acc + half) // n))
+    return jnp.clip(q, act_min, act_max)
+
+
+def maxpool_int(x, geom: ConvGeometry, act_min, act_max):
+    taps = window_taps(x, geom, pad_value=-(2**31))
+    m = taps[0]
+    for t in taps[1:]:
+        m = jnp.maximum(m, t)
+    return jnp.clip(m, act_min, act_max)
+
+
+def add_params(s1, s2, s_out) -> dict[str, np.ndarray]:
+    """TFLite int8 ADD recipe (``add.cc`` Prepare): left shift 20, input multipliers
+    ``s_i / (2 max(s1, s2))`` and output multiplier ``2 max(s1, s2) / (2**20 s_out)``,
+    each through ``QuantizeMultiplier`` (float64)."""
+    s1, s2, s_out = (float(np.float32(v)) for v in (s1, s2, s_out))
+    twice_max = 2.0 * max(s1, s2)
+    m1, e1 = quantize_multiplier(s1 / twice_max)
+    m2, e2 = quantize_multiplier(s2 / twice_max)
+    mo, eo = quantize_multiplier(twice_max / float(np.float32(np.float32(2**20) * np.float32(s_out))))
+    return {k: np.int32(v) for k, v in dict(m1=m1, e1=e1, m2=m2, e2=e2, mo=mo, eo=eo).items()}
+
+
+def _mbqm_small(x, m, e):
+    """``MultiplyByQuantizedMultiplierSmallerThanOneExp`` (double-rounding build)."""
+    return rounding_divide_by_pot(srdhm(x, m), jnp.maximum(-e, 0))
+
+
+def add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
+    a = _mbqm_small((x1 - z1) * (1 << 20), p["m1"], p["e1"])
+    b = _mbqm_small((x2 - z2) * (1 << 20), p["m2"], p["e2"])
+    s = a + b
+    ls = jnp.maximum(p["eo"], 0)
+    v = rounding_divide_by_pot(srdhm(shift_left(s, ls, overflow="wrap"), p["mo"]), jnp.maximum(-p["eo"], 0))
+    return jnp.clip(jnp.clip(v, -(2**30), 2**30) + zout, act_min, act_max)
+
+
+# ------------------------------------------------------------------------- public kernels
+
+
+def _check_requant(requant: str) -> str:
+    return V.check_choice(requant, tuple(REQUANT), "requant")
+
+
+def _prepare(x, w, b, n_out, input_scale, input_zero_point, filter_scales, output_scale, output_zero_point,
+             requant, activation, float32_product):
+    _check_requant(requant)
+    zin = _zp(input_zero_point, "input_zero_point")
+    zout = _zp(output_zero_point, "output_zero_point")
+    fs = _concrete(filter_scales, "filter_scales").astype(np.float32).reshape(-1)
+    if fs.size not in (1, n_out):
+        raise ShapeError(f"filter_scales must have 1 or {n_out} (output channels) entries, got {fs.size}")
+    rq = requant_params(_concrete(input_scale, "input_scale"), fs, _concrete(output_scale, "output_scale"),
+                        requant, float32_product=float32_product and fs.size == 1, channels=n_out)
+    lo, hi = activation_range(activation, _concrete(output_scale, "output_scale"), zout)
+    x = _int_input(x, "x")
+    w = _int_input(w, "w")
+    b = jnp.zeros((n_out,), _I32) if b is None else _int_input(b, "b", -(2**31), 2**31 - 1)
+    if b.shape != (n_out,):
+        raise ShapeError(f"b must have shape ({n_out},), got {b.shape}")
+    return x, w, b, zin, zout, rq, lo, hi
+
+
+def fully_connected(x, w, b, *, input_scale, input_zero_point, filter_scales, output_scale, output_zero_point,
+                    requant: str, activation=None) -> jax.Array:
+    """TFLite int8 FULLY_CONNECTED: ``clamp(R(SUM_i w[o,i] (x[..,i] - zin) + b[o]) + zout, act)``.
+
+    Args:
+      x: (..., I) int8 values. w: (O, I) int8 (zero point 0). b: (O,) int32 or None.
+      input_scale, input_zero_point, output_scale, output_zero_point: the tensors'
+        quantisation (concrete numbers).
+      filter_scales: one scale (per tensor: the multiplier comes from the float32 scale
+        product, as TFLite's per-tensor FC) or O scales (per channel).
+      requant: ``"double"`` (R1), ``"float64"`` (R2), ``"ruy"`` (R3), ``"xnnpack"`` (R4)
+        or ``"single"`` (spec gemmlowp.md §2.9).
+      activation: None, ``"relu"``, ``"relu6"``, ``"relu_n1_to_1"`` (clamps of §2.7).
+    Returns int32 (..., O) holding int8 values.
+    """
+    w_arr = V.as_array(w, "w")
+    if w_arr.ndim != 2:
+        raise ShapeError(f"w must be (O, I), got shape {w_arr.shape}")
+    x, w, b, zin, zout, rq, lo, hi = _prepare(x, w, b, w_arr.shape[0], input_scale, input_zero_point,
+                                              filter_scales, output_scale, output_zero_point, requant,
+                                              activation, True)
+    if x.shape[-1] != w.shape[1]:
+        raise ShapeError(f"x has {x.shape[-1]} features, w expects {w.shape[1]}")
+    return fc_int(x, w, b, zin, rq, requant, zout, lo, hi)
+
+
+def conv_geometry(in_hw, kernel_hw, stride, padding, dilation=(1, 1)) -> ConvGeometry:
+    """TFLite SAME/VALID geometry (``padding.h``: the extra pixel of an odd total after)."""
+    padding = padding.upper() if isinstance(padding, str) else padding
+    if padding not in ("SAME", "VALID"):
+        raise RangeError(f"padding must be 'SAME' or 'VALID', got {padding!r}")
+    s = (stride, stride) if isinstance(stride, int) else tuple(stride)
+    d = (dilation, dilation) if isinstance(dilation, int) else tuple(dilation)
+    return ConvGeometry.make(tuple(in_hw), tuple(kernel_hw), s, padding, d)
+
+
+def conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_scale, input_zero_point, filter_scales,
+           output_scale, output_zero_point, requant: str, activation=None) -> jax.Array:
+    """TFLite int8 CONV_2D (``ConvPerChannel``, spec §2.8): x (..., H, W, I) NHWC, w OHWI,
+    padded taps read the input zero point. Multipliers always from the double scale
+    product (also for one filter scale). Other arguments as :func:`fully_connected`.
+    Returns int32 (..., OH, OW, O)."""
+    w_arr = V.as_array(w, "w")
+    if w_arr.ndim != 4:
+        raise ShapeError(f"w must be OHWI, got shape {w_arr.shape}")
+    x, w, b, zin, zout, rq, lo, hi = _prepare(x, w, b, w_arr.shape[0], input_scale, input_zero_point,
+                                              filter_scales, output_scale, output_zero_point, requant,
+                                              activation, False)
+    if x.ndim < 3 or x.shape[-1] != w.shape[3]:
+        raise ShapeError(f"x must be (..., H, W, {w.shape[3]}), got shape {x.shape}")
+    geom = conv_geometry(x.shape[-3:-1], w.shape[1:3], stride, padding, dilation)
+    return conv_int(x, w, b, zin, rq, requant, zout, lo, hi, geom)
+
+
+def depthwise_conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_scale, input_zero_point,
+                     filter_scales, output_scale, output_zero_point, requant: str, activation=None) -> jax.Array:
+    """TFLite int8 DEPTHWISE_CONV_2D, channel multiplier 1: x (..., H, W, C), w (kh, kw, C)
+    (the file's (1, kh, kw, C)), per-channel scales along C. Returns int32 (..., OH, OW, C)."""
+    w_arr = V.as_array(w, "w")
+    if w_arr.ndim == 4 and w_arr.shape[0] == 1:
+        w = w_arr = w_arr[0]
+    if w_arr.ndim != 3:
+        raise ShapeError(f"w must be (kh, kw, C) or (1, kh, kw, C), got shape {w_arr.shape}")
+    x, w, b, zin, zout, rq, lo, hi = _prepare(x, w, b, w_arr.shape[2], input_scale, input_zero_point,
+                                              filter_scales, output_scale, output_zero_point, requant,
+                                              activation, False)
+    if x.ndim < 3 or x.shape[-1] != w.shape[2]:
+        raise ShapeError(f"x must be (..., H, W, {w.shape[2]}), got shape {x.shape}")
+    geom = conv_geometry(x.shape[-3:-1], w.shape[:2], stride, padding, dilation)
+    return depthwise_int(x, w, b, zin, rq, requant, zout, lo, hi, geom)

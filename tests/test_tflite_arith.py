@@ -1,0 +1,129 @@
+"""hwjax.tflite requantisation and kernels against the golden vectors (gemmlowp.md §2.4-§2.9)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hwjax.tflite as tfl
+from hwjax.errors import RangeError
+from tests.conftest import golden_path
+
+FIELDS = {"double": None, "float64": "out_ref", "ruy": "out_optimized_nodelegate",
+          "xnnpack": "out_default_xnnpack"}
+
+
+@pytest.fixture(scope="module")
+def fixedpoint():
+    return np.load(golden_path("gemmlowp", "fixedpoint_tflite.npz"))
+
+
+@pytest.fixture(scope="module")
+def litert():
+    d = np.load(golden_path("gemmlowp", "litert_int8_cases.npz"))
+    names = sorted({k.split("__")[0] for k in d.files})
+    return d, names
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_quantize_multiplier_golden(fixedpoint, single):
+    build = "single" if single else "double"
+    m, e = tfl.quantize_multiplier(fixedpoint["qm_real"], single_rounding=single)
+    np.testing.assert_array_equal(m, fixedpoint[f"qm_multiplier_{build}_rounding_build"])
+    np.testing.assert_array_equal(e, fixedpoint[f"qm_shift_{build}_rounding_build"])
+
+
+def test_quantize_multiplier_examples():
+    assert tfl.quantize_multiplier(0.3) == (1288490189, -1)
+    assert tfl.quantize_multiplier(1 - 2.0**-40) == (2**30, 1)
+    assert tfl.quantize_multiplier(2.0**-33) == (0, 0)
+    assert tfl.quantize_multiplier(0.0) == (0, 0)
+    with pytest.raises(RangeError, match="finite"):
+        tfl.quantize_multiplier(float("nan"))
+
+
+@pytest.mark.parametrize("rounding", ["double", "single"])
+def test_mbqm_golden(fixedpoint, rounding):
+    x, m, s = (fixedpoint[f"mbqm32_{k}"].astype(np.int32) for k in ("x", "multiplier", "shift"))
+    want = fixedpoint[f"mbqm32_out_{rounding}_rounding"]
+    if rounding == "single":
+        keep = (m >= 0) & (s <= 30)
+        x, m, s, want = x[keep], m[keep], s[keep], want[keep]
+    f = jax.jit(lambda a, b, c: tfl.multiply_by_quantized_multiplier(a, b, c, rounding=rounding))
+    got = np.asarray(f(x, m, s))
+    assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
+
+
+def test_mbqm_example_differs_between_builds():
+    m = 1431655765
+    assert int(tfl.multiply_by_quantized_multiplier(1, m, -1, rounding="double")) == 1
+    assert int(tfl.multiply_by_quantized_multiplier(1, m, -1, rounding="single")) == 0
+
+
+def _run_case(d, name, requant):
+    g = lambda k: d[f"{name}__{k}"]  # noqa: E731
+    op = str(g("op"))
+    act = {"NONE": None, "RELU": "relu", "RELU6": "relu6"}[str(g("fused_activation"))]
+    kw = dict(input_scale=g("input_scale"), input_zero_point=g("input_zero_point"),
+              filter_scales=g("filter_scales"), output_scale=g("output_scale"),
+              output_zero_point=g("output_zero_point"), requant=requant, activation=act)
+    if op == "FULLY_CONNECTED":
+        return tfl.fully_connected(g("input"), g("filter"), g("bias"), **kw)
+    return tfl.conv2d(g("input"), g("filter"), g("bias"), stride=int(g("stride")), padding=str(g("padding")),
+                      dilation=int(g("dilation")), **kw)
+
+
+@pytest.mark.parametrize("requant", ["float64", "ruy", "xnnpack", "double"])
+def test_litert_cases(litert, requant):
+    """Every golden LiteRT case: R2 is BUILTIN_REF's FC, R1 its conv; R3 optimized; R4 XNNPACK."""
+    d, names = litert
+    checked = 0
+    for name in names:
+        op = str(d[f"{name}__op"])
+        field = FIELDS[requant]
+        if requant == "double":  # R1 is the reference runtime's conv convention
+            if op != "CONV_2D":
+                continue
+            field = "out_ref"
+        elif requant == "float64" and op != "FULLY_CONNECTED":
+            continue
+        got = np.asarray(_run_case(d, name, requant))
+        want = d[f"{name}__{field}"].astype(np.int32)
+        assert np.array_equal(got, want), (name, int((got != want).sum()))
+        checked += 1
+    assert checked >= 6
+
+
+def test_conventions_differ_at_ties(litert):
+    """The tie sweep separates the conventions (a convention that ignored `requant` fails)."""
+    d, _ = litert
+    outs = {r: np.asarray(_run_case(d, "fc_tie_sweep_in1_out4_bias0_zp9", r)) for r in ("double", "float64", "ruy",
+                                                                                          "xnnpack")}
+    assert len({o.tobytes() for o in outs.values()}) == 4
+
+
+def test_kernels_jit_vmap(litert):
+    d, _ = litert
+    name = "conv_per_channel_same_s2_k5"
+    g = lambda k: d[f"{name}__{k}"]  # noqa: E731
+    kw = dict(stride=2, padding="SAME", input_scale=g("input_scale"), input_zero_point=g("input_zero_point"),
+              filter_scales=g("filter_scales"), output_scale=g("output_scale"),
+              output_zero_point=g("output_zero_point"), requant="ruy")
+    f = jax.jit(jax.vmap(lambda x: tfl.conv2d(x, g("filter"), g("bias"), **kw)))
+    x = np.stack([g("input"), g("input")])
+    got = np.asarray(f(x))
+    assert np.array_equal(got[0], g("out_optimized_nodelegate")) and np.array_equal(got[1], got[0])
+
+
+def test_kernel_errors():
+    x = np.zeros((2, 4), np.int8)
+    w = np.zeros((3, 4), np.int8)
+    kw = dict(input_scale=0.1, input_zero_point=0, output_scale=0.1, output_zero_point=0)
+    with pytest.raises(ValueError, match="requant"):
+        tfl.fully_connected(x, w, None, filter_scales=[0.1], requant="fast", **kw)
+    with pytest.raises(ValueError, match="filter_scales"):
+        tfl.fully_connected(x, w, None, filter_scales=[0.1, 0.2], requant="ruy", **kw)
+    with pytest.raises(RangeError, match="activation"):
+        tfl.fully_connected(x, w, None, filter_scales=[0.1], requant="ruy", activation="gelu", **kw)
+    with pytest.raises(RangeError, match="output_scale"):
+        tfl.fully_connected(x, w, None, filter_scales=[0.1], requant="ruy", **{**kw, "output_scale": 0.0})
