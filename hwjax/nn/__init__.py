@@ -12,11 +12,12 @@ from hwjax.nn._base import (
     Calibration,
     HwLayer,
     LayerStats,
+    Pinned,
     ScaleFactor,
     get_mode,
     set_mode,
 )
-from hwjax.nn._graph import Residual, Sequential, to_graph
+from hwjax.nn._graph import GraphModel, Residual, Sequential, from_graph, to_graph
 from hwjax.nn._layers import (
     Add,
     AvgPool,
@@ -33,7 +34,7 @@ from hwjax.nn._quant import act_qparams, exact_forward, quantize_act, quantize_w
 
 __all__ = [
     "MODES", "Add", "AvgPool", "Calibration", "Conv", "Dense", "DepthwiseConv", "Flatten", "HwLayer",
-    "LayerStats", "LutActivation", "MaxPool", "QArray", "Quantize", "Residual", "ScaleFactor", "Sequential",
+    "LayerStats", "LutActivation", "MaxPool", "Pinned", "QArray", "Quantize", "Residual", "ScaleFactor", "Sequential",
     "act_qparams", "as_float", "exact_forward", "get_mode", "quantize_act", "quantize_weights", "set_mode",
-    "to_graph", "weight_scales",
+    "to_graph", "weight_scales", "GraphModel", "from_graph",
 ]

@@ -40,6 +40,13 @@ class Calibration(nnx.Variable):
     """
 
 
+class Pinned(nnx.Variable):
+    """Quantisation fixed from outside (an imported graph), not trained: NaN where unset.
+
+    On requantising layers ``[scale, zero_point]`` of the output (overrides the
+    calibrated range); on linear layers also the per-channel weight scales."""
+
+
 class ScaleFactor(nnx.Param):
     """Learned factor on a calibrated activation scale (LSQ-style step size learning)."""
 
@@ -113,6 +120,12 @@ class HwLayer(nnx.Module):
 
     kind: ClassVar[str] = "layer"
     requantizes: ClassVar[bool] = False  # owns an output scale / zero point
+    LAYERS: ClassVar[dict[str, type]] = {}  # op kind -> the layer class that runs it
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            HwLayer.LAYERS[cls.kind] = cls
 
     def __init__(self, target, *, mode: Mode = "float", learn_scale: bool = False, **cfg):
         try:
@@ -124,6 +137,7 @@ class HwLayer(nnx.Module):
         self.mode = check_mode(mode)
         if self.requantizes:
             self.out_range = Calibration(jnp.array([np.inf, -np.inf], jnp.float32))
+            self.out_pin = Pinned(jnp.full((2,), jnp.nan, jnp.float32))
             self.learn_scale = bool(learn_scale)
             if self.learn_scale:
                 self.scale_factor = ScaleFactor(jnp.ones((), jnp.float32))
@@ -188,6 +202,11 @@ class HwLayer(nnx.Module):
         sym = self.target.symmetric_activations
         trigger = jax.lax.bitcast_convert_type(r[0], jnp.int32)
         scale, zp = compute_once(lambda v: act_qparams(v, symmetric=sym), (r,), trigger)
+        if self.requantizes:
+            pin = jax.lax.stop_gradient(self.out_pin[...])
+            pinned = jnp.isfinite(pin[0])
+            scale = jnp.where(pinned, pin[0], scale)
+            zp = jnp.where(pinned, jnp.nan_to_num(pin[1]).astype(jnp.int32), zp)
         if self.requantizes and self.learn_scale:
             scale = scale * jnp.maximum(self.scale_factor[...], 1e-3)
         return scale, zp
@@ -196,6 +215,27 @@ class HwLayer(nnx.Module):
         """Real values of the int8 bounds -128 and 127 under the output quantisation."""
         s, z = self.out_qparams()
         return s * (INT8_MIN - z), s * (INT8_MAX - z)
+
+    def pin_quant(self, scale, zero_point) -> None:
+        """Fixes the output quantisation to ``(scale, zero_point)`` (as imported from a
+        graph); the calibrated range is set to the real range it represents."""
+        s, z = float(np.asarray(scale, np.float32)), int(np.asarray(zero_point))
+        self.out_pin[...] = jnp.asarray([s, z], jnp.float32)
+        self.out_range[...] = jnp.asarray([s * (INT8_MIN - z), s * (INT8_MAX - z)], jnp.float32)
+
+    @classmethod
+    def from_node(cls, node, inputs, output, target) -> "HwLayer":
+        """A layer of this class initialised from a graph node (see :func:`hwjax.nn.from_graph`);
+        requantising layers pin their output quantisation to ``output.quant``."""
+        layer = cls(target=target, **cls.node_kwargs(node, inputs))
+        if cls.requantizes:
+            layer.pin_quant(output.quant.scale, output.quant.zero_point)
+        return layer
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        """Constructor arguments of this layer class from a graph node."""
+        return {}
 
     def is_calibrated(self) -> bool:
         if not self.requantizes:

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence, Union
 
 from flax import nnx
 
-from hwjax.nn._base import HwLayer
+from hwjax.nn._base import HwLayer, check_mode
 from hwjax.nn._layers import Add
 
 Node = Union[HwLayer, "Sequential", "Residual"]
@@ -85,6 +85,88 @@ class Residual(nnx.Module):
         return out, {**{f"body.{k}": v for k, v in stats.items()}, "add": s}
 
 
+class GraphModel(nnx.Module):
+    """NNX modules wired as a :class:`hwjax.graph.Graph`: one hwjax layer per node, run in
+    the graph's order over its named tensors (built by :func:`from_graph`).
+
+    ``__call__(*xs, return_stats=False)`` takes the graph inputs (float arrays for
+    ``quantize`` inputs) with a leading batch axis and returns the output (a tuple for
+    several), like :class:`Sequential`; ``stats`` are keyed by node name.
+    """
+
+    def __init__(self, graph, target):
+        self.graph_inputs = tuple(graph.inputs)
+        self.graph_outputs = tuple(graph.outputs)
+        self.input_specs = tuple(graph.tensors[t] for t in graph.inputs)
+        self.wiring = tuple((n.name, n.inputs, n.outputs) for n in graph.nodes)
+        layers = []
+        for n in graph.nodes:
+            cls = HwLayer.LAYERS.get(n.op)
+            if cls is None:
+                raise NotImplementedError(f"node {n.name!r}: no hwjax.nn layer runs op {n.op!r} "
+                                          f"(layers exist for {sorted(HwLayer.LAYERS)})")
+            layers.append(cls.from_node(n, [graph.tensors[t] for t in n.inputs], graph.tensors[n.outputs[0]],
+                                        target))
+        self.layers = nnx.List(layers)
+
+    @property
+    def input_shape(self):
+        return tuple(self.input_specs[0].shape)
+
+    def __call__(self, *xs, return_stats: bool = False):
+        env = dict(zip(self.graph_inputs, xs))
+        stats = {}
+        for (name, ins, outs), layer in zip(self.wiring, self.layers):
+            y = layer(*[env[t] for t in ins], return_stats=return_stats)
+            if return_stats:
+                y, stats[name] = y
+            env[outs[0]] = y
+        out = tuple(env[t] for t in self.graph_outputs)
+        out = out[0] if len(out) == 1 else out
+        return (out, stats) if return_stats else out
+
+    def emit(self, graph_nodes: list, tensors: dict, prefix: str, name: str, inputs: list):
+        env = dict(zip(self.graph_inputs, inputs))
+        for (node_name, ins, outs), layer in zip(self.wiring, self.layers):
+            env[outs[0]] = layer.emit(graph_nodes, tensors, prefix, node_name, [env[t] for t in ins])
+        return env[self.graph_outputs[0]]
+
+
+def from_graph(graph, target=None, *, mode: str = "hardware") -> GraphModel:
+    """NNX modules initialised from a portable graph's integer parameters, e.g. to
+    fine-tune an imported model with optax.
+
+    Every node becomes the ``hwjax.nn`` layer of its op kind (:attr:`HwLayer.LAYERS`),
+    built by its ``from_node``: linear layers get float weights ``kernel * w_scale`` and
+    biases ``bias * s_in * w_scale`` with the weight scales pinned, and every requantising
+    layer pins its output quantisation to the node's output tensor. So in ``"hardware"``
+    mode (the default) the model runs the graph's integers exactly, bit for bit what
+    :func:`hwjax.graph.run` gives on ``target``, and trains through the layers'
+    surrogates. Single-input, single-output graphs whose ops all have layers.
+
+    Args:
+      graph: a portable :class:`hwjax.graph.Graph` (``graph.target is None``).
+      target: the target to run on (a Target or registered name; required).
+      mode: the layers' mode.
+    """
+    from hwjax.targets import resolve
+
+    if graph.target is not None:
+        raise ValueError("from_graph needs a portable graph (its target's integer parameters cannot be turned back "
+                         "into float weights); lowered graphs come from hwjax.load")
+    if target is None:
+        raise ValueError("from_graph needs the target to run the layers on")
+    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
+        raise ValueError(f"from_graph supports one input and one output, got {len(graph.inputs)} and "
+                         f"{len(graph.outputs)}")
+    model = GraphModel(graph.validate(), resolve(target))
+    check_mode(mode)
+    for _, m in nnx.iter_modules(model):
+        if isinstance(m, HwLayer):
+            m.mode = mode
+    return model
+
+
 INPUT = "float_input"
 
 
@@ -105,8 +187,8 @@ def to_graph(model, input_shape=None):
     """
     from hwjax.graph import Graph, Tensor
 
-    if not isinstance(model, Sequential):
-        raise TypeError(f"to_graph needs a hwjax.nn.Sequential model, got {type(model).__name__}")
+    if not isinstance(model, (Sequential, GraphModel)):
+        raise TypeError(f"to_graph needs a hwjax.nn.Sequential or GraphModel, got {type(model).__name__}")
     shape = tuple(input_shape if input_shape is not None else getattr(model, "input_shape", ()) or ())
     if not shape or not all(isinstance(d, int) and d >= 1 for d in shape):
         raise ValueError(f"input_shape must be a non-empty tuple of positive ints (the model has no "
@@ -115,7 +197,7 @@ def to_graph(model, input_shape=None):
     bad = ["/".join(map(str, p)) for p, m in layers if not m.is_calibrated()]
     if bad:
         raise ValueError(f"layers {bad} are not calibrated (run the model in 'calibrate' mode first)")
-    first = next(iter(model.layers), None)
+    first = next(iter(model.layers), None)  # (a GraphModel's first node)
     if getattr(first, "kind", None) != "quantize":
         raise ValueError("the model's first layer must be a hwjax.nn.Quantize")
     targets = {m.target for _, m in layers}

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from hwjax.nn._base import HwLayer, LayerStats, Mode, check_activation, make_stats
+from hwjax.nn._base import HwLayer, LayerStats, Mode, Pinned, check_activation, make_stats
 from hwjax.nn._qarray import QArray
 from hwjax.nn._quant import (
     act_int,
@@ -161,6 +161,7 @@ class _Linear(HwLayer):
         self.kernel = nnx.Param(kernel_init(rngs.params(), kernel_shape, jnp.float32))
         self.use_bias = bool(use_bias)
         self.bias = nnx.Param(jnp.zeros((n_out,), jnp.float32)) if use_bias else None
+        self.w_pin = Pinned(jnp.full((n_out,), jnp.nan, jnp.float32))
 
     def _geometry(self, x_shape) -> ConvGeometry:
         return ConvGeometry.make(tuple(x_shape[1:3]), tuple(self.kernel.shape[:2]), self.strides, self.padding)
@@ -184,7 +185,8 @@ class _Linear(HwLayer):
         if self.mode != "hardware":
             raise TypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
         s_out, z_out = self.out_qparams()
-        y, stats = _hw_linear(kernel, self._bias(), x.q, x.scale, x.zero_point, s_out, z_out, target=self.target,
+        y, stats = _hw_linear(kernel, self._bias(), x.q, x.scale, x.zero_point, s_out, z_out, self.w_pin[...],
+                              target=self.target,
                               op=self.kind, attrs=self.node_attrs(x.shape[1:]), return_stats=return_stats)
         return QArray(y, s_out, z_out), stats
 
@@ -198,6 +200,24 @@ class _Linear(HwLayer):
         if self.kind != "depthwise_conv":
             a["features"] = int(self.kernel.shape[-1])
         return Attrs(a)
+
+    @classmethod
+    def from_node(cls, node, inputs, output, target) -> "_Linear":
+        """The layer whose hardware mode reproduces ``node``'s portable integers: float
+        weights ``kernel * w_scale`` and biases ``bias * s_in * w_scale`` (exact round trip
+        for |bias| < 2**24), the weight scales and the output quantisation pinned."""
+        p = node.params
+        k = jnp.asarray(p["kernel"]).astype(jnp.float32)
+        s_w = jnp.asarray(p["w_scale"], jnp.float32)
+        hwio = {"conv": lambda v: jnp.transpose(v, (1, 2, 3, 0)), "dense": lambda v: v.T[None, None],
+                "depthwise_conv": lambda v: v[:, :, None, :]}[cls.kind](k)
+        layer = cls(target=target, rngs=nnx.Rngs(0), **cls.node_kwargs(node, inputs))
+        layer.kernel[...] = hwio * s_w
+        s_in = jnp.asarray(inputs[0].quant.scale, jnp.float32)
+        layer.bias[...] = jnp.asarray(p["bias"]).astype(jnp.float32) * (s_in * s_w)
+        layer.w_pin[...] = s_w
+        layer.pin_quant(output.quant.scale, output.quant.zero_point)
+        return layer
 
     def portable_params(self, inputs):
         """int8 ``kernel``, int32 ``bias`` and ``w_scale`` (see :mod:`hwjax.graph.ops.linear`)
@@ -214,7 +234,7 @@ class _Linear(HwLayer):
             in_shape = (*geom.in_hw, self.kernel.shape[2]) if geom is not None else (1, 1, self.kernel.shape[2])
         s_out, z_out = self.out_qparams()
         return _linear_quant_jit(self.kernel[...], self._bias(), jnp.asarray(s_in, jnp.float32),
-                                 jnp.asarray(z_in, jnp.int32), s_out, z_out, self.target, self.kind,
+                                 jnp.asarray(z_in, jnp.int32), s_out, z_out, self.w_pin[...], self.target, self.kind,
                                  self.node_attrs(in_shape if self.kind != "dense" else (in_shape[-1],)))
 
 
@@ -241,11 +261,12 @@ def portable_kernel(op: str, w_int: jax.Array) -> jax.Array:
     return jnp.transpose(w, (3, 0, 1, 2)).astype(jnp.int8)
 
 
-def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, target, op: str, attrs) -> LinearQuant:
-    """The layer's integer constants (no gradient): :func:`weight_scales`, :func:`weights_int`,
-    :func:`bias_int`, the portable parameters and the target's recipe."""
+def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str, attrs) -> LinearQuant:
+    """The layer's integer constants (no gradient): :func:`weight_scales` (or the pinned
+    scales ``w_pin`` where finite), :func:`weights_int`, :func:`bias_int`, the portable
+    parameters and the target's recipe."""
     kernel, bias, s_in, s_out = sg(kernel), sg(bias), sg(s_in), sg(s_out)
-    s_w = weight_scales(kernel, (0, 1, 2))
+    s_w = jnp.where(jnp.isfinite(w_pin), w_pin, weight_scales(kernel, (0, 1, 2)))
     w_int = weights_int(kernel, s_w)
     b_int = bias_int(bias, s_in * s_w)
     portable = {"kernel": portable_kernel(op, w_int), "bias": b_int.astype(jnp.int32), "w_scale": s_w}
@@ -253,16 +274,16 @@ def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, target, op: str, attrs
     return LinearQuant(params, w_int, b_int, s_w, s_out, z_out, portable)
 
 
-_linear_quant_jit = jax.jit(_linear_quant, static_argnums=(6, 7, 8))
+_linear_quant_jit = jax.jit(_linear_quant, static_argnums=(7, 8, 9))
 
 
 @functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
-def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, *, target, op: str, attrs, return_stats: bool):
+def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, *, target, op: str, attrs, return_stats: bool):
     """Hardware-mode forward of a linear layer (jitted once per configuration): the
     target's exact result with the surrogate's gradient (see :class:`_Linear`). ``xq`` is
     NHWC (dense: (B, 1, 1, N))."""
-    hw = compute_once(lambda k, b, si, so: _linear_quant(k, b, si, z_in, so, z_out, target, op, attrs),
-                      (sg(kernel), sg(bias), sg(s_in), sg(s_out)), z_in)
+    hw = compute_once(lambda k, b, si, so, wp: _linear_quant(k, b, si, z_in, so, z_out, wp, target, op, attrs),
+                      (sg(kernel), sg(bias), sg(s_in), sg(s_out), sg(w_pin)), z_in)
     w_q = exact_forward(hw.w_int, kernel / hw.s_w)  # straight-through: d w_q / d w = 1 / s_w
     b_q = exact_forward(hw.b_int, bias / (s_in * hw.s_w))
     x_int = sg(xq).astype(jnp.int32)
@@ -297,6 +318,13 @@ class Conv(_Linear):
 
     kind = "conv"
 
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        a = node.attrs
+        return dict(in_features=inputs[0].shape[-1], out_features=a["features"], kernel_size=a["kernel_size"],
+                    strides=a.get("stride", (1, 1)), padding=a.get("padding", ((0, 0), (0, 0))),
+                    activation=a.get("activation"))
+
     def __init__(self, in_features: int, out_features: int, kernel_size, *, strides=1, padding: Padding = "SAME",
                  activation=None, use_bias: bool = True, target, mode: Mode = "float", learn_scale: bool = False,
                  rngs: nnx.Rngs, kernel_init: Callable = nnx.initializers.lecun_normal()):
@@ -318,6 +346,12 @@ class DepthwiseConv(_Linear):
     """
 
     kind = "depthwise_conv"
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        a = node.attrs
+        return dict(features=inputs[0].shape[-1], kernel_size=a["kernel_size"], strides=a.get("stride", (1, 1)),
+                    padding=a.get("padding", ((0, 0), (0, 0))), activation=a.get("activation"))
     groups_is_depthwise = True
 
     def __init__(self, features: int, kernel_size, *, strides=1, padding: Padding = "SAME", activation=None,
@@ -340,6 +374,11 @@ class Dense(_Linear):
     """
 
     kind = "dense"
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return dict(in_features=inputs[0].shape[-1], out_features=node.attrs["features"],
+                    activation=node.attrs.get("activation"))
 
     def __init__(self, in_features: int, out_features: int, *, activation=None, use_bias: bool = True, target,
                  mode: Mode = "float", learn_scale: bool = False, rngs: nnx.Rngs,
@@ -370,6 +409,10 @@ class _Pool(HwLayer):
 
     def node_attrs(self, in_shape=None) -> Attrs:
         return Attrs({"window": self.window, "strides": self.strides})
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return {"window": tuple(node.attrs["window"]), "strides": tuple(node.attrs["strides"])}
 
     def _pool_int(self, x_int, x: QArray):
         """The target's exact pool of ``x_int`` (the output keeps ``x``'s quantisation)."""
@@ -439,6 +482,10 @@ class Add(HwLayer):
     def node_attrs(self, in_shape=None) -> Attrs:
         return Attrs({"activation": self.activation})
 
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return {"activation": node.attrs.get("activation")}
+
     def __init__(self, *, activation=None, target, mode: Mode = "float", learn_scale: bool = False):
         self.activation = check_activation(activation)
         super().__init__(target, mode=mode, learn_scale=learn_scale, activation=self.activation)
@@ -484,6 +531,10 @@ class LutActivation(HwLayer):
 
     def node_attrs(self, in_shape=None) -> Attrs:
         return Attrs({"fn": self.fn})
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return {"fn": node.attrs["fn"]}
 
     def __init__(self, fn: str, *, target, mode: Mode = "float", learn_scale: bool = False):
         if fn not in LUT_FUNCTIONS:
