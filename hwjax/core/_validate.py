@@ -38,11 +38,12 @@ def as_array(x: Any, name: str) -> jax.Array:
         return jnp.asarray(x, dtype=jnp.int32)
     if isinstance(x, float):
         return jnp.asarray(x, dtype=jnp.float32)
-    arr = x if isinstance(x, jax.Array) else jnp.asarray(x)
-    if isinstance(x, np.ndarray) and x.dtype == np.int64:
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype == np.int64:
         check_range(x, -(2**31), 2**31 - 1, name)
-        arr = jnp.asarray(x.astype(np.int32))
-    return arr
+        x = x.astype(np.int32)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return jax.device_put(x)  # jnp.asarray would compile a copy program per shape and dtype
+    return x if isinstance(x, jax.Array) else jnp.asarray(x)
 
 
 def kind(x: jax.Array, name: str) -> str:

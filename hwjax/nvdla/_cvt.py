@@ -61,7 +61,7 @@ def sign_extend(value: Any, bits: int):
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         v = int(value) & ((1 << bits) - 1)
         return v - (1 << bits) if v >> (bits - 1) else v
-    x = jnp.asarray(value)
+    x = jax.device_put(value) if isinstance(value, (np.ndarray, np.generic)) else jnp.asarray(value)
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise TypeError(f"value must be an integer array, got {x.dtype}")
     return _sign_extend_jit(x, bits)
@@ -222,7 +222,8 @@ def cvt(x: Any, *, offset: Any, scale: Any, shift: Any, out_bits: OutBits,
     sc = _int_arg(scale, -(2**15), 2**15 - 1, "scale")
     sh = _int_arg(shift, 0, 63, "shift")
     if isinstance(x, wide.Wide):
-        xa = wide.Wide(jnp.asarray(x.hi), jnp.asarray(x.lo))
+        xa = wide.Wide(*(jax.device_put(a) if isinstance(a, (np.ndarray, np.generic)) else jnp.asarray(a)
+                         for a in x))
         if V.is_concrete(xa.hi) and V.is_concrete(xa.lo):
             hi = np.asarray(xa.hi).astype(np.int64)
             if hi.size and (hi.min() < -256 or hi.max() > 255):
@@ -424,7 +425,7 @@ def fp16_input(x: Any, *, unit: str, nan_to_zero: bool = False) -> jax.Array:
 
 def _fp16_dtype_checked(x: Any, name: str) -> jax.Array:
     """The dtype check of :func:`_fp16_array` (the bitcast runs inside the jitted program)."""
-    x = jnp.asarray(x)
+    x = jax.device_put(x) if isinstance(x, (np.ndarray, np.generic)) else jnp.asarray(x)
     if x.dtype not in (jnp.uint16, jnp.float16):
         raise TypeError(f"{name} must be float16 (or uint16 fp16 bit patterns), got {x.dtype}")
     return x
@@ -448,7 +449,7 @@ def fp16_output(x: Any) -> jax.Array:
     ``x`` is converted to float32 first (NVDLA's internal format), so the result is the same
     with ``jax_enable_x64`` on or off. Differentiable (straight-through inside the range).
     """
-    x = jnp.asarray(x)
+    x = jax.device_put(x) if isinstance(x, (np.ndarray, np.generic)) else jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"x must be a float array, got {x.dtype}")
     return _fp16_output_jit(x)
