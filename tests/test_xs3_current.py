@@ -199,8 +199,10 @@ def test_reordered_weights_byte_for_byte(convs):
 @settings(max_examples=15)
 @given(c_out=st.integers(1, 40), kh=st.integers(1, 3), kw=st.integers(1, 3), c_in=st.integers(1, 40))
 def test_reorder_roundtrip_and_layout(c_out, kh, kw, c_in):
+    # Every example has its own shape: jitted, each function compiles once per example
+    # instead of once per operation (the eager calls are checked by the golden test above).
     k = np.random.default_rng(c_out * 1000 + c_in).integers(-128, 128, (c_out, kh, kw, c_in)).astype(np.int8)
-    rw = np.asarray(xs3.reorder_kernel_weights(k))
+    rw = np.asarray(jax.jit(xs3.reorder_kernel_weights)(k))
     L, n_chunks = kh * kw * c_in, -(-kh * kw * c_in // 32)
     groups = [min(16, c_out - g) for g in range(0, c_out, 16)]
     last_block = sum(n * L for n in groups[:-1]) + groups[-1] * 32 * (n_chunks - 1)
@@ -208,7 +210,8 @@ def test_reorder_roundtrip_and_layout(c_out, kh, kw, c_in):
     # first chunk of group 0 holds its highest channel first
     n0, w0 = groups[0], min(32, L)
     np.testing.assert_array_equal(rw[:w0], k[n0 - 1].ravel()[:w0])
-    np.testing.assert_array_equal(np.asarray(xs3.reorder_kernel_weights_inverse(rw, k.shape)), k)
+    inverse = jax.jit(xs3.reorder_kernel_weights_inverse, static_argnums=1)
+    np.testing.assert_array_equal(np.asarray(inverse(rw, k.shape)), k)
 
 
 # --------------------------------------------------------------------------- conv2d
