@@ -25,6 +25,7 @@ from hwjax.targets._base import (
 )
 from hwjax.targets._nvdla import NVDLA, NVDLAConvParams, NVDLALutParams, nvdla_lut_config
 from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, xs3_add_params, xs3_bso
+from hwjax.targets._tflite import TFLite  # noqa: F401  (registers "tflite")
 
 __all__ = [
     "LUT_FUNCTIONS", "NVDLA", "ConvGeometry", "NVDLAConvParams", "NVDLALutParams", "Target", "XS3", "XS3ConvParams",

@@ -5,6 +5,9 @@
   :data:`REQUANT` (``"double"`` R1, ``"float64"`` R2, ``"ruy"`` R3, ``"xnnpack"`` R4,
   ``"single"``).
 * Kernels :func:`fully_connected`, :func:`conv2d`, :func:`depthwise_conv2d`.
+* :func:`load` reads an int8 ``.tflite`` file into a :class:`Model` (``Model.graph`` is a
+  :class:`hwjax.graph.Graph`); ``Model.run(x, runtime=...)`` runs a batch bit-exactly as
+  the runtime does (the target :class:`hwjax.targets.TFLite`).
 """
 
 from hwjax.tflite._arith import (
@@ -17,8 +20,10 @@ from hwjax.tflite._arith import (
     requantize,
 )
 from hwjax.tflite._kernels import conv2d, conv_geometry, depthwise_conv2d, fully_connected
+from hwjax.tflite._model import RUNTIMES, SUPPORTED_OPS, Model, TensorInfo, load
 
 __all__ = [
-    "ACTIVATIONS", "REQUANT", "activation_range", "conv2d", "conv_geometry", "depthwise_conv2d",
+    "ACTIVATIONS", "Model", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d", "conv_geometry", "depthwise_conv2d",
     "fully_connected", "multiply_by_quantized_multiplier", "quantize_multiplier", "requant_params", "requantize",
+    "load",
 ]

@@ -84,10 +84,13 @@ def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geo
 
 
 def tap_counts(geom: ConvGeometry) -> np.ndarray:
-    """(OH, OW) number of window taps inside the image (TFLite's ``filter_count``)."""
-    ones = np.ones((*geom.in_hw, 1), np.int32)
-    taps = window_taps(ones, geom, pad_value=0)
-    return np.asarray(sum(np.asarray(t) for t in taps))[..., 0]
+    """(OH, OW) number of window taps inside the image (TFLite's ``filter_count``); numpy."""
+    counts = []
+    for ax in range(2):
+        o = np.arange(geom.out_hw[ax])[:, None]
+        pos = o * geom.stride[ax] - geom.padding[ax][0] + np.arange(geom.kernel[ax])[None, :] * geom.dilation[ax]
+        counts.append(((pos >= 0) & (pos < geom.in_hw[ax])).sum(axis=1))
+    return (counts[0][:, None] * counts[1][None, :]).astype(np.int32)
 
 
 def avgpool_int(x, geom: ConvGeometry, act_min, act_max):
@@ -95,7 +98,7 @@ def avgpool_int(x, geom: ConvGeometry, act_min, act_max):
     half away from zero (C integer division of ``acc +- count/2``)."""
     taps = window_taps(x, geom, pad_value=0)
     acc = sum(taps[1:], taps[0])
-    n = jnp.asarray(tap_counts(geom))[:, :, None]
+    n = np.asarray(tap_counts(geom))[:, :, None]
     half = n // 2
     q = jnp.where(acc > 0, (acc + half) // n, -((-acc + half) // n))
     return jnp.clip(q, act_min, act_max)
