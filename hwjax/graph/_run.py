@@ -49,7 +49,16 @@ def lower(graph: Graph, target) -> Graph:
     target = _resolve_target(graph, target)
     if graph.target is not None:
         return graph
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(graph)):
+        return _lower(graph, target)
+    return _lower_jit(graph, target)  # concrete parameters: one compiled program, not op-by-op
+
+
+def _lower(graph: Graph, target) -> Graph:
     return graph.replace(nodes=tuple(lower_node(n, graph, target) for n in graph.nodes), target=target)
+
+
+_lower_jit = jax.jit(_lower, static_argnums=1)
 
 
 def _batched(graph: Graph, inputs) -> tuple[list[jax.Array], bool]:
