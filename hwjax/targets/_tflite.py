@@ -37,6 +37,9 @@ _REQUANT = {
 _VERIFIED = {
     "add": ("reference", "optimized", "tflm"),
     "avgpool": ("reference", "optimized", "tflm"),
+    # QUANTIZE int8 -> int8: LiteRT's optimized kernel and XNNPACK differ from the
+    # reference Requantize on many outputs (not ties); not yet derived
+    "requantize": ("reference", "tflm"),
 }
 
 

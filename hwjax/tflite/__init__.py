@@ -23,7 +23,8 @@ from hwjax.tflite._kernels import conv2d, conv_geometry, depthwise_conv2d, fully
 from hwjax.tflite._model import RUNTIMES, SUPPORTED_OPS, Model, TensorInfo, load
 
 __all__ = [
-    "ACTIVATIONS", "Model", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d", "conv_geometry", "depthwise_conv2d",
+    "ACTIVATIONS", "Model", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d",
+    "conv_geometry", "depthwise_conv2d",
     "fully_connected", "multiply_by_quantized_multiplier", "quantize_multiplier", "requant_params", "requantize",
     "load",
 ]

@@ -10,8 +10,6 @@ accumulation): no float matmul anywhere.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,7 +19,7 @@ from hwjax.core import validate as V
 from hwjax.errors import RangeError, ShapeError
 from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 from hwjax.tflite._arith import (
-    REQUANT, _round_half_away, activation_range, quantize_multiplier, requant_params, requantize,
+    REQUANT, activation_range, quantize_multiplier, requant_params, requantize,
 )
 
 _I32 = jnp.int32

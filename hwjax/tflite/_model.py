@@ -19,10 +19,17 @@ from hwjax.tflite._kernels import conv_geometry
 _TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8"}
 _NP = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "int16": np.int16, "float32": np.float32,
        "int64": np.int64}
-OPS = {0: "ADD", 1: "AVERAGE_POOL_2D", 2: "CONCATENATION", 3: "CONV_2D", 4: "DEPTHWISE_CONV_2D", 6: "DEQUANTIZE",
-       9: "FULLY_CONNECTED", 14: "LOGISTIC", 17: "MAX_POOL_2D", 18: "MUL", 19: "RELU", 20: "RELU_N1_TO_1",
-       21: "RELU6", 22: "RESHAPE", 25: "SOFTMAX", 28: "TANH", 34: "PAD", 40: "MEAN", 43: "SQUEEZE",
-       45: "STRIDED_SLICE", 77: "SHAPE", 83: "PACK", 114: "QUANTIZE"}
+# TFLite builtin operator codes (schema.fbs) -> names, for reading and for error messages
+OPS = {
+       0: "ADD", 1: "AVERAGE_POOL_2D", 2: "CONCATENATION", 3: "CONV_2D", 4: "DEPTHWISE_CONV_2D", 6:
+       "DEQUANTIZE", 9: "FULLY_CONNECTED", 11: "L2_NORMALIZATION", 14: "LOGISTIC", 17: "MAX_POOL_2D", 18: "MUL",
+       19: "RELU", 20: "RELU_N1_TO_1", 21: "RELU6", 22: "RESHAPE", 23: "RESIZE_BILINEAR", 25: "SOFTMAX", 28:
+       "TANH", 32: "CUSTOM", 34: "PAD", 36: "GATHER", 39: "TRANSPOSE", 40: "MEAN", 41: "SUB", 42: "DIV", 43:
+       "SQUEEZE", 45: "STRIDED_SLICE", 47: "EXP", 49: "SPLIT", 53: "CAST", 54: "PRELU", 55: "MAXIMUM", 56:
+       "ARG_MAX", 57: "MINIMUM", 60: "PADV2", 65: "SLICE", 66: "SIN", 67: "TRANSPOSE_CONV", 70: "EXPAND_DIMS",
+       74: "SUM", 76: "RSQRT", 77: "SHAPE", 82: "REDUCE_MAX", 83: "PACK", 88: "UNPACK", 97:
+       "RESIZE_NEAREST_NEIGHBOR", 98: "LEAKY_RELU", 99: "SQUARED_DIFFERENCE", 114: "QUANTIZE", 117:
+       "HARD_SWISH", 126: "BATCH_MATMUL", 150: "GELU"}
 _ACT = {0: None, 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
 _PADDING = {0: "SAME", 1: "VALID"}
 #: TFLite builtin operators :func:`load` reads

@@ -199,8 +199,8 @@ def add_model(rng, *, shape, activation=None):
     return mb.finish([x], [y]), shape
 
 
-def chain_model(rng, *, in_shape=(9, 8, 3)):
-    """conv (relu6) -> depthwise (SAME, stride 2) -> maxpool -> reshape -> quantize -> FC (relu)."""
+def chain_model(rng, *, in_shape=(9, 8, 3), quantize=True):
+    """conv (relu6) -> depthwise (SAME, stride 2) -> maxpool -> reshape -> [quantize] -> FC (relu)."""
     mb = ModelBuilder()
     s_in = _scale(rng)
     x = _act_tensor(mb, rng, in_shape, s_in)
@@ -225,8 +225,11 @@ def chain_model(rng, *, in_shape=(9, 8, 3)):
     h4 = _act_tensor(mb, rng, (4 * c1,), q2.scale[0], int(q2.zeroPoint[0]))
     shape_t = mb.tensor((2,), "int32", data=np.array([1, 4 * c1], np.int32))
     mb.op("RESHAPE", [h3, shape_t], [h4], ("ReshapeOptions", {"newShape": [1, 4 * c1]}))
-    h5 = _act_tensor(mb, rng, (4 * c1,), np.float32(q2.scale[0] * 1.7), 3)
-    mb.op("QUANTIZE", [h4], [h5], None)
+    if quantize:
+        h5 = _act_tensor(mb, rng, (4 * c1,), np.float32(q2.scale[0] * 1.7), 3)
+        mb.op("QUANTIZE", [h4], [h5], None)
+    else:
+        h5 = h4
     s5 = mb.tensors[h5].quantization.scale[0]
     s_w3 = _filter_params(rng, 1, False)
     w3 = mb.tensor((7, 4 * c1), "int8", s_w3, np.zeros(1), rng.integers(-127, 128, (7, 4 * c1)))

@@ -1,0 +1,142 @@
+"""hwjax.tflite.load + Model.run against LiteRT itself (differential: random int8 models
+built with the flatbuffer object API, run in ai-edge-litert under BUILTIN_REF, builtin
+optimized kernels and the default XNNPACK delegate). Exact equality, zero mismatches."""
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("ai_edge_litert")
+
+import hwjax.graph as hg  # noqa: E402
+import hwjax.tflite as tfl  # noqa: E402
+from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
+from hwjax.targets import TFLite  # noqa: E402
+from hwjax.tflite import _testing as T  # noqa: E402
+
+ALL = ("reference", "optimized", "xnnpack")
+NO_XNN = ("reference", "optimized")
+
+
+def _cases(rng):
+    L = T.linear_model
+    return [
+        ("fc_per_tensor", L(rng, "FULLY_CONNECTED", in_shape=(37,), out_ch=11, per_channel=False), ALL),
+        ("fc_per_channel_relu6", L(rng, "FULLY_CONNECTED", in_shape=(29,), out_ch=9, activation="relu6"), ALL),
+        ("fc_relu_nobias", L(rng, "FULLY_CONNECTED", in_shape=(16,), out_ch=5, activation="relu", bias=False), ALL),
+        ("conv_same_s2_relu", L(rng, "CONV_2D", in_shape=(9, 8, 3), out_ch=5, stride=(2, 2), activation="relu"), ALL),
+        ("conv_valid_per_tensor", L(rng, "CONV_2D", in_shape=(7, 6, 4), out_ch=3, k=(3, 2), padding="VALID",
+                                    per_channel=False), ALL),
+        ("conv_same_k5_s12_n1to1", L(rng, "CONV_2D", in_shape=(8, 9, 2), out_ch=7, k=(5, 5), stride=(1, 2),
+                                     activation="relu_n1_to_1"), ALL),
+        ("dw_same_s21", L(rng, "DEPTHWISE_CONV_2D", in_shape=(8, 7, 5), stride=(2, 1)), ALL),
+        ("dw_valid_relu6_per_tensor", L(rng, "DEPTHWISE_CONV_2D", in_shape=(6, 6, 3), k=(2, 3), padding="VALID",
+                                        per_channel=False, activation="relu6"), ALL),
+        ("avgpool_same_s2", T.pool_model(rng, "AVERAGE_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2),
+                                         padding="SAME"), NO_XNN),
+        ("avgpool_valid_relu", T.pool_model(rng, "AVERAGE_POOL_2D", in_shape=(6, 5, 3), window=(2, 2),
+                                            stride=(2, 1), padding="VALID", activation="relu"), NO_XNN),
+        ("maxpool_same_relu6", T.pool_model(rng, "MAX_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2),
+                                            padding="SAME", activation="relu6"), ALL),
+        ("add_relu6", T.add_model(rng, shape=(4, 4, 3), activation="relu6"), NO_XNN),
+        ("chain_quantize", T.chain_model(rng), ("reference",)),
+        ("chain", T.chain_model(rng, quantize=False), ALL),
+    ]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    rng = np.random.default_rng(20250601)
+    out = []
+    for name, (data, shape), runtimes in _cases(rng):
+        x = rng.integers(-128, 128, (5, *shape)).astype(np.int8)
+        x[0] = -128  # extremes
+        x[1] = 127
+        want = {rt: T.run_litert(data, x, rt) for rt in runtimes}
+        out.append((name, data, x, want))
+    return out
+
+
+@pytest.mark.parametrize("runtime", ALL)
+def test_matches_litert(cases, runtime):
+    checked = 0
+    for name, data, x, want in cases:
+        if runtime not in want:
+            continue
+        got = np.asarray(tfl.load(data).run(x, runtime=runtime))
+        assert got.dtype == np.int8
+        bad = int((got != want[runtime]).sum())
+        assert bad == 0, f"{name} on {runtime}: {bad} of {got.size} outputs differ"
+        checked += 1
+    assert checked >= 9
+
+
+def test_runtimes_are_distinct(cases):
+    """A conv model whose outputs differ between the runtimes: each is matched, so a
+    single shared convention could not pass."""
+    differ = 0
+    for name, data, x, want in cases:
+        if len(want) == 3 and not (np.array_equal(want["reference"], want["optimized"])
+                                   and np.array_equal(want["optimized"], want["xnnpack"])):
+            differ += 1
+    assert differ >= 1
+
+
+def test_model_description_and_intermediates(cases):
+    name, data, x, want = next(c for c in cases if c[0] == "chain")
+    m = tfl.load(data)
+    assert m.inputs[0].shape == (1, 9, 8, 3) and m.inputs[0].dtype == "int8"
+    assert m.outputs[0].shape == (1, 7) and m.outputs[0].scale.shape == (1,)
+    assert [n.op for n in m.graph.nodes] == ["conv", "activation", "depthwise_conv", "maxpool", "flatten", "dense"]
+    y, inter = m.run(x, runtime="reference", intermediates=True)
+    assert np.array_equal(np.asarray(inter[m.outputs[0].name]), np.asarray(y, np.int32))
+    assert inter[m.graph.nodes[2].outputs[0]].shape == (5, 5, 4, 5)
+
+
+def test_portable_graph_under_jit_and_vmap(cases):
+    """The portable graph lowers inside jit (recipes through pure_callback) and vmaps."""
+    name, data, x, want = next(c for c in cases if c[0] == "conv_same_s2_relu")
+    m = tfl.load(data)
+    target = TFLite("optimized")
+    y = hg.jit_run(m.graph, x.astype(np.int32), target)
+    assert np.array_equal(np.asarray(y), want["optimized"])
+    yv = jax.vmap(lambda xi: hg.run(m.lowered("optimized"), xi))(x.astype(np.int32))
+    assert np.array_equal(np.asarray(yv), want["optimized"])
+
+
+def test_load_errors(tmp_path, cases):
+    data = cases[0][1]
+    with pytest.raises(FormatError, match="not a TFLite model"):
+        tfl.load(b"\x00" * 64)
+    with pytest.raises(FormatError):
+        tfl.load(data[: len(data) // 2])
+    p = tmp_path / "m.tflite"
+    p.write_bytes(data)
+    assert tfl.load(str(p)).graph.nodes[0].op == "dense"
+    # a float model
+    mb = T.ModelBuilder()
+    a = mb.tensor((1, 4), "float32")
+    b = mb.tensor((1, 4), "float32")
+    mb.op("RELU", [a], [b])
+    with pytest.raises(FormatError, match="float"):
+        tfl.load(mb.finish([a], [b]))
+    # an op outside the list: named with its index and the supported ops
+    mb = T.ModelBuilder()
+    a = mb.tensor((1, 4), "int8", 0.1, 0)
+    b = mb.tensor((1, 4), "int8", 0.1, 0)
+    c = mb.tensor((1, 4), "int8", 0.1, 0)
+    mb.op("RELU", [a], [b])
+    mb.op("SIN", [b], [c])
+    with pytest.raises(UnsupportedOpError, match=r"operator #1 is SIN.*FULLY_CONNECTED"):
+        tfl.load(mb.finish([a], [c]))
+
+
+def test_unverified_runtime_ops_raise(cases):
+    name, data, x, want = next(c for c in cases if c[0] == "add_relu6")
+    with pytest.raises(UnsupportedOpError, match="xnnpack"):
+        tfl.load(data).run(x, runtime="xnnpack")
+    name, data, x, want = next(c for c in cases if c[0] == "chain_quantize")
+    with pytest.raises(UnsupportedOpError, match="requantize"):
+        tfl.load(data).run(x, runtime="optimized")
+    with pytest.raises(ValueError, match="runtime"):
+        tfl.load(data).run(x, runtime="fast")
