@@ -41,6 +41,10 @@ def _cases(rng):
         ("add_relu6", T.add_model(rng, shape=(4, 4, 3), activation="relu6"), NO_XNN),
         ("chain_quantize", T.chain_model(rng), ("reference",)),
         ("chain", T.chain_model(rng, quantize=False), ALL),
+        ("relu_requantising", T.unary_model(rng, "RELU"), ALL),
+        ("relu6_requantising", T.unary_model(rng, "RELU6"), ALL),
+        ("relu_n1_to_1_requantising", T.unary_model(rng, "RELU_N1_TO_1"), ALL),
+        ("quantize_int8", T.unary_model(rng, "QUANTIZE"), ("reference",)),
     ]
 
 

@@ -237,3 +237,12 @@ def chain_model(rng, *, in_shape=(9, 8, 3), quantize=True):
     y = _act_tensor(mb, rng, (7,), _out_scale(s5, s_w3, 4 * c1))
     mb.op("FULLY_CONNECTED", [h5, w3, b3], [y], ("FullyConnectedOptions", {"fusedActivationFunction": 1}))
     return mb.finish([x], [y]), in_shape
+
+
+def unary_model(rng, name: str, *, shape=(64,)):
+    """One RELU / RELU6 / RELU_N1_TO_1 / QUANTIZE op between differently quantised int8 tensors."""
+    mb = ModelBuilder()
+    a = _act_tensor(mb, rng, shape)
+    b = _act_tensor(mb, rng, shape)
+    mb.op(name, [a], [b])
+    return mb.finish([a], [b]), shape
