@@ -4,7 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+# Test workers (pytest-xdist processes); TEST_WORKERS=0 runs the tests in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+.PHONY: demo test test-full bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,11 +19,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m train digits
 
+# The whole suite, every golden vector and property. Compiled with fast-compile XLA flags
+# (see tests/conftest.py) and a persistent compilation cache in .jax_cache/; files are
+# spread over $(TEST_WORKERS) workers, each file kept on one worker (module fixtures run once).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
+
+# The same suite compiled with XLA's default optimisation (no fast-compile flags), as
+# users run it: slower to compile, same exact results expected.
+test-full: $(STAMP)
+	HWJAX_TEST_FAST_COMPILE=0 $(PYTEST)
 
 bench: $(STAMP)
 	$(PY) -m hwjax.bench mac
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .jax_cache
