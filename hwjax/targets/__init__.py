@@ -23,6 +23,7 @@ from hwjax.targets._base import (
     register,
     resolve,
 )
+from hwjax.targets._gemmlowp import Gemmlowp, GemmlowpLinearParams
 from hwjax.targets._nvdla import NVDLA, NVDLAConvParams, NVDLALutParams, nvdla_lut_config
 from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, xs3_add_params, xs3_bso
 from hwjax.targets._tflite import TFLite  # noqa: F401  (registers "tflite")
