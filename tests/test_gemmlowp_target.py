@@ -453,3 +453,21 @@ def test_hardware_mode_trains_through_the_surrogates(model):
     assert np.abs(np.asarray(grads["layers"][5]["bias"][...])).sum() > 0
     new = jax.tree.map(lambda p, d: p - 0.05 * d, params, grads)
     assert float(vg(new)[0]) < float(value)  # a step along the surrogate gradient helps
+
+
+def test_cli_target_options():
+    from train.__main__ import make_target, parser, target_label, target_options
+
+    args = parser().parse_args(["digits", "--target", "gemmlowp", "--bits", "3,2", "--target-opt", "requantize=always",
+                                "--target-opt", "rounding=xorshift"])
+    opts = target_options(args)
+    assert opts == {"requantize": "always", "rounding": "xorshift", "lhs_bits": 3, "rhs_bits": 2}
+    t = make_target("gemmlowp", None, opts)
+    assert t == T.Gemmlowp(3, 2, "xorshift", "always")
+    assert target_label(t) == "gemmlowp (lhs_bits=3, rhs_bits=2, rounding=xorshift, requantize=always)"
+    assert target_label(T.XS3()) == "xs3 (hardware)" and target_label(T.NVDLA()) == "nvdla (-)"
+    for bad, match in ((["--bits", "4"], "--bits takes two integers"), (["--target-opt", "x"], "KEY=VALUE")):
+        with pytest.raises(SystemExit, match=match):
+            target_options(parser().parse_args(["digits", "--target", "gemmlowp", *bad]))
+    with pytest.raises(SystemExit, match=r"lhs_bits must lie in \[1, 8\], got 9"):
+        make_target("gemmlowp", None, target_options(parser().parse_args(["digits", "--bits", "9,4"])))

@@ -36,14 +36,56 @@ def target_names() -> tuple[str, ...]:
     return targets.available()
 
 
-def make_target(name: str, variant: Optional[str]):
-    """``hwjax.targets.get(name, variant=...)`` (``variant`` only where given)."""
+def make_target(name: str, variant: Optional[str], options: Optional[dict] = None):
+    """``hwjax.targets.get(name, variant=..., **options)`` (``variant`` only where given)."""
     from hwjax import targets
 
+    opts = {**({"variant": variant} if variant else {}), **(options or {})}
     try:
-        return targets.get(name, **({"variant": variant} if variant else {}))
+        return targets.get(name, **opts)
     except ValueError as e:
-        raise SystemExit(f"--target {name} --variant {variant}: {e}") from None
+        raise SystemExit(f"--target {name} with options {opts}: {e}") from None
+
+
+def _option_value(text: str):
+    """A ``--target-opt`` value: true/false, an int, a float, or the string itself."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def target_options(args) -> dict:
+    """The options passed to :func:`hwjax.targets.get`: ``--target-opt KEY=VALUE`` (repeatable)
+    and ``--bits L,R`` (shorthand for ``lhs_bits=L``, ``rhs_bits=R``: the gemmlowp target's
+    weight and activation bit depths)."""
+    opts: dict = {}
+    for item in getattr(args, "target_opt", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--target-opt takes KEY=VALUE, got {item!r}")
+        opts[key] = _option_value(value)
+    bits = getattr(args, "bits", None)
+    if bits:
+        parts = bits.split(",")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise SystemExit(f"--bits takes two integers L,R (weights, activations), e.g. 4,4; got {bits!r}")
+        opts.update(lhs_bits=int(parts[0]), rhs_bits=int(parts[1]))
+    return opts
+
+
+def target_label(target) -> str:
+    """``name (variant)`` or ``name (key=value, ...)`` of a target's ``describe()``."""
+    d = {k: v for k, v in target.describe().items() if k != "name"}
+    if not d:
+        return f"{target.name} (-)"
+    if list(d) == ["variant"]:
+        return f"{target.name} ({d['variant']})"
+    return f"{target.name} ({', '.join(f'{k}={v}' for k, v in d.items())})"
 
 
 def make_mesh(devices: Optional[int]):
@@ -143,7 +185,7 @@ def _setup(args) -> Run:
     make_optimizer(args.optimizer, args.lr, 1)  # fail fast on an unknown optimiser
     ds = load_data(args)
     x_tr, x_val, y_tr, y_val = _split_val(ds.x_train, ds.y_train, args.val_fraction, args.seed)
-    target = make_target(args.target, args.variant)
+    target = make_target(args.target, args.variant, target_options(args))
     try:
         model = build_model(args, target, ds.classes, int(np.prod(ds.x_train.shape[1:])))
     except (NotImplementedError, ValueError) as e:
@@ -170,7 +212,8 @@ def _resume(run: Run) -> None:
         run.say(f"--resume: no checkpoint in {run.ckpt.folder}, starting from scratch")
         return
     meta = run.ckpt.restore_meta(step)
-    if meta["config"].get("model") != run.args.model or meta["config"].get("target") != run.args.target:
+    if (meta["config"].get("model") != run.args.model or meta["config"].get("target") != run.args.target
+            or meta["config"].get("target_options", {}) != target_options(run.args)):
         raise SystemExit(f"--resume: the checkpoint was made with {meta['config']}, not these arguments")
     state, _, _ = run.ckpt.restore(step, nnx.state(run.model), None)
     nnx.update(run.model, state)
@@ -290,7 +333,7 @@ def _finish(run: Run, t_start: float) -> dict:
         indent=1))
     run.timings["total"] = time.perf_counter() - t_start
     print("\n" + final_table(meta["float_acc"], meta["ptq_acc"], meta["hat_acc"], export_dir,
-                             f"{run.target.name} ({getattr(run.target, 'variant', '-')})", run.timings))
+                             target_label(run.target), run.timings))
     run.say(f"training curves: {png}")
     return {"float_acc": meta["float_acc"], "ptq_acc": meta["ptq_acc"], "hat_acc": meta["hat_acc"],
             "export": export_dir, "stats": stats, "history": meta["history"], "model": model,
@@ -304,15 +347,15 @@ def run_training(args) -> dict:
     if run.meta["phase"] == "float":
         _float_phase(run)
     run.say(f"float accuracy {100 * run.meta['float_acc']:.2f}%, post-training quantisation (bit-exact, "
-            f"{run.target.name} {getattr(run.target, 'variant', '')}) {100 * run.meta['ptq_acc']:.2f}%")
+            f"{target_label(run.target)}) {100 * run.meta['ptq_acc']:.2f}%")
     if run.meta["phase"] == "hat":
         _hat_phase(run)
     return _finish(run, t_start)
 
 
 def _config(args) -> dict:
-    return {k: getattr(args, k) for k in ("model", "target", "variant", "lut_fn", "data", "seed", "limit",
-                                          "val_fraction", "learn_scale")}
+    return {**{k: getattr(args, k) for k in ("model", "target", "variant", "lut_fn", "data", "seed", "limit",
+                                             "val_fraction", "learn_scale")}, "target_options": target_options(args)}
 
 
 # -------------------------------------------------------------------- eval / export
@@ -350,7 +393,8 @@ def run_export(args) -> Path:
         raise SystemExit("the run has not been calibrated yet (still in the float phase); resume it first")
     cfg = argparse.Namespace(**meta["config"])
     ds = load_data(cfg)
-    model = build_model(cfg, make_target(cfg.target, cfg.variant), ds.classes, int(np.prod(ds.x_train.shape[1:])))
+    model = build_model(cfg, make_target(cfg.target, cfg.variant, getattr(cfg, "target_options", None)), ds.classes,
+                        int(np.prod(ds.x_train.shape[1:])))
     state, _, _ = ckpt.restore(step, nnx.state(model), None)
     nnx.update(model, state)
     hn.set_mode(model, "hardware")
@@ -367,6 +411,12 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="chip to train for (default xs3; the registered hwjax.targets)")
     p.add_argument("--variant", default=None, help="target variant, e.g. the XS3 VPU model: hardware (default), "
                                                    "host or v2021")
+    p.add_argument("--target-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the target (repeatable), passed to hwjax.targets.get, e.g. "
+                        "--target-opt requantize=always for gemmlowp")
+    p.add_argument("--bits", default=None, metavar="L,R",
+                   help="gemmlowp bit depths of the weights (LHS) and activations (RHS), 1..8 each: "
+                        "shorthand for --target-opt lhs_bits=L --target-opt rhs_bits=R")
     p.add_argument("--model", default="cnn", choices=("cnn", "mlp", "lut_mlp"))
     p.add_argument("--lut-fn", default="tanh", choices=("tanh", "sigmoid"), help="lut_mlp activation")
     p.add_argument("--data", default=None, help=".npz with x_train/y_train/x_test/y_test or x/y "
