@@ -202,3 +202,22 @@ def test_from_graph_rebuilds_trainable_modules_with_the_same_bits(target):
     np.testing.assert_array_equal(y_new, np.round(y_new))  # still the exact integer pipeline
     with pytest.raises(ValueError, match="portable graph"):
         hn.from_graph(hg.lower(g, target), target)
+
+
+def test_the_hwjax_0_1_target_methods_still_work_with_a_deprecation_warning():
+    t = T.XS3()
+    k = jnp.asarray(RNG.integers(-127, 128, (4, 3, 3, 2)), jnp.int8)
+    b = jnp.asarray(RNG.integers(-500, 500, 4), jnp.int32)
+    q = dict(s_in=jnp.float32(0.02), z_in=jnp.int32(-3), s_w=jnp.full(4, 0.01, jnp.float32),
+             s_out=jnp.float32(0.05), z_out=jnp.int32(5))
+    with pytest.warns(DeprecationWarning, match="conv_params is deprecated"):
+        p = t.conv_params(k, b, **q)
+    new = t.lowering("conv").params(t, hg.Attrs({"activation": None}), {"kernel": k, "bias": b, "w_scale": q["s_w"]},
+                                    [hg.Quant.of(q["s_in"], q["z_in"])], hg.Quant.of(q["s_out"], q["z_out"]))
+    assert jax.tree.all(jax.tree.map(lambda u, v: bool(np.array_equal(u, v)), p, new))
+    x = jnp.asarray(RNG.integers(-128, 128, (2, 5, 5, 2)), jnp.int32)
+    geom = T.ConvGeometry.make((5, 5), (3, 3), (1, 1), "SAME")
+    with pytest.warns(DeprecationWarning, match="Target.conv is deprecated"):
+        y, _ = t.conv(x, p, geom)
+    attrs = hg.Attrs({"kernel_size": (3, 3), "stride": (1, 1), "padding": geom.padding})
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(t.lowering("conv").run(t, attrs, p, x)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -145,6 +146,45 @@ class Target:
     def check_layer(self, kind: str, **config: Any) -> None:
         """Alias of :meth:`check_op` (the name hwjax 0.1 layers called)."""
         self.check_op(kind, **config)
+
+    # ------------------------------------------------- hwjax 0.1 methods (deprecated)
+
+    def _deprecated(self, old: str, new: str):
+        warnings.warn(f"Target.{old} is deprecated; use {new} (see hwjax.graph.OpImpl)", DeprecationWarning,
+                      stacklevel=3)
+
+    def _old_params(self, op, kernel, bias_q, *, s_in, z_in, s_w, s_out, z_out, relu=False):
+        from hwjax.graph import Attrs, Quant
+
+        self._deprecated(f"{op}_params", f'target.lowering("{op}").params')
+        attrs = Attrs({"activation": "relu" if relu else None})
+        return self.lowering(op).params(self, attrs, {"kernel": kernel, "bias": bias_q, "w_scale": s_w},
+                                        [Quant.of(s_in, z_in)], Quant.of(s_out, z_out))
+
+    def conv_params(self, kernel_ohwi, bias_q, **q):
+        """Deprecated: ``target.lowering("conv").params(...)``."""
+        return self._old_params("conv", kernel_ohwi, bias_q, **q)
+
+    def depthwise_params(self, kernel_hwc, bias_q, **q):
+        """Deprecated: ``target.lowering("depthwise_conv").params(...)``."""
+        return self._old_params("depthwise_conv", kernel_hwc, bias_q, **q)
+
+    def _old_run(self, op, geom, params, *xs, return_acc=False):
+        from hwjax.graph import Attrs
+
+        self._deprecated(op if op != "depthwise_conv" else "depthwise", f'target.lowering("{op}").run')
+        attrs = Attrs({} if geom is None else {"kernel_size": geom.kernel, "stride": geom.stride,
+                                               "padding": geom.padding})
+        out = self.lowering(op).run(self, attrs, params, *xs, return_acc=return_acc)
+        return out if return_acc or geom is None else (out, None)
+
+    def conv(self, x, params, geom, *, return_acc: bool = False):
+        """Deprecated: ``target.lowering("conv").run(...)`` (returns ``(y, acc_stat)``)."""
+        return self._old_run("conv", geom, params, x, return_acc=return_acc)
+
+    def depthwise(self, x, params, geom, *, return_acc: bool = False):
+        """Deprecated: ``target.lowering("depthwise_conv").run(...)``."""
+        return self._old_run("depthwise_conv", geom, params, x, return_acc=return_acc)
 
     def describe(self) -> dict[str, Any]:
         """JSON-serialisable identity of the target (written to export manifests);
