@@ -337,6 +337,17 @@ def test_requantize_always_is_the_lt8_arithmetic_on_a_gemv(dense_case):
         assert not np.array_equal(y, _run(T.Gemmlowp(), "dense", attrs, portable, qi, qo, x))
 
 
+def test_results_do_not_depend_on_jax_enable_x64(dense_case):
+    attrs, portable, qi, qo, x = dense_case
+    t = T.Gemmlowp(3, 5, "xorshift", "always")
+    want = _run(t, "dense", attrs, portable, qi, qo, x)
+    with jax.enable_x64(True):
+        p = _lower(t, "dense", attrs, portable, qi, qo)
+        assert p.multiplier.dtype == jnp.int32 and p.exponent.dtype == jnp.int32
+        y = np.asarray(t.lowering("dense").run(t, attrs, p, jnp.asarray(x)))
+    np.testing.assert_array_equal(y, want)
+
+
 def test_pools():
     x = RNG.integers(-128, 128, (2, 5, 6, 3)).astype(np.int32)
     x[0, :2, :2, 0] = [[-3, 4], [2, -2]]  # window sum 1 over 4: 0.25 -> 0
