@@ -409,8 +409,8 @@ def test_export_load_round_trip_is_bit_exact(model, exported):
                              "requantize": "always"}
     conv = next(n for n in man["nodes"] if n["name"] == "conv")
     assert conv["tensors"]["weights"]["dtype"] == "uint8" and conv["tensors"]["weights"]["shape"] == [8, 18]
-    assert [s["stage"] for s in conv["meta"]["output_stages"]] == ["BiasAddition", "ScaleInt32ByFixedPointAndExponentPC",
-                                                                   "Clamp", "SaturatingCastToInt8"]
+    assert [s["stage"] for s in conv["meta"]["output_stages"]] == [
+        "BiasAddition", "ScaleInt32ByFixedPointAndExponentPC", "Clamp", "SaturatingCastToInt8"]
     kernel = np.asarray(g.node("conv").params["kernel"], np.int64)
     blob = np.frombuffer((exported / conv["tensors"]["weights"]["file"]).read_bytes(), np.uint8)
     np.testing.assert_array_equal(blob.reshape(8, 18), kernel.reshape(8, -1) + 128)

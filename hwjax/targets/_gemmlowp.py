@@ -197,7 +197,7 @@ def _linear_params(op: str):
     return params
 
 
-def rmcf(x, numerator: int, denominator: int) -> jax.Array:
+def _rmcf(x, numerator: int, denominator: int) -> jax.Array:
     return gl.rounding_multiply_by_constant_fraction(x, numerator, denominator)
 
 
@@ -218,7 +218,7 @@ def lt8_always(lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int, rhs_bits: int
     raw_xx = gl.gemm(pl, pr, lhs_offset=0, rhs_offset=0)
     row_sums = jnp.sum(pl.astype(_I32), axis=1, dtype=_I32)[:, None]
     col_sums = jnp.sum(pr.astype(_I32), axis=0, dtype=_I32)[None, :]
-    acc = (rmcf(raw_xx, 255 * 255, ml * mr) + rmcf(row_sums * ro, 255, ml) + rmcf(col_sums * lo, 255, mr)
+    acc = (_rmcf(raw_xx, 255 * 255, ml * mr) + _rmcf(row_sums * ro, 255, ml) + _rmcf(col_sums * lo, 255, mr)
            + lo * ro * _I32(lhs.shape[1]))
     return gl.apply_output_stages(acc, output_stages)
 
@@ -321,8 +321,8 @@ def _linear_load(op: str):
             jnp.asarray(w), jnp.int32(_int(meta["lhs_offset"], -255, 0, "lhs_offset")),
             jnp.int32(_int(meta["rhs_offset"], -255, 0, "rhs_offset")), jnp.asarray(b), jnp.asarray(m),
             jnp.asarray(e), jnp.int32(_int(st[1]["result_offset_after_shift"], *i32, "result_offset_after_shift")),
-            jnp.int32(_int(st[2]["min"], -128, 127, "Clamp min")), jnp.int32(_int(st[2]["max"], -128, 127, "Clamp max")),
-            shape)
+            jnp.int32(_int(st[2]["min"], -128, 127, "Clamp min")),
+            jnp.int32(_int(st[2]["max"], -128, 127, "Clamp max")), shape)
 
     return load
 
