@@ -13,30 +13,41 @@ import os
 import time
 from pathlib import Path
 
-# Compile-time settings of the test run, set before JAX creates its CPU backend.
+# Compile-time settings of the test run, set before JAX creates its CPU backend, and in
+# the environment so that subprocess tests inherit them.
 # The suite is dominated by XLA compilation of many small programs (eager calls, one
-# program per shape and option), not by running them. LLVM optimisation level 0 with
-# XLA:CPU's classic (non-MLIR) fusion emitters compiles the large integer kernels about
-# 4x faster. Neither flag changes what a program computes (XLA's HLO passes still run;
-# no fast-math): every exact-equality check still holds. `HWJAX_TEST_FAST_COMPILE=0`
-# (used by `make test-full`) runs the suite with XLA's default optimisation instead.
-_FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
-if os.environ.get("HWJAX_TEST_FAST_COMPILE", "1") != "0":
+# program per shape and option), not by running them. JAX's "disable most optimizations"
+# mode (LLVM optimisation level 0, no expensive LLVM passes) with XLA:CPU's classic
+# (non-MLIR) fusion emitters compiles the large integer kernels 3-4x faster. Neither
+# changes what a program computes (XLA's HLO passes still run; no fast-math): every
+# exact-equality check still holds. `HWJAX_TEST_FAST_COMPILE=0` (used by
+# `make test-full`) runs the suite with XLA's default optimisation instead.
+FAST_COMPILE = os.environ.get("HWJAX_TEST_FAST_COMPILE", "1") != "0"
+if FAST_COMPILE:
+    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
     _flags = os.environ.get("XLA_FLAGS", "").split()
-    _names = {f.split("=")[0] for f in _flags}
-    os.environ["XLA_FLAGS"] = " ".join(_flags + [f for f in _FAST_COMPILE_FLAGS if f.split("=")[0] not in _names])
+    if not any(f.startswith("--xla_cpu_use_fusion_emitters") for f in _flags):
+        os.environ["XLA_FLAGS"] = " ".join(_flags + ["--xla_cpu_use_fusion_emitters=false"])
+
+# A persistent compilation cache (git-ignored .jax_cache/ at the repository root, or
+# $HWJAX_TEST_JAX_CACHE; "0" disables it): programs compiled by another pytest-xdist
+# worker, a subprocess test or an earlier run are loaded instead of compiled again. Every
+# program is cached, however fast it compiled: most of the suite's take well under 1 s.
+_CACHE = os.environ.get("HWJAX_TEST_JAX_CACHE", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
+if _CACHE != "0":
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-# A persistent compilation cache (git-ignored .jax_cache/ at the repository root, or
-# $HWJAX_TEST_JAX_CACHE; "0" disables it): programs compiled by one pytest-xdist worker
-# or an earlier run are loaded instead of compiled again. Every program is cached,
-# however fast it compiled: most of the suite's programs take well under a second.
-_CACHE = os.environ.get("HWJAX_TEST_JAX_CACHE", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
+# (In case JAX was imported before this file read the environment.)
+if FAST_COMPILE:
+    jax.config.update("jax_disable_most_optimizations", True)
 if _CACHE != "0":
-    jax.config.update("jax_compilation_cache_dir", _CACHE)
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
