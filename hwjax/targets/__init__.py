@@ -26,10 +26,10 @@ from hwjax.targets._base import (
 from hwjax.targets._gemmlowp import Gemmlowp, GemmlowpLinearParams
 from hwjax.targets._nvdla import NVDLA, NVDLAConvParams, NVDLALutParams, nvdla_lut_config
 from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, xs3_add_params, xs3_bso
-from hwjax.targets._tflite import TFLite  # noqa: F401  (registers "tflite")
+from hwjax.targets._tflite import TFLite
 
 __all__ = [
-    "LUT_FUNCTIONS", "NVDLA", "ConvGeometry", "NVDLAConvParams", "NVDLALutParams", "Target", "XS3", "XS3ConvParams",
+    "Gemmlowp", "GemmlowpLinearParams", "TFLite", "LUT_FUNCTIONS", "NVDLA", "ConvGeometry", "NVDLAConvParams", "NVDLALutParams", "Target", "XS3", "XS3ConvParams",
     "XS3Legacy", "XS3LegacyParams", "available", "get", "lut_function", "lut_table", "nvdla_lut_config", "register",
     "resolve", "xs3_add_params", "xs3_bso",
 ]
