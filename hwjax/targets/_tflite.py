@@ -21,8 +21,19 @@ from hwjax.errors import UnsupportedOpError
 from hwjax.graph import OpImpl, geometry, pool_geometry
 from hwjax.graph.ops.tflite import padded_pool_geometry
 from hwjax.targets._base import Target, no_acc, register
-from hwjax.tflite._arith import activation_range, quantize_multiplier, requant_params
-from hwjax.tflite._kernels import add_int, add_params, avgpool_int, conv_int, depthwise_int, fc_int, maxpool_int
+from hwjax.tflite import (
+    activation_range,
+    add_int,
+    add_params,
+    avgpool_int,
+    conv_int,
+    depthwise_int,
+    fc_int,
+    maxpool_int,
+    mbqm_double,
+    quantize_multiplier,
+    requant_params,
+)
 
 RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
 
@@ -148,9 +159,7 @@ def _unary_params(target, attrs, portable, q_in, q_out):
 
 def _unary_run(target, attrs, p, x, return_acc: bool = False):
     """TFLite ``ReluX`` / ``Requantize``: ``clamp(MBQM(x - zin, m, e) + zout, act)``."""
-    from hwjax.tflite._arith import _mbqm_double
-
-    v = _mbqm_double(x - p["zin"], p["m"], p["e"])
+    v = mbqm_double(x - p["zin"], p["m"], p["e"])
     y = jnp.clip(jnp.clip(v, -(2**30), 2**30) + p["zout"], p["act_min"], p["act_max"])
     return no_acc(y, return_acc)
 

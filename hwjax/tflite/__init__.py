@@ -14,17 +14,31 @@ from hwjax.tflite._arith import (
     ACTIVATIONS,
     REQUANT,
     activation_range,
+    mbqm_double,
     multiply_by_quantized_multiplier,
     quantize_multiplier,
     requant_params,
     requantize,
 )
-from hwjax.tflite._kernels import conv2d, conv_geometry, depthwise_conv2d, fully_connected
+from hwjax.tflite._kernels import (  # the integer kernels (the *_int forms are what the TFLite target runs)
+    add_int,
+    add_params,
+    avgpool_int,
+    conv2d,
+    conv_geometry,
+    conv_int,
+    depthwise_conv2d,
+    depthwise_int,
+    fc_int,
+    fully_connected,
+    maxpool_int,
+)
 from hwjax.tflite._model import RUNTIMES, SUPPORTED_OPS, Model, TensorInfo, load
 
 __all__ = [
     "ACTIVATIONS", "Model", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d",
     "conv_geometry", "depthwise_conv2d",
     "fully_connected", "multiply_by_quantized_multiplier", "quantize_multiplier", "requant_params", "requantize",
-    "load",
+    "load", "add_int", "add_params", "avgpool_int", "conv_int", "depthwise_int", "fc_int", "maxpool_int",
+    "mbqm_double",
 ]

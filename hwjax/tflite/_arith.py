@@ -108,6 +108,12 @@ def multiply_by_quantized_multiplier(x, multiplier, shift, *, rounding: str = "d
     return _mbqm_single(x, m, s)
 
 
+def mbqm_double(x, m, s):
+    """``MultiplyByQuantizedMultiplier`` (double rounding) on traced int32 ``x``, ``m``, ``s``
+    (no argument checks: the form the TFLite target runs inside ``jit``)."""
+    return _mbqm_double(x, m, s)
+
+
 def _mbqm_double(x, m, s):
     ls = jnp.maximum(s, 0)
     rs = jnp.maximum(-s, 0)
