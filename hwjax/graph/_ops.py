@@ -53,6 +53,7 @@ class OpSpec:
       attrs: allowed attribute names and their defaults (``REQUIRED`` for none).
       params: names of the portable parameters (a dict of arrays), for documentation
         and validation.
+      choices: attributes restricted to a set of values (name -> allowed values).
       generic: an :class:`OpImpl` every target inherits unless it implements the op
         itself (None: targets must implement it).
     """
@@ -62,6 +63,7 @@ class OpSpec:
     num_inputs: ClassVar[int] = 1
     attrs: ClassVar[dict[str, Any]] = {}
     params: ClassVar[tuple[str, ...]] = ()
+    choices: ClassVar[dict[str, tuple]] = {}
     generic: ClassVar[Optional[OpImpl]] = None
 
     def attr(self, node, key: str):
@@ -83,6 +85,9 @@ class OpSpec:
         for k, v in self.attrs.items():
             if v is OpSpec.REQUIRED and k not in node.attrs:
                 raise ValueError(f"attribute {k!r} is required")
+        for k, allowed in self.choices.items():
+            if self.attr(node, k) not in allowed:
+                raise ValueError(f"{k} must be one of {allowed}, got {self.attr(node, k)!r}")
 
     def infer(self, node, ins: Sequence) -> list[tuple[int, ...]]:
         """Output shapes (per example) from the input tensors (:class:`hwjax.graph.Tensor`)."""

@@ -16,10 +16,10 @@ class Add(OpSpec):
     num_inputs = 2
     attrs = {"activation": None}
 
+    choices = {"activation": ACTIVATIONS}
+
     def check(self, node, ins):
         super().check(node, ins)
-        if self.attr(node, "activation") not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {node.attrs['activation']!r}")
         if len(ins) == 2 and tuple(ins[0].shape) != tuple(ins[1].shape):
             raise ValueError(f"inputs have shapes {tuple(ins[0].shape)} and {tuple(ins[1].shape)}")
 
@@ -29,11 +29,7 @@ class Lut(OpSpec):
 
     name = "lut"
     attrs = {"fn": OpSpec.REQUIRED}
-
-    def check(self, node, ins):
-        super().check(node, ins)
-        if node.attrs["fn"] not in LUT_FUNCTIONS:
-            raise ValueError(f"fn must be one of {LUT_FUNCTIONS}, got {node.attrs['fn']!r}")
+    choices = {"fn": LUT_FUNCTIONS}
 
 
 register_op(Add())

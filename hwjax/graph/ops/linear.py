@@ -36,11 +36,7 @@ def geometry(attrs, in_shape) -> ConvGeometry:
 
 class _Linear(OpSpec):
     params = ("kernel", "bias", "w_scale")
-
-    def check(self, node, ins):
-        super().check(node, ins)
-        if self.attr(node, "activation") not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {node.attrs['activation']!r}")
+    choices = {"activation": ACTIVATIONS}
 
 
 class Conv(_Linear):

@@ -29,11 +29,7 @@ class Activation(OpSpec):
 
     name = "activation"
     attrs = {"fn": OpSpec.REQUIRED}
-
-    def check(self, node, ins):
-        super().check(node, ins)
-        if node.attrs["fn"] not in ACTIVATION_FUNCTIONS:
-            raise ValueError(f"fn must be one of {ACTIVATION_FUNCTIONS}, got {node.attrs['fn']!r}")
+    choices = {"fn": ACTIVATION_FUNCTIONS}
 
 
 class Requantize(OpSpec):
@@ -69,11 +65,7 @@ class Pool(OpSpec):
     name = "pool"
     attrs = {"fn": OpSpec.REQUIRED, "window": OpSpec.REQUIRED, "strides": OpSpec.REQUIRED,
              "padding": ((0, 0), (0, 0))}
-
-    def check(self, node, ins):
-        super().check(node, ins)
-        if node.attrs["fn"] not in ("avg", "max"):
-            raise ValueError(f"fn must be 'avg' or 'max', got {node.attrs['fn']!r}")
+    choices = {"fn": ("avg", "max")}
 
     def infer(self, node, ins):
         return [(*padded_pool_geometry(node.attrs, ins[0].shape).out_hw, ins[0].shape[-1])]
