@@ -10,6 +10,7 @@ from hwjax.core import _wide as wide
 from hwjax.core._float import div_rn, quantize_affine
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_taps
 from hwjax.core._mac import mac, mac_reference
+from hwjax.core._program import compute_once
 from hwjax.core._surrogate import SaturationGrad
 from hwjax.core._ops import (
     ROUNDING_MODES,
@@ -23,6 +24,7 @@ from hwjax.core._ops import (
 )
 
 __all__ = [
+    "compute_once",
     "ConvGeometry",
     "SaturationGrad",
     "float0_zeros",

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import compute_once
 from hwjax.errors import FormatError, ShapeError
 from hwjax.graph._ir import Graph, Node
 
@@ -119,15 +120,19 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     xs, single = _batched(graph, inputs)
     env: dict[str, jax.Array] = dict(zip(graph.inputs, xs))
     stats: dict[str, Any] = {}
+    trigger = _runtime_scalar(xs[0])
     for node in graph.nodes:
         impl = target.lowering(node.op)
         args = [env[t] for t in node.inputs]
+        # each node's result is computed once and materialised (compute_once): XLA would
+        # otherwise fuse it into its consumers and recompute it per use (2-3x slower)
         if return_stats:
-            y, acc = impl.run(target, node.attrs, node.params, *args, return_acc=True)
+            y, acc = compute_once(lambda p, *a: impl.run(target, node.attrs, p, *a, return_acc=True),
+                                  (node.params, *args), trigger)
             if acc is not None:
                 stats[node.name] = acc
         else:
-            y = impl.run(target, node.attrs, node.params, *args)
+            y = compute_once(lambda p, *a: impl.run(target, node.attrs, p, *a), (node.params, *args), trigger)
         ys = y if isinstance(y, tuple) else (y,)
         for t, v in zip(node.outputs, ys):
             env[t] = v
@@ -140,6 +145,12 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     if return_stats:
         extra.append(stats)
     return (result, *extra) if extra else result
+
+
+def _runtime_scalar(x: jax.Array) -> jax.Array:
+    """An int32 scalar only known at run time (the bits of the first input value)."""
+    v = jnp.ravel(x)[0]
+    return jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("target", "intermediates", "return_stats"))

@@ -132,35 +132,4 @@ def clip_int8(y: jax.Array) -> jax.Array:
     return jnp.clip(y, INT8_MIN, INT8_MAX)
 
 
-_SENTINEL = -2147483647  # a trigger value that never occurs (zero points are int8)
-
-
-def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
-    """``fn(*operands)``; under tracing, evaluated inside a ``while_loop`` whose trip
-    count (1) is only known at run time, with the operands routed through the loop
-    counter so that the compiler can neither unroll the loop nor hoist the work out.
-
-    Why: XLA fuses element-wise producers into every consumer, duplicating them. Left
-    alone, a layer's integer pipeline (or the exact-division chains behind its scales)
-    would be recomputed once per kernel tap by the next layer's im2col gathers, or
-    once per activation by the surrogate's fusions (a 10-20x slowdown on CPU). A loop's
-    outputs cannot be fused, so the work is done once, on materialised inputs.
-
-    ``trigger`` is any runtime int32 scalar (a zero point, a bit pattern); the loop
-    runs ``1 + (trigger == -2147483647)`` times, and ``fn`` must not care (it is pure,
-    so a second pass gives the same value). For integer and stop-gradient values only:
-    no gradient flows through the loop. Concrete (eager) operands call ``fn`` directly.
-    """
-    leaves = jax.tree.leaves((operands, trigger))
-    if not any(isinstance(a, jax.core.Tracer) for a in leaves):
-        return fn(*operands)
-    n = 1 + (jnp.asarray(trigger, jnp.int32) == _SENTINEL).astype(jnp.int32)
-    shapes = jax.eval_shape(fn, *operands)
-    init = (jnp.int32(0), jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes))
-
-    def body(c):
-        live = c[0] < n  # always true inside the loop; unknown to the compiler
-        ops = jax.tree.map(lambda a: jnp.where(live, a, jnp.zeros_like(a)), operands)
-        return c[0] + 1, fn(*ops)
-
-    return jax.lax.while_loop(lambda c: c[0] < n, body, init)[1]
+from hwjax.core import compute_once  # noqa: E402,F401  (re-exported: the layers use it)
