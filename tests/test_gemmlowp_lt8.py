@@ -452,3 +452,16 @@ def test_lt8_study_smoke(tmp_path, capsys):
     rms = float(row.split("|")[2].strip(" *").split()[0])
     assert 0 < rms < 50  # 4-bit operands: a few percent of error, never zero
     assert out.stat().st_size > 10_000
+
+
+def test_lt8_study_model_data_are_a_trained_models_quantised_values():
+    from hwjax.studies._lt8 import _trained_values, make_data
+
+    w, x = _trained_values()
+    assert w.dtype == np.uint8 and w.size == 64 * 64 and x.dtype == np.uint8
+    assert set(np.unique(x)) <= {int(np.round(255 * k / 16)) for k in range(17)}  # the digits' 17 pixel levels
+    assert w.min() >= 1 and (w.min() == 1 or w.max() == 255)  # max|w| -> 128 -+ 127 (symmetric, zero point 128)
+    assert len(np.unique(w)) > 100  # trained float weights, not a few levels
+    lhs, rhs, lo, ro = make_data("model", 2, 3, 40, 5, 0)
+    assert lhs.shape == (2, 3, 40) and rhs.shape == (2, 40, 5) and (lo, ro) == (-128, 0)
+    assert set(np.unique(lhs)) <= set(np.unique(w)) and set(np.unique(rhs)) <= set(np.unique(x))

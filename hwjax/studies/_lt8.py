@@ -10,7 +10,15 @@ exact accumulators of ``hwjax.gemmlowp.gemm`` on the same inputs:
 * relative RMS error  = rms(lt8 - exact) / rms(exact)
 * relative bias       = |mean(lt8 - exact)| / rms(exact)
 
-Data sets (synthetic; no trained model is bundled with hwjax):
+Data sets (``model`` trains a small network first; the others are synthetic):
+
+* ``model``: a trained model's values. A 64-64-10 float MLP is trained with optax on
+  scikit-learn's bundled 8x8 digits (300 full-batch adam steps, seed 0); the LHS entries
+  are drawn (with replacement, per depth) from its first layer's weights quantised to
+  uint8 (``round(w / s) + 128``, ``s = max|w| / 127``, zero point 128), the RHS entries
+  from its input pixels quantised to uint8 (``round(255 * x / 16)``, zero point 0: mostly
+  zeros, 17 distinct values). So the operands have the value distributions a deployed
+  first layer sees, at every depth.
 
 * ``uniform``: both operands uniform on 0..255, zero points 128 (offsets -128).
 * ``relu``: LHS like post-ReLU activations, ``max(0, round(N(0, 60)))`` clipped to 255
@@ -37,8 +45,53 @@ import hwjax.gemmlowp as G
 _BITS = {"L7R5": (7, 5), "L5R5": (5, 5), "L4R4": (4, 4), "L6R6": (6, 6), "L3R3": (3, 3)}
 
 
+_MODEL_VALUES: dict = {}
+
+
+def _trained_values() -> tuple[np.ndarray, np.ndarray]:
+    """uint8 values of a trained digits MLP's first-layer weights and of its input pixels
+    (see the module docstring), computed once per process."""
+    if not _MODEL_VALUES:
+        import jax.numpy as jnp
+        import optax
+        from sklearn.datasets import load_digits
+
+        d = load_digits()
+        x = jnp.asarray(d.data / 16.0, jnp.float32)
+        y = jnp.asarray(d.target)
+        k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+        params = {"w1": jax.random.normal(k1, (64, 64)) / 8.0, "b1": jnp.zeros(64),
+                  "w2": jax.random.normal(k2, (64, 10)) / 8.0, "b2": jnp.zeros(10)}
+
+        def loss(p):
+            h = jax.nn.relu(x @ p["w1"] + p["b1"])
+            return optax.softmax_cross_entropy_with_integer_labels(h @ p["w2"] + p["b2"], y).mean()
+
+        tx = optax.adam(1e-2)
+
+        @jax.jit
+        def step(p, s):
+            g = jax.grad(loss)(p)
+            u, s = tx.update(g, s, p)
+            return optax.apply_updates(p, u), s
+
+        p, s = params, tx.init(params)
+        for _ in range(300):
+            p, s = step(p, s)
+        w = np.asarray(p["w1"], np.float64)
+        wq = np.clip(np.round(w / (np.abs(w).max() / 127.0)) + 128, 0, 255).astype(np.uint8)
+        xq = np.clip(np.round(255.0 * d.data / 16.0), 0, 255).astype(np.uint8)
+        _MODEL_VALUES["w"], _MODEL_VALUES["x"] = wq.ravel(), xq.ravel()
+    return _MODEL_VALUES["w"], _MODEL_VALUES["x"]
+
+
 def make_data(kind: str, n: int, rows: int, depth: int, cols: int, seed: int):
     rng = np.random.default_rng([seed, depth])
+    if kind == "model":
+        w, x = _trained_values()
+        lhs = rng.choice(w, (n, rows, depth))
+        rhs = rng.choice(x, (n, depth, cols))
+        return lhs, rhs, -128, 0
     if kind == "uniform":
         lhs = rng.integers(0, 256, (n, rows, depth))
         rhs = rng.integers(0, 256, (n, depth, cols))
@@ -136,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--depths", default="64,128,256,512,1024,2048,4096")
     ap.add_argument("--pairs", default="L7R5,L5R5,L4R4", help=f"from {','.join(_BITS)}")
     ap.add_argument("--modes", default="nearest,xorshift,addmod")
-    ap.add_argument("--data", default="uniform,relu,narrow", help="uniform, relu, narrow")
+    ap.add_argument("--data", default="uniform,relu,narrow,model", help="uniform, relu, narrow, model")
     ap.add_argument("--seeds", type=int, default=4, help="independent GEMMs per point (vmapped)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="lt8_study.png", help="PNG path")
