@@ -76,3 +76,16 @@ def test_cli_help_lists_the_subcommands():
     text = parser().format_help()
     for cmd in ("digits", "train", "eval", "export"):
         assert cmd in text
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--epochs", "-1"], "--epochs"), (["--hat-epochs", "x"], "--hat-epochs"), (["--lr", "-0.1"], "--lr"),
+    (["--hat-lr", "nan"], "--hat-lr"), (["--batch-size", "0"], "--batch-size"), (["--limit", "-5"], "--limit"),
+    (["--val-fraction", "1.5"], "--val-fraction"), (["--devices", "0"], "--devices"),
+])
+def test_cli_rejects_bad_numbers_with_one_line_and_exit_2(args, option, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["digits", *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and option in err[0] and "must be" in err[0], err

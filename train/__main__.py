@@ -406,6 +406,37 @@ def run_export(args) -> Path:
 # ------------------------------------------------------------------------ argparse
 
 
+def _number(kind: type, lo: float, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False):
+    """An argparse ``type`` accepting ``kind`` values in the range; anything else exits 2
+    with one line naming the option and the range."""
+    rng = f"{'(' if lo_open else '['}{lo}, {'inf)' if hi is None else f'{hi}' + (')' if hi_open else ']')}"
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'} in {rng}, "
+                                             f"got {text!r}") from None
+        ok = (v > lo if lo_open else v >= lo) and (hi is None or (v < hi if hi_open else v <= hi))
+        if not ok or v != v:  # v != v: NaN
+            raise argparse.ArgumentTypeError(f"must be in {rng}, got {text!r}")
+        return v
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad options exit 2 with one line naming the option (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+_COUNT, _POSITIVE = _number(int, 0), _number(int, 1)
+_RATE = _number(float, 0.0, lo_open=True)
+_FRACTION = _number(float, 0.0, 1.0, lo_open=True, hi_open=True)
+
+
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="xs3", choices=target_names(),
                    help="chip to train for (default xs3; the registered hwjax.targets)")
@@ -421,25 +452,25 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lut-fn", default="tanh", choices=("tanh", "sigmoid"), help="lut_mlp activation")
     p.add_argument("--data", default=None, help=".npz with x_train/y_train/x_test/y_test or x/y "
                                                "(default: scikit-learn digits)")
-    p.add_argument("--epochs", type=int, default=40, help="float training epochs")
-    p.add_argument("--hat-epochs", type=int, default=10, help="hardware-aware training epochs")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--epochs", type=_COUNT, default=40, help="float training epochs")
+    p.add_argument("--hat-epochs", type=_COUNT, default=10, help="hardware-aware training epochs")
+    p.add_argument("--batch-size", type=_POSITIVE, default=64)
     p.add_argument("--optimizer", default="adam", help="any optax optimiser name (adam, adamw, sgd, lion, ...)")
-    p.add_argument("--lr", type=float, default=3e-3, help="float learning rate (cosine decay)")
-    p.add_argument("--hat-lr", type=float, default=3e-4, help="hardware-aware learning rate (cosine decay)")
+    p.add_argument("--lr", type=_RATE, default=3e-3, help="float learning rate (cosine decay)")
+    p.add_argument("--hat-lr", type=_RATE, default=3e-4, help="hardware-aware learning rate (cosine decay)")
     p.add_argument("--learn-scale", action="store_true",
                    help="learn the activation step sizes in hardware-aware training (LSQ-style)")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="training data held out for model selection")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--limit", type=int, default=None, help="use only the first N train/test examples")
-    p.add_argument("--devices", type=int, default=None, help="data-parallel over this many devices")
+    p.add_argument("--val-fraction", type=_FRACTION, default=0.1, help="training data held out for model selection")
+    p.add_argument("--seed", type=_COUNT, default=0)
+    p.add_argument("--limit", type=_POSITIVE, default=None, help="use only the first N train/test examples")
+    p.add_argument("--devices", type=_POSITIVE, default=None, help="data-parallel over this many devices")
     p.add_argument("--out", default=None, help="output folder (default runs/<dataset>)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     p.add_argument("--quiet", action="store_true")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hwjax", description="hwjax: hardware-aware training, evaluation, export")
+    p = _Parser(prog="hwjax", description="hwjax: hardware-aware training, evaluation, export")
     sub = p.add_subparsers(dest="command", required=True)
     for name, helptext in (("digits", "the digits demo: float, PTQ and hardware-aware training, export"),
                            ("train", "same as digits (use --data for another dataset)")):
@@ -447,9 +478,9 @@ def parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="bit-exact accuracy of an exported model")
     e.add_argument("--export", required=True, help="folder written by hwjax.export")
     e.add_argument("--data", default=None)
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--batch-size", type=int, default=256)
-    e.add_argument("--devices", type=int, default=None)
+    e.add_argument("--seed", type=_COUNT, default=0)
+    e.add_argument("--batch-size", type=_POSITIVE, default=256)
+    e.add_argument("--devices", type=_POSITIVE, default=None)
     x = sub.add_parser("export", help="export the latest checkpoint of a training run")
     x.add_argument("--run", required=True, help="training output folder (with checkpoints/)")
     x.add_argument("--out", default=None, help="export folder (default <run>/export)")
