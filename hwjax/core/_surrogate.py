@@ -52,14 +52,15 @@ def has_float(*args: Any) -> bool:
 
 
 def operand(x: Any, name: str, lo: int, hi: int, *, differentiable: bool,
-            what: str = "", label: str | None = None) -> jax.Array:
+            what: str = "", label: str | None = None, to_int32: bool = True) -> jax.Array:
     """An integer operand with values in ``[lo, hi]`` (checked when concrete).
 
     Integer arrays come back as int32. Float arrays are accepted only where the
     argument is ``differentiable``; they must hold integer values in range and come
     back unchanged. Otherwise a float array raises TypeError naming the argument.
     ``what`` is appended to the type error's "must be an integer array"; ``label``
-    (default ``name``) names the argument in the range error.
+    (default ``name``) names the argument in the range error. ``to_int32=False`` keeps an
+    integer array's own dtype (for callers that convert inside a jitted program).
     """
     label = name if label is None else label
     a = V.as_array(x, name)
@@ -71,7 +72,7 @@ def operand(x: Any, name: str, lo: int, hi: int, *, differentiable: bool,
         V.check_range(a, lo, hi, label)
         return a
     V.check_range(a, lo, hi, label)
-    return a.astype(jnp.int32)
+    return a.astype(jnp.int32) if to_int32 else a
 
 
 def exp2(s: Any, like: Any) -> jax.Array:

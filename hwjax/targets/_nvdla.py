@@ -117,19 +117,26 @@ class NVDLA(Target):
 # ------------------------------------------------------------------ linear ops
 
 
+def _sdp_operands(p, q_in, q_out) -> tuple:
+    """``(bias16, bias_shift, mul16, mul_shift)``: ``bias16 << bias_shift ~ bias`` (the largest
+    int16 the bias fits, rounded half away from zero) and ``mul16 * 2**-mul_shift ~ s_in
+    s_w[c] / s_out``."""
+    b = jnp.asarray(p["bias"], jnp.int32)
+    bits = 32 - jax.lax.clz(jnp.max(jnp.abs(b)))
+    bias_shift = jnp.maximum(bits - 15, 0).astype(jnp.int32)
+    bias16 = jnp.clip(shift_right(b, bias_shift, rounding="half_away"), -32768, 32767)
+    mul16, mul_shift = _scale_shift(div_rn(q_in[0].scale * p["w_scale"], q_out.scale))
+    return bias16, bias_shift, mul16, mul_shift
+
+
 def _conv_params(op: str):
     def params(target, attrs, p, q_in, q_out) -> NVDLAConvParams:
-        """``bias16 << bias_shift ~ bias`` (the largest int16 the bias fits, rounded half away
-        from zero) and ``mul16 * 2**-mul_shift ~ s_in s_w[c] / s_out``."""
+        """The int8 kernel (dense: OHWI with a 1x1 window; depthwise: (kh, kw, C) as is) and
+        the SDP X1 operands (:func:`_sdp_operands`)."""
         k = jnp.asarray(p["kernel"]).astype(jnp.int32)
         if op == "dense":
             k = k.reshape(k.shape[0], 1, 1, k.shape[1])
-        b = jnp.asarray(p["bias"], jnp.int32)
-        bits = 32 - jax.lax.clz(jnp.max(jnp.abs(b)))
-        bias_shift = jnp.maximum(bits - 15, 0).astype(jnp.int32)
-        bias16 = jnp.clip(shift_right(b, bias_shift, rounding="half_away"), -32768, 32767)
-        mul16, mul_shift = _scale_shift(div_rn(q_in[0].scale * p["w_scale"], q_out.scale))
-        return NVDLAConvParams(k.astype(jnp.int8), bias16, bias_shift, mul16, mul_shift,
+        return NVDLAConvParams(k.astype(jnp.int8), *_sdp_operands(p, q_in, q_out),
                                attrs.get("activation") == "relu")
 
     return params
@@ -211,15 +218,8 @@ def _conv_load(op: str):
     return load
 
 
-def _depthwise_params(target, attrs, p, q_in, q_out) -> NVDLAConvParams:
-    """As for ``conv``, with the (kh, kw, C) kernel kept in its own layout."""
-    conv = _conv_params("conv")(target, attrs, {**p, "kernel": jnp.zeros((1, 1, 1, 1), jnp.int8)}, q_in, q_out)
-    return NVDLAConvParams(jnp.asarray(p["kernel"]).astype(jnp.int8), conv.bias16, conv.bias_shift, conv.mul16,
-                           conv.mul_shift, conv.relu)
-
-
 for _op in ("conv", "dense", "depthwise_conv"):
-    NVDLA.implements(_op, params=_depthwise_params if _op == "depthwise_conv" else _conv_params(_op),
+    NVDLA.implements(_op, params=_conv_params(_op),
                      export=_conv_export(_op), load=_conv_load(_op))(_conv_run(_op))
 
 

@@ -97,18 +97,10 @@ def _lanes(x, name: str, bits: int, *, float_ok: bool = False) -> jax.Array:
 
 def _checked(x, name: str, lo: int, hi: int, *, float_ok: bool = False,
              what: str = " (lane values)") -> jax.Array:
-    """The checks of :func:`hwjax.core._surrogate.operand` (as :func:`_int_operand` calls
-    it; values when concrete) without its int32 conversion: the operand as a JAX array of
-    its own dtype, converted inside the jitted program (converting here would compile one
-    program per dtype conversion)."""
-    a = V.as_array(x, name)
-    if V.kind(a, name) == "float":
-        if not float_ok:
-            raise TypeError(f"{name} must be an integer array{what}, got dtype {a.dtype} "
-                            f"(float arrays are accepted only for differentiable operands)")
-        V.check_integral(a, name)
-    V.check_range(a, lo, hi, name)
-    return a
+    """The checks of :func:`hwjax.core.surrogate.operand` without its int32 conversion: the
+    operand in its own dtype, converted inside the jitted program (converting here would
+    compile one program per dtype conversion)."""
+    return S.operand(x, name, lo, hi, differentiable=float_ok, what=what, to_int32=False)
 
 
 def _checked_lanes(x, name: str, bits: int, *, float_ok: bool = False) -> jax.Array:
