@@ -18,4 +18,4 @@ op                 inputs   attributes (portable parameters)
 =================  =======  ==========================================================
 """
 
-from hwjax.graph.ops import basic, elementwise, linear, pool, tflite  # noqa: F401  (registration)
+from hwjax.graph.ops import basic, elementwise, linear, nonlinear, pool, tensor, tflite, xcore  # noqa: F401  (registration)

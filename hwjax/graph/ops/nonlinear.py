@@ -1,0 +1,1 @@
+"""Op kinds for nonlinear operators (softmax)."""

@@ -1,0 +1,1 @@
+"""Op kinds for tensor operators (data movement, reductions, element-wise products)."""

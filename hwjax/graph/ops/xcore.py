@@ -1,0 +1,1 @@
+"""Op kinds for xformer's XC operators."""

@@ -1,0 +1,1 @@
+"""TFLite target: the nonlinear op kinds (see :mod:`hwjax.graph.ops.nonlinear`)."""

@@ -1,0 +1,1 @@
+"""TFLite target: the tensor op kinds (see :mod:`hwjax.graph.ops.tensor`)."""

@@ -1,0 +1,140 @@
+"""Converters of the linear operators, the pools, ADD, RESHAPE, the clamping activations
+and QUANTIZE (int8 -> int8) into graph nodes (registered with :func:`converts`)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.tflite._import import PADDING, Builder, OpContext, bias_vector, converts, explicit_padding, same_quant, \
+    w_scales
+
+
+def _split_act(act):
+    """``(attr, separate)``: ReLU fuses into the op's own ``activation`` attribute; RELU6 and
+    RELU_N1_TO_1 become a separate ``activation`` node after it."""
+    return ("relu" if act == "relu" else None), (act if act not in (None, "relu") else None)
+
+
+@converts("FULLY_CONNECTED")
+def _fully_connected(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    x = b.act(ins[0], where)
+    w = b.const(ins[1], where, "filter")
+    bias = b.const(ins[2], where, "bias") if len(ins) > 2 and ins[2] >= 0 else None
+    act = op.activation(0)
+    if op.option(1, "b", 0) != 0 or op.option(2, "b", 0) != 0:
+        raise UnsupportedOpError(f"{where}: shuffled weights or keep_num_dims are not supported")
+    if w.data.ndim != 2 or b.tensors[x].shape != (w.data.shape[1],):
+        raise UnsupportedOpError(f"{where}: input {b.ft[ins[0]].shape} and filter {w.data.shape}: only (1, I) "
+                                 "inputs are supported")
+    n = w.data.shape[0]
+    params = {"kernel": jnp.asarray(w.data, jnp.int8), "bias": jnp.asarray(bias_vector(bias, n, where)),
+              "w_scale": jnp.asarray(w_scales(w, n, 0, where))}  # (1,) per tensor: TFLite's float32 product
+    fused, separate = _split_act(act)
+    b.node("dense", (x,), o, {"features": n, "activation": fused}, params, separate, where)
+
+
+@converts("CONV_2D", "DEPTHWISE_CONV_2D")
+def _conv(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    x = b.act(ins[0], where)
+    w = b.const(ins[1], where, "filter")
+    bias = b.const(ins[2], where, "bias") if len(ins) > 2 and ins[2] >= 0 else None
+    dw = op.name == "DEPTHWISE_CONV_2D"
+    padding = PADDING.get(op.option(0, "b", 0))
+    stride = (op.option(2, "i", 0), op.option(1, "i", 0))
+    i_act, i_dw, i_dh = (4, 5, 6) if dw else (3, 4, 5)
+    act = op.activation(i_act)
+    dil = (op.option(i_dh, "i", 1), op.option(i_dw, "i", 1))
+    if padding is None or min(stride) < 1:
+        raise FormatError(f"{where}: bad padding or strides {stride}")
+    if dil != (1, 1):
+        raise UnsupportedOpError(f"{where}: dilation {dil} is not supported yet (dilation 1 only)")
+    in_shape = b.tensors[x].shape
+    if len(in_shape) != 3 or w.data.ndim != 4:
+        raise FormatError(f"{where}: input {in_shape} / filter {w.data.shape} are not NHWC / 4-D")
+    if dw:
+        c = in_shape[2]
+        if w.data.shape[0] != 1 or w.data.shape[3] != c:
+            raise UnsupportedOpError(f"{where}: depth multiplier {w.data.shape[3] // max(c, 1)} (filter "
+                                     f"{w.data.shape}, {c} input channels): only multiplier 1 is supported")
+        kern, n, axis = w.data[0], c, 3
+    else:
+        if w.data.shape[3] != in_shape[2]:
+            raise UnsupportedOpError(f"{where}: grouped convolution (filter {w.data.shape}, input {in_shape})")
+        kern, n, axis = w.data, w.data.shape[0], 0
+    ks = tuple(kern.shape[:2]) if dw else tuple(kern.shape[1:3])
+    pads = explicit_padding(in_shape[:2], ks, stride, padding)
+    s = w_scales(w, n, axis, where)
+    params = {"kernel": jnp.asarray(kern, jnp.int8), "bias": jnp.asarray(bias_vector(bias, n, where)),
+              "w_scale": jnp.asarray(np.broadcast_to(s, (n,)).astype(np.float32))}
+    fused, separate = _split_act(act)
+    attrs = {"kernel_size": ks, "stride": stride, "padding": pads, "activation": fused}
+    if not dw:
+        attrs["features"] = n
+    b.node("depthwise_conv" if dw else "conv", (x,), o, attrs, params, separate, where)
+
+
+@converts("AVERAGE_POOL_2D", "MAX_POOL_2D")
+def _pool(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    x = b.act(ins[0], where)
+    padding = PADDING.get(op.option(0, "b", 0))
+    stride = (op.option(2, "i", 0), op.option(1, "i", 0))
+    window = (op.option(4, "i", 0), op.option(3, "i", 0))
+    act = op.activation(5)
+    if padding is None or min(stride) < 1 or min(window) < 1:
+        raise FormatError(f"{where}: bad padding, strides {stride} or window {window}")
+    same_quant(b, ins[0], o, where)
+    fn = "avg" if op.name == "AVERAGE_POOL_2D" else "max"
+    if padding == "VALID":
+        b.node(fn + "pool", (x,), o, {"window": window, "strides": stride}, None, act, where)
+    else:
+        pads = explicit_padding(b.tensors[x].shape[:2], window, stride, padding)
+        b.node("pool", (x,), o, {"fn": fn, "window": window, "strides": stride, "padding": pads}, None, act, where)
+
+
+@converts("ADD")
+def _add(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    if len(ins) != 2:
+        raise FormatError(f"{where}: takes 2 inputs, got {len(ins)}")
+    x1, x2 = b.act(ins[0], where), b.act(ins[1], where)
+    if b.tensors[x1].shape != b.tensors[x2].shape:
+        raise UnsupportedOpError(f"{where}: broadcasting ADD ({b.ft[ins[0]].shape} + {b.ft[ins[1]].shape}) is "
+                                 "not supported")
+    fused, separate = _split_act(op.activation(0))
+    b.node("add", (x1, x2), o, {"activation": fused}, None, separate, where)
+
+
+@converts("RESHAPE")
+def _reshape(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    x = b.act(ins[0], where)
+    same_quant(b, ins[0], o, where)
+    out = b.ft[o]
+    if len(out.shape) < 1 or out.shape[0] != 1:
+        raise UnsupportedOpError(f"{where}: output shape {out.shape} has no leading batch axis of 1")
+    shape = tuple(out.shape[1:])
+    if len(shape) == 1:
+        b.node("flatten", (x,), o, {}, None, None, where)
+    else:
+        b.node("reshape", (x,), o, {"shape": shape}, None, None, where)
+
+
+@converts("RELU", "RELU6", "RELU_N1_TO_1")
+def _relu(b: Builder, op: OpContext) -> None:
+    x = b.act(op.inputs[0], op.where)
+    b.node("activation", (x,), op.one_output(), {"fn": op.name.lower()}, None, None, op.where)
+
+
+@converts("QUANTIZE")
+def _quantize(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    if b.ft[op.inputs[0]].dtype == "float32":
+        raise UnsupportedOpError(f"{where}: QUANTIZE from float32 (a float model interface) is not supported; "
+                                 "int8 -> int8 requantisation is")
+    x = b.act(op.inputs[0], where)
+    b.node("requantize", (x,), o, {}, None, None, where)

@@ -1,0 +1,1 @@
+"""Converters (and integer kernels) of TFLite's nonlinear operators: SOFTMAX, LOGISTIC, TANH."""

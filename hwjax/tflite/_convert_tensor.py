@@ -1,0 +1,2 @@
+"""Converters (and integer kernels) of TFLite's tensor operators: data movement, shape
+chains, MEAN, MUL, DEQUANTIZE."""

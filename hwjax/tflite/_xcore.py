@@ -1,0 +1,1 @@
+"""Converters (and decoders) of xformer's XC custom operators (XS3A)."""
