@@ -54,6 +54,16 @@ _VERIFIED = {
 }
 
 
+def verified_on(op: str, *runtimes: str) -> None:
+    """Declares that op kind ``op``'s arithmetic is implemented (and verified against the
+    runtime) only on ``runtimes``; :meth:`TFLite.lowering` raises UnsupportedOpError on
+    the others. Op kinds never declared are taken to run the same on every runtime."""
+    bad = [r for r in runtimes if r not in RUNTIMES]
+    if bad:
+        raise ValueError(f"runtimes must be among {RUNTIMES}, got {bad}")
+    _VERIFIED[op] = tuple(runtimes)
+
+
 def _is_concrete(tree) -> bool:
     return not any(isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(tree))
 
