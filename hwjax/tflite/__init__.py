@@ -34,11 +34,12 @@ from hwjax.tflite._kernels import (  # the integer kernels (the *_int forms are 
     maxpool_int,
 )
 from hwjax.tflite._model import RUNTIMES, SUPPORTED_OPS, Model, TensorInfo, load
+from hwjax.tflite._save import save
 
 __all__ = [
     "ACTIVATIONS", "Model", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d",
     "conv_geometry", "depthwise_conv2d",
     "fully_connected", "multiply_by_quantized_multiplier", "quantize_multiplier", "requant_params", "requantize",
     "load", "add_int", "add_params", "avgpool_int", "conv_int", "depthwise_int", "fc_int", "maxpool_int",
-    "mbqm_double",
+    "mbqm_double", "save",
 ]
