@@ -624,6 +624,9 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
     """
     route = _default_route(route)
     clipped = _check_flag(return_clipped, "return_clipped")
+    # acc0's values when known now (a NumPy or Python constant stays known inside jit,
+    # where any jnp operation on it would make it a tracer): they can prove the fast path
+    acc0_known = None if isinstance(acc0, jax.core.Tracer) else acc0
     V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
@@ -638,7 +641,8 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
         return jax.tree.map(lambda t: t.reshape(out_shape), f(a2, x2, w))
     a2 = V.to_int32(a2, "acc0")
     total = k << prod_bits  # static bound on any prefix sum of products
-    proved = V.is_concrete(a2) and total <= hi and int(np.abs(np.asarray(a2, np.int64)).max()) <= hi - total
+    proved = acc0_known is not None and total <= hi and \
+        int(np.abs(np.asarray(acc0_known, np.int64)).max(initial=0)) <= hi - total
     y = _mac_int(a2, x2.astype(xd), w.astype(wd), idx, lo=lo, hi=hi, route=route,
                  prod_bits=prod_bits, proved=proved, contiguous=_is_contiguous(idx, k), clipped=clipped)
     return jax.tree.map(lambda t: t.reshape(batch + (w.shape[0],)), y)

@@ -232,8 +232,8 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     def forward(xv, k, mul, bias, pad, s1, s2):
         patches = patches_of(xv.astype(jnp.int8), pad_value=pad)
         w = k.astype(jnp.int8).reshape(c_out, -1)
-        acc, acc_clips = mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK, return_clipped=True) \
-            if return_stats else (mac(jnp.zeros((), _I32), patches, w, chunk=CHUNK), None)
+        acc, acc_clips = mac(np.zeros((), np.int32), patches, w, chunk=CHUNK, return_clipped=True) \
+            if return_stats else (mac(np.zeros((), np.int32), patches, w, chunk=CHUNK), None)
         y, clipped, *stats = otfn_forward(acc, mul, bias, s1, s2)
         extras = (acc,) if return_accumulators else ()
         if return_stats:
