@@ -2,6 +2,7 @@
 
 from hwjax.core import (
     ROUNDING_MODES,
+    checked,
     fixed_mul,
     int_bounds,
     mac,
@@ -22,6 +23,7 @@ __all__ = [
     "LoadedModel",
     "ROUNDING_MODES",
     "__version__",
+    "checked",
     "evaluate",
     "export",
     "fixed_mul",

@@ -7,6 +7,7 @@ instructions and kernels.
 from hwjax.core import _surrogate as surrogate  # the surrogate-gradient mechanism targets use
 from hwjax.core import _validate as validate  # argument validators shared by every package
 from hwjax.core import _wide as wide
+from hwjax.core._checked import checked
 from hwjax.core._float import div_rn, quantize_affine
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_taps
 from hwjax.core._mac import mac, mac_reference
@@ -24,6 +25,7 @@ from hwjax.core._ops import (
 )
 
 __all__ = [
+    "checked",
     "compute_once",
     "ConvGeometry",
     "SaturationGrad",

@@ -10,10 +10,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from hwjax.core import _validate as V
 from hwjax.core import _wide as W
+from hwjax.errors import RangeError, ShapeError
 
 
-@jax.jit
 def div_rn(a, b) -> jax.Array:
     """IEEE float32 division ``a / b``, correctly rounded (ties to even), on every backend.
 
@@ -22,9 +23,27 @@ def div_rn(a, b) -> jax.Array:
     computation that feeds integer parameters or integer activations uses this
     instead: the quotient of the 24-bit mantissas is formed with an approximate
     division and then corrected exactly in integer arithmetic. Handles signs and
-    zeros; normal (non-denormal, finite) operands and results. No gradient (used on
-    quantisation parameters and inside straight-through constructions).
+    zeros; normal (non-denormal, finite) operands and results, and IEEE special values:
+    a NaN operand, ``0 / 0`` and ``inf / inf`` give NaN, ``x / 0`` (``x != 0``) and
+    ``inf / y`` give a signed infinity, ``y / inf`` gives 0. Denormal operands or
+    results are flushed to zero. No gradient (used on quantisation parameters and
+    inside straight-through constructions).
+
+    ``a`` and ``b``: numbers or integer or float arrays that broadcast (ArgTypeError /
+    ShapeError name the argument otherwise); converted to float32.
     """
+    a, b = V.as_array(a, "a"), V.as_array(b, "b")
+    V.kind(a, "a")
+    V.kind(b, "b")
+    try:
+        jnp.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ShapeError(f"b of shape {b.shape} does not broadcast against a of shape {a.shape}") from None
+    return _div_rn_jit(a, b)
+
+
+@jax.jit
+def _div_rn_jit(a, b) -> jax.Array:
     a = jax.lax.stop_gradient(jnp.asarray(a, jnp.float32))
     b = jax.lax.stop_gradient(jnp.asarray(b, jnp.float32))
     a, b = jnp.broadcast_arrays(a, b)
@@ -44,7 +63,10 @@ def div_rn(a, b) -> jax.Array:
     e1 = jnp.clip(e, -126, 127)
     mag = q.astype(jnp.float32) * _pow2(e1) * _pow2(jnp.clip(e - e1, -126, 127))
     out = jnp.where(jnp.signbit(a) != jnp.signbit(b), -mag, mag)
-    return jnp.where(a == 0, jnp.zeros_like(out), out)
+    out = jnp.where(a == 0, jnp.zeros_like(out), out)
+    # IEEE special cases (NaN, infinities, division by zero): XLA's division gets them exactly
+    special = ~jnp.isfinite(a) | ~jnp.isfinite(b) | (b == 0)
+    return jnp.where(special, a / b, out)
 
 
 def _pow2(n) -> jax.Array:
@@ -59,7 +81,33 @@ def quantize_affine(x, scale, zero_point, *, lo: int = -128, hi: int = 127) -> j
     ``x / scale`` is the correctly rounded float32 division :func:`div_rn`, the zero
     point is added in float32 and ``round`` is ties-to-even, so the integers do not
     depend on the device. Returns float32 arrays holding the integers. No gradient.
+
+    Arguments: ``x`` real values (float or integer array, converted to float32);
+    ``scale`` > 0 and finite, broadcasting against ``x``; ``zero_point`` an integer (or
+    integer-valued float) broadcasting against ``x``; ``lo <= hi`` static ints.
+
+    NaN rule: a NaN or an infinity in ``x`` (or a scale that is not finite and
+    positive, a zero point that is not an integer) raises
+    :class:`hwjax.errors.RangeError` naming the argument when the value is concrete,
+    and under :func:`hwjax.checked` when it is traced. Traced and unchecked, the
+    result is the formula's: NaN for a NaN input, ``lo`` or ``hi`` for an infinity.
     """
-    x = jax.lax.stop_gradient(jnp.asarray(x, jnp.float32))
-    z = jnp.asarray(zero_point).astype(jnp.float32)
-    return jnp.clip(jnp.round(div_rn(x, scale) + z), lo, hi)
+    lo = V.check_static_int(lo, -(2**31), 2**31 - 1, "lo")
+    hi = V.check_static_int(hi, -(2**31), 2**31 - 1, "hi")
+    if lo > hi:
+        raise RangeError(f"lo must be <= hi, got lo={lo}, hi={hi}")
+    x, scale, zero_point = V.as_array(x, "x"), V.as_array(scale, "scale"), V.as_array(zero_point, "zero_point")
+    V.kind(x, "x")
+    V.check_finite(x, "x")
+    V.kind(scale, "scale")
+    V.check_positive(scale, "scale")
+    if V.kind(zero_point, "zero_point") == "float":
+        V.check_integral(zero_point, "zero_point")
+    for name, v in (("scale", scale), ("zero_point", zero_point)):
+        try:
+            jnp.broadcast_shapes(x.shape, v.shape)
+        except ValueError:
+            raise ShapeError(f"{name} of shape {v.shape} does not broadcast against x of shape {x.shape}") from None
+    x = jax.lax.stop_gradient(x.astype(jnp.float32))
+    z = zero_point.astype(jnp.float32)
+    return jnp.clip(jnp.round(_div_rn_jit(x, scale) + z), lo, hi)

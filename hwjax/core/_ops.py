@@ -25,6 +25,7 @@ import numpy as np
 from hwjax.core import _validate as V
 from hwjax.core import _surrogate as S
 from hwjax.core import _wide
+from hwjax.errors import ShapeError
 
 Rounding = Literal["half_up", "half_away", "half_even", "floor", "trunc"]
 ROUNDING_MODES: tuple[str, ...] = ("half_up", "half_away", "half_even", "floor", "trunc")
@@ -95,12 +96,9 @@ def saturate(x, bits: int, *, symmetric: bool = True,
     """
     bits = V.check_static_int(bits, 2, 32, "bits")
     V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
-    x = V.as_array(x, "x")
-    if V.kind(x, "x") == "float":
-        V.check_integral(x, "x")
-    else:
-        checked_int(x, "x")
-    lo, hi = int_bounds(bits, bool(symmetric))
+    symmetric = V.check_flag(symmetric, "symmetric")
+    x = checked_int(V.as_array(x, "x"), "x")
+    lo, hi = int_bounds(bits, symmetric)
     return _saturate_jit(x, np.int32(lo), np.int32(hi), saturation_grad)
 
 
@@ -186,22 +184,20 @@ def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
     """
     V.check_choice(rounding, ROUNDING_MODES, "rounding")
     V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
+    allow_left = V.check_flag(allow_left, "allow_left")
     x = V.as_array(x, "x")
     s = V.as_array(shift, "shift")
     if V.kind(s, "shift") != "int":
-        raise TypeError(f"shift must be an integer array or int, got dtype {s.dtype}")
+        raise V.ArgTypeError(f"shift must be an integer array or int, got dtype {s.dtype}")
     s = checked_int(s, "shift")
     if not allow_left:
         V.check_range(s, 0, 2**31 - 1, "shift (use allow_left=True for left shifts)")
     try:
         jnp.broadcast_shapes(x.shape, s.shape)
     except ValueError as e:
-        raise ValueError(f"shift of shape {s.shape} does not broadcast against x of shape {x.shape}") from e
-    if V.kind(x, "x") == "float":
-        V.check_integral(x, "x")
-    else:
-        checked_int(x, "x")
-    return _shift_right_jit(x, s, rounding, bool(allow_left), saturation_grad)
+        raise ShapeError(f"shift of shape {s.shape} does not broadcast against x of shape {x.shape}") from e
+    checked_int(x, "x")
+    return _shift_right_jit(x, s, rounding, allow_left, saturation_grad)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4))
@@ -270,10 +266,11 @@ def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int
     try:
         jnp.broadcast_shapes(x.shape, m.shape)
     except ValueError as e:
-        raise ValueError(f"m of shape {m.shape} does not broadcast against x of shape {x.shape}") from e
+        raise ShapeError(f"m of shape {m.shape} does not broadcast against x of shape {x.shape}") from e
+    symmetric = V.check_flag(symmetric, "symmetric")
     checked_int(x, "x")
     checked_int(m, "m")
-    lo, hi = int_bounds(bits, bool(symmetric))
+    lo, hi = int_bounds(bits, symmetric)
     return _fixed_mul_jit(x, m, np.int32(frac_bits), np.int32(lo), np.int32(hi), rounding, saturation_grad)
 
 
