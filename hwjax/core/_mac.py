@@ -54,6 +54,7 @@ import numpy as np
 
 from hwjax.core import _validate as V
 from hwjax.core._ops import _SAT_GRADS, unbroadcast, int_bounds, magnitude_bits
+from hwjax.errors import RangeError, ShapeError
 
 Order = Union[None, Sequence[int], np.ndarray, Callable[[int], Sequence[int]]]
 Route = Literal["auto", "int", "float"]
@@ -76,17 +77,20 @@ def _resolve_order(order: Order, k: int, chunk: int) -> np.ndarray:
         if callable(order):
             order = order(k)
         if isinstance(order, jax.core.Tracer):
-            raise TypeError("order must be static (a NumPy array, list or tuple), not a traced array")
-        o = np.asarray(order)
+            raise V.ArgTypeError("order must be static (a NumPy array, list or tuple), not a traced array")
+        try:
+            o = np.asarray(order)
+        except (ValueError, TypeError):
+            o = np.asarray(None)
         if o.ndim != 1 or not np.issubdtype(o.dtype, np.integer):
-            raise TypeError(f"order must be a 1-D sequence of ints, got shape {o.shape} dtype {o.dtype}")
+            raise V.ArgTypeError(f"order must be a 1-D sequence of ints, got shape {o.shape} dtype {o.dtype}")
         o = o.astype(np.int64)
         if o.size and (o.min() < -1 or o.max() >= k):
-            raise ValueError(f"order entries must lie in [-1, {k - 1}] (-1 = empty lane), got "
+            raise RangeError(f"order entries must lie in [-1, {k - 1}] (-1 = empty lane), got "
                              f"[{o.min()}, {o.max()}]")
         real = o[o >= 0]
         if real.size != k or np.unique(real).size != k:
-            raise ValueError(f"order must visit every k in [0, {k - 1}] exactly once "
+            raise RangeError(f"order must visit every k in [0, {k - 1}] exactly once "
                              f"(plus any number of -1 empty lanes)")
     pad = (-o.size) % chunk
     return np.concatenate([o, -np.ones(pad, np.int64)]) if pad else o
@@ -96,9 +100,12 @@ def _dtype_for(a: jax.Array, declared, name: str):
     """Integer dtype that the values of ``a`` are guaranteed to fit."""
     if V.kind(a, name) == "int":
         return np.dtype(a.dtype) if np.dtype(a.dtype) != np.int64 else np.dtype(np.int32)
-    dt = np.dtype(declared if declared is not None else np.int8)
+    try:
+        dt = np.dtype(declared if declared is not None else np.int8)
+    except TypeError:
+        dt = declared
     if dt not in (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16)):
-        raise TypeError(f"{name}_dtype must be one of int8, uint8, int16, uint16 (the integer type "
+        raise V.ArgTypeError(f"{name}_dtype must be one of int8, uint8, int16, uint16 (the integer type "
                         f"the float values of {name} represent), got {dt}")
     return dt
 
@@ -474,29 +481,31 @@ def _prepare(acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype):
     acc_bits = V.check_static_int(acc_bits, 2, 32, "acc_bits")
     x, w, acc0 = V.as_array(x, "x"), V.as_array(w, "w"), V.as_array(acc0, "acc0")
     if w.ndim != 2:
-        raise ValueError(f"w must have shape (N, K), got {w.shape}")
+        raise ShapeError(f"w must have shape (N, K), got {w.shape}")
     if x.ndim < 1 or x.shape[-1] != w.shape[1]:
-        raise ValueError(f"x must have shape (..., K) with K = w.shape[1] = {w.shape[1]}, got {x.shape}")
+        raise ShapeError(f"x must have shape (..., K) with K = w.shape[1] = {w.shape[1]}, got {x.shape}")
     out_shape = x.shape[:-1] + (w.shape[0],)
     try:
         if jnp.broadcast_shapes(acc0.shape, out_shape) != out_shape:
             raise ValueError
     except ValueError:
-        raise ValueError(f"acc0 of shape {acc0.shape} must broadcast to the output shape {out_shape}") from None
+        raise ShapeError(f"acc0 of shape {acc0.shape} must broadcast to the output shape {out_shape}") from None
     xd, wd = _dtype_for(x, x_dtype, "x"), _dtype_for(w, w_dtype, "w")
     for a, dt, name in ((x, xd, "x"), (w, wd, "w")):
         if magnitude_bits(dt) > 16:
-            raise TypeError(f"{name} must hold values of at most 16 bits (int8, uint8, int16, uint16); "
+            raise V.ArgTypeError(f"{name} must hold values of at most 16 bits (int8, uint8, int16, uint16); "
                             f"got {dt}: products of wider operands are not exact in 32 bits")
         if V.kind(a, name) == "float":
             V.check_integral(a, name)
             V.check_range(a, *V.int_range(dt), f"{name} (declared {dt})")
     prod_bits = magnitude_bits(xd) + magnitude_bits(wd)
     if prod_bits > 30 or chunk * 2**prod_bits > 2**30:
-        raise ValueError(f"chunk={chunk} with {xd} x {wd} products: a chunk sum can reach "
+        raise RangeError(f"chunk={chunk} with {xd} x {wd} products: a chunk sum can reach "
                          f"{chunk} * 2**{prod_bits} > 2**30, which is not exact in 32 bits; "
                          f"use a smaller chunk or narrower operands")
     lo, hi = int_bounds(acc_bits, True)
+    if V.kind(acc0, "acc0") == "float":
+        V.check_integral(acc0, "acc0")
     V.check_range(acc0, lo - 1, hi, f"acc0 (acc_bits={acc_bits})")
     o = _resolve_order(order, w.shape[1], chunk)
     return acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape
@@ -512,10 +521,7 @@ def _acc0_2d(acc0: jax.Array, out_shape: tuple[int, ...]) -> jax.Array:
     return jnp.broadcast_to(acc0, out_shape).reshape(-1, n)
 
 
-def _check_flag(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a Python bool (static), got {value!r}")
-    return bool(value)
+_check_flag = V.check_flag
 
 
 def _default_route(route: str) -> str:
