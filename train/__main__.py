@@ -8,6 +8,10 @@ Subcommands:
   (orbax; ``--resume`` continues), plot the curves, export, and print a summary table.
 * ``eval``: bit-exact accuracy of an exported model (``hwjax.load``) on the test split.
 * ``export``: export the latest checkpoint of a training run.
+* ``run``: run an int8 ``.tflite`` file on a ``.npy`` batch bit-exactly as a LiteRT runtime
+  does (``--runtime``), optionally writing the outputs (``--output``).
+* ``compare``: per tensor of a ``.tflite`` file, how many values each LiteRT runtime
+  computes differently from the reference runtime, and by how much.
 
 Run outputs go to ``runs/<name>`` (relative to the working directory) by default.
 """
@@ -484,19 +488,54 @@ def parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="export the latest checkpoint of a training run")
     x.add_argument("--run", required=True, help="training output folder (with checkpoints/)")
     x.add_argument("--out", default=None, help="export folder (default <run>/export)")
+    _tflite_args(sub)
     return p
+
+
+def _tflite_args(sub) -> None:
+    """``run`` and ``compare``: an int8 ``.tflite`` file run bit-exactly as LiteRT does."""
+    from hwjax.tflite import RUNTIMES
+
+    r = sub.add_parser("run", help="run a .tflite model on a .npy batch exactly as a LiteRT runtime does")
+    r.add_argument("model", metavar="MODEL.tflite")
+    r.add_argument("--runtime", default="reference", choices=RUNTIMES)
+    r.add_argument("--input", required=True, metavar="X.npy",
+                   help="integer batch (batch, *input shape) or one example (*input shape)")
+    r.add_argument("--output", default=None, metavar="Y.npy", help="write the outputs here (numpy .npy)")
+    c = sub.add_parser("compare", help="per tensor, how far each LiteRT runtime's values differ from the "
+                                       "reference runtime's")
+    c.add_argument("model", metavar="MODEL.tflite")
+    c.add_argument("--input", required=True, metavar="X.npy")
+
+
+def run_tflite_command(args) -> None:
+    """``run`` / ``compare`` (:data:`hwjax.tflite._cli.COMMANDS`): prints the result; a bad
+    path or input exits 2 with one line."""
+    from hwjax.errors import HwjaxError
+    from hwjax.tflite import _cli
+
+    try:
+        print(_cli.COMMANDS[args.command](args))
+    except (HwjaxError, OSError) as e:
+        print(f"hwjax {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_train_command(args) -> None:
+    if args.out is None:
+        args.out = str(Path("runs") / (Path(args.data).stem if args.data else "digits"))
+    run_training(args)
+
+
+#: subcommand -> ``fn(parsed args)``
+COMMANDS: dict[str, Callable[[Any], Any]] = {"digits": run_train_command, "train": run_train_command,
+                                              "eval": run_eval, "export": run_export,
+                                              "run": run_tflite_command, "compare": run_tflite_command}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command in ("digits", "train"):
-        if args.out is None:
-            args.out = str(Path("runs") / (Path(args.data).stem if args.data else "digits"))
-        run_training(args)
-    elif args.command == "eval":
-        run_eval(args)
-    else:
-        run_export(args)
+    COMMANDS[args.command](args)
     return 0
 
 
