@@ -1,2 +1,386 @@
 """Converters (and integer kernels) of TFLite's tensor operators: data movement, shape
-chains, MEAN, MUL, DEQUANTIZE."""
+chains, MEAN, MUL, DEQUANTIZE.
+
+Converters (registered with :func:`converts`):
+
+* PAD, PADV2 -> ``pad`` (pad value: the output zero point, or PADV2's constant value);
+* CONCATENATION -> ``concat`` (LiteRT requires every int8 input to share the output's
+  quantisation; int32 shape vectors are folded);
+* SQUEEZE -> ``reshape`` / ``flatten``;
+* SHAPE, STRIDED_SLICE, PACK on int32 shape vectors: folded at import time
+  (:meth:`Builder.fold`), so that the shape chain Keras' Flatten writes (SHAPE ->
+  STRIDED_SLICE -> PACK -> RESHAPE) reads as a constant (RESHAPE itself takes its output
+  shape from the file's output tensor);
+* MEAN -> ``mean``; MUL -> ``mul`` (``square`` for a tensor times itself); DEQUANTIZE (int8 -> float32) -> ``dequantize``.
+
+Kernels (below the converters) take batched int32 arrays holding the tensors' values and
+the integer parameters the TFLite target's recipes derive; they are pure and jittable.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import compute_once
+from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.graph import Node, Tensor
+from hwjax.tflite._arith import requantize
+from hwjax.tflite._import import Builder, OpContext, converts, same_quant
+
+_I32 = jnp.int32
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def example_axis(axis: int, rank: int, where: str) -> int:
+    """The per-example axis of the file's ``axis`` of a rank-``rank`` tensor (negative
+    axes count from the end); the batch axis 0 raises UnsupportedOpError."""
+    a = int(axis) + rank if int(axis) < 0 else int(axis)
+    if not 0 <= a < rank:
+        raise FormatError(f"{where}: axis {axis} is outside the input's {rank} axes")
+    if a == 0:
+        raise UnsupportedOpError(f"{where}: operating along the batch axis is not supported (batches replace it)")
+    return a - 1
+
+
+def _foldable(b: Builder, i: int) -> bool:
+    t = b.ft[i]
+    return i >= 0 and t.dtype in ("int32", "int64") and (t.data is not None or i in b.folded)
+
+
+def _int_vector(b: Builder, i: int, where: str, what: str) -> np.ndarray:
+    t = b.const(i, where, what)
+    if t.dtype not in ("int32", "int64"):
+        raise FormatError(f"{where}: the {what} {t.name!r} has type {t.dtype}; int32 expected")
+    return np.asarray(t.data).astype(np.int64)
+
+
+def _batch_one(b: Builder, i: int, where: str) -> tuple[int, ...]:
+    shape = b.ft[i].shape
+    if len(shape) < 1 or shape[0] != 1:
+        raise UnsupportedOpError(f"{where}: tensor {b.ft[i].name!r} has shape {shape}; a leading batch axis of 1 "
+                                 "is needed (batches replace it)")
+    return tuple(shape[1:])
+
+
+def _reshape_node(b: Builder, x: str, o: int, where: str) -> None:
+    shape = _batch_one(b, o, where)
+    if len(shape) == 1:
+        b.node("flatten", (x,), o, {}, None, None, where)
+    else:
+        b.node("reshape", (x,), o, {"shape": shape}, None, None, where)
+
+
+# ----------------------------------------------------------------------- data movement
+
+
+@converts("PAD", "PADV2")
+def _pad(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    if len(ins) < 2:
+        raise FormatError(f"{where}: takes the input and the paddings, got {len(ins)} inputs")
+    x = b.act(ins[0], where)
+    same_quant(b, ins[0], o, where)
+    pads = _int_vector(b, ins[1], where, "paddings")
+    rank = len(b.ft[ins[0]].shape)
+    if pads.shape != (rank, 2) or np.any(pads < 0):
+        raise FormatError(f"{where}: paddings must be ({rank}, 2) non-negative, got {pads.tolist()}")
+    if tuple(pads[0]) != (0, 0):
+        raise UnsupportedOpError(f"{where}: padding the batch axis ({tuple(pads[0])}) is not supported")
+    value = None
+    if op.name == "PADV2" and len(ins) > 2 and ins[2] >= 0:
+        v = b.const(ins[2], where, "constant value")
+        to = b.ft[o]
+        if v.dtype != to.dtype or v.data.size != 1:
+            raise FormatError(f"{where}: the constant value {v.name!r} must be one {to.dtype}, got {v.dtype} "
+                              f"{v.data.shape}")
+        if v.scale is None or not (np.array_equal(v.scale, to.scale) and np.array_equal(v.zero_point, to.zero_point)):
+            raise UnsupportedOpError(f"{where}: the constant value's quantisation differs from the output's "
+                                     "(LiteRT requires them equal)")
+        value = int(v.data.reshape(()))
+    paddings = tuple((int(a), int(c)) for a, c in pads[1:])
+    b.node("pad", (x,), o, {"paddings": paddings, "value": value}, None, None, where)
+
+
+@converts("CONCATENATION")
+def _concatenation(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    if not ins:
+        raise FormatError(f"{where}: no inputs")
+    if op.activation(1) is not None:
+        raise UnsupportedOpError(f"{where}: a fused activation on CONCATENATION is not supported")
+    axis = op.option(0, "i", 0)
+    if all(_foldable(b, i) for i in ins):  # an int32 shape computation
+        vals = [_int_vector(b, i, where, f"input #{k}") for k, i in enumerate(ins)]
+        b.fold(o, np.concatenate(vals, axis=axis))
+        return
+    xs = tuple(b.act(i, where) for i in ins)
+    to = b.ft[o]
+    for k, i in enumerate(ins):
+        ti = b.ft[i]
+        if not (ti.dtype == to.dtype and np.array_equal(ti.scale, to.scale)
+                and np.array_equal(ti.zero_point, to.zero_point)):
+            raise UnsupportedOpError(
+                f"{where}: input #{k} {ti.name!r} is quantised ({ti.scale}, {ti.zero_point}), the output "
+                f"({to.scale}, {to.zero_point}): LiteRT's int8 CONCATENATION requires equal quantisation "
+                "(its reference, optimized and XNNPACK paths all refuse to prepare such a model)")
+    rank = len(b.ft[ins[0]].shape)
+    b.node("concat", xs, o, {"axis": example_axis(axis, rank, where)}, None, None, where)
+
+
+@converts("SQUEEZE")
+def _squeeze(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    x = b.act(ins[0], where)
+    same_quant(b, ins[0], o, where)
+    shape = b.ft[ins[0]].shape
+    dims = None if op.options is None else op.options.array(0, np.int32)
+    if dims is None or dims.size == 0:
+        drop = {i for i, d in enumerate(shape) if d == 1}
+    else:
+        drop = {int(d) + len(shape) if d < 0 else int(d) for d in dims}
+        if any(not 0 <= d < len(shape) or shape[d] != 1 for d in drop):
+            raise FormatError(f"{where}: cannot squeeze axes {dims.tolist()} of shape {shape}")
+    if 0 in drop:
+        raise UnsupportedOpError(f"{where}: squeezing the batch axis is not supported (batches replace it)")
+    want = tuple(d for i, d in enumerate(shape) if i not in drop)
+    if want != tuple(b.ft[o].shape):
+        raise FormatError(f"{where}: squeezing {shape} gives {want}, the output tensor is {b.ft[o].shape}")
+    _reshape_node(b, x, o, where)
+
+
+# ------------------------------------------------------------- int32 shape computations
+
+
+@converts("SHAPE")
+def _shape(b: Builder, op: OpContext) -> None:
+    """The file's (static, batch-1) shape of the input, folded."""
+    b.fold(op.one_output(), np.asarray(b.ft[op.inputs[0]].shape, np.int64))
+
+
+def strided_slice_1d(v: np.ndarray, begin, end, strides, begin_mask: int, end_mask: int,
+                     shrink_mask: int) -> np.ndarray:
+    """TFLite STRIDED_SLICE of a constant array (no ellipsis / new-axis masks): per axis
+    ``i``, ``v[begin[i]:end[i]:strides[i]]`` with bit ``i`` of ``begin_mask`` /
+    ``end_mask`` dropping the bound and of ``shrink_mask`` taking element ``begin[i]``
+    and removing the axis (Python's slicing rules, which TFLite's clamping follows)."""
+    index = []
+    for i in range(len(begin)):
+        if shrink_mask >> i & 1:
+            index.append(int(begin[i]))
+            continue
+        lo = None if begin_mask >> i & 1 else int(begin[i])
+        hi = None if end_mask >> i & 1 else int(end[i])
+        index.append(slice(lo, hi, int(strides[i])))
+    return np.asarray(v[tuple(index)])
+
+
+@converts("STRIDED_SLICE")
+def _strided_slice(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    if len(ins) != 4:
+        raise FormatError(f"{where}: takes 4 inputs, got {len(ins)}")
+    if not _foldable(b, ins[0]):
+        raise UnsupportedOpError(f"{where}: only int32 shape vectors are sliced (folded at import); slicing the "
+                                 f"computed {b.ft[ins[0]].dtype} tensor {b.ft[ins[0]].name!r} is not supported")
+    v = _int_vector(b, ins[0], where, "input")
+    begin, end, strides = (_int_vector(b, i, where, w) for i, w in zip(ins[1:], ("begin", "end", "strides")))
+    if not begin.shape == end.shape == strides.shape == (v.ndim,) or np.any(strides == 0):
+        raise FormatError(f"{where}: begin/end/strides {begin.tolist()}, {end.tolist()}, {strides.tolist()} do "
+                          f"not fit an input of rank {v.ndim}")
+    if op.option(2, "i", 0) or op.option(3, "i", 0) or op.option(5, "b", 0):
+        raise UnsupportedOpError(f"{where}: ellipsis / new-axis masks and offset are not supported")
+    b.fold(o, strided_slice_1d(v, begin, end, strides, op.option(0, "i", 0), op.option(1, "i", 0),
+                               op.option(4, "i", 0)))
+
+
+@converts("PACK")
+def _pack(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    if not ins or not all(_foldable(b, i) for i in ins):
+        raise UnsupportedOpError(f"{where}: only int32 shape values are packed (folded at import); packing "
+                                 "computed activations is not supported")
+    vals = [_int_vector(b, i, where, f"input #{k}") for k, i in enumerate(ins)]
+    if len({v.shape for v in vals}) != 1:
+        raise FormatError(f"{where}: inputs of shapes {[v.shape for v in vals]} cannot be packed")
+    axis = op.option(1, "i", 0)
+    b.fold(o, np.stack(vals, axis=axis + vals[0].ndim + 1 if axis < 0 else axis))
+
+
+# ---------------------------------------------------------------------- arithmetic ops
+
+
+@converts("MEAN")
+def _mean(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    if len(ins) != 2:
+        raise FormatError(f"{where}: takes the input and the axes, got {len(ins)} inputs")
+    x = b.act(ins[0], where)
+    rank = len(b.ft[ins[0]].shape)
+    axes = tuple(sorted({example_axis(a, rank, where) for a in _int_vector(b, ins[1], where, "axes").reshape(-1)}))
+    if not axes:
+        raise UnsupportedOpError(f"{where}: a MEAN over no axes is not supported")
+    keep = bool(op.option(0, "b", 0))
+    count = math.prod(b.tensors[x].shape[a] for a in axes)
+    b.node("mean", (x,), o, {"axes": axes, "keep_dims": keep, "count": count}, None, None, where)
+
+
+#: |(x1 - z1) (x2 - z2)| for int8 values and zero points
+_MAX_PRODUCT = 255 * 255
+
+
+def mul_int16_safe(s1, s2, s_out, z_out) -> bool:
+    """True when no int8 MUL product can reach LiteRT's optimized kernel's int16 narrowing
+    (``|MBQM(p)| + |z_out| < 2**15``): then its 16-lane path equals the int32 formula."""
+    real = float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_out))
+    return _MAX_PRODUCT * real + 2 + abs(int(z_out)) < 2**15 - 1
+
+
+@converts("MUL")
+def _mul(b: Builder, op: OpContext) -> None:
+    where, ins, o = op.where, op.inputs, op.one_output()
+    if len(ins) != 2:
+        raise FormatError(f"{where}: takes 2 inputs, got {len(ins)}")
+    x1, x2 = b.act(ins[0], where), b.act(ins[1], where)
+    s1, s2 = b.tensors[x1].shape, b.tensors[x2].shape
+    act = op.activation(0)
+    if s1 != s2:
+        to = b.ft[o]
+        if not mul_int16_safe(b.ft[ins[0]].scale[0], b.ft[ins[1]].scale[0], to.scale[0], to.zero_point[0]):
+            raise UnsupportedOpError(f"{where}: a broadcasting MUL whose products can overflow the int16 "
+                                     "intermediates of LiteRT's optimized kernel is not supported")
+    if ins[0] == ins[1]:  # x * x: a squaring (XNNPACK rewrites it so, with its own rounding)
+        b.node("square", (x1,), o, {"activation": act}, None, None, where)
+    else:
+        b.node("mul", (x1, x2), o, {"activation": act}, None, None, where)
+
+
+@converts("DEQUANTIZE")
+def _dequantize(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    x = b.act(op.inputs[0], where)
+    t = b.ft[o]
+    if t.dtype != "float32":
+        raise UnsupportedOpError(f"{where}: DEQUANTIZE to {t.dtype} is not supported (float32 only)")
+    shape = _batch_one(b, o, where)
+    b.tensors[t.name] = Tensor(t.name, shape, "float32", None)
+    b.nodes.append(Node("dequantize", (x,), (t.name,), {}, None, name=t.name))
+
+
+# ------------------------------------------------------------------------------ kernels
+
+
+def pad_int(x, paddings, value):
+    """``x`` (batch, ...) padded per example by ``paddings`` with ``value``."""
+    return jnp.pad(x, ((0, 0), *paddings), constant_values=value)
+
+
+def concat_int(xs, axis: int):
+    """The per-example arrays ``xs`` joined along per-example ``axis``."""
+    return jnp.concatenate(xs, axis=axis + 1)
+
+
+def _sum(x, axes, keep: bool):
+    """Exact int32 sum over per-example ``axes`` (int8 values: no overflow below 2**23 terms)."""
+    return jnp.sum(x.astype(_I32), axis=tuple(a + 1 for a in axes), keepdims=keep, dtype=_I32)
+
+
+def mean_mbqm(x, axes, keep: bool, count: int, p):
+    """LiteRT ``QuantizedMeanOrSum`` (reference; optimized except the 4-D keep-dims case):
+    ``clamp(MBQM(S - z_in count, m, e) + z_out, -128, 127)`` with ``S`` the exact sum and
+    ``(m, e)`` from :func:`mean_multiplier`."""
+    s = _sum(x, axes, keep) - p["zin"] * count
+    return requantize(s, p, "double", output_zero_point=p["zout"], act_min=-128, act_max=127)
+
+
+def mean_lanes(x, axes, keep: bool, p, lanes: int):
+    """LiteRT's optimized int8 ``Mean`` (4-D input, axes {1, 2}, keep_dims):
+    ``clamp(R(S) + bias, -128, 127)`` with ``S`` the raw sum (no zero point), ``R`` the
+    NEON-on-x86 rounding (R3: the last shift rounds ties up) on the first ``lanes``
+    channels and the double-rounding MBQM on the rest."""
+    s = _sum(x, axes, keep)
+    lane = jnp.arange(s.shape[-1]) < lanes
+    a = requantize(s, p, "ruy", output_zero_point=p["bias"], act_min=-128, act_max=127)
+    c = requantize(s, p, "double", output_zero_point=p["bias"], act_min=-128, act_max=127)
+    return jnp.where(lane, a, c)
+
+
+def f32_product(a, b):
+    """``fl32(a * b)`` (``b`` a float32 scalar), materialised before any use: XLA:CPU
+    would otherwise contract it with a following addition into one fused multiply-add
+    (a single rounding), which the runtimes do not do. (An optimisation barrier does
+    not survive XLA:CPU; a loop's result cannot be fused.)"""
+    b = jnp.asarray(b, jnp.float32)
+    trigger = jax.lax.bitcast_convert_type(b, _I32)
+    return compute_once(lambda u, v: u.astype(jnp.float32) * v, (a, b), trigger)
+
+
+def mean_float(x, axes, keep: bool, p):
+    """XNNPACK qs8 mean: ``clamp(rint(fl32(fl32(S) sm) + zf), -128, 127)`` in float32, ties
+    to even (``sm`` and ``zf`` from the recipe)."""
+    v = f32_product(_sum(x, axes, keep), p["sm"]) + p["zf"]
+    return jnp.clip(jnp.round(v), -128, 127).astype(_I32)
+
+
+def mul_product(x1, x2, z1, z2):
+    """``(x1 - z1) * (x2 - z2)``, broadcast per example (exact int32)."""
+    return (x1 - z1) * (x2 - z2)
+
+
+def mul_mbqm(x1, x2, p):
+    """TFLite int8 MUL (reference, and optimized for broadcasts bounded by
+    :func:`mul_int16_safe`): ``clamp(MBQM(p, m, e) + z_out, act_min, act_max)``."""
+    prod = mul_product(x1, x2, p["z1"], p["z2"])
+    return requantize(prod, p, "double", output_zero_point=p["zout"], act_min=p["act_min"], act_max=p["act_max"])
+
+
+def mul_lanes(x1, x2, p):
+    """LiteRT's optimized int8 MUL of equal shapes: elements ``[0, 16 floor(N/16))`` of each
+    example (``N`` its size, row-major) take the 16-lane path (MBQM, saturated to int16,
+    ``+ z_out`` wrapping in int16, saturated to int8, clamped); the rest the scalar int32
+    path of :func:`mul_mbqm`."""
+    prod = mul_product(x1, x2, p["z1"], p["z2"])
+    v = requantize(prod, p, "double", output_zero_point=0, act_min=-(2**30), act_max=2**30)
+    v16 = jnp.clip(v, -(2**15), 2**15 - 1) + p["zout"]
+    v16 = (v16 + 2**15) % 2**16 - 2**15  # int16 wrap of vaddq_s16
+    lane = jnp.clip(v16, -128, 127)
+    scalar = v + p["zout"]
+    n = math.prod(x1.shape[1:])
+    idx = jnp.arange(n).reshape(x1.shape[1:])
+    y = jnp.where(idx < 16 * (n // 16), lane, scalar)
+    return jnp.clip(y, p["act_min"], p["act_max"])
+
+
+def mul_float(x1, x2, p):
+    """XNNPACK qs8 multiply: ``clamp(rint(fl32(fl32(p) scale)) + z_out, act_min, act_max)``."""
+    prod = mul_product(x1, x2, p["z1"], p["z2"]).astype(jnp.float32)
+    v = jnp.round(jnp.clip(prod * p["scale"], -(2.0**24), 2.0**24)).astype(_I32)
+    return jnp.clip(v + p["zout"], p["act_min"], p["act_max"])
+
+
+def square_lut(x, p):
+    """XNNPACK's squaring of an int8 tensor: ``table[x + 128]`` clamped to the activation
+    range (the table from the recipe)."""
+    y = jnp.take(p["table"], x + 128, mode="clip")
+    return jnp.clip(y, p["act_min"], p["act_max"])
+
+
+def dequantize_exact(x, p):
+    """``fl32(scale * (x - z))`` (one rounding of the exact product: LiteRT reference and
+    XNNPACK)."""
+    return (x - p["z"]).astype(jnp.float32) * p["scale"]
+
+
+def dequantize_lanes(x, p):
+    """LiteRT's optimized int8 DEQUANTIZE: elements ``[0, 8 floor(N/8))`` of each example
+    take ``fl32(fl32(x scale) + fl32(-z scale))`` (no fused multiply-add on x86); the rest
+    :func:`dequantize_exact`."""
+    n = math.prod(x.shape[1:])
+    lane = f32_product(x, p["scale"]) + p["zs"]
+    idx = jnp.arange(n).reshape(x.shape[1:])
+    return jnp.where(idx < 8 * (n // 8), lane, dequantize_exact(x, p))

@@ -11,6 +11,7 @@ QUANTIZE), never a branch here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -180,6 +181,13 @@ class Builder:
         self.ft = tensors
         self.tensors: dict[str, Tensor] = {}
         self.nodes: list[Node] = []
+        # values of computed int32 tensors folded at import time (shape chains), by index
+        self.folded: dict[int, np.ndarray] = {}
+
+    def fold(self, i: int, value) -> None:
+        """Records the import-time value of computed tensor ``i`` (an int32 shape
+        computation); :meth:`const` then returns it like a constant tensor."""
+        self.folded[i] = np.asarray(value, np.int32)
 
     # -- tensors
     def act(self, i: int, where: str) -> str:
@@ -209,6 +217,8 @@ class Builder:
         if i < 0:
             raise FormatError(f"{where}: the {what} input is missing")
         t = self.ft[i]
+        if t.data is None and i in self.folded:
+            return dataclasses.replace(t, data=self.folded[i], shape=tuple(self.folded[i].shape))
         if t.data is None:
             raise UnsupportedOpError(f"{where}: the {what} must be a constant tensor, {t.name!r} is computed")
         return t
