@@ -46,8 +46,8 @@ class Model:
 
         if isinstance(runtime, Target):
             return runtime
-        if runtime == "xs3":
-            raise UnsupportedOpError("runtime 'xs3' (xformer's XC ops) is not implemented yet")
+        if runtime == "xs3":  # lib_tflite_micro on xcore.ai, as xmos-ai-tools' host interpreter runs it
+            return get("xs3-tflm", variant="host")
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {RUNTIMES} or a hwjax.targets.Target, got {runtime!r}")
         return get("tflite", runtime=runtime)

@@ -1,1 +1,389 @@
-"""Converters (and decoders) of xformer's XC custom operators (XS3A)."""
+"""Converters (and decoders) of xformer's XC custom operators (XS3A; spec deployed.md §3).
+
+xformer stores each XC operator's options as a flexbuffer map; ``XC_conv2d_v2`` and
+``XC_maxpool2d`` keep lib_nn's parameter structs (``MemCpyFn``, ``AggregateFn``,
+``OutputTransformFn``, ``AbstractKernel``) as raw little-endian bytes in flexbuffer
+*strings*. :func:`flex_loads` reads the map (strings and blobs as ``bytes``); the
+converters below decode the structs, recover the geometry (kernel size, strides,
+dilation) and the original kernel from the reordered weight blob, and add ``xc_*``
+graph nodes (:mod:`hwjax.graph.ops.xcore`). Anything they do not understand raises
+:class:`hwjax.errors.UnsupportedOpError` or :class:`hwjax.errors.FormatError` naming the
+operator.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.tflite._import import Builder, OpContext, converts
+from hwjax.xs3 import deserialise_output_transform, reorder_kernel_weights_inverse
+
+# ------------------------------------------------------------------------ flexbuffers
+
+_BW = {1: 0, 2: 1, 4: 2, 8: 3}
+
+
+def _uint(b: bytes, at: int, w: int) -> int:
+    if at < 0 or at + w > len(b):
+        raise FormatError(f"flexbuffer reference at byte {at} lies outside the {len(b)}-byte buffer")
+    return int.from_bytes(b[at:at + w], "little", signed=False)
+
+
+def _int(b: bytes, at: int, w: int) -> int:
+    v = _uint(b, at, w)
+    return v - (1 << (8 * w)) if v >> (8 * w - 1) else v
+
+
+def _float(b: bytes, at: int, w: int) -> float:
+    if w not in (4, 8):
+        raise FormatError(f"flexbuffer float of {w} bytes")
+    _uint(b, at, w)
+    return struct.unpack("<f" if w == 4 else "<d", b[at:at + w])[0]
+
+
+def _value(b: bytes, at: int, parent_w: int, packed: int):
+    """The flexbuffer value stored at ``at`` (``parent_w`` bytes wide) with packed type
+    ``packed`` (type << 2 | log2 of the child's byte width)."""
+    t, w = packed >> 2, 1 << (packed & 3)
+    if t == 0:  # null
+        return None
+    if t in (1, 2, 3, 26):  # inline int, uint, float, bool
+        return {1: _int, 2: _uint, 3: _float, 26: lambda *a: bool(_uint(*a))}[t](b, at, parent_w)
+    target = at - _uint(b, at, parent_w)
+    if t in (6, 7, 8):  # indirect int, uint, float
+        return {6: _int, 7: _uint, 8: _float}[t](b, target, w)
+    if t == 4:  # key: NUL-terminated
+        end = b.find(b"\0", target)
+        if end < 0:
+            raise FormatError("unterminated flexbuffer key")
+        return b[target:end].decode("utf-8", "replace")
+    if t in (5, 25):  # string (raw bytes: xformer stores binary structs in strings), blob
+        n = _uint(b, target - w, w)
+        return bytes(b[target:target + n])
+    if t in (9, 10):  # map, vector
+        n = _uint(b, target - w, w)
+        vals = [_value(b, target + i * w, w, _uint(b, target + n * w + i, 1)) for i in range(n)]
+        if t == 10:
+            return vals
+        keys_at = target - 3 * w
+        keys, kw = keys_at - _uint(b, keys_at, w), _uint(b, target - 2 * w, w)
+        if kw not in _BW:
+            raise FormatError(f"flexbuffer map keys of byte width {kw}")
+        return {_value(b, keys + i * kw, kw, (4 << 2) | _BW[kw]): v for i, v in enumerate(vals)}
+    if 11 <= t <= 14:  # typed vectors of int, uint, float, key
+        n = _uint(b, target - w, w)
+        return [_value(b, target + i * w, w, ((t - 10) << 2) | (packed & 3)) for i in range(n)]
+    raise FormatError(f"flexbuffer type {t} is not supported")
+
+
+def flex_loads(data: bytes):
+    """Decodes a flexbuffer (the custom options of an XC operator): maps as ``dict``,
+    vectors as ``list``, ints, floats, bools; strings and blobs as ``bytes`` (never
+    decoded as text). FormatError for a malformed buffer."""
+    b = bytes(data)
+    if len(b) < 3:
+        raise FormatError(f"flexbuffer of {len(b)} bytes")
+    root_w = b[-1]
+    if root_w not in _BW:
+        raise FormatError(f"flexbuffer root byte width {root_w}")
+    return _value(b, len(b) - 2 - root_w, root_w, b[-2])
+
+
+def _options(op: OpContext, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    """The op's flexbuffer options map, with exactly the ``required`` keys (plus any of
+    ``optional``); UnsupportedOpError naming unknown keys (a feature not implemented)."""
+    if not op.custom:
+        raise FormatError(f"{op.where}: custom options are missing")
+    try:
+        opts = flex_loads(op.custom)
+    except FormatError as e:
+        raise FormatError(f"{op.where}: custom options: {e}") from None
+    if not isinstance(opts, dict):
+        raise FormatError(f"{op.where}: custom options are not a flexbuffer map")
+    missing = [k for k in required if k not in opts]
+    if missing:
+        raise FormatError(f"{op.where}: custom options lack {missing} (have {sorted(opts)})")
+    unknown = sorted(set(opts) - set(required) - set(optional))
+    if unknown:
+        raise UnsupportedOpError(f"{op.where}: custom options {unknown} are not supported")
+    return opts
+
+
+def _struct(op: OpContext, opts: dict, key: str, fmt: str) -> tuple:
+    """Unpacks the lib_nn struct stored as bytes under ``key`` (little-endian ``fmt``;
+    trailing bytes beyond the struct are ignored)."""
+    raw = opts[key]
+    n = struct.calcsize("<" + fmt)
+    if not isinstance(raw, bytes) or len(raw) < n:
+        raise FormatError(f"{op.where}: option {key!r} must hold a {n}-byte parameter struct, got {raw!r}")
+    return struct.unpack("<" + fmt, raw[:n])
+
+
+def _int_option(op: OpContext, opts: dict, key: str) -> int:
+    v = opts[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FormatError(f"{op.where}: option {key!r} must be an integer, got {v!r}")
+    return v
+
+
+def _replicated_byte(op: OpContext, word: int, key: str) -> int:
+    """The int8 value whose byte is replicated in the 32-bit ``word``."""
+    raw = (word & 0xFFFFFFFF).to_bytes(4, "little")
+    if len(set(raw)) != 1:
+        raise UnsupportedOpError(f"{op.where}: option {key!r} = {word:#x} is not one byte replicated")
+    return raw[0] - 256 if raw[0] > 127 else raw[0]
+
+
+# ------------------------------------------------------------------------ XC_conv2d_v2
+
+KERNEL_TYPES = {0: "direct", 1: "indirect", 3: "depthwise"}  # lib_tflite_micro's Conv2DType enum
+_AK = "10i"  # abstract_kernel_params_t: h/w begin/end, channel groups, offsets, strides
+
+
+def _exact_div(op: OpContext, a: int, b: int, what: str) -> int:
+    if b <= 0 or a % b or a // b < 1:
+        raise FormatError(f"{op.where}: inconsistent parameter structs: {what} = {a}/{b}")
+    return a // b
+
+
+def _check_regions(op: OpContext, regions: list, out_hw, groups: int) -> None:
+    """The threads' output regions must tile the whole output with all channel groups
+    (what a single-model deployment does); anything else is not supported."""
+    cover = np.zeros(out_hw, np.int32)
+    for r in regions:
+        h0, h1, w0, w1, g0, g1, ch_off, _, _, in_off = r
+        if (g0, g1, ch_off, in_off) != (0, groups, 0, 0):
+            raise UnsupportedOpError(f"{op.where}: kernel region {r} splits channels or offsets tensors")
+        cover[max(h0, 0):h1, max(w0, 0):w1] += 1
+    if not np.all(cover == 1):
+        raise UnsupportedOpError(f"{op.where}: the kernel regions {regions} do not tile the {out_hw} output once")
+
+
+@converts("CUSTOM(XC_conv2d_v2)")
+def _conv2d_v2(b: Builder, op: OpContext) -> None:
+    """``XC_conv2d_v2`` with kernel type 0, 1 or 3 and output transform 0 (group-wise
+    ``otfn_int8``); inputs: data, reordered int8 weights, int16 multipliers and biases
+    (§4.1 layout), then unused/scratch tensors."""
+    where, ins, o = op.where, op.inputs, op.one_output()
+    opts = _options(op, ("k", "t", "mp", "a", "o", "p"), ("s",))
+    k = _int_option(op, opts, "k")
+    if k not in KERNEL_TYPES:
+        raise UnsupportedOpError(f"{where}: kernel type {k} is not supported (supported: {KERNEL_TYPES})")
+    if _int_option(op, opts, "t") != 0:
+        raise UnsupportedOpError(f"{where}: output transform type {opts['t']} (channel-wise) is not supported")
+    if len(ins) < 3:
+        raise FormatError(f"{where}: takes at least 3 inputs (data, weights, multipliers/biases), got {len(ins)}")
+    kind = KERNEL_TYPES[k]
+    x = b.act(ins[0], where)
+    w_t, mb_t = b.const(ins[1], where, "weights"), b.const(ins[2], where, "multipliers/biases")
+    if w_t.dtype != "int8" or mb_t.dtype != "int16":
+        raise FormatError(f"{where}: weights must be int8 and multipliers/biases int16, got {w_t.dtype}, "
+                          f"{mb_t.dtype}")
+    in_shape = b.tensors[x].shape
+    hwc = (1, 1, in_shape[0]) if len(in_shape) == 1 else tuple(in_shape)
+    out = b.ft[o]
+    out_shape = tuple(out.shape[1:])
+    ohwc = (1, 1, out_shape[0]) if len(out_shape) == 1 else out_shape
+    if len(hwc) != 3 or len(ohwc) != 3:
+        raise UnsupportedOpError(f"{where}: input {in_shape} / output {out_shape} are not (H, W, C)")
+    (H, W, C), (OH, OW, CO) = hwc, ohwc
+    if kind == "indirect" and OH == OW == 1 and len(opts["mp"]) >= 16:
+        # a fully connected layer: xformer reads the whole input as one pixel of H*W*C bytes
+        mp = _struct(op, opts, "mp", "4i")
+        if mp[2] == mp[3] == 0 and mp[1] == H * W * C and (H, W) != (1, 1):
+            hwc = (H, W, C) = (1, 1, H * W * C)
+    n_out, initial_shift, final_shr = _struct(op, opts, "o", "ihh")
+    if n_out != CO:
+        raise FormatError(f"{where}: the output transform is for {n_out} channels, the output has {CO}")
+    row = W * C
+    if kind == "indirect":
+        mp = _struct(op, opts, "mp", "10i")
+        sr, sc = _exact_div(op, mp[0], row, "row bytes"), _exact_div(op, mp[1], C, "pixel bytes")
+        kh, kw = mp[2] + 1, mp[3] + 1
+        copied = (mp[4] + 1) * 32
+        dc = _exact_div(op, mp[6] + copied, C, "horizontal dilation")
+        dr = _exact_div(op, mp[7] + kw * C * dc, row, "vertical dilation")
+        agg = _struct(op, opts, "a", "2i")
+        if agg != (CO, kh * kw * C):
+            raise FormatError(f"{where}: aggregate params {agg} != ({CO}, {kh * kw * C})")
+    else:
+        mp = _struct(op, opts, "mp", "2i")
+        sr, sc = _exact_div(op, mp[0], row, "row bytes"), _exact_div(op, mp[1], C, "pixel bytes")
+        if kind == "direct":
+            agg = _struct(op, opts, "a", "6i")
+            kh, kw = agg[1] + 1, agg[2] + 1
+            if C % 32 or agg[3] != C // 32 - 1 or agg[0] != kh * kw * C * 16:
+                raise FormatError(f"{where}: direct kernel params {agg} for {C} input channels")
+            dc = _exact_div(op, agg[4] + C, C, "horizontal dilation")
+            dr = _exact_div(op, agg[5] + kw * C * dc, row, "vertical dilation")
+        else:
+            agg = _struct(op, opts, "a", "5i")
+            kh, kw = agg[1] + 1, agg[2] + 1
+            if CO != C or agg[0] != kh * kw * 16:
+                raise FormatError(f"{where}: depthwise params {agg} for {C} -> {CO} channels")
+            dc = _exact_div(op, agg[3], C, "horizontal dilation")
+            dr = _exact_div(op, agg[4] + kw * C * dc, row, "vertical dilation")
+            if (dr, dc) != (1, 1):
+                raise UnsupportedOpError(f"{where}: depthwise dilation {(dr, dc)} is not supported")
+    if (OH, OW) != ((H - dr * (kh - 1) - 1) // sr + 1, (W - dc * (kw - 1) - 1) // sc + 1):
+        raise FormatError(f"{where}: a {kh}x{kw} kernel, strides {(sr, sc)}, dilation {(dr, dc)} on "
+                          f"{(H, W)} does not give the {(OH, OW)} output")
+    regions = opts["p"] if isinstance(opts["p"], list) else [opts["p"]]
+    _check_regions(op, [_struct(op, {"p": r}, "p", _AK) for r in regions], (OH, OW), -(-CO // 16))
+    blob = np.asarray(w_t.data, np.int8).reshape(-1)
+    if kind == "depthwise":
+        groups = -(-C // 16)
+        if blob.size != groups * kh * kw * 16 + 16:
+            raise FormatError(f"{where}: depthwise weight blob of {blob.size} bytes for a {kh}x{kw}x{C} kernel")
+        kernel = blob[:groups * kh * kw * 16].reshape(groups, kh, kw, 16).transpose(1, 2, 0, 3)
+        kernel = kernel.reshape(kh, kw, groups * 16)[..., :C]
+    else:
+        try:
+            kernel = np.asarray(reorder_kernel_weights_inverse(blob, (CO, kh, kw, C)))
+        except ValueError as e:
+            raise FormatError(f"{where}: weight blob: {e}") from None
+    mb = np.asarray(mb_t.data, np.int16).reshape(-1)
+    if mb.size < 2 * CO:
+        raise FormatError(f"{where}: multiplier/bias blob of {mb.size} values for {CO} channels")
+    ot = deserialise_output_transform(mb, CO)
+    attrs = {"kernel_type": kind, "in_shape": hwc, "kernel_size": (kh, kw), "stride": (sr, sc), "dilation": (dr, dc),
+             "initial_shift": int(initial_shift), "final_shr": int(final_shr), "out_shape": out_shape}
+    params = {"kernel": jnp.asarray(kernel, jnp.int8), "multipliers": jnp.asarray(ot["multipliers"], jnp.int32),
+              "biases": jnp.asarray(ot["biases"], jnp.int32)}
+    b.node("xc_conv2d", (x,), o, attrs, params, None, where)
+
+
+# ------------------------------------------------------------------ byte-moving ops
+
+
+def _out_shape(b: Builder, o: int) -> tuple[int, ...]:
+    return tuple(int(v) for v in b.ft[o].shape[1:])
+
+
+@converts("CUSTOM(XC_pad)")
+def _pad(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("s", "p", "l", "n", "e", "z"), ("v",))
+    x = b.act(op.inputs[0], where)
+    attrs = {"start": _int_option(op, opts, "s"), "pad": _int_option(op, opts, "p"),
+             "length": _int_option(op, opts, "l"), "copies": _int_option(op, opts, "n"),
+             "end": _int_option(op, opts, "e"), "value": _replicated_byte(op, _int_option(op, opts, "z"), "z"),
+             "out_shape": _out_shape(b, o)}
+    if min(attrs["start"], attrs["pad"], attrs["length"], attrs["copies"], attrs["end"]) < 0:
+        raise FormatError(f"{where}: negative sizes in {opts}")
+    b.node("xc_pad", (x,), o, attrs, None, None, where)
+
+
+@converts("CUSTOM(XC_pad_3_to_4)")
+def _pad_3_to_4(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("pv",))
+    x = b.act(op.inputs[0], where)
+    if b.tensors[x].shape[-1:] != (3,) or _out_shape(b, o) != (*b.tensors[x].shape[:-1], 4):
+        raise FormatError(f"{where}: maps {b.tensors[x].shape} to {_out_shape(b, o)}, not 3 to 4 channels")
+    value = _replicated_byte(op, _int_option(op, opts, "pv"), "pv")
+    b.node("xc_pad_3_to_4", (x,), o, {"value": value, "out_shape": _out_shape(b, o)}, None, None, where)
+
+
+@converts("CUSTOM(XC_slice)")
+def _slice(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("s", "o", "l", "n"), ("v",))
+    x = b.act(op.inputs[0], where)
+    s, stride, length, n = (_int_option(op, opts, k) for k in ("s", "o", "l", "n"))
+    size = int(np.prod(b.tensors[x].shape))
+    if min(s, stride, length, n) < 0 or (n and s + (n - 1) * stride + length > size) or \
+            n * length != int(np.prod(_out_shape(b, o))):
+        raise FormatError(f"{where}: slice {opts} does not fit input {b.tensors[x].shape} / output "
+                          f"{_out_shape(b, o)}")
+    b.node("xc_slice", (x,), o, {"start": s, "stride": stride, "length": length, "copies": n,
+                                 "out_shape": _out_shape(b, o)}, None, None, where)
+
+
+@converts("CUSTOM(XC_no_op)")
+def _no_op(b: Builder, op: OpContext) -> None:
+    """A reshape (the bytes are unchanged)."""
+    where, o = op.where, op.one_output()
+    x = b.act(op.inputs[0], where)
+    shape = _out_shape(b, o)
+    if int(np.prod(shape)) != int(np.prod(b.tensors[x].shape)):
+        raise FormatError(f"{where}: cannot reshape {b.tensors[x].shape} to {shape}")
+    if len(shape) == 1:
+        b.node("flatten", (x,), o, {}, None, None, where)
+    else:
+        b.node("reshape", (x,), o, {"shape": shape}, None, None, where)
+
+
+# ------------------------------------------------------------------- arithmetic ops
+
+
+@converts("CUSTOM(XC_lookup)")
+def _lookup(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    if len(op.inputs) != 2:
+        raise FormatError(f"{where}: takes 2 inputs (data, table), got {len(op.inputs)}")
+    x = b.act(op.inputs[0], where)
+    t = b.const(op.inputs[1], where, "lookup table")
+    if t.data.size != 256 or t.dtype not in ("uint8", "int8"):
+        raise UnsupportedOpError(f"{where}: lookup table {t.dtype} {t.data.shape}: only 256-entry 8-bit tables")
+    if b.ft[o].dtype != "int8" or b.ft[op.inputs[0]].dtype != "int8":
+        raise UnsupportedOpError(f"{where}: only int8 -> int8 lookups are supported")
+    table = np.asarray(t.data).reshape(256).astype(np.uint8).view(np.int8).astype(np.int32)
+    b.node("xc_lookup", (x,), o, {"out_shape": _out_shape(b, o)}, {"table": jnp.asarray(table)}, None, where)
+
+
+@converts("CUSTOM(XC_add)")
+def _add(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("m1", "m2", "bias", "shift"))
+    if len(op.inputs) != 2:
+        raise FormatError(f"{where}: takes 2 inputs, got {len(op.inputs)}")
+    x1, x2 = b.act(op.inputs[0], where), b.act(op.inputs[1], where)
+    if b.tensors[x1].shape != b.tensors[x2].shape:
+        raise UnsupportedOpError(f"{where}: inputs {b.tensors[x1].shape} and {b.tensors[x2].shape} differ")
+    attrs = {"multiplier1": _int_option(op, opts, "m1"), "multiplier2": _int_option(op, opts, "m2"),
+             "bias": _int_option(op, opts, "bias"), "shift": _int_option(op, opts, "shift"),
+             "out_shape": _out_shape(b, o)}
+    b.node("xc_add", (x1, x2), o, attrs, None, None, where)
+
+
+@converts("CUSTOM(XC_mean)")
+def _mean(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("s", "m", "e", "i", "o", "sm"))
+    x = b.act(op.inputs[0], where)
+    outer, reduced, inner = (_int_option(op, opts, k) for k in ("s", "m", "e"))
+    if outer * reduced * inner != int(np.prod(b.tensors[x].shape)) or \
+            outer * inner != int(np.prod(_out_shape(b, o))) or reduced < 1:
+        raise FormatError(f"{where}: mean sizes ({outer}, {reduced}, {inner}) do not fit input "
+                          f"{b.tensors[x].shape} / output {_out_shape(b, o)}")
+    f32 = {k: float(np.float32(opts[k])) for k in ("i", "o", "sm")}
+    b.node("xc_mean", (x,), o, {"outer": outer, "reduced": reduced, "inner": inner, "in_zero_point": f32["i"],
+                                "out_zero_point": f32["o"], "scale": f32["sm"], "out_shape": _out_shape(b, o)},
+           None, None, where)
+
+
+@converts("CUSTOM(XC_maxpool2d)")
+def _maxpool(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("mp", "a", "o", "p"), ("s",))
+    x = b.act(op.inputs[0], where)
+    shape, out_shape = b.tensors[x].shape, _out_shape(b, o)
+    if len(shape) != 3 or len(out_shape) != 3 or shape[2] != out_shape[2]:
+        raise FormatError(f"{where}: input {shape} / output {out_shape} are not (H, W, C) with equal C")
+    (H, W, C), (OH, OW, _) = shape, out_shape
+    mp, agg = _struct(op, opts, "mp", "2i"), _struct(op, opts, "a", "5i")
+    sr, sc = _exact_div(op, mp[0], W * C, "row bytes"), _exact_div(op, mp[1], C, "pixel bytes")
+    kh, kw = agg[1] + 1, agg[2] + 1
+    if agg[3] != C or agg[4] != W * C - kw * C:
+        raise UnsupportedOpError(f"{where}: maxpool params {agg}: only undilated windows are supported")
+    if (OH, OW) != ((H - kh) // sr + 1, (W - kw) // sc + 1):
+        raise FormatError(f"{where}: a {kh}x{kw} window, strides {(sr, sc)} on {(H, W)} does not give {(OH, OW)}")
+    regions = opts["p"] if isinstance(opts["p"], list) else [opts["p"]]
+    _check_regions(op, [_struct(op, {"p": r}, "p", _AK) for r in regions], (OH, OW), -(-C // 16))
+    b.node("xc_maxpool2d", (x,), o, {"window": (kh, kw), "stride": (sr, sc), "out_shape": out_shape}, None, None,
+           where)

@@ -1,1 +1,129 @@
-"""Op kinds for xformer's XC operators."""
+"""Op kinds for xformer's XC operators (xcore.ai XS3A; spec deployed.md §3, xs3.md §4–6).
+
+They are produced by :func:`hwjax.tflite.load` from an xformer-converted file and carry
+the integer parameters the file stores (no float recipe): the lowering is the identity
+and the arithmetic is the chip's (:class:`hwjax.targets.XS3Runtime`). Every node has the
+per-example output shape ``out_shape`` of the file's tensor; byte-level ops (pad, slice)
+work on the row-major bytes of one example.
+
+==================  =======  ===========================================================
+op                  inputs   attributes (parameters)
+==================  =======  ===========================================================
+``xc_conv2d``       1        ``kernel_type`` (``"direct"``, ``"indirect"``,
+                             ``"depthwise"``), ``in_shape`` (the (H, W, C) view of
+                             the input's bytes), ``kernel_size``, ``stride``,
+                             ``dilation``, ``initial_shift``, ``final_shr``,
+                             ``out_shape`` (``kernel`` int8 (O, kh, kw, I), or (kh, kw, C)
+                             for depthwise; ``multipliers``, ``biases`` int16 (O,))
+``xc_pad``          1        ``start``, ``pad``, ``length``, ``copies``, ``end``,
+                             ``value`` (int8), ``out_shape``
+``xc_pad_3_to_4``   1        ``value`` (int8), ``out_shape``
+``xc_slice``        1        ``start``, ``stride``, ``length``, ``copies``, ``out_shape``
+``xc_lookup``       1        ``out_shape`` (``table`` int32 (256,): output per input byte)
+``xc_add``          2        ``multiplier1``, ``multiplier2``, ``bias``, ``shift``,
+                             ``out_shape``
+``xc_mean``         1        ``outer``, ``reduced``, ``inner``, ``in_zero_point``,
+                             ``out_zero_point``, ``scale`` (float32 values), ``out_shape``
+``xc_maxpool2d``    1        ``window``, ``stride``, ``out_shape``
+==================  =======  ===========================================================
+"""
+
+from __future__ import annotations
+
+import math
+
+from hwjax.graph._ops import OpSpec, register_op
+
+
+class _XcOp(OpSpec):
+    """An XC op whose output shape is the file's (``out_shape``)."""
+
+    def infer(self, node, ins):
+        return [tuple(int(v) for v in node.attrs["out_shape"])]
+
+
+class XcConv2d(_XcOp):
+    """``XC_conv2d_v2`` with the group-wise ``otfn_int8`` transform: VALID windows (xformer
+    pads separately), accumulation as lib_nn's ``mat_mul_generic_int8`` /
+    ``mat_mul_direct_int8`` (32-byte chunks of the im2col patch, xs3.md §5.6–5.7) or
+    ``mat_mul_dw_direct`` (one VLMACC per tap, §5.4), then ``otfn_int8`` (§4.1)."""
+
+    name = "xc_conv2d"
+    attrs = {"kernel_type": OpSpec.REQUIRED, "in_shape": OpSpec.REQUIRED, "kernel_size": OpSpec.REQUIRED, "stride": (1, 1),
+             "dilation": (1, 1), "initial_shift": OpSpec.REQUIRED, "final_shr": OpSpec.REQUIRED,
+             "out_shape": OpSpec.REQUIRED}
+    params = ("kernel", "multipliers", "biases")
+    choices = {"kernel_type": ("direct", "indirect", "depthwise")}
+
+
+class XcPad(_XcOp):
+    """``XC_pad`` on the bytes of an example: ``start`` pad bytes, then ``copies + 1``
+    blocks of ``length`` input bytes separated by ``pad`` pad bytes, then ``end`` pad
+    bytes; every pad byte is ``value``."""
+
+    name = "xc_pad"
+    attrs = {"start": OpSpec.REQUIRED, "pad": OpSpec.REQUIRED, "length": OpSpec.REQUIRED,
+             "copies": OpSpec.REQUIRED, "end": OpSpec.REQUIRED, "value": OpSpec.REQUIRED,
+             "out_shape": OpSpec.REQUIRED}
+
+    def infer(self, node, ins):
+        a = node.attrs
+        n = a["start"] + (a["copies"] + 1) * a["length"] + a["copies"] * a["pad"] + a["end"]
+        if n != math.prod(a["out_shape"]) or (a["copies"] + 1) * a["length"] != math.prod(ins[0].shape):
+            raise ValueError(f"pad layout {dict(a)} does not map {tuple(ins[0].shape)} to {a['out_shape']}")
+        return super().infer(node, ins)
+
+
+class XcPad3To4(_XcOp):
+    """``XC_pad_3_to_4``: appends a fourth channel holding ``value`` to 3-channel pixels."""
+
+    name = "xc_pad_3_to_4"
+    attrs = {"value": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+
+
+class XcSlice(_XcOp):
+    """``XC_slice`` on the bytes of an example: the concatenation over i < ``copies`` of
+    bytes ``[start + i*stride, start + i*stride + length)``."""
+
+    name = "xc_slice"
+    attrs = {"start": OpSpec.REQUIRED, "stride": OpSpec.REQUIRED, "length": OpSpec.REQUIRED,
+             "copies": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+
+
+class XcLookup(_XcOp):
+    """``XC_lookup`` (lib_nn ``lookup8``): ``y = table[u8(x)]``."""
+
+    name = "xc_lookup"
+    attrs = {"out_shape": OpSpec.REQUIRED}
+    params = ("table",)
+
+
+class XcAdd(_XcOp):
+    """``XC_add`` (lib_nn ``add_elementwise``, xs3.md §6.4)."""
+
+    name = "xc_add"
+    num_inputs = 2
+    attrs = {"multiplier1": OpSpec.REQUIRED, "multiplier2": OpSpec.REQUIRED, "bias": OpSpec.REQUIRED,
+             "shift": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+
+
+class XcMean(_XcOp):
+    """``XC_mean`` (deployed.md §2, float32): for the input viewed as (outer, reduced,
+    inner), ``y = clamp(rint(fl32(S - zi*n) * scale + zo), -128, 127)`` with ``S`` the
+    int32 sum over the reduced axis."""
+
+    name = "xc_mean"
+    attrs = {"outer": OpSpec.REQUIRED, "reduced": OpSpec.REQUIRED, "inner": OpSpec.REQUIRED,
+             "in_zero_point": OpSpec.REQUIRED, "out_zero_point": OpSpec.REQUIRED, "scale": OpSpec.REQUIRED,
+             "out_shape": OpSpec.REQUIRED}
+
+
+class XcMaxPool2d(_XcOp):
+    """``XC_maxpool2d``: per channel the maximum over VALID windows (xs3.md §6.3)."""
+
+    name = "xc_maxpool2d"
+    attrs = {"window": OpSpec.REQUIRED, "stride": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+
+
+for _spec in (XcConv2d(), XcPad(), XcPad3To4(), XcSlice(), XcLookup(), XcAdd(), XcMean(), XcMaxPool2d()):
+    register_op(_spec)
