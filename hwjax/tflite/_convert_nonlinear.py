@@ -34,7 +34,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.errors import FormatError, UnsupportedOpError
-from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 from hwjax.tflite._arith import quantize_multiplier
 from hwjax.tflite._import import Builder, OpContext, converts
 
@@ -160,12 +159,54 @@ def softmax_exp_table(s_in, beta) -> np.ndarray:
 
 
 # ------------------------------------------------------ gemmlowp fixed point (int32)
+#
+# Lean int32 forms of the gemmlowp primitives (spec gemmlowp.md §2.1, §2.3) for the
+# SOFTMAX kernel: the same values as hwjax.gemmlowp.srdhm / rounding_divide_by_pot, in
+# about a third of the XLA program (no argument checks, no gradients).
+
+
+def srdhm32(a, b) -> jax.Array:
+    """``SaturatingRoundingDoublingHighMul`` of int32 ``a``, ``b`` (spec §2.1)::
+
+        2**31 - 1 if a == b == -2**31, else floor((a*b + 2**30) / 2**31)
+
+    from 16-bit halves ``a = ah * 2**16 + al`` (``ah`` signed, ``al`` in [0, 2**16)):
+    ``a*b = ah*bh * 2**32 + (ah*bl + al*bh) * 2**16 + al*bl``, and with
+    ``mi = mih * 2**15 + mil`` for the two middle products and ``t = al*bl >> 16``
+    (uint32), the result is ``2*ah*bh + m1h + m2h + ((m1l + m2l + t + 2**14) >> 15)``
+    (the low 16 bits of ``al*bl`` cannot carry past a multiple of 2**31). Every
+    intermediate fits int32 (``2*ah*bh`` wraps only for the saturating pair). Jittable;
+    exact for all int32 without x64."""
+    a = jnp.asarray(a, _I32)
+    b = jnp.asarray(b, _I32)
+    ah, bh = jnp.right_shift(a, 16), jnp.right_shift(b, 16)
+    al, bl = jnp.bitwise_and(a, 0xFFFF), jnp.bitwise_and(b, 0xFFFF)
+    t = jnp.right_shift(al.astype(jnp.uint32) * bl.astype(jnp.uint32), jnp.uint32(16)).astype(_I32)
+    m1, m2 = ah * bl, al * bh
+    low = jnp.bitwise_and(m1, 0x7FFF) + jnp.bitwise_and(m2, 0x7FFF) + t + jnp.int32(1 << 14)
+    r = 2 * (ah * bh) + jnp.right_shift(m1, 15) + jnp.right_shift(m2, 15) + jnp.right_shift(low, 15)
+    return jnp.where((a == b) & (a == INT32_MIN), jnp.int32(INT32_MAX), r)
+
+
+def rdbpot32(x, e) -> jax.Array:
+    """``RoundingDivideByPOT`` of int32 ``x`` by ``2**e``, ``0 <= e <= 31`` (spec §2.3)::
+
+        mask = 2**e - 1;  (x >> e) + ((x & mask) > (mask >> 1) + (x < 0))
+
+    (ties away from zero). ``e`` static or an int32 array; jittable."""
+    x = jnp.asarray(x, _I32)
+    e = jnp.asarray(e, _I32)
+    mask = jnp.left_shift(jnp.int32(1), e) - 1  # 2**31 - 1 for e = 31 (wrapping)
+    threshold = jnp.right_shift(mask, 1) + (x < 0).astype(_I32)
+    return jnp.right_shift(x, e) + (jnp.bitwise_and(x, mask) > threshold).astype(_I32)
 
 
 def _sat_shl(x, k: int):
-    """gemmlowp ``SaturatingRoundingMultiplyByPOT<k>`` for ``k > 0``: ``x * 2**k``
-    clamped to the int32 range."""
-    return shift_left(x, k, overflow="saturate")
+    """gemmlowp ``SaturatingRoundingMultiplyByPOT<k>`` for static ``k > 0``:
+    ``x * 2**k`` clamped to the int32 range."""
+    limit = (1 << (31 - k)) - 1
+    return jnp.where(x > limit, jnp.int32(INT32_MAX), jnp.where(x < -limit, jnp.int32(INT32_MIN),
+                                                                 jnp.left_shift(x, k)))
 
 
 def exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> jax.Array:
@@ -179,11 +220,11 @@ def exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> jax.Array:
     Returns Q0.31 int32."""
     c = jnp.int32(1895147668)
     x = a + jnp.int32(1 << 28)
-    x2 = srdhm(x, x)
-    x3 = srdhm(x2, x)
-    x4 = srdhm(x2, x2)
-    p = rounding_divide_by_pot(srdhm(rounding_divide_by_pot(x4, 2) + x3, jnp.int32(715827883)) + x2, 1)
-    return c + srdhm(c, x + p)
+    x2 = srdhm32(x, x)
+    x3 = srdhm32(x2, x)
+    x4 = srdhm32(x2, x2)
+    p = rdbpot32(srdhm32(rdbpot32(x4, 2) + x3, jnp.int32(715827883)) + x2, 1)
+    return c + srdhm32(c, x + p)
 
 
 #: exp(-2**k) in Q0.31 for k = -2..4: the barrel shifter of ``exp_on_negative_values``
@@ -206,7 +247,7 @@ def exp_on_negative_values(a) -> jax.Array:
     rem = r - a
     for k, mult in _EXP_BARREL:
         bit = jnp.bitwise_and(rem, jnp.int32(1 << (26 + k))) != 0
-        y = jnp.where(bit, srdhm(y, jnp.int32(mult)), y)
+        y = jnp.where(bit, srdhm32(y, jnp.int32(mult)), y)
     return jnp.where(a == 0, jnp.int32(INT32_MAX), y)
 
 
@@ -222,10 +263,10 @@ def one_over_one_plus_x_for_x_in_0_1(a) -> jax.Array:
     with ``*`` between fixed-point values = SRDHM. Exact; jittable."""
     a = jnp.asarray(a, _I32)
     h = jnp.right_shift(a, 1) + jnp.int32(1 << 30)
-    x = jnp.int32(1515870810) + srdhm(h, jnp.int32(-1010580540))
+    x = jnp.int32(1515870810) + srdhm32(h, jnp.int32(-1010580540))
     for _ in range(3):
-        one_minus = jnp.int32(1 << 29) - srdhm(h, x)
-        x = x + _sat_shl(srdhm(x, one_minus), 2)
+        one_minus = jnp.int32(1 << 29) - srdhm32(h, x)
+        x = x + _sat_shl(srdhm32(x, one_minus), 2)
     return _sat_shl(x, 1)
 
 
@@ -250,14 +291,14 @@ def softmax_reference(x, m, ls, diff_min) -> jax.Array:
     m, ls, diff_min = (jnp.asarray(v, _I32) for v in (m, ls, diff_min))
     d = x - jnp.max(x, axis=-1, keepdims=True)
     keep = d >= diff_min
-    e = exp_on_negative_values(srdhm(shift_left(d, ls, overflow="wrap"), m))
-    total = jnp.sum(jnp.where(keep, rounding_divide_by_pot(e, ACCUMULATION_INTEGER_BITS), 0), axis=-1,
+    e = exp_on_negative_values(srdhm32(jnp.left_shift(d, ls), m))
+    total = jnp.sum(jnp.where(keep, rdbpot32(e, ACCUMULATION_INTEGER_BITS), 0), axis=-1,
                     keepdims=True, dtype=_I32)
     h = _clz32(total)
     n = ACCUMULATION_INTEGER_BITS - h
     shifted_minus_one = jnp.bitwise_xor(jnp.left_shift(total, h), jnp.int32(INT32_MIN))
     r = one_over_one_plus_x_for_x_in_0_1(shifted_minus_one)
-    y = rounding_divide_by_pot(srdhm(r, e), jnp.clip(n + 31 - 8, 0, 31)) - 128
+    y = rdbpot32(srdhm32(r, e), jnp.clip(n + 31 - 8, 0, 31)) - 128
     return jnp.where(keep, jnp.clip(y, -128, 127), -128)
 
 
