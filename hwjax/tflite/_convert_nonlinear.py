@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.tflite._arith import quantize_multiplier
 from hwjax.tflite._import import Builder, OpContext, converts
 
@@ -41,11 +41,11 @@ _I32 = jnp.int32
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 #: SOFTMAX's integer bits of the scaled input difference (Q5.26) and of the sum (Q12.19)
 SCALED_DIFF_INTEGER_BITS, ACCUMULATION_INTEGER_BITS = 5, 12
-#: the longest SOFTMAX row LiteRT's reference kernel handles: a sum of exps of 2**28 or
-#: more (512 equal maxima) needs a final shift beyond 31, which it rejects
+#: the longest SOFTMAX row hwjax runs on LiteRT's reference kernel: from 512 values on,
+#: a sum of exps of 2**28 or more (512 equal maxima) needs a final shift beyond 31, which
+#: the kernel either checks and aborts on or computes with an out-of-range C shift
 REFERENCE_MAX_DEPTH = 511
-#: the output quantisation LiteRT's kernels are written for (LOGISTIC/SOFTMAX: [0, 1) in
-#: 1/256 steps; TANH: [-1, 1) in 1/128 steps)
+#: the output scale LiteRT's LOGISTIC requires ([0, 1) in 1/256 steps)
 SIGMOID_OUTPUT_SCALE = 1.0 / 256
 
 
@@ -141,9 +141,12 @@ def softmax_reference_params(s_in, beta) -> dict[str, np.ndarray]:
         (m, ls) = QuantizeMultiplier(real)           (ls >= 0 since real > 1)
         diff_min = -floor(31 * 2**26 / 2**ls)
 
-    Returns ``{"m", "ls", "diff_min"}`` as int32 scalars. RangeError-free: a ``real``
-    of 1 or less (LiteRT aborts) is rejected by the converter."""
+    Returns ``{"m", "ls", "diff_min"}`` as int32 scalars. RangeError when ``real <= 1``
+    (LiteRT aborts there; the converter rejects such models)."""
     real = min(float(np.float32(beta)) * float(np.float32(s_in)) * 2.0**26, 2.0**31 - 1.0)
+    if not real > 1.0:
+        raise RangeError(f"softmax: beta * s_in * 2**26 = {real!r} must exceed 1 (LiteRT's reference kernel "
+                         "aborts otherwise)")
     m, ls = quantize_multiplier(real)
     diff_min = -math.floor(31.0 * 2.0**26 / 2.0**ls)
     return {"m": np.int32(m), "ls": np.int32(ls), "diff_min": np.int32(diff_min)}
@@ -344,17 +347,22 @@ def softmax_optimized(x, table, s_out, z_out) -> jax.Array:
 
 
 def _int8_io(b: Builder, op: OpContext) -> tuple[str, int]:
-    """The int8 input tensor's graph name and the output's file index (one of each)."""
+    """The int8 input tensor's graph name and the output's file index (one of each, same
+    shape, positive finite scales)."""
     where = op.where
     if len(op.inputs) != 1:
         raise FormatError(f"{where}: takes 1 input, got {len(op.inputs)}")
     o = op.one_output()
+    for i in (op.inputs[0], o):
+        t = b.ft[i]
+        if t.dtype not in ("int8", "float32"):  # float32: b.act names the float model
+            raise UnsupportedOpError(f"{where}: tensor {t.name!r} is {t.dtype}; only int8 {op.name} is supported")
     x = b.act(op.inputs[0], where)
     b.act(o, where)
     for i in (op.inputs[0], o):
         t = b.ft[i]
-        if t.dtype != "int8":
-            raise UnsupportedOpError(f"{where}: tensor {t.name!r} is {t.dtype}; only int8 {op.name} is supported")
+        if not (np.isfinite(t.scale[0]) and t.scale[0] > 0):
+            raise FormatError(f"{where}: tensor {t.name!r} has scale {float(t.scale[0])!r}; positive expected")
     if b.ft[o].shape != b.ft[op.inputs[0]].shape:
         raise FormatError(f"{where}: output shape {b.ft[o].shape} differs from input shape {b.ft[op.inputs[0]].shape}")
     return x, o
