@@ -14,7 +14,7 @@ pytest.importorskip("ai_edge_litert")
 
 import hwjax.graph as hg  # noqa: E402
 import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import UnsupportedOpError  # noqa: E402
+from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
 from hwjax.targets import TFLite  # noqa: E402
 from hwjax.tflite._testing import RESOLVERS, ModelBuilder  # noqa: E402
 
@@ -100,8 +100,10 @@ def spatial_model():
     n.mb.op("MUL", [x, x], [y2], ("MulOptions", {"fusedActivationFunction": 0}))
     y3 = n.out(n.act((5, 6, 19), s_x * s_x * 97.0, -100))
     n.mb.op("MUL", [x, x], [y3], ("MulOptions", {"fusedActivationFunction": _ACT["relu"]}))
+    m3 = n.act((22,), s_x * 0.8, 30)
+    n.mb.op("MEAN", [p, n.i32([1, 2])], [m3], ("ReducerOptions", {"keepDims": False}))
     y4 = n.out(n.act((22,), 0.0021, 5))
-    n.mb.op("MUL", [m2, m2], [y4], ("MulOptions", {"fusedActivationFunction": _ACT["relu_n1_to_1"]}))
+    n.mb.op("MUL", [m2, m3], [y4], ("MulOptions", {"fusedActivationFunction": _ACT["relu_n1_to_1"]}))
     c1 = n.out(n.like(x, (10, 6, 19)))
     n.mb.op("CONCATENATION", [x, x], [c1], ("ConcatenationOptions", {"axis": 1}))
     q = n.like(x, (5, 6, 22))
@@ -143,6 +145,33 @@ def shape_chain_model():
     return n.mb.finish([x], n.outputs), ((3, 4, 7),)
 
 
+def broadcast_model():
+    """One input (4, 7, 35): MEAN over W (keep_dims) times x (the broadcast operand first,
+    relu), MEAN over H and W (keep_dims; 35 channels: 32 lanes + 3) times x, MEAN over H
+    without keep_dims, CONCATENATION along W, DEQUANTIZE of x (980: 976 lanes + 4)."""
+    n = Net(13)
+    x = n.act((4, 7, 35), 0.021, -33)
+    mw = n.act((4, 1, 35), 0.017, 9)
+    n.mb.op("MEAN", [x, n.i32([-2])], [mw], ("ReducerOptions", {"keepDims": True}))
+    n.out(mw)
+    y1 = n.out(n.act((4, 7, 35), 0.011, -50))
+    n.mb.op("MUL", [mw, x], [y1], ("MulOptions", {"fusedActivationFunction": _ACT["relu"]}))
+    m = n.out(n.act((1, 1, 35), 0.009, 4))
+    n.mb.op("MEAN", [x, n.i32([1, 2])], [m], ("ReducerOptions", {"keepDims": True}))
+    mh = n.out(n.act((7, 35), 0.013, -2))
+    n.mb.op("MEAN", [x, n.i32([1])], [mh], ("ReducerOptions", {"keepDims": False}))
+    y2 = n.out(n.act((4, 7, 35), 0.004, 3))
+    n.mb.op("MUL", [x, m], [y2], ("MulOptions", {"fusedActivationFunction": 0}))
+    c = n.out(n.like(x, (4, 14, 35)))
+    n.mb.op("CONCATENATION", [x, x], [c], ("ConcatenationOptions", {"axis": 2}))
+    d = n.out(n.mb.tensor((1, 4, 7, 35), "float32"))
+    n.mb.op("DEQUANTIZE", [x], [d])
+    return n.mb.finish([x], n.outputs), ((4, 7, 35),)
+
+
+MODELS = {"spatial": spatial_model, "shape_chain": shape_chain_model, "broadcast": broadcast_model}
+
+
 def _samples(rng, shapes):
     xs = []
     for shape in shapes:
@@ -156,7 +185,7 @@ def _samples(rng, shapes):
 def cases():
     rng = np.random.default_rng(2026)
     out = {}
-    for name, build in (("spatial", spatial_model), ("shape_chain", shape_chain_model)):
+    for name, build in MODELS.items():
         data, shapes = build()
         xs = _samples(rng, shapes)
         want = {rt: litert_outputs(data, xs, rt) for rt in ALL}
@@ -165,17 +194,135 @@ def cases():
 
 
 @pytest.mark.parametrize("runtime", ALL)
-@pytest.mark.parametrize("name", ["spatial", "shape_chain"])
+@pytest.mark.parametrize("name", list(MODELS))
 def test_matches_litert(cases, name, runtime):
     data, xs, want = cases[name]
     got = tfl.load(data).run(xs[0] if len(xs) == 1 else xs, runtime=runtime)
+    _assert_equal(got, want[runtime], f"{name} on {runtime}")
+
+
+def _assert_equal(got, want, what):
     got = got if isinstance(got, tuple) else (got,)
-    assert len(got) == len(want[runtime])
-    for k, (g, w) in enumerate(zip(got, want[runtime])):
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
         g = np.asarray(g)
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
         if w.dtype == np.float32:  # bit-equal floats
             bad = int((g.view(np.int32) != w.view(np.int32)).sum())
         else:
             bad = int((g != w).sum())
-        assert bad == 0, f"{name} output #{k} on {runtime}: {bad} of {g.size} differ"
+        assert bad == 0, f"{what}, output #{k}: {bad} of {g.size} differ"
+
+
+def test_runtimes_differ(cases):
+    """Outputs of MEAN, MUL, the squaring and DEQUANTIZE on which the runtimes disagree:
+    each runtime is matched, so no single convention could pass."""
+    want = cases["spatial"][2]
+    ref, opt, xnn = (want[rt] for rt in ALL)
+    assert not np.array_equal(ref[2], opt[2])  # MEAN keep_dims: optimized's float32 recipe and lanes
+    assert not np.array_equal(opt[2], xnn[2]) and not np.array_equal(ref[3], xnn[3])  # XNNPACK's float MEAN
+    assert not np.array_equal(ref[4], xnn[4])  # MUL: XNNPACK's float32 requantisation
+    assert not np.array_equal(ref[5], opt[5])  # x * x: optimized's int16 lanes wrap
+    assert not np.array_equal(ref[6], xnn[6])  # x * x: XNNPACK's square table
+    assert not np.array_equal(ref[10], opt[10])  # DEQUANTIZE: optimized's multiply-then-add lanes
+    assert not np.array_equal(want["reference"][0], want["reference"][0][:, :, ::-1])  # PAD is not symmetric
+
+
+def test_graph_structure(cases):
+    m = tfl.load(cases["shape_chain"][0])
+    # the shape chain folds away: no node reads the int32 tensors
+    assert [n.op for n in m.graph.nodes] == ["flatten", "mean", "flatten", "reshape"]
+    assert m.graph.nodes[1].attrs["count"] == 12 and m.graph.nodes[1].attrs["axes"] == (0, 1)
+    ops = [n.op for n in tfl.load(cases["spatial"][0]).graph.nodes]
+    assert ops.count("square") == 2 and ops.count("mul") == 2 and ops.count("dequantize") == 2
+    assert {"PAD", "PADV2", "CONCATENATION", "SQUEEZE", "SHAPE", "STRIDED_SLICE", "PACK", "MEAN", "MUL",
+            "DEQUANTIZE"} <= set(tfl.SUPPORTED_OPS)
+
+
+def test_jit_vmap_and_x64(cases):
+    """The lowered graph vmaps; the portable graph lowers inside jit (recipes through
+    pure_callback); results do not depend on jax_enable_x64."""
+    data, xs, want = cases["broadcast"]
+    m = tfl.load(data)
+    x = xs[0].astype(np.int32)
+    yv = jax.jit(jax.vmap(lambda g, xi: hg.run(g, xi), in_axes=(None, 0)))(m.lowered("optimized"), x)
+    _assert_equal(tuple(np.asarray(v).astype(w.dtype) for v, w in zip(yv, want["optimized"])), want["optimized"],
+                  "vmap on optimized")
+    yj = hg.jit_run(m.graph, x, TFLite("xnnpack"))
+    _assert_equal(tuple(np.asarray(v).astype(w.dtype) for v, w in zip(yj, want["xnnpack"])), want["xnnpack"],
+                  "portable graph under jit on xnnpack")
+    with jax.enable_x64(True):
+        y64 = tfl.load(data).run(xs[0], runtime="optimized")
+    _assert_equal(y64, want["optimized"], "optimized with jax_enable_x64")
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def _litert_refuses(model, shapes):
+    for rt in ALL:
+        with pytest.raises(Exception, match="failed to (prepare|delegate)"):
+            litert_outputs(model, [np.zeros((1, *s), np.int8) for s in shapes], rt)
+
+
+def test_concatenation_of_different_quantisation_raises():
+    """LiteRT refuses an int8 CONCATENATION whose inputs are quantised unlike the output
+    (all three runtimes); hwjax raises, naming the operator."""
+    for q in ((0.1, 3), (0.05, 4)):
+        n = Net(1)
+        a, b = n.act((3, 4, 5), 0.05, 3), n.act((3, 4, 2), *q)
+        y = n.act((3, 4, 7), 0.05, 3)
+        n.mb.op("CONCATENATION", [a, b], [y], ("ConcatenationOptions", {"axis": 3}))
+        data = n.mb.finish([a, b], [y])
+        _litert_refuses(data, [(3, 4, 5), (3, 4, 2)])
+        with pytest.raises(UnsupportedOpError, match=r"operator #0 \(CONCATENATION\).*quantis"):
+            tfl.load(data)
+
+
+def _one_op(name, inputs_of, out_shape, options=None, in_shape=(3, 4, 5), same=True):
+    n = Net(2)
+    x = n.act(in_shape, 0.05, 3)
+    y = n.like(x, out_shape) if same else n.act(out_shape)
+    n.mb.op(name, inputs_of(n, x), [y], options)
+    return n.mb.finish([x], [y])
+
+
+@pytest.mark.parametrize("name,inputs_of,out_shape,options,match", [
+    ("PAD", lambda n, x: [x, n.i32([[1, 0], [0, 0], [0, 0], [0, 0]])], (3, 4, 5), None, "batch axis"),
+    ("MEAN", lambda n, x: [x, n.i32([0, 1])], (4, 5), ("ReducerOptions", {"keepDims": False}), "batch axis"),
+    ("STRIDED_SLICE", lambda n, x: [x, n.i32([0, 0, 0, 0]), n.i32([1, 2, 4, 5]), n.i32([1, 1, 1, 1])], (2, 4, 5),
+     ("StridedSliceOptions", {}), "int8 tensor"),
+    ("SQUEEZE", lambda n, x: [x], (3, 4, 5), ("SqueezeOptions", {"squeezeDims": [1]}), "cannot squeeze"),
+    ("CONCATENATION", lambda n, x: [x, x], (6, 4, 5), ("ConcatenationOptions", {"axis": 0}), "batch axis"),
+])
+def test_unsupported_configurations_raise(name, inputs_of, out_shape, options, match):
+    data = _one_op(name, inputs_of, out_shape, options)
+    with pytest.raises((UnsupportedOpError, FormatError), match=rf"operator #0 \({name}\).*{match}"):
+        tfl.load(data)
+
+
+def test_mul_broadcast_beyond_int16_raises():
+    """A broadcasting MUL whose products could overflow LiteRT's optimized int16 lanes is
+    refused at import (hwjax does not model where those lanes fall in a broadcast)."""
+    n = Net(3)
+    x, m = n.act((3, 4, 5), 0.05, 3), n.act((1, 1, 5), 0.05, 3)
+    n.mb.op("MEAN", [x, n.i32([1, 2])], [m], ("ReducerOptions", {"keepDims": True}))
+    y = n.act((3, 4, 5), 0.05 * 0.05, 0)
+    n.mb.op("MUL", [x, m], [y], ("MulOptions", {}))
+    with pytest.raises(UnsupportedOpError, match=r"operator #1 \(MUL\).*int16"):
+        tfl.load(n.mb.finish([x], [y]))
+
+
+def test_uint8_arithmetic_raises():
+    n = Net(4)
+    x = n.mb.tensor((1, 3, 4, 5), "uint8", 0.05, 128)
+    y = n.mb.tensor((1, 5), "uint8", 0.05, 128)
+    n.mb.op("MEAN", [x, n.i32([1, 2])], [y], ("ReducerOptions", {"keepDims": False}))
+    with pytest.raises(UnsupportedOpError, match=r"operator #0 \(MEAN\).*int8 only"):
+        tfl.load(n.mb.finish([x], [y]))
+
+
+def test_unverified_runtime_raises(cases):
+    m = tfl.load(cases["spatial"][0])
+    with pytest.raises(UnsupportedOpError, match="tflm"):
+        m.run(cases["spatial"][1][0], runtime="tflm")

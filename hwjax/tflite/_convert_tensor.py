@@ -68,6 +68,16 @@ def _batch_one(b: Builder, i: int, where: str) -> tuple[int, ...]:
     return tuple(shape[1:])
 
 
+def _int8_act(b: Builder, i: int, where: str) -> str:
+    """The graph tensor of int8 activation ``i`` (the arithmetic below is derived and
+    verified for int8 only: uint8 raises UnsupportedOpError)."""
+    x = b.act(i, where)
+    if b.tensors[x].dtype != "int8":
+        raise UnsupportedOpError(f"{where}: tensor {b.ft[i].name!r} is {b.tensors[x].dtype}; this operator is "
+                                 "supported for int8 only")
+    return x
+
+
 def _reshape_node(b: Builder, x: str, o: int, where: str) -> None:
     shape = _batch_one(b, o, where)
     if len(shape) == 1:
@@ -220,7 +230,8 @@ def _mean(b: Builder, op: OpContext) -> None:
     where, ins, o = op.where, op.inputs, op.one_output()
     if len(ins) != 2:
         raise FormatError(f"{where}: takes the input and the axes, got {len(ins)} inputs")
-    x = b.act(ins[0], where)
+    x = _int8_act(b, ins[0], where)
+    _int8_act(b, o, where)
     rank = len(b.ft[ins[0]].shape)
     axes = tuple(sorted({example_axis(a, rank, where) for a in _int_vector(b, ins[1], where, "axes").reshape(-1)}))
     if not axes:
@@ -246,7 +257,8 @@ def _mul(b: Builder, op: OpContext) -> None:
     where, ins, o = op.where, op.inputs, op.one_output()
     if len(ins) != 2:
         raise FormatError(f"{where}: takes 2 inputs, got {len(ins)}")
-    x1, x2 = b.act(ins[0], where), b.act(ins[1], where)
+    x1, x2 = _int8_act(b, ins[0], where), _int8_act(b, ins[1], where)
+    _int8_act(b, o, where)
     s1, s2 = b.tensors[x1].shape, b.tensors[x2].shape
     act = op.activation(0)
     if s1 != s2:
@@ -263,7 +275,7 @@ def _mul(b: Builder, op: OpContext) -> None:
 @converts("DEQUANTIZE")
 def _dequantize(b: Builder, op: OpContext) -> None:
     where, o = op.where, op.one_output()
-    x = b.act(op.inputs[0], where)
+    x = _int8_act(b, op.inputs[0], where)
     t = b.ft[o]
     if t.dtype != "float32":
         raise UnsupportedOpError(f"{where}: DEQUANTIZE to {t.dtype} is not supported (float32 only)")
