@@ -148,7 +148,9 @@ def shape_chain_model():
 def broadcast_model():
     """One input (4, 7, 35): MEAN over W (keep_dims) times x (the broadcast operand first,
     relu), MEAN over H and W (keep_dims; 35 channels: 32 lanes + 3) times x, MEAN over H
-    without keep_dims, CONCATENATION along W, DEQUANTIZE of x (980: 976 lanes + 4)."""
+    without keep_dims, CONCATENATION along W, DEQUANTIZE of x (980: 976 lanes + 4), MUL
+    by constants: per channel (relu6), a scalar (first operand), a full-shape one (a
+    multiplier of 1.43: the optimized kernel's int16 lanes wrap)."""
     n = Net(13)
     x = n.act((4, 7, 35), 0.021, -33)
     mw = n.act((4, 1, 35), 0.017, 9)
@@ -166,6 +168,15 @@ def broadcast_model():
     n.mb.op("CONCATENATION", [x, x], [c], ("ConcatenationOptions", {"axis": 2}))
     d = n.out(n.mb.tensor((1, 4, 7, 35), "float32"))
     n.mb.op("DEQUANTIZE", [x], [d])
+    cv = n.mb.tensor((35,), "int8", 0.013, -6, data=n.rng.integers(-128, 128, 35))
+    y3 = n.out(n.act((4, 7, 35), 0.006, -20))
+    n.mb.op("MUL", [x, cv], [y3], ("MulOptions", {"fusedActivationFunction": _ACT["relu6"]}))
+    cs = n.mb.tensor((), "int8", 0.02, 1, data=np.array(-97, np.int8))
+    y4 = n.out(n.act((4, 7, 35), 0.017, 11))
+    n.mb.op("MUL", [cs, x], [y4], ("MulOptions", {}))
+    cf = n.mb.tensor((1, 4, 7, 35), "int8", 0.03, 50, data=n.rng.integers(-128, 128, (1, 4, 7, 35)))
+    y5 = n.out(n.act((4, 7, 35), 0.021 * 0.03 * 0.7, -3))
+    n.mb.op("MUL", [x, cf], [y5], ("MulOptions", {}))
     return n.mb.finish([x], n.outputs), ((4, 7, 35),)
 
 
@@ -226,6 +237,9 @@ def test_runtimes_differ(cases):
     assert not np.array_equal(ref[6], xnn[6])  # x * x: XNNPACK's square table
     assert not np.array_equal(ref[10], opt[10])  # DEQUANTIZE: optimized's multiply-then-add lanes
     assert not np.array_equal(want["reference"][0], want["reference"][0][:, :, ::-1])  # PAD is not symmetric
+    want = cases["broadcast"][2]
+    assert not np.array_equal(want["reference"][9], want["optimized"][9])  # full-shape constant: int16 lanes
+    assert not np.array_equal(want["reference"][7], want["xnnpack"][7])  # per-channel constant: XNNPACK
 
 
 def test_graph_structure(cases):

@@ -10,6 +10,7 @@ float64 where it uses ``double``, float32 where it uses ``float``.
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
 from hwjax.targets._base import no_acc
@@ -31,7 +32,7 @@ from hwjax.tflite._convert_tensor import (
 
 _F32 = np.float32
 
-for _op in ("mean", "mul", "square", "dequantize"):
+for _op in ("mean", "mul", "mul_const", "square", "dequantize"):
     verified_on(_op, "reference", "optimized", "xnnpack")
 
 
@@ -150,18 +151,39 @@ def _mul_params(target, attrs, portable, q_in, q_out):
     return {**r, "z1": q_in[0].zero_point, "z2": q_in[1].zero_point, "zout": q_out.zero_point}
 
 
-@TFLite.implements("mul", params=_mul_params)
-def _mul(target, attrs, p, x1, x2, return_acc: bool = False):
+def _mul_run(target, p, x1, x2):
     """Broadcasting MULs on ``optimized`` follow the int32 formula, which equals LiteRT's
     int16 lanes when :func:`hwjax.tflite._convert_tensor.mul_int16_safe` holds (the
     importer refuses the others)."""
     if target.runtime == "xnnpack":
-        y = mul_float(x1, x2, p)
-    elif target.runtime == "optimized" and x1.shape == x2.shape:
-        y = mul_lanes(x1, x2, p)
-    else:
-        y = mul_mbqm(x1, x2, p)
-    return no_acc(y, return_acc)
+        return mul_float(x1, x2, p)
+    if target.runtime == "optimized" and x1.shape == x2.shape:
+        return mul_lanes(x1, x2, p)
+    return mul_mbqm(x1, x2, p)
+
+
+@TFLite.implements("mul", params=_mul_params)
+def _mul(target, attrs, p, x1, x2, return_acc: bool = False):
+    return no_acc(_mul_run(target, p, x1, x2), return_acc)
+
+
+def _mul_const_params(target, attrs, portable, q_in, q_out):
+    act, rt = attrs.get("activation"), target.runtime
+    r = host_recipe(lambda a, b, c, d: mul_params(act, rt, a, b, c, d), q_in[0].scale, portable["scale"],
+                    q_out.scale, q_out.zero_point)
+    return {**r, "value": portable["value"], "z1": q_in[0].zero_point, "z2": portable["zero_point"],
+            "zout": q_out.zero_point}
+
+
+@TFLite.implements("mul_const", params=_mul_const_params)
+def _mul_const(target, attrs, p, x, return_acc: bool = False):
+    """As ``mul``, the constant broadcast to the example's rank (a full-shape constant
+    takes the optimized kernel's element-wise lanes)."""
+    v = p["value"].astype(jnp.int32)
+    v = v.reshape((1,) * (x.ndim - v.ndim) + v.shape)
+    if v.shape[1:] == x.shape[1:]:
+        v = jnp.broadcast_to(v, x.shape)
+    return no_acc(_mul_run(target, p, x, v), return_acc)
 
 
 def square_table(s_in, z_in, s_out, z_out) -> np.ndarray:

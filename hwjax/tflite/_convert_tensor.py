@@ -11,7 +11,8 @@ Converters (registered with :func:`converts`):
   (:meth:`Builder.fold`), so that the shape chain Keras' Flatten writes (SHAPE ->
   STRIDED_SLICE -> PACK -> RESHAPE) reads as a constant (RESHAPE itself takes its output
   shape from the file's output tensor);
-* MEAN -> ``mean``; MUL -> ``mul`` (``square`` for a tensor times itself); DEQUANTIZE (int8 -> float32) -> ``dequantize``.
+* MEAN -> ``mean``; MUL -> ``mul`` (``square`` for a tensor times itself, ``mul_const``
+  with a constant int8 operand); DEQUANTIZE (int8 -> float32) -> ``dequantize``.
 
 Kernels (below the converters) take batched int32 arrays holding the tensors' values and
 the integer parameters the TFLite target's recipes derive; they are pure and jittable.
@@ -252,24 +253,54 @@ def mul_int16_safe(s1, s2, s_out, z_out) -> bool:
     return _MAX_PRODUCT * real + 2 + abs(int(z_out)) < 2**15 - 1
 
 
+def _const_operand(b: Builder, i: int, out_rank: int, where: str) -> dict:
+    """The portable parameters of a constant int8 MUL operand: its value with the file's
+    batch axis dropped when it has one, and its (per-tensor) quantisation."""
+    t = b.const(i, where, "operand")
+    if t.dtype != "int8" or t.scale is None or t.scale.size != 1:
+        raise UnsupportedOpError(f"{where}: a constant operand must be int8 quantised per tensor, "
+                                 f"{t.name!r} is {t.dtype}")
+    v = np.asarray(t.data)
+    if v.ndim == out_rank:
+        if v.shape[0] != 1:
+            raise UnsupportedOpError(f"{where}: constant {t.name!r} of shape {v.shape} varies along the batch axis")
+        v = v[0]
+    elif v.ndim > out_rank:
+        raise FormatError(f"{where}: constant {t.name!r} of shape {v.shape} has more axes than the output")
+    return {"value": jnp.asarray(v, jnp.int8), "scale": jnp.float32(t.scale[0]), "zero_point": jnp.int32(t.zero_point[0])}
+
+
 @converts("MUL")
 def _mul(b: Builder, op: OpContext) -> None:
     where, ins, o = op.where, op.inputs, op.one_output()
     if len(ins) != 2:
         raise FormatError(f"{where}: takes 2 inputs, got {len(ins)}")
-    x1, x2 = _int8_act(b, ins[0], where), _int8_act(b, ins[1], where)
-    _int8_act(b, o, where)
-    s1, s2 = b.tensors[x1].shape, b.tensors[x2].shape
     act = op.activation(0)
-    if s1 != s2:
-        to = b.ft[o]
-        if not mul_int16_safe(b.ft[ins[0]].scale[0], b.ft[ins[1]].scale[0], to.scale[0], to.zero_point[0]):
-            raise UnsupportedOpError(f"{where}: a broadcasting MUL whose products can overflow the int16 "
-                                     "intermediates of LiteRT's optimized kernel is not supported")
-    if ins[0] == ins[1]:  # x * x: a squaring (XNNPACK rewrites it so, with its own rounding)
-        b.node("square", (x1,), o, {"activation": act}, None, None, where)
+    _int8_act(b, o, where)
+    to = b.ft[o]
+    consts = [b.ft[i].data is not None for i in ins]
+    if all(consts):
+        raise UnsupportedOpError(f"{where}: a MUL of two constants is not supported")
+    if any(consts):
+        k = consts.index(True)
+        x = _int8_act(b, ins[1 - k], where)
+        params = _const_operand(b, ins[k], len(to.shape), where)
+        shapes = (b.tensors[x].shape, tuple(params["value"].shape))
+        scales = (b.ft[ins[1 - k]].scale[0], b.ft[ins[k]].scale[0])
+        node = ("mul_const", (x,), params)
+    elif ins[0] == ins[1]:  # x * x: a squaring (XNNPACK rewrites it so, with its own rounding)
+        x = _int8_act(b, ins[0], where)
+        shapes, scales = (b.tensors[x].shape,) * 2, (b.ft[ins[0]].scale[0],) * 2
+        node = ("square", (x,), None)
     else:
-        b.node("mul", (x1, x2), o, {"activation": act}, None, None, where)
+        x1, x2 = _int8_act(b, ins[0], where), _int8_act(b, ins[1], where)
+        shapes = (b.tensors[x1].shape, b.tensors[x2].shape)
+        scales = (b.ft[ins[0]].scale[0], b.ft[ins[1]].scale[0])
+        node = ("mul", (x1, x2), None)
+    if shapes[0] != shapes[1] and not mul_int16_safe(*scales, to.scale[0], to.zero_point[0]):
+        raise UnsupportedOpError(f"{where}: a broadcasting MUL whose products can overflow the int16 "
+                                 "intermediates of LiteRT's optimized kernel is not supported")
+    b.node(node[0], node[1], o, {"activation": act}, node[2], None, where)
 
 
 @converts("DEQUANTIZE")

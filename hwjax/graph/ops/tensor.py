@@ -16,6 +16,9 @@ op                 inputs   attributes
 ``mul``            2        ``activation`` (None, ``"relu"``, ``"relu6"``,
                             ``"relu_n1_to_1"``): ``q_out(act(real(x1) * real(x2)))``;
                             the shapes broadcast (numpy rules)
+``mul_const``      1        ``activation``: ``mul`` by a constant (``value`` int8,
+                            broadcast per example; ``scale``, ``zero_point`` its
+                            quantisation)
 ``square``         1        ``activation`` (as ``mul``): ``q_out(act(real(x)**2))``
                             (a product of a tensor with itself)
 ``dequantize``     1        -- : float32 ``real(x) = scale * (x - zero_point)``
@@ -131,6 +134,23 @@ class Mul(OpSpec):
         return [broadcast_shape(tuple(ins[0].shape), tuple(ins[1].shape))]
 
 
+class MulConst(OpSpec):
+    """``q_out(act(real(x) * real(value)))`` with a constant int8 operand: portable
+    parameters ``value`` (int8, numpy-broadcast against each example), ``scale`` (float32)
+    and ``zero_point`` (int32), its quantisation."""
+
+    name = "mul_const"
+    attrs = {"activation": None}
+    params = ("value", "scale", "zero_point")
+    choices = {"activation": MUL_ACTIVATIONS}
+
+    def infer(self, node, ins):
+        value = (node.params or {}).get("value")
+        if value is None:
+            raise ValueError("the portable parameter 'value' is required")
+        return [broadcast_shape(tuple(ins[0].shape), tuple(value.shape))]
+
+
 class Square(OpSpec):
     """``q_out(act(real(x) ** 2))``: a MUL of a tensor by itself, which some runtimes
     (XNNPACK) rewrite into a squaring with its own rounding."""
@@ -151,5 +171,6 @@ register_op(Pad())
 register_op(Concat())
 register_op(Mean())
 register_op(Mul())
+register_op(MulConst())
 register_op(Square())
 register_op(Dequantize())
