@@ -16,7 +16,7 @@ pytest.importorskip("ai_edge_litert")
 
 import hwjax.graph as hg  # noqa: E402
 import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import UnsupportedOpError  # noqa: E402
+from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
 from hwjax.targets import TFLite  # noqa: E402
 from hwjax.tflite import _convert_nonlinear as K  # noqa: E402
 from hwjax.tflite._testing import ModelBuilder, run_litert  # noqa: E402
@@ -189,6 +189,16 @@ def test_rejected_quantisation_and_options():
         tfl.load(softmax_model((8,), 1e-9, 0, 1.0))
     with pytest.raises(UnsupportedOpError, match=r"operator #0 \(TANH\).*only int8"):
         tfl.load(unary_model("TANH", (8,), 0.1, 128, 1 / 128, 128, dtype="uint8"))
+
+
+def test_softmax_op_spec_validates_attributes(softmax_cases):
+    g = tfl.load(softmax_cases[0][1]).graph
+    node = g.nodes[0]
+    assert dict(node.attrs) == {"beta": 0.5, "axis": -1}
+    for attrs, what in (({"beta": -1.0, "axis": -1}, "beta"), ({"beta": 1.0, "axis": 0}, "axis"),
+                        ({"beta": float("nan")}, "beta")):
+        with pytest.raises(FormatError, match=what):
+            g.replace(nodes=(node.replace(attrs=hg.Attrs(attrs)),)).validate()
 
 
 def test_unverified_runtimes_raise(softmax_cases, lut_cases):

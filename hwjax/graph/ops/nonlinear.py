@@ -12,6 +12,7 @@ op                 inputs   attributes
 from __future__ import annotations
 
 import math
+import numbers
 
 from hwjax.graph._ops import OpSpec, register_op
 
@@ -28,7 +29,7 @@ class Softmax(OpSpec):
     def check(self, node, ins):
         super().check(node, ins)
         beta = self.attr(node, "beta")
-        if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+        if isinstance(beta, bool) or not (isinstance(beta, numbers.Real) and math.isfinite(beta) and beta > 0):
             raise ValueError(f"beta must be a positive finite number, got {beta!r}")
         if ins and len(ins[0].shape) < 1:
             raise ValueError("softmax needs at least one axis per example")
