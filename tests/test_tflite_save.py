@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hwjax.tflite as tfl
-from hwjax.errors import FormatError, RangeError, UnsupportedOpError
+from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph
 from hwjax.tflite import _flatbuffer as fb
 from hwjax.tflite import _testing as T
@@ -184,6 +184,11 @@ def test_save_errors(cases):
     k.flat[0] = 128
     with pytest.raises(RangeError, match="kernel"):
         tfl.save(g.replace(nodes=(conv.replace(params=dict(conv.params, kernel=k)),)))
+    with pytest.raises(ShapeError, match="'w_scale' has 2 values for 5 channels"):
+        tfl.save(g.replace(nodes=(conv.replace(params=dict(conv.params, w_scale=np.ones(2, np.float32))),)))
+    with pytest.raises(RangeError, match="'w_scale' must be positive"):
+        negative = dict(conv.params, w_scale=-np.asarray(conv.params["w_scale"]))
+        tfl.save(g.replace(nodes=(conv.replace(params=negative),)))
     with pytest.raises(UnsupportedOpError, match="neither TFLite SAME nor VALID"):
         tfl.save(g.replace(nodes=(conv.replace(attrs=conv.attrs.replace(padding=((1, 1), (1, 0)))),)))
     bad = tfl.Model(g.replace(nodes=(conv.replace(op="depthwise_conv"),)), model.inputs, model.outputs)

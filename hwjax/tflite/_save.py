@@ -111,7 +111,7 @@ def fusion_plan(graph: Graph) -> dict[str, Node]:
         entry = _WRITERS.get(producer.op) if producer is not None else None
         if (pre == out + PRE_ACTIVATION and entry is not None and node.attrs["fn"] in entry.fuses
                 and producer.attrs.get("activation") is None and pre not in graph.outputs
-                and graph.consumers(pre) == [node] and len(producer.outputs) == 1
+                and [c.name for c in graph.consumers(pre)] == [node.name] and len(producer.outputs) == 1
                 and _same_quant(graph.tensors[pre].quant, graph.tensors[out].quant)):
             plan[producer.name] = node
     return plan
@@ -267,7 +267,10 @@ def integer_param(node: Node, key: str, shape) -> np.ndarray:
 def weight_scales(node: Node, n: int, per_tensor_if_equal: bool) -> np.ndarray:
     """``w_scale`` of a linear node: (1,) or (n,) positive finite float32 values. With
     ``per_tensor_if_equal`` n equal values are written as one per-tensor scale."""
-    s = np.asarray(node.params.get("w_scale") if isinstance(node.params, dict) else None, np.float32).reshape(-1)
+    try:
+        s = np.asarray(node.params["w_scale"], np.float32).reshape(-1)
+    except (KeyError, TypeError):
+        raise FormatError(f"{where(node)}: parameter 'w_scale' is missing") from None
     if s.size not in (1, n):
         raise ShapeError(f"{where(node)}: parameter 'w_scale' has {s.size} values for {n} channels")
     if not (np.all(np.isfinite(s)) and np.all(s > 0)):
@@ -291,8 +294,8 @@ def padding_name(node: Node, in_hw, window, stride, padding) -> int:
         return 0
     if pads == ((0, 0), (0, 0)):
         return 1
-    raise UnsupportedOpError(f"{where(node)}: padding {pads} is neither TFLite SAME nor VALID for input {tuple(in_hw)}, "
-                             f"window {tuple(window)} and stride {tuple(stride)}")
+    raise UnsupportedOpError(f"{where(node)}: padding {pads} is neither TFLite SAME nor VALID for input "
+                             f"{tuple(in_hw)}, window {tuple(window)} and stride {tuple(stride)}")
 
 
 def _int_pair(v) -> tuple[int, int]:
