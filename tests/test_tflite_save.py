@@ -240,3 +240,11 @@ def test_finetune_example_runs(tmp_path):
     assert not np.array_equal(np.asarray(g0.nodes[0].params["kernel"]), np.asarray(g1.nodes[0].params["kernel"]))
     x = r["x"]
     assert np.array_equal(T.run_litert(saved, x, "reference"), np.asarray(tfl.load(saved).run(x)))
+
+
+def test_missing_writer_packages_are_named(cases, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.schema_py_generated", None)
+    with pytest.raises(ImportError, match="'flatbuffers' and 'ai-edge-litert'"):
+        tfl.save(cases["fc_per_tensor"][1])
