@@ -21,7 +21,7 @@ DATA = os.path.join(os.path.dirname(__file__), "data", "xformer")
 MODELS = sorted(f[:-4] for f in os.listdir(DATA) if f.endswith(".npz"))
 # originals whose builtin ops the TFLite("tflm") target runs as the host interpreter does
 TFLM_MODELS = ["add", "chain", "conv_16_17_s2", "conv_1x1", "conv_3_5_same", "conv_8_12_valid", "conv_direct",
-               "depthwise", "depthwise_valid_s2", "maxpool", "pad"]
+               "depthwise", "depthwise_valid_s2", "maxpool", "pad", "reshape"]
 
 
 def _data(name):
@@ -125,3 +125,75 @@ def test_unknown_option_raises():
     opts = bytes(fx.Dumps({"m1": 1, "m2": 1, "bias": 0, "shift": 1, "act": 1}))
     with pytest.raises(UnsupportedOpError, match=r"XC_add.*\['act'\]"):
         _add(None, OpContext("CUSTOM(XC_add)", 4, None, opts, (0, 1), (2,)))
+
+
+# ------------------------------------------- runtime="xs3" on original models (xformer's recipe)
+
+XS3_ORIGINALS = ["conv_16_17_s2", "conv_1x1", "conv_3_5_same", "conv_8_12_valid", "conv_direct", "depthwise",
+                 "depthwise_valid_s2", "fully_connected", "maxpool", "pad", "reshape"]
+
+
+@pytest.mark.parametrize("name", XS3_ORIGINALS)
+def test_original_model_xs3_equals_host_interpreter_of_xformed(name):
+    d = _data(name)
+    y = np.asarray(T.load(os.path.join(DATA, f"{name}.tflite")).run(d["x"], runtime="xs3"))
+    assert int(np.sum(y.reshape(d["y_xs3"].shape) != d["y_xs3"])) == 0
+
+
+def _xc_blobs(name):
+    """(weights int8, multipliers/biases int16) of every XC_conv2d_v2 in the xformed file,
+    read straight from the flatbuffer (not through the importer)."""
+    import ai_edge_litert.schema_py_generated as s
+
+    with open(os.path.join(DATA, f"{name}.xc.tflite"), "rb") as f:
+        m = s.ModelT.InitFromPackedBuf(bytearray(f.read()), 0)
+    sg, out = m.subgraphs[0], []
+    for o in sg.operators:
+        code = m.operatorCodes[o.opcodeIndex]
+        if code.builtinCode == 32 and code.customCode == b"XC_conv2d_v2":
+            def raw(i):
+                return bytes(m.buffers[sg.tensors[o.inputs[i]].buffer].data)
+
+            out.append((np.frombuffer(raw(1), np.int8), np.frombuffer(raw(2), "<i2")))
+    return out
+
+
+@pytest.mark.parametrize("name", ["add", "chain", "conv_16_17_s2", "conv_1x1", "conv_3_5_same", "conv_8_12_valid",
+                                  "conv_direct", "depthwise", "depthwise_valid_s2", "fully_connected"])
+def test_hwjax_blobs_equal_xformers_byte_for_byte(name):
+    """The weight stream and the multiplier/bias memory of xformer's recipe, computed by
+    hwjax from the ORIGINAL model (zero-scale pad channels included), equal the blobs in
+    the xformed file. (chain: its depthwise layer stays a TFLM op.)"""
+    from hwjax import xs3
+    from hwjax.targets._xs3_deployed import xformer_linear_params
+
+    g = T.load(os.path.join(DATA, f"{name}.tflite")).graph
+    lin = [n for n in g.nodes if n.op in ("conv", "depthwise_conv", "dense")]
+    if name == "chain":
+        lin = [n for n in lin if n.op != "depthwise_conv"]
+    blobs = _xc_blobs(name)
+    assert len(blobs) == len(lin)
+    for node, (w_blob, mb_blob) in zip(lin, blobs):
+        p = xformer_linear_params(node.op, node.params, [g.tensors[node.inputs[0]].quant],
+                                  g.tensors[node.outputs[0]].quant)
+        mem = xs3.serialise_output_transform(np.asarray(p["multipliers"]), np.asarray(p["biases"]))
+        np.testing.assert_array_equal(mem, mb_blob)
+        k = np.asarray(p["kernel"])
+        if node.op == "depthwise_conv":  # groups of 16 channels, taps row-major, 16 bytes each
+            c = k.shape[0]
+            kern = np.moveaxis(k[..., 0], 0, -1)
+            kern = np.concatenate([kern, np.zeros((*kern.shape[:2], -c % 16), np.int8)], axis=-1)
+            mine = kern.reshape(*kern.shape[:2], -1, 16).transpose(2, 0, 1, 3).reshape(-1)
+            mine = np.concatenate([mine, np.zeros(16, np.int8)])
+        else:
+            if k.shape[-1] == 3:  # XC_pad_3_to_4
+                k = np.concatenate([k, np.zeros((*k.shape[:-1], 1), np.int8)], axis=-1)
+            mine = np.asarray(xs3.reorder_kernel_weights(k))
+        np.testing.assert_array_equal(mine, w_blob)
+
+
+@pytest.mark.parametrize("name,what", [("chain", "error estimate"), ("add", "add"), ("mean", "mean")])
+def test_original_model_xs3_refuses_what_it_cannot_decide(name, what):
+    m = T.load(os.path.join(DATA, f"{name}.tflite"))
+    with pytest.raises(UnsupportedOpError, match=what):
+        m.run(_data(name)["x"], runtime="xs3")

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax import xs3
+from hwjax.graph import geometry
 from hwjax.targets._base import no_acc, register
 from hwjax.targets._tflite import TFLite
 
@@ -163,3 +164,133 @@ def _xc_maxpool2d(target, attrs, p, x, return_acc: bool = False):
 
 
 register("xs3-tflm", XS3Runtime)
+
+
+# ------------------------------------------------ an original model, compiled as xformer does
+
+
+#: the op kinds of an original model that :class:`XS3Compiled` lowers as xformer does
+#: (linear ops: ``XC_conv2d_v2``; the rest run the same bytes/arithmetic either way)
+COMPILED_OPS = ("conv", "depthwise_conv", "dense", "maxpool", "activation", "flatten", "reshape", "pad", "quantize")
+ERR_THRESHOLD = 0.25  # xformer's --xcore-conv-err-threshold default
+
+
+@dataclass(frozen=True)
+class XS3Compiled(XS3Runtime):
+    """An *original* int8 model run as xformer (default options) + lib_tflite_micro run it.
+
+    CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED become ``XC_conv2d_v2`` (xs3.md §4.5):
+    output channels padded with zero weights, zero bias and weight scale 0 to a multiple
+    of 4 (:func:`xformer_linear_params`), the group-wise ``otfn_int8`` parameters of
+    :func:`hwjax.xs3.otfn_params`, padded taps holding the input zero point, a
+    3-channel conv input padded to 4 (``XC_pad_3_to_4``), and a fused ReLU as a clamp
+    (xformer's ``XC_lookup``). Valid only where xformer keeps the group transform: use
+    :func:`check_xformer_lowering` first (``Model.run(runtime="xs3")`` does).
+    """
+
+    name: ClassVar[str] = "xs3-xformer"
+
+
+def _padded_channels(n: int) -> int:
+    return -(-n // 4) * 4
+
+
+def _linear_kernel(op: str, k: jax.Array) -> jax.Array:
+    """The kernel as (C_out, kh, kw, C_in) (depthwise: (C, kh, kw, 1))."""
+    if op == "dense":
+        return k[:, None, None, :]
+    if op == "depthwise_conv":
+        return jnp.moveaxis(k, -1, 0)[..., None]
+    return k
+
+
+def xformer_linear_params(op: str, portable, q_in, q_out) -> dict:
+    """xformer's ``XC_conv2d_v2`` parameters of a conv/depthwise/dense node: the kernel
+    (C_pad, kh, kw, C_in) with C_pad = C_out rounded up to a multiple of 4 (pad channels:
+    zero weights, zero bias, weight scale 0), and ``otfn_params``' multipliers, biases and
+    ``shifts = [initial_shift, final_shr]`` over all C_pad channels (pad channels take part
+    in the exponent search, as in xformer)."""
+    k = _linear_kernel(op, jnp.asarray(portable["kernel"], jnp.int8))
+    co = k.shape[0]
+    extra = _padded_channels(co) - co
+    kp = jnp.concatenate([k, jnp.zeros((extra, *k.shape[1:]), jnp.int8)])
+    bp = jnp.concatenate([jnp.asarray(portable["bias"], _I32), jnp.zeros((extra,), _I32)])
+    sw = jnp.broadcast_to(jnp.asarray(portable["w_scale"], jnp.float32), (co,))
+    swp = jnp.concatenate([sw, jnp.zeros((extra,), jnp.float32)])
+    mul, bias, shifts = xs3.otfn_params(kp, bp, s_in=q_in[0].scale, z_in=q_in[0].zero_point, s_w=swp,
+                                        s_out=q_out.scale, z_out=q_out.zero_point)
+    return {"kernel": kp, "multipliers": mul, "biases": bias, "shifts": shifts,
+            "zin": jnp.asarray(q_in[0].zero_point, _I32), "zout": jnp.asarray(q_out.zero_point, _I32)}
+
+
+def _compiled_params(op: str):
+    def params(target, attrs, portable, q_in, q_out):
+        return xformer_linear_params(op, portable, q_in, q_out)
+
+    return params
+
+
+def _compiled_run(op: str):
+    def run(target, attrs, p, x, return_acc: bool = False):
+        k = p["kernel"]
+        co = x.shape[-1] if op == "depthwise_conv" else attrs["features"]  # before padding
+        if op == "dense":
+            x, geom = x[:, None, None, :], None
+        else:
+            geom = geometry(attrs, x.shape)
+        pad_tl = (0, 0) if geom is None else (geom.padding[0][0], geom.padding[1][0])
+        out_hw = (1, 1) if geom is None else geom.out_hw
+        common = dict(initial_shift=p["shifts"][0], final_shr=p["shifts"][1],
+                      stride=(1, 1) if geom is None else geom.stride, pad_top_left=pad_tl, pad_value=p["zin"],
+                      out_shape=out_hw, variant=target.variant)
+        if op == "depthwise_conv":
+            extra = k.shape[0] - co
+            xp = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], extra), x.dtype)], axis=-1)
+            y = xs3.depthwise_conv2d(xp, jnp.moveaxis(k[..., 0], 0, -1), p["multipliers"], p["biases"], **common)
+        else:
+            if x.shape[-1] == 3:  # XC_pad_3_to_4 (the 4th channel meets zero weights)
+                x = jnp.concatenate([x, jnp.broadcast_to(p["zin"], (*x.shape[:-1], 1)).astype(x.dtype)], axis=-1)
+                k = jnp.concatenate([k, jnp.zeros((*k.shape[:-1], 1), k.dtype)], axis=-1)
+            y = xs3.conv2d(x, k, p["multipliers"], p["biases"], **common)
+        y = y[..., :co].astype(_I32)
+        if attrs.get("activation") == "relu":  # XC_lookup of ReLU with equal quantisation
+            y = jnp.maximum(y, p["zout"])
+        return no_acc(y[:, 0, 0, :] if op == "dense" else y, return_acc)
+
+    return run
+
+
+for _op in ("conv", "depthwise_conv", "dense"):
+    XS3Compiled.implements(_op, params=_compiled_params(_op))(_compiled_run(_op))
+
+
+def check_xformer_lowering(graph) -> None:
+    """Raises UnsupportedOpError unless :class:`XS3Compiled` computes what xformer (default
+    options) + lib_tflite_micro compute for ``graph`` (an original model with concrete
+    parameters): every op kind in :data:`COMPILED_OPS`, and for every linear op the
+    group transform's error estimate ``2**-(final_shr + 7)`` (lib_nn's default check)
+    within ``--xcore-conv-err-threshold`` 0.25 and its shifts in the assembly's ranges.
+    Over the threshold xformer tries its channel-wise transform and may fall back to
+    TFLM; hwjax does not decide between those yet, so such a layer is refused."""
+    from hwjax.errors import UnsupportedOpError
+
+    for node in graph.nodes:
+        if node.op not in COMPILED_OPS:
+            raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
+                                     f"compiled as xformer does yet (supported: {list(COMPILED_OPS)}); convert the "
+                                     "model with xformer and load its output instead")
+        if node.op in ("conv", "depthwise_conv", "dense"):
+            q_in = [graph.tensors[t].quant for t in node.inputs]
+            p = xformer_linear_params(node.op, node.params, q_in, graph.tensors[node.outputs[0]].quant)
+            initial_shift, final_shr = (int(v) for v in np.asarray(p["shifts"]))
+            if not (-16 <= initial_shift <= 16 and -16 <= final_shr <= 15):
+                raise UnsupportedOpError(f"node {node.name!r} ({node.op}): xformer's shifts ({initial_shift}, "
+                                         f"{final_shr}) leave the otfn_int8 ranges")
+            if 2.0 ** -(final_shr + 7) > ERR_THRESHOLD:
+                raise UnsupportedOpError(f"node {node.name!r} ({node.op}): the group transform's error estimate "
+                                         f"2**-({final_shr} + 7) exceeds xformer's threshold {ERR_THRESHOLD}; xformer "
+                                         "then uses its channel-wise transform or the TFLM kernel, which hwjax does "
+                                         "not decide yet")
+
+
+register("xs3-xformer", XS3Compiled)

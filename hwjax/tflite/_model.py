@@ -46,8 +46,13 @@ class Model:
 
         if isinstance(runtime, Target):
             return runtime
-        if runtime == "xs3":  # lib_tflite_micro on xcore.ai, as xmos-ai-tools' host interpreter runs it
-            return get("xs3-tflm", variant="host")
+        if runtime == "xs3":  # xcore.ai as xmos-ai-tools' host interpreter runs it
+            if any(n.op.startswith("xc_") for n in self.graph.nodes):  # an xformer-converted file
+                return get("xs3-tflm", variant="host")
+            from hwjax.targets._xs3_deployed import check_xformer_lowering
+
+            check_xformer_lowering(self.graph)  # an original model: compiled as xformer would
+            return get("xs3-xformer", variant="host")
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {RUNTIMES} or a hwjax.targets.Target, got {runtime!r}")
         return get("tflite", runtime=runtime)
