@@ -97,7 +97,8 @@ class GraphModel(nnx.Module):
     def __init__(self, graph, target):
         self.graph_inputs = tuple(graph.inputs)
         self.graph_outputs = tuple(graph.outputs)
-        self.input_specs = tuple(graph.tensors[t] for t in graph.inputs)
+        # shapes only: a Tensor's Quant holds arrays, which nnx keeps out of static attributes
+        self.input_shapes = tuple(tuple(graph.tensors[t].shape) for t in graph.inputs)
         self.wiring = tuple((n.name, n.inputs, n.outputs) for n in graph.nodes)
         layers = []
         for n in graph.nodes:
@@ -111,7 +112,7 @@ class GraphModel(nnx.Module):
 
     @property
     def input_shape(self):
-        return tuple(self.input_specs[0].shape)
+        return self.input_shapes[0]
 
     def __call__(self, *xs, return_stats: bool = False):
         env = dict(zip(self.graph_inputs, xs))
