@@ -1,9 +1,10 @@
 """TFLite target: the tensor op kinds (see :mod:`hwjax.graph.ops.tensor`).
 
-``pad`` and ``concat`` move data and run the same on every runtime. ``mean``, ``mul``
-and ``dequantize`` round differently per runtime (derived from LiteRT's and XNNPACK's
-sources and checked bit for bit against ``ai-edge-litert``); they are declared with
-:func:`verified_on` for ``reference``, ``optimized`` and ``xnnpack`` only. Each recipe
+``pad``, ``concat`` and ``reshape`` move data and run the same on every runtime.
+``mean``, ``mul``, ``mul_const``, ``square`` and ``dequantize`` round differently per
+runtime (derived from LiteRT's and XNNPACK's sources and checked bit for bit against
+``ai-edge-litert``); they are declared with :func:`verified_on` for ``reference``,
+``optimized`` and ``xnnpack`` only (TFLite Micro: not verified, raises). Each recipe
 computes its integer (or float32) parameters on the host as the runtime's C++ does:
 float64 where it uses ``double``, float32 where it uses ``float``.
 """

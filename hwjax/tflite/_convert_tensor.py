@@ -50,8 +50,8 @@ def example_axis(axis: int, rank: int, where: str) -> int:
 
 
 def _foldable(b: Builder, i: int) -> bool:
-    t = b.ft[i]
-    return i >= 0 and t.dtype in ("int32", "int64") and (t.data is not None or i in b.folded)
+    """Tensor ``i`` is an int32 (or int64) constant or an already folded shape value."""
+    return i >= 0 and b.ft[i].dtype in ("int32", "int64") and (b.ft[i].data is not None or i in b.folded)
 
 
 def _int_vector(b: Builder, i: int, where: str, what: str) -> np.ndarray:
@@ -267,7 +267,8 @@ def _const_operand(b: Builder, i: int, out_rank: int, where: str) -> dict:
         v = v[0]
     elif v.ndim > out_rank:
         raise FormatError(f"{where}: constant {t.name!r} of shape {v.shape} has more axes than the output")
-    return {"value": jnp.asarray(v, jnp.int8), "scale": jnp.float32(t.scale[0]), "zero_point": jnp.int32(t.zero_point[0])}
+    return {"value": jnp.asarray(v, jnp.int8), "scale": jnp.float32(t.scale[0]),
+            "zero_point": jnp.int32(t.zero_point[0])}
 
 
 @converts("MUL")
