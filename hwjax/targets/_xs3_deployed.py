@@ -279,6 +279,7 @@ def check_xformer_lowering(graph) -> None:
             raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
                                      f"compiled as xformer does yet (supported: {list(COMPILED_OPS)}); convert the "
                                      "model with xformer and load its output instead")
+    for node in graph.nodes:
         if node.op in ("conv", "depthwise_conv", "dense"):
             q_in = [graph.tensors[t].quant for t in node.inputs]
             p = xformer_linear_params(node.op, node.params, q_in, graph.tensors[node.outputs[0]].quant)
