@@ -12,6 +12,7 @@ BENCHES = {
     "nvdla": "hwjax.bench._nvdla",
     "train": "hwjax.bench._train",
     "gemmlowp": "hwjax.bench._gemmlowp",
+    "deployed": "hwjax.bench._deployed",
 }
 
 __all__ = ["BENCHES", "Timing", "time_fn"]

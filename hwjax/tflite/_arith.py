@@ -17,11 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import shift_right
 from hwjax.core import validate as V
 from hwjax.core import wide
 from hwjax.errors import RangeError
-from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 
 _I32 = jnp.int32
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -114,10 +112,52 @@ def mbqm_double(x, m, s):
     return _mbqm_double(x, m, s)
 
 
+# The per-element forms below are the spec's definitions written with the fewest int32
+# operations (XLA fuses each chain into one loop): no 64-bit emulation object, the
+# multiplier split once per channel, wrapping int32 adds wherever the exact result is
+# known to fit. They equal hwjax.gemmlowp's srdhm / rounding_divide_by_pot and
+# hwjax.core.shift_right(half_up) for every int32 input.
+
+
+def _srdhm32(a, b):
+    """``SaturatingRoundingDoublingHighMul(a, b)`` = ``floor((a*b + 2**30) / 2**31)`` (2**31 - 1
+    for ``a == b == -2**31``), exact from four 16x16-bit partial products in int32:
+    with ``a = ah 2**16 + al``, ``b = bh 2**16 + bl`` (``al``, ``bl`` in [0, 2**16)),
+    ``m1 = ah bl``, ``m2 = al bh`` (each ``|.| < 2**31``) split as ``mi = mih 2**15 + mil``::
+
+        srdhm = 2 ah bh + m1h + m2h + floor((m1l + m2l + floor(al bl / 2**16) + 2**14) / 2**15)
+
+    (the dropped low 16 bits of ``al bl`` cannot carry: the floor of ``(N + f) / 2**15``
+    with integer ``N`` and ``0 <= f < 1`` is ``floor(N / 2**15)``). The sum wraps only for
+    the saturating pair, which the final select replaces."""
+    ah, al = a >> 16, a & 0xFFFF
+    bh, bl = b >> 16, b & 0xFFFF
+    low = jax.lax.shift_right_logical(al.astype(jnp.uint32) * bl.astype(jnp.uint32), jnp.uint32(16))
+    m1, m2 = ah * bl, al * bh
+    carry = ((m1 & 0x7FFF) + (m2 & 0x7FFF) + low.astype(_I32) + (1 << 14)) >> 15
+    r = 2 * (ah * bh) + (m1 >> 15) + (m2 >> 15) + carry
+    return jnp.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, r)
+
+
+def _rdbpot32(x, e):
+    """gemmlowp ``RoundingDivideByPOT`` (ties away from zero), ``0 <= e <= 31``."""
+    mask = (jnp.int32(1) << e) - 1  # e = 31: wraps to 2**31 - 1
+    threshold = (mask >> 1) + (x < 0).astype(_I32)
+    return (x >> e) + ((x & mask) > threshold).astype(_I32)
+
+
+def _shift_half_up32(x, e):
+    """``floor(x / 2**e + 1/2)`` for int32 ``x`` and ``e >= 0`` (any size), without overflow:
+    the floor quotient plus bit ``e - 1`` (a sign bit when ``e > 32``)."""
+    q = x >> jnp.minimum(e, 31)
+    rb = (x >> jnp.clip(e - 1, 0, 31)) & (e > 0).astype(_I32)
+    return q + rb
+
+
 def _mbqm_double(x, m, s):
-    ls = jnp.maximum(s, 0)
+    ls = jnp.clip(s, 0, 31)
     rs = jnp.maximum(-s, 0)
-    return rounding_divide_by_pot(srdhm(shift_left(x, ls, overflow="wrap"), m), rs)
+    return _rdbpot32(_srdhm32(x << ls, m), rs)
 
 
 def _mbqm_single(x, m, s):
@@ -129,10 +169,9 @@ def _mbqm_single(x, m, s):
 def _ruy(x, m, s):
     """R3: SRDHM of the wrapped left shift, then a right shift rounding ties toward +inf
     (the exact quotient, which is what ruy's overflow guard returns at the top)."""
-    ls = jnp.maximum(s, 0)
+    ls = jnp.clip(s, 0, 31)
     rs = jnp.maximum(-s, 0)
-    t = srdhm(shift_left(x, ls, overflow="wrap"), m)
-    return shift_right(t, rs, rounding="half_up")
+    return _shift_half_up32(_srdhm32(x << ls, m), rs)
 
 
 def _host_float64(acc, hi, lo):

@@ -5,7 +5,11 @@ convention of each runtime.
 Public kernels take the tensors' quantisation as concrete numbers (the recipe runs on
 the host in float64, as TFLite's does); the arrays may be traced (``jit``, ``vmap``).
 The accumulators are exact int32 integer dots (``jax.lax.dot_general`` with int32
-accumulation): no float matmul anywhere.
+accumulation): no float matmul anywhere. Fully connected and convolution run their dot
+on int8 operands (the activations shifted into int8, the input zero point folded into
+the bias, see :func:`_int8_operand`), which XLA runs several times faster than an int32
+dot and which is exact for every input (int8 x int8 products summed in int32, wrapping
+as the runtime's int32 accumulator does).
 """
 
 from __future__ import annotations
@@ -50,35 +54,102 @@ def _int_input(x, name: str, lo: int = -128, hi: int = 127) -> jax.Array:
     return a.astype(_I32)
 
 
-def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Exact wrapping int32 ``a @ b.T`` over the last axes (integer dot)."""
-    return jax.lax.dot_general(a, b, (((a.ndim - 1,), (1,)), ((), ())), preferred_element_type=_I32)
+def _int8_operand(x, zin):
+    """``(x - c, zin - c, c)`` with the first two as int8 and ``c`` an int32 scalar: 0 when
+    ``x`` holds int8 values and ``zin <= 127``, 128 otherwise (``x`` then holds uint8 values,
+    as a uint8 tensor's zero point and values are in [0, 255]).
+
+    ``SUM_i (x_i - zin) w_i = SUM_i (x_i - c) w_i + (c - zin) SUM_i w_i`` exactly (also
+    modulo 2**32), so a dot on the int8 operand plus a per-channel correction folded into
+    the bias gives the runtime's int32 accumulator bit for bit, for every input.
+    """
+    x = jnp.asarray(x)
+    zin = jnp.asarray(zin, _I32)
+    if x.dtype == jnp.int8:
+        c = jnp.int32(0)
+    elif x.dtype == jnp.uint8:
+        c = jnp.int32(128)
+    else:
+        top = jnp.maximum(jnp.max(x.astype(_I32), initial=-128), zin)
+        c = jnp.where(top > 127, 128, 0).astype(_I32)
+    return (x.astype(_I32) - c).astype(jnp.int8), (zin - c).astype(jnp.int8), c
+
+
+def _dot8(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Exact int32 ``a @ b.T`` over the last axes of int8 ``a`` and ``b`` (int32 accumulation)."""
+    return jax.lax.dot_general(a, b.astype(jnp.int8), (((a.ndim - 1,), (1,)), ((), ())),
+                               preferred_element_type=_I32)
+
+
+def _folded_bias(kernel2d, bias, zin, c):
+    """``bias + (c - zin) * SUM_i kernel[o, i]`` (int32, wrapping): the zero-point term."""
+    wsum = jnp.sum(kernel2d.astype(_I32), axis=1)
+    return bias.astype(_I32) + (c - zin) * wsum
+
+
+#: bytes of intermediates (int8 patches, int32 accumulators) per batch chunk of a conv
+CHUNK_BYTES = 1 << 20
+
+
+def _by_chunks(fn, x, n_lead: int, per_example_bytes: int):
+    """``fn(x)`` for ``x`` with ``n_lead`` leading batch axes, computed on chunks of examples
+    (``jax.lax.map``) so that each chunk's intermediates stay near ``CHUNK_BYTES`` (in
+    cache): one 3x3 conv (16x16x32 -> 32) at batch 1024 ran 1.7x faster, a depthwise 2.4x,
+    than in one pass over the whole batch (2-core VM). ``fn`` treats examples
+    independently, so the result is the same."""
+    lead, rest = x.shape[:n_lead], x.shape[n_lead:]
+    n = int(np.prod(lead, dtype=np.int64))
+    target = max(1, CHUNK_BYTES // max(1, per_example_bytes))
+    if n_lead == 0 or n <= target:
+        return fn(x)
+    chunk = next((d for d in range(target, max(1, target // 2) - 1, -1) if n % d == 0), target)
+    xf = x.reshape(n, *rest)
+    full = (n // chunk) * chunk
+    ys = jax.lax.map(fn, xf[:full].reshape(n // chunk, chunk, *rest))
+    y = ys.reshape(full, *ys.shape[2:])
+    if full < n:
+        y = jnp.concatenate([y, fn(xf[full:])], axis=0)
+    return y.reshape(*lead, *y.shape[1:])
 
 
 # ------------------------------------------------------------------ internal (params given)
 
 
 def fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max):
-    """x (..., I) int32 values, kernel (O, I), bias (O,) -> (..., O)."""
-    acc = _dot(x - zin, kernel.astype(_I32)) + bias.astype(_I32)
+    """x (..., I) int32 holding int8 (or uint8) values, kernel (O, I) int8 values, bias (O,) -> (..., O)."""
+    x8, _, c = _int8_operand(x, zin)
+    acc = _dot8(x8, kernel) + _folded_bias(kernel, bias, jnp.asarray(zin, _I32), c)
     return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
 
 
 def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
-    """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O)."""
-    p = extract_patches(x, geom, pad_value=zin)
-    acc = _dot(p - zin, kernel.reshape(kernel.shape[0], -1).astype(_I32)) + bias.astype(_I32)
-    return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
+    """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O): int8 im2col patches (padded taps
+    read the input zero point) and one int8 dot."""
+    k = kernel.reshape(kernel.shape[0], -1)
+
+    def one(x):
+        x8, z8, c = _int8_operand(x, zin)
+        p = extract_patches(x8, geom, pad_value=z8)
+        acc = _dot8(p, k) + _folded_bias(k, bias, jnp.asarray(zin, _I32), c)
+        return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
+
+    oh, ow = geom.out_hw
+    return _by_chunks(one, x, x.ndim - 3, oh * ow * (k.shape[1] + 4 * k.shape[0]))
 
 
 def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
     """x (..., H, W, C), kernel (kh, kw, C) -> (..., OH, OW, C)."""
-    taps = window_taps(x, geom, pad_value=zin)
     k = kernel.reshape(-1, kernel.shape[-1]).astype(_I32)
-    acc = bias.astype(_I32)
-    for t, tap in enumerate(taps):
-        acc = acc + (tap - zin) * k[t]
-    return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
+
+    def one(x):
+        taps = window_taps(x, geom, pad_value=zin)
+        acc = bias.astype(_I32)
+        for t, tap in enumerate(taps):
+            acc = acc + (tap - zin) * k[t]
+        return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
+
+    oh, ow = geom.out_hw
+    return _by_chunks(one, x, x.ndim - 3, oh * ow * kernel.shape[-1] * 8)
 
 
 def tap_counts(geom: ConvGeometry) -> np.ndarray:

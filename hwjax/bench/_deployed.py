@@ -1,0 +1,372 @@
+"""``python -m hwjax.bench deployed``: images/s of whole int8 models, hwjax against LiteRT.
+
+Three model shapes, built with :class:`hwjax.tflite._testing.ModelBuilder` (random int8
+weights, fixed seed):
+
+* ``mlp``: FULLY_CONNECTED 784 -> 512 (relu) -> 256 (relu) -> 10;
+* ``cnn``: a small MobileNet-like CNN on 32x32x3: conv 3x3/2 (16, relu6), depthwise 3x3
+  (relu6), conv 1x1 (32, relu6), depthwise 3x3/2 (relu6), conv 1x1 (64, relu6), a global
+  mean over H, W (MEAN when the importer reads it, else a global AVERAGE_POOL_2D plus a
+  RESHAPE: the output says which), FULLY_CONNECTED 64 -> 10;
+* ``deep``: six conv 3x3 SAME 32 -> 32 (relu) on 16x16x32, MAX_POOL 2x2/2, RESHAPE,
+  FULLY_CONNECTED 2048 -> 10.
+
+For each shape and batch, the same int8 batch runs in
+
+* hwjax: ``jax.jit(lambda x: model.run(x, runtime=r))`` for ``r`` in ``"optimized"`` and
+  ``"xnnpack"`` (warm: compiled before timing);
+* LiteRT (``ai_edge_litert``): ``Interpreter(num_threads=1)`` with the resolver
+  ``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` (builtin optimized kernels) and ``AUTO`` (the
+  default XNNPACK delegate); the input is resized to the whole batch
+  (``resize_tensor_input`` + ``allocate_tensors``), falling back to one sample per
+  ``invoke`` (said in the output) when a model cannot be resized.
+
+Every hwjax output is first compared with LiteRT's on that batch (exact equality); then
+the candidates of a (shape, batch) are timed in ``--repeats`` interleaved rounds (each
+round one sample of at least ``--min-time`` seconds per candidate; the best sample is
+kept), so that load from other processes falls on all of them alike. LiteRT is charged
+set_tensor + invoke + get_tensor; hwjax its jitted call on a device array.
+
+Threads: LiteRT runs on one thread. By default the benchmark re-runs itself in a child
+process with ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` (set before JAX is
+imported) so that XLA's CPU kernels also run on one thread; ``--jax-threads all`` keeps
+XLA's default thread pool and ``--jax-threads both`` prints both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+_ONE_THREAD_FLAG = "--xla_cpu_multi_thread_eigen=false"
+_CHILD_ENV = "HWJAX_BENCH_DEPLOYED_CHILD"
+GOAL = {"optimized": 1.0}
+
+
+# ------------------------------------------------------------------------------ models
+
+
+def _conv(mb, rng, x, s_in, in_hw, cin, cout, k, stride, act, depthwise=False):
+    from hwjax.tflite._kernels import conv_geometry
+    from hwjax.tflite._testing import _ACT, _filter_params, _out_scale
+
+    n = cin if depthwise else cout
+    w_shape = (1, k, k, n) if depthwise else (n, k, k, cin)
+    s_w = _filter_params(rng, n, True)
+    w = mb.tensor(w_shape, "int8", s_w, np.zeros(n), rng.integers(-127, 128, w_shape), axis=3 if depthwise else 0)
+    b = mb.tensor((n,), "int32", (np.float32(s_in) * s_w).astype(np.float32), np.zeros(n),
+                  rng.integers(-2000, 2000, n))
+    g = conv_geometry(in_hw, (k, k), (stride, stride), "SAME")
+    s_out = np.float32(_out_scale(s_in, s_w, k * k * (1 if depthwise else cin)))
+    zp = -128 if act in ("relu", "relu6") else int(rng.integers(-10, 10))
+    y = mb.tensor((1, *g.out_hw, n), "int8", s_out, zp)
+    opts = {"padding": 0, "strideH": stride, "strideW": stride, "fusedActivationFunction": _ACT[act],
+            "dilationHFactor": 1, "dilationWFactor": 1}
+    if depthwise:
+        opts["depthMultiplier"] = 1
+        mb.op("DEPTHWISE_CONV_2D", [x, w, b], [y], ("DepthwiseConv2DOptions", opts), 3)
+    else:
+        mb.op("CONV_2D", [x, w, b], [y], ("Conv2DOptions", opts), 3)
+    return y, s_out, g.out_hw
+
+
+def _fc(mb, rng, x, s_in, n_in, n_out, act, per_channel=False):
+    from hwjax.tflite._testing import _ACT, _filter_params, _out_scale
+
+    s_w = _filter_params(rng, n_out, per_channel)
+    w = mb.tensor((n_out, n_in), "int8", s_w, np.zeros(s_w.shape), rng.integers(-127, 128, (n_out, n_in)))
+    b = mb.tensor((n_out,), "int32", (np.float32(s_in) * s_w).astype(np.float32), np.zeros(s_w.shape),
+                  rng.integers(-3000, 3000, n_out))
+    s_out = np.float32(_out_scale(s_in, s_w, n_in))
+    zp = -128 if act == "relu" else int(rng.integers(-10, 10))
+    y = mb.tensor((1, n_out), "int8", s_out, zp)
+    mb.op("FULLY_CONNECTED", [x, w, b], [y], ("FullyConnectedOptions", {"fusedActivationFunction": _ACT[act]}),
+          4 if per_channel else 1)
+    return y, s_out
+
+
+def _flatten(mb, x, n):
+    q = mb.tensors[x].quantization
+    y = mb.tensor((1, n), "int8", q.scale[0], int(q.zeroPoint[0]))
+    shape = mb.tensor((2,), "int32", data=np.array([-1, n], np.int32))
+    mb.op("RESHAPE", [x, shape], [y], ("ReshapeOptions", {"newShape": [-1, n]}))
+    return y
+
+
+def build_mlp(rng):
+    from hwjax.tflite._testing import ModelBuilder
+
+    mb = ModelBuilder()
+    s = np.float32(0.02)
+    x = mb.tensor((1, 784), "int8", s, -5)
+    h, s = _fc(mb, rng, x, s, 784, 512, "relu")
+    h, s = _fc(mb, rng, h, s, 512, 256, "relu", per_channel=True)
+    y, _ = _fc(mb, rng, h, s, 256, 10, None)
+    return mb.finish([x], [y]), (784,), ""
+
+
+def _has_mean() -> bool:
+    import hwjax.tflite
+
+    return "MEAN" in hwjax.tflite.SUPPORTED_OPS
+
+
+def build_cnn(rng):
+    from hwjax.tflite._testing import ModelBuilder
+
+    mb = ModelBuilder()
+    s = np.float32(0.03)
+    x = mb.tensor((1, 32, 32, 3), "int8", s, 3)
+    h, s, hw = _conv(mb, rng, x, s, (32, 32), 3, 16, 3, 2, "relu6")
+    h, s, hw = _conv(mb, rng, h, s, hw, 16, 16, 3, 1, "relu6", depthwise=True)
+    h, s, hw = _conv(mb, rng, h, s, hw, 16, 32, 1, 1, "relu6")
+    h, s, hw = _conv(mb, rng, h, s, hw, 32, 32, 3, 2, "relu6", depthwise=True)
+    h, s, hw = _conv(mb, rng, h, s, hw, 32, 64, 1, 1, "relu6")
+    if _has_mean():
+        s_m = np.float32(s * 0.5)
+        m = mb.tensor((1, 64), "int8", s_m, -100)
+        axes = mb.tensor((2,), "int32", data=np.array([1, 2], np.int32))
+        mb.op("MEAN", [h, axes], [m], ("ReducerOptions", {"keepDims": False}))
+        note, s = "global mean: MEAN", s_m
+    else:
+        q = mb.tensors[h].quantization
+        p = mb.tensor((1, 1, 1, 64), "int8", q.scale[0], int(q.zeroPoint[0]))
+        mb.op("AVERAGE_POOL_2D", [h], [p], ("Pool2DOptions", {
+            "padding": 1, "strideH": 1, "strideW": 1, "filterHeight": hw[0], "filterWidth": hw[1]}))
+        m = _flatten(mb, p, 64)
+        note = ("global mean: AVERAGE_POOL_2D over 8x8 + RESHAPE (MEAN is not in hwjax.tflite.SUPPORTED_OPS "
+                "yet)")
+    y, _ = _fc(mb, rng, m, s, 64, 10, None)
+    return mb.finish([x], [y]), (32, 32, 3), note
+
+
+def build_deep(rng):
+    from hwjax.tflite._testing import ModelBuilder
+
+    mb = ModelBuilder()
+    s = np.float32(0.03)
+    h = x = mb.tensor((1, 16, 16, 32), "int8", s, -7)
+    hw = (16, 16)
+    for _ in range(6):
+        h, s, hw = _conv(mb, rng, h, s, hw, 32, 32, 3, 1, "relu")
+    q = mb.tensors[h].quantization
+    p = mb.tensor((1, 8, 8, 32), "int8", q.scale[0], int(q.zeroPoint[0]))
+    mb.op("MAX_POOL_2D", [h], [p], ("Pool2DOptions", {
+        "padding": 1, "strideH": 2, "strideW": 2, "filterHeight": 2, "filterWidth": 2}))
+    f = _flatten(mb, p, 2048)
+    y, _ = _fc(mb, rng, f, s, 2048, 10, None)
+    return mb.finish([x], [y]), (16, 16, 32), ""
+
+
+SHAPES = {"mlp": build_mlp, "cnn": build_cnn, "deep": build_deep}
+RESOLVER = {"optimized": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "xnnpack": "AUTO"}
+
+
+# ------------------------------------------------------------------------------ LiteRT
+
+
+class LiteRT:
+    """One LiteRT interpreter (one thread) running whole batches when it can resize."""
+
+    def __init__(self, model: bytes, runtime: str, batch: int):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        self.note = ""
+        make = lambda: Interpreter(model_content=model, num_threads=1,  # noqa: E731
+                                   experimental_op_resolver_type=getattr(OpResolverType, RESOLVER[runtime]))
+        it = make()
+        i = it.get_input_details()[0]
+        try:
+            it.resize_tensor_input(i["index"], [batch, *i["shape"][1:]])
+            it.allocate_tensors()
+            self.batched = True
+        except Exception as e:  # noqa: BLE001  (any failure: per-sample fallback, reported)
+            it = make()
+            it.allocate_tensors()
+            self.batched = False
+            self.note = f"per-sample invoke (resize failed: {type(e).__name__})"
+        self.it = it
+        self.i, self.o = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        it = self.it
+        if self.batched:
+            it.set_tensor(self.i, x)
+            it.invoke()
+            return it.get_tensor(self.o)
+        ys = []
+        for xi in x:
+            it.set_tensor(self.i, xi[None])
+            it.invoke()
+            ys.append(it.get_tensor(self.o)[0].copy())
+        return np.stack(ys)
+
+
+def _sample(fn, min_time: float) -> float:
+    """Seconds per call of ``fn`` (which blocks on its result) over at least ``min_time``."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= min_time:
+            return dt / n
+
+
+def time_interleaved(fns: dict, repeats: int, min_time: float = 0.2) -> dict:
+    """Best seconds per call of each (warm) candidate over ``repeats`` rounds; each round
+    takes one sample of every candidate in turn, so that load from other processes on a
+    shared machine falls on all candidates alike."""
+    best = {k: float("inf") for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            best[k] = min(best[k], _sample(fn, min_time))
+    return best
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def _hwjax_fn(model, runtime):
+    import jax
+
+    model.lowered(runtime)  # lowered (and cached) outside the trace: the jitted call reuses it
+    return jax.jit(lambda x: model.run(x, runtime=runtime))
+
+
+def _hwjax_chunked_fn(model, runtime, chunk: int):
+    """``model.run`` on consecutive chunks of ``chunk`` examples (``jax.lax.map``) in one jit."""
+    import jax
+
+    model.lowered(runtime)
+
+    def f(x):
+        xs = x.reshape(x.shape[0] // chunk, chunk, *x.shape[1:])
+        ys = jax.lax.map(lambda c: model.run(c, runtime=runtime), xs)
+        return ys.reshape(x.shape[0], *ys.shape[2:])
+
+    return jax.jit(f)
+
+
+def bench(shapes, batches, repeats: int, *, out=print, seed: int = 0, min_time: float = 0.2,
+          chunk: int = 0) -> dict:
+    """Times every shape at every batch; returns ``{(shape, batch): {candidate: (img/s, exact)}}``
+    and prints one table per shape. ``exact`` is None where the candidate did not run."""
+    import jax
+
+    import hwjax.tflite as T
+    from hwjax.errors import UnsupportedOpError
+
+    results = {}
+    for name in shapes:
+        model_bytes, in_shape, note = SHAPES[name](np.random.default_rng(seed))
+        model = T.load(model_bytes)
+        out(f"\n[{name}] input {in_shape}, {len(model.graph.nodes)} hwjax nodes" + (f"; {note}" if note else ""))
+        out(f"  {'batch':>5s} {'candidate':22s} {'images/s':>11s} {'exact':>6s}  note")
+        for batch in batches:
+            x = np.random.default_rng(seed + batch).integers(-128, 128, (batch, *in_shape)).astype(np.int8)
+            xd = jax.device_put(x)
+            row, fns = {}, {}
+            for rt in ("optimized", "xnnpack"):
+                lite = LiteRT(model_bytes, rt, batch)
+                want = lite(x)
+                fns[f"litert {rt}"] = lambda lite=lite: lite(x)
+                row[f"litert {rt}"] = [None, None, lite.note]
+                try:
+                    cands = {f"hwjax {rt}": (_hwjax_fn(model, rt), "")}
+                except UnsupportedOpError as e:
+                    row[f"hwjax {rt}"] = [None, None, f"not run: {str(e).split(': ', 1)[-1][:90]}"]
+                    continue
+                if chunk and batch > chunk and batch % chunk == 0:
+                    cands[f"hwjax {rt} map{chunk}"] = (_hwjax_chunked_fn(model, rt, chunk),
+                                                       f"lax.map over chunks of {chunk}")
+                for cand, (fn, nt) in cands.items():
+                    got = np.asarray(fn(xd))  # compiles; the exactness check comes before any timing
+                    exact = bool(got.shape == want.shape and np.array_equal(got, want))
+                    row[cand] = [None, exact, nt if exact else f"MISMATCH on {int((got != want).sum())} outputs"]
+                    fns[cand] = lambda fn=fn: jax.block_until_ready(fn(xd))
+            for cand, sec in time_interleaved(fns, repeats, min_time).items():
+                row[cand][0] = batch / sec
+            for cand, (ips, exact, nt) in row.items():
+                ips_s = f"{ips:11,.0f}" if ips is not None else f"{'-':>11s}"
+                ex_s = "" if exact is None else str(exact)
+                out(f"  {batch:5d} {cand:22s} {ips_s} {ex_s:>6s}  {nt}")
+            for rt in ("optimized", "xnnpack"):
+                h, lt = row[f"hwjax {rt}"][0], row[f"litert {rt}"][0]
+                hopt = row["hwjax optimized"][0]
+                if h is not None:
+                    hc = row.get(f"hwjax {rt} map{chunk}", (None,))[0]
+                    extra = f" (map{chunk}: {hc / lt:.2f}x)" if hc is not None else ""
+                    out(f"  {batch:5d} ratio hwjax/LiteRT {rt:9s} {h / lt:6.2f}x{extra}")
+                elif hopt is not None:
+                    out(f"  {batch:5d} ratio hwjax/LiteRT {rt:9s}    n/a (hwjax optimized / LiteRT {rt}: "
+                        f"{hopt / lt:.2f}x)")
+            results[(name, batch)] = row
+    return results
+
+
+def _summary(results, out=print):
+    out("\nsummary: hwjax / LiteRT images/s (same runtime arithmetic, same batch; goal >= 1x optimized on every "
+        "shape at the largest batch and on the conv shapes at every batch)")
+    for (name, batch), row in results.items():
+        parts = []
+        for rt in ("optimized", "xnnpack"):
+            h, lt = row[f"hwjax {rt}"][0], row[f"litert {rt}"][0]
+            parts.append(f"{rt} {h / lt:.2f}x" if h is not None else f"{rt} n/a")
+        exact = all(v[1] in (None, True) for v in row.values())
+        out(f"  {name:5s} batch {batch:5d}: " + ", ".join(parts) + ("" if exact else "  (NOT EXACT)"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m hwjax.bench deployed", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batches", default="64,1024", help="comma-separated batch sizes (default 64,1024)")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, among {list(SHAPES)}")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (best sample is kept)")
+    ap.add_argument("--min-time", type=float, default=0.2, help="seconds per timed sample (default 0.2)")
+    ap.add_argument("--quick", action="store_true", help="batches 8,64, 2 repeats of 0.05 s (a smoke run)")
+    ap.add_argument("--jax-threads", choices=("1", "all", "both"), default="1",
+                    help="XLA CPU threads: 1 (default: a child process with " + _ONE_THREAD_FLAG + "), all, both")
+    ap.add_argument("--xla-flags", default="",
+                    help="extra XLA_FLAGS for the one-thread child (e.g. --xla_cpu_use_xnnpack=true)")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="also time Model.run mapped over chunks of this many examples (lax.map, one jit)")
+    args = ap.parse_args(argv)
+    if args.jax_threads != "all" and os.environ.get(_CHILD_ENV) != "1":
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = " ".join(f for f in (env.get("XLA_FLAGS", ""), _ONE_THREAD_FLAG, args.xla_flags) if f)
+        env[_CHILD_ENV] = "1"
+        rest = [a for i, a in enumerate(argv) if not a.startswith(("--jax-threads", "--xla-flags"))
+                and not (i > 0 and argv[i - 1] in ("--jax-threads", "--xla-flags"))]
+        if args.jax_threads == "both":
+            print("=== XLA default threads ===", flush=True)
+            rc = main([*rest, "--jax-threads", "all"])
+            print("\n=== XLA on one thread ===", flush=True)
+        r = subprocess.run([sys.executable, "-m", "hwjax.bench", "deployed", *rest, "--jax-threads", "1"], env=env)
+        return r.returncode if args.jax_threads == "1" else max(rc, r.returncode)
+
+    import jax
+
+    batches = [8, 64] if args.quick else [int(b) for b in args.batches.split(",")]
+    repeats, min_time = (2, 0.05) if args.quick else (args.repeats, args.min_time)
+    shapes = [s for s in args.shapes.split(",") if s]
+    bad = [s for s in shapes if s not in SHAPES]
+    if bad:
+        ap.error(f"unknown shapes {bad}; choose among {list(SHAPES)}")
+    flags = os.environ.get("XLA_FLAGS", "")
+    threads = ("1 thread" if _ONE_THREAD_FLAG in flags else "XLA default thread pool") + \
+        (f" (XLA_FLAGS={flags})" if flags else "")
+    print(f"device: {jax.devices()[0].platform}, {os.cpu_count()} CPUs visible, load average "
+          f"{os.getloadavg()[0]:.1f}; LiteRT num_threads=1; JAX: {threads}; batches {batches}, "
+          f"best of {repeats}")
+    results = bench(shapes, batches, repeats, min_time=min_time, chunk=args.chunk)
+    _summary(results)
+    exact = all(v[1] in (None, True) for row in results.values() for v in row.values())
+    print(f"\nall hwjax outputs bit-exact against LiteRT: {exact}")
+    return 0 if exact else 1

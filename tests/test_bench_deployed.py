@@ -1,0 +1,32 @@
+"""Smoke test of ``python -m hwjax.bench deployed`` at tiny sizes (the figures are in BENCHMARKS.md)."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ai_edge_litert")
+
+from hwjax.bench import BENCHES  # noqa: E402
+from hwjax.bench import _deployed as D  # noqa: E402
+
+
+def test_registered():
+    assert BENCHES["deployed"] == "hwjax.bench._deployed"
+
+
+def test_models_load():
+    import hwjax.tflite as T
+
+    for name, build in D.SHAPES.items():
+        model_bytes, in_shape, note = build(np.random.default_rng(0))
+        m = T.load(model_bytes)
+        assert tuple(m.inputs[0].shape[1:]) == in_shape, name
+        if name == "cnn":
+            assert ("MEAN" in T.SUPPORTED_OPS) == (note == "global mean: MEAN")
+
+
+def test_main_tiny(capsys):
+    rc = D.main(["--jax-threads", "all", "--shapes", "mlp", "--batches", "3", "--repeats", "1", "--min-time", "0.001"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "all hwjax outputs bit-exact against LiteRT: True" in out
+    assert "hwjax optimized" in out and "litert xnnpack" in out
