@@ -16,6 +16,17 @@ op                 inputs   attributes (portable parameters)
 ``add``            2        ``activation``
 ``lut``            1        ``fn`` (``"sigmoid"``, ``"tanh"``)
 =================  =======  ==========================================================
+
+Families that TFLite models need (:mod:`.tflite`, :mod:`.tensor`, :mod:`.nonlinear`):
+``activation`` (``fn``), ``requantize``, ``reshape`` (``shape``), ``pool`` (``fn``,
+``window``, ``strides``, ``padding``), ``pad`` (``paddings``, ``value``), ``concat``
+(``axis``), ``mean`` (``axes``, ``keep_dims``, ``count``), ``mul`` / ``square``
+(``activation``), ``mul_const`` (``activation``; ``value`` int8 and its quantisation),
+``dequantize`` (float32 output), ``softmax`` (``beta``, ``axis``). xformer's XC ops
+(:mod:`.xcore`): ``xc_conv2d``, ``xc_pad``, ``xc_pad_3_to_4``, ``xc_slice``,
+``xc_mean``, ``xc_add``, ``xc_lookup``, ``xc_maxpool2d``, each with the attributes
+and blobs the op's custom options and tensors hold. Each op kind's exact semantics is
+the docstring of its ``OpSpec``.
 """
 
 from hwjax.graph.ops import basic, elementwise, linear, nonlinear, pool, tensor, tflite, xcore  # noqa: F401  (registration)
