@@ -12,6 +12,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from hwjax.core._validate import ArgTypeError
+from hwjax.errors import RangeError, ShapeError
 from hwjax.nn import QArray
 
 
@@ -37,13 +39,48 @@ class EvalResult:
 def _split_data(data) -> tuple[np.ndarray, Optional[np.ndarray]]:
     if isinstance(data, dict):
         if "x" not in data:
-            raise ValueError("data dict must have an 'x' entry (and optionally 'y')")
-        return np.asarray(data["x"]), (None if data.get("y") is None else np.asarray(data["y"]))
-    if isinstance(data, (tuple, list)):
+            raise ShapeError("data dict must have an 'x' entry (and optionally 'y')")
+        x, y = data["x"], data.get("y")
+    elif isinstance(data, (tuple, list)):
         if len(data) != 2:
-            raise ValueError(f"data must be x, (x, y) or {{'x': ..., 'y': ...}}; got a sequence of {len(data)}")
-        return np.asarray(data[0]), np.asarray(data[1])
-    return np.asarray(data), None
+            raise ShapeError(f"data must be x, (x, y) or {{'x': ..., 'y': ...}}; got a sequence of {len(data)}")
+        x, y = data
+    else:
+        x, y = data, None
+    return _numeric(x, "x"), (None if y is None else _numeric(y, "labels"))
+
+
+def _numeric(v, name: str) -> np.ndarray:
+    """``v`` as a NumPy array of numbers (ArgTypeError naming ``name`` otherwise)."""
+    if v is None or isinstance(v, (str, bytes)):
+        raise ArgTypeError(f"{name} must be an array of numbers, got {type(v).__name__}")
+    try:
+        a = np.asarray(v)
+    except (ValueError, TypeError) as e:
+        raise ArgTypeError(f"{name} must be an array of numbers of one shape: {e}") from None
+    if a.dtype.kind not in "iuf":
+        raise ArgTypeError(f"{name} must be an array of numbers, got dtype {a.dtype}")
+    return a
+
+
+def _check_labels(y: np.ndarray, n: int, n_classes: Optional[int]) -> np.ndarray:
+    """The labels as an (n,) int array: integer class indices in ``[0, n_classes)``."""
+    if y.ndim >= 1 and y.shape[0] != n:
+        raise ShapeError(f"x has {n} examples but y has {y.shape[0]}: labels must have shape ({n},)")
+    if y.ndim == 0 or y.size != n:
+        raise ShapeError(f"labels (y) must have shape ({n},), one class index per example, got {y.shape}")
+    y = y.reshape(n)
+    if y.dtype.kind == "f":
+        if not np.all(np.isfinite(y) & (np.floor(y) == y)):
+            bad = y[~(np.isfinite(y) & (np.floor(y) == y))][0]
+            raise ArgTypeError(f"labels must be integer class indices, got dtype {y.dtype} holding {bad}")
+    if y.size:
+        lo, hi = y.min(), y.max()
+        top = n_classes - 1 if n_classes is not None else None
+        if lo < 0 or (top is not None and hi > top):
+            raise RangeError(f"labels must lie in [0, {top if top is not None else 'n_classes - 1'}] "
+                             f"(the model has {n_classes} output classes); found {lo if lo < 0 else hi}")
+    return y.astype(np.int64)
 
 
 def _as_output(y) -> tuple[jax.Array, Any]:
@@ -101,7 +138,12 @@ def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
     Args:
       model: a ``flax.nnx`` model built from ``hwjax.nn`` layers (evaluated in the mode
         its layers are in; its state is not modified) or a model from :func:`hwjax.load`.
-      data: inputs ``x`` (N, ...), a pair ``(x, y)`` or a dict with ``"x"`` and ``"y"``.
+      data: inputs ``x`` (N, ...), a pair ``(x, y)`` or a dict with ``"x"`` and ``"y"``:
+        ``y`` (the labels) holds one integer class index in ``[0, n_classes)`` per example
+        (``n_classes`` = the size of the model's flattened output); integer-valued floats
+        are accepted. Labels outside that range raise RangeError, non-integer labels
+        ArgTypeError (a TypeError), a label count other than N ShapeError, all naming
+        ``labels``. Float ``x`` must be finite (RangeError otherwise: the NaN rule).
       batch_size: examples per jitted call (>= 1); the last batch is padded with zeros
         and the padding dropped. With a mesh it is rounded up to a multiple of the
         number of devices the batch is split over.
@@ -114,13 +156,17 @@ def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
       bit-identical with and without a mesh and for every ``batch_size``: each example
       is computed independently and exactly.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)):
+        raise ArgTypeError(f"batch_size must be a positive int, got {batch_size!r}")
+    if batch_size < 1:
+        raise RangeError(f"batch_size must be a positive int, got {batch_size!r}")
     x, y = _split_data(data)
     if x.ndim < 1 or x.shape[0] == 0:
-        raise ValueError(f"data must hold at least one example, got x of shape {x.shape}")
-    if y is not None and y.shape[0] != x.shape[0]:
-        raise ValueError(f"x has {x.shape[0]} examples but y has {y.shape[0]}")
+        raise ShapeError(f"data must hold at least one example, got x of shape {x.shape}")
+    if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+        raise RangeError(f"x must be finite (no NaN or Inf); found {x[~np.isfinite(x)].ravel()[0]}")
+    if y is not None:
+        _check_labels(y, x.shape[0], None)  # before the model runs; the class range after
     fn, state = _predict_fn(model)
     names: tuple = ()
     x_sharding = None
@@ -149,7 +195,10 @@ def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
         outs.append(np.asarray(out)[:batch_size - pad])
     outputs = np.concatenate(outs)
     preds = outputs.reshape(n, -1).argmax(axis=-1) if outputs.ndim > 1 else outputs
-    acc = None if y is None else float(np.mean(preds == y.reshape(n)))
+    acc = None
+    if y is not None:
+        y = _check_labels(y, n, outputs.reshape(n, -1).shape[1] if outputs.ndim > 1 else None)
+        acc = float(np.mean(preds == y))
     scale = zp = None
     if qp is not None:
         scale, zp = float(np.asarray(qp[0])), int(np.asarray(qp[1]))

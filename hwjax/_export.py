@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import FormatError
+from hwjax.core import validate as V
+from hwjax.errors import FormatError, RangeError, ShapeError
 from hwjax.graph import Graph, Node, Quant, Tensor, jit_run, lower
 
 FORMAT = "hwjax.export"
@@ -96,14 +97,85 @@ def _write_blob(folder: Path, fname: str, arr: np.ndarray) -> dict[str, Any]:
 # ============================================================================ export
 
 
+def _check_finite_weights(model) -> None:
+    """RangeError naming the layer and parameter when a trained parameter (``nnx.Param``:
+    kernels, biases, learned scale factors) of ``model`` holds a NaN or an infinity."""
+    from flax import nnx
+
+    if not isinstance(model, nnx.Module):
+        return
+    for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        a = np.asarray(value.get_value() if hasattr(value, "get_value") else value)
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise RangeError(f"layer {_layer_name(model, path)}: parameter {path[-1]} holds non-finite values "
+                             f"(NaN or Inf); a model with non-finite weights cannot be exported")
+
+
+def _layer_name(model, path) -> str:
+    """The graph node name (``block.body.dw``) of the layer owning the parameter at the NNX
+    ``path`` (``('layers', 2, 'body', 'layers', 0, 'kernel')``); the dotted path if the
+    model is not made of Sequential containers."""
+    from hwjax.nn import Sequential
+
+    obj, parts, i, inner = model, [], 0, tuple(path[:-1])
+    try:
+        while i < len(inner):
+            if isinstance(obj, Sequential) and inner[i] == "layers" and i + 1 < len(inner):
+                parts.append(obj.names[inner[i + 1]])
+                obj, i = obj.layers[inner[i + 1]], i + 2
+            else:
+                parts.append(str(inner[i]))
+                obj, i = getattr(obj, str(inner[i])), i + 1
+    except (AttributeError, IndexError, KeyError, TypeError):
+        parts = [str(p) for p in inner]
+    return ".".join(parts) or "<root>"
+
+
+def _check_finite_graph(graph: Graph) -> None:
+    """RangeError naming the node (or tensor) when a float parameter or quantisation
+    scale of the lowered graph is not finite."""
+    for t in graph.tensors.values():
+        if t.quant is not None and not np.all(np.isfinite(np.asarray(t.quant.scale, np.float64))):
+            raise RangeError(f"tensor {t.name}: quantisation scale {np.asarray(t.quant.scale)} is not finite; "
+                             f"it cannot be exported")
+    for n in graph.nodes:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(n.params)[0]:
+            a = np.asarray(leaf)
+            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                raise RangeError(f"layer {n.name}: parameter {jax.tree_util.keystr(path)} holds non-finite values "
+                                 f"(NaN or Inf); it cannot be exported")
+
+
+def _check_input_shape(input_shape) -> Optional[tuple[int, ...]]:
+    if input_shape is None:
+        return None
+    if isinstance(input_shape, (str, bytes)) or not hasattr(input_shape, "__iter__"):
+        raise V.ArgTypeError(f"input_shape must be a tuple of positive ints, got {input_shape!r}")
+    shape = tuple(input_shape)
+    if not shape or not all(isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+                            and d >= 1 for d in shape):
+        raise ShapeError(f"input_shape must be a non-empty tuple of positive ints (one example, no batch "
+                         f"axis), got {input_shape!r}")
+    return tuple(int(d) for d in shape)
+
+
 def _as_graph(model, input_shape, target) -> Graph:
     """The lowered graph of a ``hwjax.nn`` model or a graph."""
     from hwjax.nn import to_graph
 
-    graph = model if isinstance(model, Graph) else to_graph(model, input_shape)
+    _check_finite_weights(model)
+    graph = model if isinstance(model, Graph) else to_graph(model, _check_input_shape(input_shape))
     if target is None and graph.target is None:
         target = _model_target(model)
-    return jax.device_get(lower(graph, target))
+    graph = jax.device_get(lower(graph, target))
+    if not isinstance(model, Graph):
+        try:
+            graph.validate()
+        except FormatError as e:  # the layers do not fit input_shape
+            raise ShapeError(f"input_shape {tuple(graph.tensors[graph.inputs[0]].shape)} does not fit the model: "
+                             f"{e}") from None
+    _check_finite_graph(graph)
+    return graph
 
 
 def _model_target(model):
@@ -143,7 +215,9 @@ def export(model, path, *, input_shape: Optional[tuple[int, ...]] = None, target
 
     Returns:
       The folder path. Raises ValueError for uncalibrated layers, a shape the model cannot
-      take, or parameters the target's memory format cannot hold.
+      take (ShapeError), or parameters the target's memory format cannot hold; RangeError
+      naming the layer and parameter for non-finite (NaN or Inf) weights, biases or scales:
+      they cannot be exported.
     """
     graph = _as_graph(model, input_shape, target)
     folder = Path(path)
@@ -171,7 +245,9 @@ class LoadedModel:
     """An integer-only model read by :func:`load`: a thin wrapper around its lowered graph.
 
     ``model(x)`` takes float inputs (quantised exactly as the Flax ``Quantize`` layer
-    does) or int8 inputs, shape ``(batch, *input_shape)``, and returns the int8 outputs
+    does; a NaN or Inf raises RangeError, under ``jit`` only in :func:`hwjax.checked`) or
+    integer inputs holding int8 values (others raise RangeError), shape
+    ``(batch, *input_shape)``, and returns the int8 outputs
     (int32 array), through :func:`hwjax.graph.jit_run`. ``model.apply(model.state(), x)``
     is the pure form used by :func:`hwjax.evaluate` (it returns a
     :class:`hwjax.nn.QArray`). Attributes: ``graph``, ``manifest``, ``target``,
@@ -194,9 +270,14 @@ class LoadedModel:
     def apply(self, graph: Graph, x):
         from hwjax.nn import QArray
 
-        x = jnp.asarray(x)
+        x = V.as_array(x, "x")
         if x.shape[1:] != self.input_shape:
-            raise ValueError(f"input must have shape (batch, {', '.join(map(str, self.input_shape))}), got {x.shape}")
+            raise ShapeError(f"input x must have shape (batch, {', '.join(map(str, self.input_shape))}), "
+                             f"got {x.shape}")
+        if V.kind(x, "x") == "float":
+            V.check_finite(x, "x")  # the NaN rule (traced: under hwjax.checked)
+        else:
+            V.check_range(x, -128, 127, "x (int8 input)")
         y = jit_run(graph, x) if not isinstance(x, jax.core.Tracer) else _run(graph, x)
         q = graph.tensors[graph.outputs[0]].quant
         return QArray(y.astype(jnp.float32), jnp.asarray(q.scale, jnp.float32), jnp.asarray(q.zero_point, jnp.int32))

@@ -62,6 +62,31 @@ def test_bad_arguments():
         evaluate(object(), x, batch_size=8)
 
 
+def test_bad_labels_and_inputs_name_themselves():
+    from hwjax.errors import HwjaxError, RangeError
+
+    m, x = _model()
+    y = np.zeros(37, np.int64)
+    assert evaluate(m, (x, y), batch_size=64).accuracy is not None
+    with pytest.raises(RangeError, match=r"labels must lie in \[0, 4\] .*5 output classes.*found 5"):
+        evaluate(m, (x, y + 5), batch_size=64)
+    with pytest.raises(RangeError, match=r"labels must lie in \[0, .*found -1"):
+        evaluate(m, (x, y - 1), batch_size=64)
+    with pytest.raises(TypeError, match="labels must be integer class indices.*0.5") as e:
+        evaluate(m, (x, y + 0.5), batch_size=64)
+    assert isinstance(e.value, HwjaxError)
+    with pytest.raises(TypeError, match="labels must be an array of numbers"):
+        evaluate(m, (x, ["a"] * 37), batch_size=64)
+    with pytest.raises(ValueError, match=r"labels \(y\) must have shape \(37,\)"):
+        evaluate(m, (x, np.zeros((37, 2))), batch_size=64)
+    np.testing.assert_equal(evaluate(m, (x, y.astype(np.float32)), batch_size=64).accuracy,
+                            evaluate(m, (x, y), batch_size=64).accuracy)  # integer-valued floats are labels
+    with pytest.raises(RangeError, match="x must be finite"):
+        evaluate(m, np.where(np.arange(37)[:, None, None, None] == 3, np.nan, x), batch_size=64)
+    with pytest.raises(TypeError, match="x must be an array of numbers"):
+        evaluate(m, "images", batch_size=64)
+
+
 _SHARDED = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np, optax, tempfile
     from flax import nnx

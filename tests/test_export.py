@@ -190,6 +190,34 @@ def test_export_needs_a_calibrated_model(tmp_path):
         export(model, tmp_path / "x", input_shape=(7, 7, 1))
 
 
+def test_export_rejects_non_finite_weights_and_shapes_the_model_cannot_take(exported, tmp_path):
+    from hwjax.errors import RangeError, ShapeError
+
+    model, x, path = exported
+    with pytest.raises(ShapeError, match=r"input_shape \(7, 7, 2\) does not fit the model"):
+        export(model, tmp_path / "a", input_shape=(7, 7, 2))
+    with pytest.raises(ShapeError, match=r"input_shape \(9, 9, 1\) does not fit the model"):
+        export(model, tmp_path / "a", input_shape=(9, 9, 1))
+    with pytest.raises(ShapeError, match="input_shape must be a non-empty tuple of positive ints"):
+        export(model, tmp_path / "a", input_shape=(7, 0, 1))
+    loaded = load(path)
+    xb = np.array(x[:2])
+    xb[1, 3, 4, 0] = np.nan
+    with pytest.raises(RangeError, match="x must be finite"):
+        loaded(xb)
+    with pytest.raises(RangeError, match=r"x \(int8 input\) must lie in \[-128, 127\]; found 300"):
+        loaded(np.full((1, 7, 7, 1), 300, np.int32))
+    dw = model.layers[2].body.layers[0]
+    old = dw.bias[...]
+    try:
+        dw.bias[...] = old.at[3].set(jnp.inf)
+        with pytest.raises(RangeError, match="layer block.body.dw: parameter bias holds non-finite values"):
+            export(model, tmp_path / "b", input_shape=(7, 7, 1))
+    finally:
+        dw.bias[...] = old
+    assert not (tmp_path / "b" / "manifest.json").exists()
+
+
 @pytest.mark.parametrize("target", [T.XS3Legacy(variant="v2021"), T.NVDLA()], ids=["xs3-legacy", "nvdla"])
 def test_round_trip_on_the_other_targets(target, tmp_path):
     r = nnx.Rngs(1)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import hwjax
 import hwjax.nn as hn
 from hwjax import targets as T
 from hwjax import xs3
@@ -79,6 +80,60 @@ def test_bad_arguments_name_themselves():
         hn.Quantize(target=t, mode="int8")
     with pytest.raises(ValueError, match="fn must be one of"):
         hn.LutActivation("relu", target=t)
+
+
+def test_bad_sizes_and_inputs_name_the_layer():
+    from hwjax.errors import HwjaxError, RangeError, ShapeError
+
+    t, r = T.XS3(), nnx.Rngs(0)
+    for make, msg in [(lambda: hn.Dense(0, 4, target=t, rngs=r), "Dense: in_features must be a positive int, got 0"),
+                      (lambda: hn.Dense(3, -1, target=t, rngs=r), "Dense: out_features"),
+                      (lambda: hn.Conv(3, 0, 3, target=t, rngs=r), "Conv: out_features"),
+                      (lambda: hn.Conv(3, 4, 0, target=t, rngs=r), "Conv: kernel_size"),
+                      (lambda: hn.Conv(3, 4, 3, strides=(1, -1), target=t, rngs=r), "Conv: strides"),
+                      (lambda: hn.DepthwiseConv(0, 3, target=t, rngs=r), "DepthwiseConv: features"),
+                      (lambda: hn.MaxPool(0, target=t), "MaxPool: window")]:
+        with pytest.raises(RangeError, match=msg):
+            make()
+    with pytest.raises(TypeError, match="Dense: in_features must be a positive int, got 3.0") as e:
+        hn.Dense(3.0, 4, target=t, rngs=r)
+    assert isinstance(e.value, HwjaxError)
+    conv, dw, dense = hn.Conv(3, 4, 3, target=t, rngs=r), hn.DepthwiseConv(3, 3, target=t, rngs=r), \
+        hn.Dense(3, 4, target=t, rngs=r)
+    for layer, x, msg in [(conv, jnp.ones((1, 5, 5, 2)), r"Conv: input x .* 3 = in_features .*\(1, 5, 5, 2\)"),
+                          (conv, jnp.ones((5, 5, 3)), r"Conv: input x must have shape \(batch, height"),
+                          (dw, jnp.ones((1, 5, 5, 2)), r"DepthwiseConv: input x .* 3 = features"),
+                          (dense, jnp.ones((2, 5)), r"Dense: input x .* 3 = in_features .*\(2, 5\)"),
+                          (hn.MaxPool(9, target=t), jnp.ones((1, 5, 5, 2)), r"MaxPool: window \(9, 9\) does not fit"),
+                          (hn.AvgPool(2, target=t), jnp.ones((5, 5, 2)), r"AvgPool: input x must have shape")]:
+        with pytest.raises(ShapeError, match=msg):
+            layer(x)
+    with pytest.raises(ShapeError, match=r"Add: inputs x1 and x2 must have the same shape"):
+        hn.Add(target=t)(jnp.ones((1, 2, 2, 3)), jnp.ones((1, 2, 2, 4)))
+    np.testing.assert_array_equal(np.asarray(dense([[1.0, 2.0, 3.0]])), np.asarray(dense(jnp.array([[1.0, 2.0, 3.0]]))))
+
+
+def test_quantize_nan_rule():
+    from hwjax.errors import RangeError
+
+    t = T.XS3()
+    m = _calibrated(_conv_model(t, c_in=1, c_out=2), jnp.asarray(RNG.uniform(0, 1, (4, 5, 5, 1)), jnp.float32))
+    x = jnp.asarray(RNG.uniform(0, 1, (2, 5, 5, 1)), jnp.float32)
+    for bad in (jnp.nan, jnp.inf, -jnp.inf):
+        with pytest.raises(RangeError, match="Quantize input x must be finite"):
+            m(x.at[1, 2, 3, 0].set(bad))
+    q = hn.Quantize(target=t, mode="calibrate")
+    q(x)
+    before = np.asarray(q.out_range[...])
+    with pytest.raises(RangeError, match="Quantize input x must be finite"):
+        q(x.at[0, 0, 0, 0].set(jnp.nan))
+    np.testing.assert_array_equal(np.asarray(q.out_range[...]), before)  # the range was not poisoned
+    hn.set_mode(q, "float")
+    assert np.isnan(np.asarray(q(x.at[0, 0, 0, 0].set(jnp.nan)))[0, 0, 0, 0])  # float mode: the float model
+    f = jax.jit(lambda v: m(v).q)
+    np.testing.assert_array_equal(np.asarray(hwjax.checked(f)(x)), np.asarray(f(x)))
+    with pytest.raises(RangeError, match="x must be finite"):
+        hwjax.checked(f)(x.at[0, 1, 1, 0].set(jnp.nan))
 
 
 # --------------------------------------------------------------------------- modes

@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple, Sequence, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from hwjax.nn._base import HwLayer, LayerStats, Mode, Pinned, check_activation, make_stats
@@ -32,6 +33,9 @@ from hwjax.nn._quant import (
     weights_int,
 )
 from hwjax.core import ConvGeometry, div_rn
+from hwjax.core import validate as V
+from hwjax.core._validate import ArgTypeError
+from hwjax.errors import RangeError, ShapeError
 from hwjax.graph import Attrs, Quant, geometry
 from hwjax.targets import LUT_FUNCTIONS, lut_function
 
@@ -39,11 +43,46 @@ Padding = Union[str, int, Sequence[tuple[int, int]]]
 _DN = ("NHWC", "HWIO", "NHWC")
 
 
-def _pair(v, name: str) -> tuple[int, int]:
-    t = (v, v) if isinstance(v, int) else tuple(v)
-    if len(t) != 2 or not all(isinstance(i, int) and i >= 1 for i in t):
-        raise ValueError(f"{name} must be a positive int or a pair of positive ints, got {v!r}")
-    return t  # type: ignore[return-value]
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _pair(v, name: str, layer: str = "") -> tuple[int, int]:
+    """A positive int or a pair of positive ints as a pair (RangeError names ``layer`` and
+    ``name`` otherwise)."""
+    try:
+        t = (v, v) if _is_int(v) else tuple(v)
+    except TypeError:
+        t = ()
+    if len(t) != 2 or not all(_is_int(i) and i >= 1 for i in t):
+        raise RangeError(f"{layer + ': ' if layer else ''}{name} must be a positive int or a pair of positive "
+                         f"ints, got {v!r}")
+    return (int(t[0]), int(t[1]))
+
+
+def _positive_int(v, name: str, layer: str) -> int:
+    """A layer size: a positive int (ArgTypeError / RangeError name the layer and argument)."""
+    if not _is_int(v):
+        raise ArgTypeError(f"{layer}: {name} must be a positive int, got {v!r}")
+    if v < 1:
+        raise RangeError(f"{layer}: {name} must be a positive int, got {v}")
+    return int(v)
+
+
+def _check_input(layer, x, *, ndim: int, channels: int | None = None, name: str = "x",
+                 what: str = "in_features"):
+    """The input ``x`` (a QArray, or anything :func:`hwjax.core.validate.as_array` takes,
+    converted): ShapeError naming the layer unless it has ``ndim`` axes and (unless
+    ``channels`` is None) ``channels`` entries on the last one."""
+    if not isinstance(x, QArray):
+        x = V.as_array(x, f"{type(layer).__name__} input {name}")
+    shape = tuple((x.q if isinstance(x, QArray) else x).shape)
+    layout = "(batch, features)" if ndim == 2 else "(batch, height, width, channels)"
+    if len(shape) != ndim or (channels is not None and shape[-1] != channels):
+        req = f" with {channels} = {what} on the last axis" if channels is not None else ""
+        raise ShapeError(f"{type(layer).__name__}: input {name} must have shape {layout}{req}, "
+                         f"got shape {shape}")
+    return x
 
 
 def _check_padding(padding: Padding) -> Padding:
@@ -85,6 +124,13 @@ class Quantize(HwLayer):
     what :func:`hwjax.load` models do on float inputs). Gradient: straight-through
     ``1/scale`` inside the range, 0 where clipped. A :class:`QArray` input passes
     through unchanged.
+
+    NaN rule: in ``"calibrate"`` and ``"hardware"`` modes a NaN or an infinity in the
+    input raises :class:`hwjax.errors.RangeError` ("Quantize input x must be finite")
+    when the input is concrete, and under :func:`hwjax.checked` when it is traced
+    (inside ``jit``); traced and unchecked, a NaN quantises as the hardware-mode
+    formula gives it (not meaningful) and would poison a calibrated range. ``"float"``
+    mode is the float model: values pass unchanged.
     """
 
     kind = "quantize"
@@ -96,7 +142,11 @@ class Quantize(HwLayer):
     def __call__(self, x, *, return_stats: bool = False):
         if isinstance(x, QArray):
             return _ret(x, make_stats(x.q, relu=False), return_stats)
-        x = jnp.asarray(x, jnp.float32)
+        x = V.as_array(x, "Quantize input x")
+        V.kind(x, "Quantize input x")
+        x = x.astype(jnp.float32)
+        if self.mode != "float":  # the NaN rule (see the class docstring)
+            V.check_finite(x, "Quantize input x")
         if self.mode == "calibrate":
             self.record(x)
         if self.mode != "hardware":
@@ -154,7 +204,7 @@ class _Linear(HwLayer):
     def _init_linear(self, kernel_shape, n_out, use_bias, activation, strides, padding, rngs,
                      kernel_init, target, mode, learn_scale, **cfg):
         self.activation = check_activation(activation)
-        self.strides = _pair(strides, "strides")
+        self.strides = _pair(strides, "strides", type(self).__name__)
         self.padding = _check_padding(padding)
         super().__init__(target, mode=mode, learn_scale=learn_scale, strides=self.strides, padding=self.padding,
                          **cfg)
@@ -174,6 +224,10 @@ class _Linear(HwLayer):
 
     def _forward4d(self, x, return_stats: bool):
         kernel = self.kernel[...]
+        if self.kind != "dense":  # Dense checks its 2-D input itself
+            depthwise = self.groups_is_depthwise
+            x = _check_input(self, x, ndim=4, channels=kernel.shape[-1] if depthwise else kernel.shape[2],
+                             what="features" if depthwise else "in_features")
         if not isinstance(x, QArray):
             if self.mode == "hardware":
                 self._require_q(x)
@@ -328,7 +382,9 @@ class Conv(_Linear):
     def __init__(self, in_features: int, out_features: int, kernel_size, *, strides=1, padding: Padding = "SAME",
                  activation=None, use_bias: bool = True, target, mode: Mode = "float", learn_scale: bool = False,
                  rngs: nnx.Rngs, kernel_init: Callable = nnx.initializers.lecun_normal()):
-        kh, kw = _pair(kernel_size, "kernel_size")
+        kh, kw = _pair(kernel_size, "kernel_size", "Conv")
+        in_features = _positive_int(in_features, "in_features", "Conv")
+        out_features = _positive_int(out_features, "out_features", "Conv")
         self._init_linear((kh, kw, in_features, out_features), out_features, use_bias, activation, strides,
                           padding, rngs, kernel_init, target, mode, learn_scale, in_features=in_features,
                           out_features=out_features, kernel_size=(kh, kw))
@@ -357,7 +413,8 @@ class DepthwiseConv(_Linear):
     def __init__(self, features: int, kernel_size, *, strides=1, padding: Padding = "SAME", activation=None,
                  use_bias: bool = True, target, mode: Mode = "float", learn_scale: bool = False, rngs: nnx.Rngs,
                  kernel_init: Callable = nnx.initializers.lecun_normal()):
-        kh, kw = _pair(kernel_size, "kernel_size")
+        kh, kw = _pair(kernel_size, "kernel_size", "DepthwiseConv")
+        features = _positive_int(features, "features", "DepthwiseConv")
         self._init_linear((kh, kw, 1, features), features, use_bias, activation, strides, padding, rngs,
                           kernel_init, target, mode, learn_scale, features=features, kernel_size=(kh, kw))
 
@@ -383,15 +440,16 @@ class Dense(_Linear):
     def __init__(self, in_features: int, out_features: int, *, activation=None, use_bias: bool = True, target,
                  mode: Mode = "float", learn_scale: bool = False, rngs: nnx.Rngs,
                  kernel_init: Callable = nnx.initializers.lecun_normal()):
+        in_features = _positive_int(in_features, "in_features", "Dense")
+        out_features = _positive_int(out_features, "out_features", "Dense")
         self._init_linear((1, 1, in_features, out_features), out_features, use_bias, activation, 1, "VALID", rngs,
                           kernel_init, target, mode, learn_scale, in_features=in_features,
                           out_features=out_features)
 
     def __call__(self, x, *, return_stats: bool = False):
+        x = _check_input(self, x, ndim=2, channels=self.kernel.shape[2])
         q = isinstance(x, QArray)
         v = x.q if q else x
-        if v.ndim != 2:
-            raise ValueError(f"Dense expects inputs of shape (batch, features), got {v.shape}")
         x4 = x.with_q(v[:, None, None, :]) if q else v[:, None, None, :]
         y, stats = self._forward4d(x4, return_stats)
         y = y.with_q(y.q[:, 0, 0, :]) if isinstance(y, QArray) else y[:, 0, 0, :]
@@ -403,8 +461,8 @@ class Dense(_Linear):
 
 class _Pool(HwLayer):
     def __init__(self, window, *, strides=None, target, mode: Mode = "float"):
-        self.window = _pair(window, "window")
-        self.strides = _pair(strides if strides is not None else self.window, "strides")
+        self.window = _pair(window, "window", type(self).__name__)
+        self.strides = _pair(strides if strides is not None else self.window, "strides", type(self).__name__)
         super().__init__(target, mode=mode, window=self.window, strides=self.strides)
 
     def node_attrs(self, in_shape=None) -> Attrs:
@@ -418,6 +476,16 @@ class _Pool(HwLayer):
         """The target's exact pool of ``x_int`` (the output keeps ``x``'s quantisation)."""
         attrs, q = self.node_attrs(), Quant.of(sg(x.scale), x.zero_point)
         return self.op_run(attrs, self.op_params(attrs, None, [q], q), x_int)
+
+    def _check(self, x):
+        """The 4-D input, checked: ShapeError naming the layer when the window does not fit
+        (the pool would have no output pixel)."""
+        x = _check_input(self, x, ndim=4)
+        hw = tuple((x.q if isinstance(x, QArray) else x).shape[1:3])
+        if hw[0] < self.window[0] or hw[1] < self.window[1]:
+            raise ShapeError(f"{type(self).__name__}: window {self.window} does not fit the input's "
+                             f"(height, width) = {hw} (no output pixel)")
+        return x
 
     def _reduce(self, x, init, op):
         return jax.lax.reduce_window(x, init, op, (1, *self.window, 1), (1, *self.strides, 1), "VALID")
@@ -433,6 +501,7 @@ class MaxPool(_Pool):
     kind = "maxpool"
 
     def __call__(self, x, *, return_stats: bool = False):
+        x = self._check(x)
         if not isinstance(x, QArray):
             if self.mode == "hardware":
                 self._require_q(x)
@@ -455,6 +524,7 @@ class AvgPool(_Pool):
 
     def __call__(self, x, *, return_stats: bool = False):
         n = self.window[0] * self.window[1]
+        x = self._check(x)
         if not isinstance(x, QArray):
             if self.mode == "hardware":
                 self._require_q(x)
@@ -492,6 +562,11 @@ class Add(HwLayer):
 
     def __call__(self, x1, x2, *, return_stats: bool = False):
         relu = self.activation == "relu"
+        x1 = x1 if isinstance(x1, QArray) else V.as_array(x1, "Add input x1")
+        x2 = x2 if isinstance(x2, QArray) else V.as_array(x2, "Add input x2")
+        s1, s2 = ((v.q if isinstance(v, QArray) else v).shape for v in (x1, x2))
+        if s1 != s2:
+            raise ShapeError(f"Add: inputs x1 and x2 must have the same shape, got {s1} and {s2}")
         if not (isinstance(x1, QArray) and isinstance(x2, QArray)):
             if self.mode == "hardware":
                 self._require_q(x1, "x1")
