@@ -128,7 +128,7 @@ def test_unknown_option_raises():
 
 # ------------------------------------------- runtime="xs3" on original models (xformer's recipe)
 
-XS3_ORIGINALS = ["conv_16_17_s2", "conv_3_5_same", "depthwise_valid_s2", "fully_connected"]
+XS3_ORIGINALS = ["add", "conv_16_17_s2", "conv_3_5_same", "depthwise_valid_s2", "fully_connected", "mean"]
 
 
 @pytest.mark.parametrize("name", XS3_ORIGINALS)
@@ -189,8 +189,28 @@ def test_hwjax_blobs_equal_xformers_byte_for_byte(name):
         np.testing.assert_array_equal(mine, w_blob)
 
 
-@pytest.mark.parametrize("name,what", [("chain", "error estimate"), ("add", "add"), ("mean", "mean")])
-def test_original_model_xs3_refuses_what_it_cannot_decide(name, what):
-    m = T.load(os.path.join(DATA, f"{name}.tflite"))
-    with pytest.raises(UnsupportedOpError, match=what):
-        m.run(_data(name)["x"], runtime="xs3")
+def test_original_model_xs3_refuses_what_it_cannot_decide():
+    """chain's depthwise layer is over xformer's error threshold (xformer keeps it as a
+    TFLM op after trying its channel-wise transform): refused, not guessed."""
+    m = T.load(os.path.join(DATA, "chain.tflite"))
+    with pytest.raises(UnsupportedOpError, match="depthwise_conv.*error estimate"):
+        m.run(_data("chain")["x"], runtime="xs3")
+
+
+def test_add_and_mean_options_equal_xformers():
+    """XC_add's m1, m2, bias, shift and XC_mean's scale from hwjax's transcription of
+    xformer's recipe equal the stored options."""
+    from hwjax.targets._xs3_deployed import xformer_add_params, xformer_mean_scale
+
+    for name, op in (("add", "add"), ("mean", "mean")):
+        g = T.load(os.path.join(DATA, f"{name}.tflite")).graph
+        node = [n for n in g.nodes if n.op == op][0]
+        q = [g.tensors[t].quant for t in node.inputs] + [g.tensors[node.outputs[0]].quant]
+        xc = [n for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes if n.op == "xc_" + op][0]
+        if op == "add":
+            got = xformer_add_params(q[0].scale, q[0].zero_point, q[1].scale, q[1].zero_point, q[2].scale,
+                                     q[2].zero_point)
+            assert {k: int(v) for k, v in got.items()} == {"m1": xc.attrs["multiplier1"], "m2": xc.attrs["multiplier2"],
+                                                           "bias": xc.attrs["bias"], "shift": xc.attrs["shift"]}
+        else:
+            assert float(xformer_mean_scale(q[0].scale, q[1].scale, node.attrs["count"])) == xc.attrs["scale"]

@@ -21,8 +21,8 @@ import numpy as np
 
 from hwjax import xs3
 from hwjax.graph import geometry
-from hwjax.targets._base import no_acc, register
-from hwjax.targets._tflite import TFLite
+from hwjax.targets._base import Target, no_acc, register
+from hwjax.targets._tflite import TFLite, host_recipe
 
 _I32 = jnp.int32
 
@@ -40,12 +40,21 @@ class XS3Runtime(TFLite):
     runtime: str = "tflm"
     variant: str = "host"
     name: ClassVar[str] = "xs3-tflm"
+    #: op kinds with an XS3 implementation of their own (not TFLM's)
+    native: ClassVar[frozenset] = frozenset()
 
     def __post_init__(self):
         if self.runtime != "tflm":
             raise ValueError(f"XS3Runtime runs builtins as TFLM does: runtime must be 'tflm', got {self.runtime!r}")
         if self.variant not in xs3.VARIANTS:
             raise ValueError(f"variant must be one of {xs3.VARIANTS}, got {self.variant!r}")
+
+    def lowering(self, op: str):
+        """Op kinds this class implements itself run their XS3 lowering; the others are
+        TFLite's, on runtime ``"tflm"`` (with its per-runtime verification)."""
+        if op in type(self).native:
+            return Target.lowering(self, op)
+        return super().lowering(op)
 
 
 def _stored(target, attrs, portable, q_in, q_out):
@@ -145,13 +154,21 @@ def _xc_mean(target, attrs, p, x, return_acc: bool = False):
     """Float32 mean (deployed.md §2): ``S`` the exact int32 sum over the reduced axis, then
     ``clamp(rint(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)`` (each float32 operation
     rounded; an optimisation barrier keeps the product from fusing into an FMA)."""
-    outer, n, inner = attrs["outer"], attrs["reduced"], attrs["inner"]
+    y = mean_f32(x, attrs["outer"], attrs["reduced"], attrs["inner"], attrs["in_zero_point"],
+                 attrs["out_zero_point"], attrs["scale"])
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+def mean_f32(x, outer: int, n: int, inner: int, zi, zo, scale) -> jax.Array:
+    """lib_nn's float32 mean of ``x`` (B, ...) viewed as (B, outer, n, inner) over axis 2:
+    ``clamp(rint(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)``, ``S`` the int32 sum, ``rint``
+    ties to even; ``zi``, ``zo``, ``scale`` float32 values (traced or not). Returns int32
+    (B, outer, inner)."""
     s = x.astype(_I32).reshape(x.shape[0], outer, n, inner).sum(axis=2, dtype=_I32)
     f32 = jnp.float32
-    centred = s.astype(f32) - f32(attrs["in_zero_point"] * n)  # exact: |values| < 2**24
-    prod = jax.lax.optimization_barrier(centred * f32(attrs["scale"]))
-    y = jnp.clip(jnp.round(prod + f32(attrs["out_zero_point"])), -128, 127)
-    return no_acc(_shaped(y, attrs), return_acc)
+    centred = s.astype(f32) - jnp.asarray(zi, f32) * f32(n)  # exact: |values| < 2**24
+    prod = jax.lax.optimization_barrier(centred * jnp.asarray(scale, f32))
+    return jnp.clip(jnp.round(prod + jnp.asarray(zo, f32)), -128, 127).astype(_I32)
 
 
 @XS3Runtime.implements("xc_maxpool2d", params=_stored)
@@ -163,6 +180,7 @@ def _xc_maxpool2d(target, attrs, p, x, return_acc: bool = False):
     return no_acc(_shaped(y, attrs), return_acc)
 
 
+XS3Runtime.native = frozenset(XS3Runtime._impls) - frozenset(TFLite._impls) | {"reshape"}
 register("xs3-tflm", XS3Runtime)
 
 
@@ -171,7 +189,8 @@ register("xs3-tflm", XS3Runtime)
 
 #: the op kinds of an original model that :class:`XS3Compiled` lowers as xformer does
 #: (linear ops: ``XC_conv2d_v2``; the rest run the same bytes/arithmetic either way)
-COMPILED_OPS = ("conv", "depthwise_conv", "dense", "maxpool", "activation", "flatten", "reshape", "pad", "quantize")
+COMPILED_OPS = ("conv", "depthwise_conv", "dense", "maxpool", "activation", "flatten", "reshape", "pad", "quantize",
+                "add", "mean")
 ERR_THRESHOLD = 0.25  # xformer's --xcore-conv-err-threshold default
 
 
@@ -264,6 +283,60 @@ for _op in ("conv", "depthwise_conv", "dense"):
     XS3Compiled.implements(_op, params=_compiled_params(_op))(_compiled_run(_op))
 
 
+def xformer_mean_scale(s_in, s_out, count) -> np.float32:
+    """``XC_mean``'s ``scale_mul`` as xformer computes it: ``float32(double(s_in) /
+    double(s_out) / count)`` (the file's float32 scales widened to double)."""
+    return np.float32(np.float64(np.float32(s_in)) / np.float64(np.float32(s_out)) / np.float64(count))
+
+
+def _c_round(v: float) -> int:
+    """C ``round``: half away from zero."""
+    return int(np.sign(v) * np.floor(abs(v) + 0.5))
+
+
+def xformer_add_params(s1, z1, s2, z2, s_out, z_out) -> dict:
+    """``XC_add``'s ``m1, m2, bias, shift`` as xformer derives them (double arithmetic on
+    the float32 scales): ``r_i = s_i / s_out``, ``shift = floor(log2(2**14 / max(r1, r2)))``,
+    ``m_i = round(r_i 2**shift)``, ``bias = round((z_out - z1 r1 - z2 r2) 2**shift)`` (C
+    ``round``, half away from zero). Returns int32 NumPy scalars."""
+    r1 = np.float64(np.float32(s1)) / np.float64(np.float32(s_out))
+    r2 = np.float64(np.float32(s2)) / np.float64(np.float32(s_out))
+    shift = int(np.floor(np.log2(2.0**14 / max(r1, r2))))
+    bias = (float(z_out) - float(z1) * r1 - float(z2) * r2) * 2.0**shift
+    return {"m1": np.int32(_c_round(r1 * 2.0**shift)), "m2": np.int32(_c_round(r2 * 2.0**shift)),
+            "bias": np.int32(_c_round(bias)), "shift": np.int32(shift)}
+
+
+def _mean_params(target, attrs, portable, q_in, q_out):
+    r = host_recipe(lambda si, so: {"scale": xformer_mean_scale(si, so, attrs["count"])}, q_in[0].scale, q_out.scale)
+    return {**r, "zi": jnp.asarray(q_in[0].zero_point, jnp.float32), "zo": jnp.asarray(q_out.zero_point, jnp.float32)}
+
+
+@XS3Compiled.implements("mean", params=_mean_params)
+def _mean(target, attrs, p, x, return_acc: bool = False):
+    """TFLite MEAN over contiguous axes as ``XC_mean`` (float32, :func:`mean_f32`)."""
+    axes, shape = tuple(attrs["axes"]), x.shape[1:]
+    outer, n = int(np.prod(shape[:axes[0]])), int(np.prod(shape[axes[0]:axes[-1] + 1]))
+    y = mean_f32(x, outer, n, int(np.prod(shape[axes[-1] + 1:])), p["zi"], p["zo"], p["scale"])
+    kept = [d for i, d in enumerate(shape) if i not in axes]
+    if attrs.get("keep_dims"):
+        kept = [1 if i in axes else d for i, d in enumerate(shape)]
+    return no_acc(y.reshape(x.shape[0], *kept), return_acc)
+
+
+def _add_params(target, attrs, portable, q_in, q_out):
+    return host_recipe(xformer_add_params, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point,
+                       q_out.scale, q_out.zero_point)
+
+
+@XS3Compiled.implements("add", params=_add_params)
+def _add(target, attrs, p, x1, x2, return_acc: bool = False):
+    """TFLite ADD (no fused activation) as ``XC_add``."""
+    y = xs3.add_int8(x1, x2, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"],
+                     variant=target.variant)
+    return no_acc(y.astype(_I32), return_acc)
+
+
 def check_xformer_lowering(graph) -> None:
     """Raises UnsupportedOpError unless :class:`XS3Compiled` computes what xformer (default
     options) + lib_tflite_micro compute for ``graph`` (an original model with concrete
@@ -279,6 +352,12 @@ def check_xformer_lowering(graph) -> None:
             raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
                                      f"compiled as xformer does yet (supported: {list(COMPILED_OPS)}); convert the "
                                      "model with xformer and load its output instead")
+        if node.op == "add" and node.attrs.get("activation") is not None:
+            raise UnsupportedOpError(f"node {node.name!r}: ADD with a fused activation is not compiled yet")
+        axes = tuple(node.attrs.get("axes", ()))
+        if node.op == "mean" and axes != tuple(range(axes[0], axes[-1] + 1)):
+            raise UnsupportedOpError(f"node {node.name!r}: MEAN over non-contiguous axes {axes} stays a TFLM op "
+                                     "in xformer, which is not implemented here")
     for node in graph.nodes:
         if node.op in ("conv", "depthwise_conv", "dense"):
             q_in = [graph.tensors[t].quant for t in node.inputs]
@@ -294,4 +373,5 @@ def check_xformer_lowering(graph) -> None:
                                          "not decide yet")
 
 
+XS3Compiled.native = XS3Runtime.native | {"conv", "depthwise_conv", "dense", "mean", "add"}
 register("xs3-xformer", XS3Compiled)
