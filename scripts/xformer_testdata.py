@@ -75,7 +75,25 @@ def _models():
         mb.op("RESHAPE", [x, st], [y], ("ReshapeOptions", {"newShape": [1, 12, 8]}))
         return mb.finish([x], [y]), shape
 
+    def spread_conv(rng):
+        """A VALID 3x3 conv 8 -> 8 whose weight scales spread over up to 4 decades: xformer
+        then picks the group transform, the channel-wise one, or leaves the TFLM op."""
+        mb = T.ModelBuilder()
+        s_in = np.float32(10 ** rng.uniform(-2.5, -0.5))
+        x = mb.tensor((1, 6, 6, 8), "int8", s_in, int(rng.integers(-30, 30)))
+        s_w = (0.01 * 10 ** rng.uniform(-rng.uniform(0, 4), 0, 8)).astype(np.float32)
+        w = mb.tensor((8, 3, 3, 8), "int8", s_w, np.zeros(8), rng.integers(-127, 128, (8, 3, 3, 8)))
+        b = mb.tensor((8,), "int32", (s_in * s_w).astype(np.float32), np.zeros(8), rng.integers(-3000, 3000, 8))
+        s_out = np.float32(s_in * s_w.max() * 10 ** rng.uniform(0, 2.5))
+        y = mb.tensor((1, 4, 4, 8), "int8", s_out, int(rng.integers(-30, 30)))
+        mb.op("CONV_2D", [x, w, b], [y], ("Conv2DOptions", {"padding": 1, "strideH": 1, "strideW": 1}), 3)
+        return mb.finish([x], [y]), (6, 6, 8)
+
     return {
+        "spread_group": (1000, spread_conv),
+        "spread_channelwise_a": (1002, spread_conv),
+        "spread_channelwise_b": (1007, spread_conv),
+        "spread_tflm": (1001, spread_conv),
         "conv_3_5_same": (1, conv((8, 8, 3), 5, (3, 3), (1, 1), "SAME")),
         "conv_8_12_valid": (2, conv((7, 6, 8), 12, (3, 3), (1, 1), "VALID", "relu")),
         "conv_16_17_s2": (3, conv((9, 9, 16), 17, (3, 3), (2, 2), "SAME", "relu6")),
