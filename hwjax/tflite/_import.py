@@ -40,6 +40,9 @@ OPS = {
        "HARD_SWISH", 126: "BATCH_MATMUL", 150: "GELU"}
 ACT = {0: None, 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
 PADDING = {0: "SAME", 1: "VALID"}
+#: the suffix of the tensor between an operator and the activation node split off its fused
+#: RELU6 / RELU_N1_TO_1 (:meth:`Builder.node`); the writer (``_save``) fuses such pairs back
+PRE_ACTIVATION = ":pre_activation"
 @dataclass(frozen=True)
 class TensorInfo:
     """A model input or output as the file declares it: ``shape`` includes the file's
@@ -226,7 +229,7 @@ class Builder:
     def node(self, op, inputs, out_i, attrs, params=None, act=None, where=""):
         out = self.act(out_i, where)
         if act is not None:
-            pre = f"{out}:pre_activation"
+            pre = out + PRE_ACTIVATION
             self.tensors[pre] = Tensor(pre, self.tensors[out].shape, self.tensors[out].dtype, self.tensors[out].quant)
             self.nodes.append(Node(op, inputs, (pre,), attrs, params, name=pre))
             self.nodes.append(Node("activation", (pre,), (out,), {"fn": act}, None, name=out))
