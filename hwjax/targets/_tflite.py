@@ -34,6 +34,7 @@ from hwjax.tflite import (
     quantize_multiplier,
     requant_params,
 )
+from hwjax.tflite._xnnpack import add_jax, add_recipe, requant_jax, requant_recipe
 
 RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
 
@@ -46,11 +47,12 @@ _REQUANT = {
 }
 # op kinds whose arithmetic differs per runtime and is verified only on these runtimes
 _VERIFIED = {
-    "add": ("reference", "optimized", "tflm"),
-    "avgpool": ("reference", "optimized", "tflm"),
-    # QUANTIZE int8 -> int8: LiteRT's optimized kernel and XNNPACK differ from the
-    # reference Requantize on many outputs (not ties); not yet derived
-    "requantize": ("reference", "tflm"),
+    # ADD and QUANTIZE int8 -> int8 on "optimized" / "xnnpack": hwjax.tflite._xnnpack (x86
+    # NEON_2_SSE vector loops, XNNPACK qs8 add / convert); AVERAGE_POOL_2D int8 is never
+    # delegated to XNNPACK, so every runtime runs LiteRT's integer average pool
+    "add": ("reference", "optimized", "xnnpack", "tflm"),
+    "avgpool": ("reference", "optimized", "xnnpack", "tflm"),
+    "requantize": ("reference", "optimized", "xnnpack", "tflm"),
 }
 
 
@@ -174,8 +176,26 @@ def _unary_run(target, attrs, p, x, return_acc: bool = False):
     return no_acc(y, return_acc)
 
 
+def _requantize_params(target, attrs, portable, q_in, q_out):
+    """QUANTIZE int8 -> int8: LiteRT's ``(m, e)``; on ``"optimized"`` / ``"xnnpack"`` also the
+    parameters of :func:`hwjax.tflite._xnnpack.requant_recipe`."""
+    p = _unary_params(target, attrs, portable, q_in, q_out)
+    rt = target.runtime
+    if rt in ("optimized", "xnnpack"):
+        p = {**p, **host_recipe(lambda s_in, s_out: requant_recipe(rt, s_in, s_out), q_in[0].scale, q_out.scale)}
+    return p
+
+
+def _requantize_run(target, attrs, p, x, return_acc: bool = False):
+    """QUANTIZE int8 -> int8: the reference ``Requantize`` (``"reference"``, ``"tflm"``), else
+    :func:`hwjax.tflite._xnnpack.requant_jax` (LiteRT's x86 vector loop / XNNPACK convert)."""
+    if target.runtime in ("optimized", "xnnpack"):
+        return no_acc(requant_jax(x, p, target.runtime), return_acc)
+    return _unary_run(target, attrs, p, x, return_acc)
+
+
 TFLite.implements("activation", params=_unary_params)(_unary_run)
-TFLite.implements("requantize", params=_unary_params)(_unary_run)
+TFLite.implements("requantize", params=_requantize_params)(_requantize_run)
 
 
 # -------------------------------------------------------------------------------- pools
@@ -218,20 +238,30 @@ def _pool(target, attrs, p, x, return_acc: bool = False):
 
 
 def _add_params(target, attrs, portable, q_in, q_out):
+    """ADD: LiteRT's ``add.cc`` parameters; on ``"optimized"`` / ``"xnnpack"`` those of
+    :func:`hwjax.tflite._xnnpack.add_recipe` (with XNNPACK's when it takes the node)."""
     act = attrs.get("activation")
+    rt = target.runtime
 
-    def recipe(s1, s2, s_out, z_out):
+    def recipe(s1, z1, s2, z2, s_out, z_out):
+        if rt in ("optimized", "xnnpack"):
+            return add_recipe(rt, act, s1, z1, s2, z2, s_out, z_out)
         p = add_params(s1, s2, s_out)
         lo, hi = activation_range(act, s_out, int(z_out))
         return {**p, "act_min": np.int32(lo), "act_max": np.int32(hi)}
 
-    r = host_recipe(recipe, q_in[0].scale, q_in[1].scale, q_out.scale, q_out.zero_point)
+    r = host_recipe(recipe, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point, q_out.scale,
+                    q_out.zero_point)
     return {**r, "z1": jnp.asarray(q_in[0].zero_point, jnp.int32), "z2": jnp.asarray(q_in[1].zero_point, jnp.int32),
             "zout": jnp.asarray(q_out.zero_point, jnp.int32)}
 
 
 @TFLite.implements("add", params=_add_params)
 def _add(target, attrs, p, x1, x2, return_acc: bool = False):
+    """ADD: the reference kernel (``"reference"``, ``"tflm"``), else
+    :func:`hwjax.tflite._xnnpack.add_jax` (LiteRT's x86 vector loop / XNNPACK qs8 add)."""
+    if target.runtime in ("optimized", "xnnpack"):
+        return no_acc(add_jax(x1, x2, p, target.runtime), return_acc)
     return no_acc(add_int(x1, x2, p, p["z1"], p["z2"], p["zout"], p["act_min"], p["act_max"]), return_acc)
 
 
