@@ -1,7 +1,8 @@
 """Converters (and integer kernels) of TFLite's nonlinear operators: SOFTMAX, LOGISTIC, TANH.
 
 LOGISTIC and TANH become the portable ``lut`` op (``fn`` ``"sigmoid"`` / ``"tanh"``);
-SOFTMAX becomes the ``softmax`` op (:mod:`hwjax.graph.ops.nonlinear`). What LiteRT
+SOFTMAX becomes the ``softmax`` op (:mod:`hwjax.graph.ops.nonlinear`); the writers at
+the end of this module (:func:`hwjax.tflite._save.writes`) turn them back. What LiteRT
 2.x computes for int8 tensors (x86, one thread), and what is emulated here:
 
 * LOGISTIC / TANH, every resolver (``BUILTIN_REF``, the builtin optimized kernels and
@@ -34,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
+from hwjax.tflite import _save as S
 from hwjax.tflite._arith import quantize_multiplier
 from hwjax.tflite._import import Builder, OpContext, converts
 
@@ -424,3 +426,53 @@ def _softmax(b: Builder, op: OpContext) -> None:
     if why is not None:
         raise UnsupportedOpError(f"{op.where}: {why}")
     b.node("softmax", (x,), o, {"beta": beta, "axis": -1}, None, None, op.where)
+
+
+# ------------------------------------------------------------------------------ writers
+
+
+def _int8_io_tensors(b: "S.FileBuilder", node) -> tuple:
+    """The graph tensors of the node's input and output; UnsupportedOpError unless both are
+    int8 (the arithmetic the converters accept)."""
+    t_in, t_out = b.graph.tensor(node.inputs[0]), b.graph.tensor(node.outputs[0])
+    for t in (t_in, t_out):
+        if t.dtype != "int8":
+            raise UnsupportedOpError(f"{S.where(node)}: tensor {t.name!r} is {t.dtype}; {node.op} is written for int8 "
+                                     "only")
+    return t_in, t_out
+
+
+def _scalar_quant(t) -> tuple[np.float32, int]:
+    return (np.float32(np.asarray(t.quant.scale, np.float32).reshape(-1)[0]),
+            int(np.asarray(t.quant.zero_point).reshape(-1)[0]))
+
+
+@S.writes("lut")
+def _write_lut(b: "S.FileBuilder", node) -> None:
+    """``lut`` -> LOGISTIC (``fn`` ``"sigmoid"``) or TANH (``"tanh"``), int8, no options.
+    UnsupportedOpError for a sigmoid whose output scale is not exactly 1/256 (LiteRT's
+    LOGISTIC refuses it; the converter too)."""
+    t_in, t_out = _int8_io_tensors(b, node)
+    fn = node.attrs["fn"]
+    if fn == "sigmoid":
+        s_out, z_out = _scalar_quant(t_out)
+        if float(s_out) != SIGMOID_OUTPUT_SCALE:
+            raise UnsupportedOpError(f"{S.where(node)}: output scale {float(s_out)!r} (zero point {z_out}); "
+                                     "LiteRT's LOGISTIC requires an output scale of exactly 1/256")
+    b.op("LOGISTIC" if fn == "sigmoid" else "TANH", [b.tensor(t_in.name)], [b.tensor(t_out.name)], version=2)
+
+
+@S.writes("softmax")
+def _write_softmax(b: "S.FileBuilder", node) -> None:
+    """``softmax`` (axis -1) -> SOFTMAX with option ``beta`` (float32), int8.
+    UnsupportedOpError for parameters LiteRT rejects (:func:`softmax_quant_error`).
+    The file stores ``fl32(beta)``, which is what every kernel (and hwjax's recipes)
+    uses; a ``beta`` that is not a float32 value reads back as ``fl32(beta)``."""
+    t_in, t_out = _int8_io_tensors(b, node)
+    beta = float(np.float32(node.attrs["beta"]))
+    if int(node.attrs.get("axis", -1)) != -1:
+        raise UnsupportedOpError(f"{S.where(node)}: axis {node.attrs['axis']}; SOFTMAX runs over the last axis")
+    why = softmax_quant_error(_scalar_quant(t_in)[0], beta, *_scalar_quant(t_out))
+    if why is not None:
+        raise UnsupportedOpError(f"{S.where(node)}: {why}")
+    b.op("SOFTMAX", [b.tensor(t_in.name)], [b.tensor(t_out.name)], ("SoftmaxOptions", {"beta": beta}), version=2)

@@ -14,6 +14,12 @@ Converters (registered with :func:`converts`):
 * MEAN -> ``mean``; MUL -> ``mul`` (``square`` for a tensor times itself, ``mul_const``
   with a constant int8 operand); DEQUANTIZE (int8 -> float32) -> ``dequantize``.
 
+Writers (registered with :func:`hwjax.tflite._save.writes`, the mirror of the
+converters): ``pad`` -> PAD / PADV2, ``concat`` -> CONCATENATION, ``mean`` -> MEAN,
+``mul`` / ``mul_const`` / ``square`` -> MUL, ``dequantize`` -> DEQUANTIZE. SQUEEZE and
+the folded shape chains became ``reshape`` / ``flatten`` nodes, which are written as
+RESHAPE (:mod:`hwjax.tflite._save`).
+
 Kernels (below the converters) take batched int32 arrays holding the tensors' values and
 the integer parameters the TFLite target's recipes derive; they are pure and jittable.
 """
@@ -27,9 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import compute_once
-from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import Node, Tensor
 from hwjax.tflite._arith import requantize
+from hwjax.tflite import _save as S
 from hwjax.tflite._import import Builder, OpContext, converts, same_quant
 
 _I32 = jnp.int32
@@ -314,6 +321,136 @@ def _dequantize(b: Builder, op: OpContext) -> None:
     shape = _batch_one(b, o, where)
     b.tensors[t.name] = Tensor(t.name, shape, "float32", None)
     b.nodes.append(Node("dequantize", (x,), (t.name,), {}, None, name=t.name))
+
+
+# ------------------------------------------------------------------------------ writers
+#
+# Each writer emits the operator its converter reads back into the same node: the batch
+# axis (1) is prepended to every per-example axis, shape and padding, and the operator
+# code versions are those TensorFlow's converter writes for int8.
+
+
+def _keeps_quant(b: "S.FileBuilder", node: Node, ins, what: str) -> None:
+    """UnsupportedOpError unless every tensor of ``ins`` has the dtype and quantisation of
+    the node's output (``what``: the operator, for the message)."""
+    t_out = b.graph.tensor(node.outputs[0])
+    for name in ins:
+        t = b.graph.tensor(name)
+        if t.dtype != t_out.dtype or not S.same_quant(t.quant, t_out.quant):
+            raise UnsupportedOpError(f"{S.where(node)}: LiteRT's {what} keeps the quantisation; input {name!r} "
+                                     f"({t.dtype}, {t.quant}) and output {t_out.name!r} ({t_out.dtype}, "
+                                     f"{t_out.quant}) differ")
+
+
+@S.writes("pad")
+def _write_pad(b: "S.FileBuilder", node: Node) -> None:
+    """``pad`` -> PAD (``value`` None: the pad value is the output's zero point) or PADV2
+    (``value``: a scalar constant of the output's dtype and quantisation), reading an
+    int32 ``(rank + 1, 2)`` paddings tensor whose batch row is ``(0, 0)``."""
+    _keeps_quant(b, node, node.inputs, "PAD")
+    t_out = b.graph.tensor(node.outputs[0])
+    pads = np.asarray([(0, 0), *(tuple(int(v) for v in p) for p in node.attrs["paddings"])], np.int32)
+    ins = [b.tensor(node.inputs[0]), b.const(f"{node.name}/paddings", pads, "int32")]
+    value = node.attrs.get("value")
+    if value is None:
+        b.op("PAD", ins, [b.tensor(t_out.name)], ("PadOptions", {}), version=2)
+        return
+    q = t_out.quant
+    ins.append(b.const(f"{node.name}/constant_value", np.asarray(int(value)), t_out.dtype,
+                       np.asarray(q.scale, np.float32).reshape(1), np.asarray(q.zero_point).reshape(1)))
+    b.op("PADV2", ins, [b.tensor(t_out.name)], ("PadV2Options", {}), version=2)
+
+
+@S.writes("concat")
+def _write_concat(b: "S.FileBuilder", node: Node) -> None:
+    """``concat`` -> CONCATENATION along ``axis + 1``, no fused activation. Every input
+    must share the output's quantisation (UnsupportedOpError otherwise: LiteRT refuses
+    to prepare such an int8 CONCATENATION)."""
+    _keeps_quant(b, node, node.inputs, "int8 CONCATENATION")
+    axis = int(node.attrs["axis"]) + 1
+    b.op("CONCATENATION", [b.tensor(x) for x in node.inputs], [b.tensor(node.outputs[0])],
+         ("ConcatenationOptions", {"axis": axis, "fusedActivationFunction": 0}), version=2)
+
+
+def _int8_only(b: "S.FileBuilder", node: Node, names, what: str) -> None:
+    """UnsupportedOpError unless the tensors ``names`` are int8 (the converters of MEAN,
+    MUL and DEQUANTIZE read int8 only)."""
+    for name in names:
+        if b.graph.tensor(name).dtype != "int8":
+            raise UnsupportedOpError(f"{S.where(node)}: tensor {name!r} is {b.graph.tensor(name).dtype}; {what} is "
+                                     "written for int8 only")
+
+
+@S.writes("mean")
+def _write_mean(b: "S.FileBuilder", node: Node) -> None:
+    """``mean`` -> MEAN over the int32 axes ``[a + 1 for a in axes]`` (ascending), option
+    ``keepDims``. int8 only, as the converter (UnsupportedOpError otherwise)."""
+    _int8_only(b, node, (*node.inputs, *node.outputs), "MEAN")
+    axes = np.asarray([int(a) + 1 for a in node.attrs["axes"]], np.int32)
+    b.op("MEAN", [b.tensor(node.inputs[0]), b.const(f"{node.name}/axes", axes, "int32")],
+         [b.tensor(node.outputs[0])], ("ReducerOptions", {"keepDims": bool(node.attrs.get("keep_dims", False))}),
+         version=2)
+
+
+def _write_mul_op(b: "S.FileBuilder", node: Node, ins: list, shapes, scales) -> None:
+    """MUL of file tensors ``ins``, the node's ``activation`` fused. ``shapes`` / ``scales``:
+    the per-example shapes and the scales of the two operands; as the converter,
+    UnsupportedOpError for a broadcast (unequal shapes) whose products can overflow
+    LiteRT's optimized int16 intermediates (:func:`mul_int16_safe`)."""
+    _int8_only(b, node, (*node.inputs, *node.outputs), "MUL")
+    out, act = b.output(node)  # checks the output's quantisation
+    q = b.graph.tensor(node.outputs[0]).quant
+    s_out, z_out = np.float32(np.asarray(q.scale).reshape(-1)[0]), int(np.asarray(q.zero_point).reshape(-1)[0])
+    if tuple(shapes[0]) != tuple(shapes[1]) and not mul_int16_safe(*scales, s_out, z_out):
+        raise UnsupportedOpError(f"{S.where(node)}: a broadcasting MUL ({tuple(shapes[0])} by {tuple(shapes[1])}) "
+                                 "whose products can overflow the int16 intermediates of LiteRT's optimized kernel")
+    b.op("MUL", ins, [out], ("MulOptions", {"fusedActivationFunction": act}), version=2)
+
+
+@S.writes("mul")
+def _write_mul(b: "S.FileBuilder", node: Node) -> None:
+    """``mul`` -> MUL of its two inputs in order, the ``activation`` fused."""
+    t = [b.graph.tensor(x) for x in node.inputs]
+    _write_mul_op(b, node, [b.tensor(x) for x in node.inputs], [u.shape for u in t],
+                  [np.float32(np.asarray(u.quant.scale).reshape(-1)[0]) for u in t])
+
+
+@S.writes("square")
+def _write_square(b: "S.FileBuilder", node: Node) -> None:
+    """``square`` -> MUL reading its input twice (the form the converter reads as
+    ``square`` and XNNPACK rewrites into its squaring), the ``activation`` fused."""
+    x, t = b.tensor(node.inputs[0]), b.graph.tensor(node.inputs[0])
+    _write_mul_op(b, node, [x, x], (t.shape, t.shape), (None, None))
+
+
+@S.writes("mul_const")
+def _write_mul_const(b: "S.FileBuilder", node: Node) -> None:
+    """``mul_const`` -> MUL of the input (first operand) and an int8 constant holding
+    ``value`` quantised (``scale``, ``zero_point``) per tensor, the ``activation`` fused.
+    A ``value`` with as many axes as an example is written with the batch axis
+    prepended (shape ``(1, *value.shape)``): then LiteRT, like hwjax, sees operands of
+    equal shape where ``value`` has the example's shape (its element-wise kernels);
+    a ``value`` with fewer axes is written as it is (a broadcast). Either way the
+    converter reads back the same ``value``."""
+    value = S.integer_param(node, "value", np.shape((node.params or {}).get("value")))
+    scale = np.asarray(S.param(node, "scale", ()), np.float32)
+    zero_point = S.integer_param(node, "zero_point", ())
+    if not (np.isfinite(scale) and scale > 0):
+        raise RangeError(f"{S.where(node)}: parameter 'scale' must be positive and finite, got {scale}")
+    t_in = b.graph.tensor(node.inputs[0])
+    shapes = (t_in.shape, value.shape)
+    if value.ndim == len(b.graph.tensor(node.outputs[0]).shape):
+        value = value[None]
+    c = b.const(f"{node.name}/operand", value, "int8", scale.reshape(1), zero_point.reshape(1))
+    _write_mul_op(b, node, [b.tensor(node.inputs[0]), c], shapes,
+                  (np.float32(np.asarray(t_in.quant.scale).reshape(-1)[0]), scale))
+
+
+@S.writes("dequantize")
+def _write_dequantize(b: "S.FileBuilder", node: Node) -> None:
+    """``dequantize`` -> DEQUANTIZE of the int8 input into an unquantised float32 tensor."""
+    _int8_only(b, node, node.inputs, "DEQUANTIZE")
+    b.op("DEQUANTIZE", [b.tensor(node.inputs[0])], [b.float_tensor(node.outputs[0])], version=2)
 
 
 # ------------------------------------------------------------------------------ kernels

@@ -8,12 +8,20 @@ function, never a branch here. :func:`writable_ops` is what the registry holds.
 
 Fused activations: the importer turns a TFLite operator with a fused RELU6 or
 RELU_N1_TO_1 (and a pool with any fused activation) into the op's node writing
-``"<out>:pre_activation"`` followed by an ``activation`` node writing ``<out>``. The
-writer fuses such a pair back into one operator when the op's writer declares the
-function in ``fuses``, the intermediate tensor is read by the activation alone, is no
-graph output, and has the activation output's quantisation; any other ``activation``
-node becomes a standalone RELU / RELU6 / RELU_N1_TO_1 operator. So
-``load(save(load(f)))`` has the nodes, attributes and parameters of ``load(f)``.
+``<out> + PRE_ACTIVATION`` (the importer's constant ``":pre_activation"``) followed by
+an ``activation`` node writing ``<out>``. The writer fuses such a pair back into one
+operator when the op's writer declares the function in ``fuses``, the intermediate
+tensor is read by the activation alone, is no graph output, and has the activation
+output's quantisation; any other ``activation`` node becomes a standalone RELU / RELU6 /
+RELU_N1_TO_1 operator. So ``load(save(load(f)))`` has the nodes, attributes and
+parameters of ``load(f)``.
+
+Writers are registered for the op kinds the importer produces from builtin operators
+(this module: the linear ops, pools, ADD, the clamping activations, QUANTIZE, RESHAPE;
+:mod:`hwjax.tflite._convert_tensor` and :mod:`hwjax.tflite._convert_nonlinear`: the
+writer of each of their op kinds next to its converter). xformer's ``xc_*`` op kinds
+have none: they are custom operators of an xformer-compiled file, which :func:`save`
+refuses with UnsupportedOpError naming them.
 
 Writing needs the ``flatbuffers`` package and ``ai_edge_litert`` (its flatbuffer object
 API ``schema_py_generated``), imported on first use.
@@ -29,9 +37,8 @@ import numpy as np
 
 from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, Node, Quant
+from hwjax.tflite._import import PRE_ACTIVATION
 
-#: the suffix the importer gives the tensor between an op and its unfused activation
-PRE_ACTIVATION = ":pre_activation"
 #: TFLite ``ActivationFunctionType`` codes of the graph's activation functions
 ACTIVATION_CODES = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 _TENSOR_TYPES = {"float32": "FLOAT32", "int32": "INT32", "uint8": "UINT8", "int8": "INT8", "int16": "INT16"}
@@ -92,7 +99,8 @@ def writable_ops() -> tuple[str, ...]:
 # ------------------------------------------------------------------------- builder
 
 
-def _same_quant(a: Optional[Quant], b: Optional[Quant]) -> bool:
+def same_quant(a: Optional[Quant], b: Optional[Quant]) -> bool:
+    """Both quantisations are None, or both have equal axis, scales and zero points."""
     if a is None or b is None:
         return a is b
     return (a.axis == b.axis and np.array_equal(np.asarray(a.scale), np.asarray(b.scale))
@@ -112,7 +120,7 @@ def fusion_plan(graph: Graph) -> dict[str, Node]:
         if (pre == out + PRE_ACTIVATION and entry is not None and node.attrs["fn"] in entry.fuses
                 and producer.attrs.get("activation") is None and pre not in graph.outputs
                 and [c.name for c in graph.consumers(pre)] == [node.name] and len(producer.outputs) == 1
-                and _same_quant(graph.tensors[pre].quant, graph.tensors[out].quant)):
+                and same_quant(graph.tensors[pre].quant, graph.tensors[out].quant)):
             plan[producer.name] = node
     return plan
 
@@ -163,6 +171,19 @@ class FileBuilder:
         if not (np.isfinite(scale).all() and scale[0] > 0):
             raise RangeError(f"tensor {name!r} has scale {scale[0]}; a positive finite float32 is needed")
         self._index[name] = self._add(name, (1, *t.shape), t.dtype, 0, scale, np.asarray(t.quant.zero_point))
+        return self._index[name]
+
+    def float_tensor(self, name: str) -> int:
+        """The file tensor of float32 graph tensor ``name`` (no quantisation; shape
+        ``(1, *shape)``), added on first use: the output of a ``dequantize`` node.
+        UnsupportedOpError for any other dtype or a quantised tensor."""
+        if name in self._index:
+            return self._index[name]
+        t = self.graph.tensor(name)
+        if t.dtype != "float32" or t.quant is not None:
+            raise UnsupportedOpError(f"tensor {name!r} is {t.dtype} with quantisation {t.quant}; an unquantised "
+                                     "float32 tensor is expected")
+        self._index[name] = self._add(name, (1, *t.shape), "float32", 0)
         return self._index[name]
 
     def const(self, name: str, data, dtype: str, scale=None, zero_point=None, axis: int = 0) -> int:
@@ -349,7 +370,7 @@ def _pool_op(b: FileBuilder, node: Node, fn: str, padding) -> None:
     pad = 1 if padding is None else padding_name(node, t_in.shape[:2], window, stride, padding)
     out, act = b.output(node)
     out_name = b.tensors[out].name
-    if not _same_quant(t_in.quant, b.graph.tensor(out_name).quant):
+    if not same_quant(t_in.quant, b.graph.tensor(out_name).quant):
         raise UnsupportedOpError(f"{where(node)}: TFLite pools keep the quantisation; input {node.inputs[0]!r} and "
                                  f"output {out_name!r} differ")
     b.op("AVERAGE_POOL_2D" if fn == "avg" else "MAX_POOL_2D", [b.tensor(node.inputs[0])], [out],
@@ -387,7 +408,7 @@ def _requantize(b: FileBuilder, node: Node) -> None:
 @writes("flatten", "reshape")
 def _reshape(b: FileBuilder, node: Node) -> None:
     t_in, t_out = b.graph.tensor(node.inputs[0]), b.graph.tensor(node.outputs[0])
-    if not _same_quant(t_in.quant, t_out.quant) or t_in.dtype != t_out.dtype:
+    if not same_quant(t_in.quant, t_out.quant) or t_in.dtype != t_out.dtype:
         raise UnsupportedOpError(f"{where(node)}: TFLite RESHAPE keeps the quantisation; input {t_in.name!r} and "
                                  f"output {t_out.name!r} differ")
     shape = [1, *(int(d) for d in t_out.shape)]
@@ -407,6 +428,12 @@ def to_bytes(graph: Graph) -> bytes:
                           "(graph.target is None), e.g. Model.graph")
     graph.validate()
     missing = sorted({n.op for n in graph.nodes} - set(_WRITERS))
+    xc = [k for k in missing if k.startswith("xc_")]
+    if xc:
+        raise UnsupportedOpError(f"graph op kinds {xc} are xformer (xcore) custom operators: hwjax.tflite.save "
+                                 "writes builtin TFLite operators only, so an xformer-compiled graph cannot be "
+                                 "saved (save the graph of the original .tflite and compile it with xformer); "
+                                 f"writable: {list(writable_ops())}")
     if missing:
         raise UnsupportedOpError(f"graph op kinds {missing} have no TFLite writer; writable: {list(writable_ops())}")
     plan = fusion_plan(graph)
@@ -426,6 +453,8 @@ def save(model_or_graph: Any, path=None) -> bytes:
 
     Every node becomes the TFLite operator(s) its registered writer emits
     (:func:`writes`); inputs and outputs are the graph's, with shape ``(1, *shape)``.
+    Activations are int8 / uint8 quantised per tensor; the float32 output of a
+    ``dequantize`` node is an unquantised FLOAT32 tensor.
     Weights are written as int8, biases as int32 with scale ``s_in * w_scale`` (float32
     product), weight scales per channel (a conv/depthwise node whose scales are all
     equal gets one per-tensor scale, as :func:`load` broadcasts it back). ReLU6 and
@@ -437,8 +466,10 @@ def save(model_or_graph: Any, path=None) -> bytes:
     Returns:
       The file's bytes.
     Raises:
-      UnsupportedOpError: an op kind without a writer, or a configuration TFLite
-        cannot express (padding neither SAME nor VALID, per-channel activations, ...).
+      UnsupportedOpError: an op kind without a writer (xformer's ``xc_*`` kinds
+        among them), or a configuration TFLite cannot express (padding neither SAME
+        nor VALID, per-channel activations, a LOGISTIC output scale other than 1/256,
+        ...).
       RangeError / ShapeError / FormatError: parameters outside int8/int32, of the
         wrong shape, or a malformed graph (each naming the node).
       ImportError: ``flatbuffers`` / ``ai-edge-litert`` are not installed.
