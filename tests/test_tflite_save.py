@@ -205,9 +205,9 @@ def test_unwritable_op_kind_is_named(cases):
     g = model.graph
     y = g.outputs[0]
     t = g.tensors[y]
-    lut = Node("lut", (y,), ("sig",), {"fn": "sigmoid"})
-    g2 = Graph({**g.tensors, "sig": Tensor("sig", t.shape, "int8", t.quant)}, (*g.nodes, lut), g.inputs, ("sig",))
-    with pytest.raises(UnsupportedOpError, match=r"\['lut'\].*writable"):
+    xc = Node("xc_lookup", (y,), ("sig",), {"out_shape": tuple(t.shape)})  # an xformer op: no TFLite builtin
+    g2 = Graph({**g.tensors, "sig": Tensor("sig", t.shape, "int8", t.quant)}, (*g.nodes, xc), g.inputs, ("sig",))
+    with pytest.raises(UnsupportedOpError, match=r"\['xc_lookup'\].*writable"):
         tfl.save(g2)
 
 
