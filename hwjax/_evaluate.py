@@ -58,7 +58,7 @@ def _numeric(v, name: str) -> np.ndarray:
         a = np.asarray(v)
     except (ValueError, TypeError) as e:
         raise ArgTypeError(f"{name} must be an array of numbers of one shape: {e}") from None
-    if a.dtype.kind not in "iuf":
+    if a.dtype.kind not in "iuf" and not jnp.issubdtype(a.dtype, jnp.floating):  # (bfloat16 is kind "V")
         raise ArgTypeError(f"{name} must be an array of numbers, got dtype {a.dtype}")
     return a
 
@@ -70,7 +70,7 @@ def _check_labels(y: np.ndarray, n: int, n_classes: Optional[int]) -> np.ndarray
     if y.ndim == 0 or y.size != n:
         raise ShapeError(f"labels (y) must have shape ({n},), one class index per example, got {y.shape}")
     y = y.reshape(n)
-    if y.dtype.kind == "f":
+    if jnp.issubdtype(y.dtype, jnp.floating):
         if not np.all(np.isfinite(y) & (np.floor(y) == y)):
             bad = y[~(np.isfinite(y) & (np.floor(y) == y))][0]
             raise ArgTypeError(f"labels must be integer class indices, got dtype {y.dtype} holding {bad}")
@@ -116,9 +116,45 @@ def _jitted(fn: Callable, mesh: Optional[Mesh], names: tuple) -> Callable:
     return _JITS[key]
 
 
-def _predict_fn(model) -> tuple[Callable, Any]:
+def _graph_predict(graph, x):
+    """``(int8 outputs, (scale, zero_point))`` of a lowered graph on a batch."""
+    from hwjax.graph import run
+
+    q = graph.tensors[graph.outputs[0]].quant
+    y = run(graph, x)
+    return y.astype(jnp.int8), (jnp.asarray(q.scale, jnp.float32), jnp.asarray(q.zero_point, jnp.int32))
+
+
+def hardware_graph(model, input_shape=None):
+    """The lowered :class:`hwjax.graph.Graph` that computes a hardware-mode ``hwjax.nn``
+    model's outputs bit for bit, or ``None`` when the model is not one
+    (:func:`hwjax.nn.to_graph` + :func:`hwjax.graph.lower` on the layers' common target).
+
+    Evaluating through it derives the layers' integer parameters once, on the host,
+    instead of inside every compiled forward: the program that runs is the graph's
+    (same integers; ``tests/test_graph.py`` checks graph against hardware mode).
+    """
+    from hwjax.graph import lower
+    from hwjax.nn import GraphModel, HwLayer, Sequential, to_graph
+
+    shape = getattr(model, "input_shape", None) or input_shape
+    if not isinstance(model, (Sequential, GraphModel)) or not shape:
+        return None
+    layers = [m for _, m in nnx.iter_modules(model) if isinstance(m, HwLayer)]
+    targets = {m.target for m in layers}
+    if not layers or len(targets) != 1 or any(m.mode != "hardware" for m in layers):
+        return None
+    if not all(m.is_calibrated() for m in layers):
+        return None
+    return jax.device_get(lower(to_graph(model, tuple(shape)), targets.pop()))
+
+
+def _predict_fn(model, input_shape=None) -> tuple[Callable, Any]:
     """A pure ``fn(state, x) -> (outputs, qparams)`` and its state for ``model``."""
     if isinstance(model, nnx.Module):
+        graph = hardware_graph(model, input_shape)
+        if graph is not None:
+            return _graph_predict, graph
         graphdef, state = nnx.split(model)
         return _nnx_predict(graphdef), state
     if hasattr(model, "apply") and hasattr(model, "state"):
@@ -163,11 +199,11 @@ def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
     x, y = _split_data(data)
     if x.ndim < 1 or x.shape[0] == 0:
         raise ShapeError(f"data must hold at least one example, got x of shape {x.shape}")
-    if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+    if jnp.issubdtype(x.dtype, jnp.floating) and not np.all(np.isfinite(x)):
         raise RangeError(f"x must be finite (no NaN or Inf); found {x[~np.isfinite(x)].ravel()[0]}")
     if y is not None:
         _check_labels(y, x.shape[0], None)  # before the model runs; the class range after
-    fn, state = _predict_fn(model)
+    fn, state = _predict_fn(model, x.shape[1:])
     names: tuple = ()
     x_sharding = None
     if mesh is not None:

@@ -35,12 +35,18 @@ class OpImpl:
         scalars. None: nothing to write.
       load: ``load(target, attrs, tensors, meta) -> params``, the inverse of ``export``
         (ValueError on inconsistent data).
+      host_params: optional ``host_params(target, attrs, portable, q_in, q_out)``, the
+        same recipe on concrete (NumPy) values, run on the host by
+        :func:`hwjax.graph.lower` instead of compiling ``params``; it must give the
+        parameters ``params`` gives (the chip vendor's own host recipe, typically), or
+        return None to defer to ``params`` for this node.
     """
 
     run: Callable[..., Any]
     params: Optional[Callable[..., Any]] = None
     export: Optional[Callable[..., Any]] = None
     load: Optional[Callable[..., Any]] = None
+    host_params: Optional[Callable[..., Any]] = None
 
 
 class OpSpec:

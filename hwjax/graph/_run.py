@@ -52,14 +52,37 @@ def lower(graph: Graph, target) -> Graph:
         return graph
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(graph)):
         return _lower(graph, target)
-    return _lower_jit(graph, target)  # concrete parameters: one compiled program, not op-by-op
+    # concrete parameters: host recipes where the target has them, the others as one
+    # compiled program (not op by op)
+    host = {}
+    for i, n in enumerate(graph.nodes):
+        p = _host_lowered(n, graph, target)
+        if p is not None:
+            host[i] = n.replace(params=p)
+    rest = [i for i, n in enumerate(graph.nodes) if i not in host and target.lowering(n.op).params is not None]
+    low = _lower_jit(graph, target, tuple(sorted(host))) if rest else _lower(graph, target, tuple(sorted(host)))
+    return low.replace(nodes=tuple(host.get(i, n) for i, n in enumerate(low.nodes)))
 
 
-def _lower(graph: Graph, target) -> Graph:
-    return graph.replace(nodes=tuple(lower_node(n, graph, target) for n in graph.nodes), target=target)
+def _host_lowered(node: Node, graph: Graph, target):
+    """The node's parameters from the target's host recipe, or None (no host recipe, or
+    it deferred)."""
+    impl = target.lowering(node.op)
+    if impl.host_params is None:
+        return None
+    q_in = [jax.tree.map(np.asarray, graph.tensors[t].quant) for t in node.inputs]
+    q_out = jax.tree.map(np.asarray, graph.tensors[node.outputs[0]].quant)
+    p = impl.host_params(target, node.attrs, jax.tree.map(np.asarray, node.params), q_in, q_out)
+    return None if p is None else jax.tree.map(jnp.asarray, p)
 
 
-_lower_jit = jax.jit(_lower, static_argnums=1)
+def _lower(graph: Graph, target, skip: tuple[int, ...] = ()) -> Graph:
+    """Every node but those at ``skip`` lowered with the target's (jittable) recipe."""
+    nodes = tuple(n if i in skip else lower_node(n, graph, target) for i, n in enumerate(graph.nodes))
+    return graph.replace(nodes=nodes, target=target)
+
+
+_lower_jit = jax.jit(_lower, static_argnums=(1, 2))
 
 
 def _batched(graph: Graph, inputs) -> tuple[list[jax.Array], bool]:

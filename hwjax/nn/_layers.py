@@ -277,7 +277,8 @@ class _Linear(HwLayer):
         """int8 ``kernel``, int32 ``bias`` and ``w_scale`` (see :mod:`hwjax.graph.ops.linear`)
         for an input tensor quantised with ``inputs[0].quant``."""
         q = inputs[0].quant
-        return self.integer_params(q.scale, q.zero_point, in_shape=tuple(inputs[0].shape)).portable
+        return _portable_jit(self.kernel[...], self._bias(), jnp.asarray(q.scale, jnp.float32), self.w_pin[...],
+                             self.kind)
 
     def integer_params(self, s_in, z_in, geom: ConvGeometry | None = None, *, in_shape=None) -> "LinearQuant":
         """Integer weights and biases, weight scales, the output quantisation, the portable
@@ -315,16 +316,28 @@ def portable_kernel(op: str, w_int: jax.Array) -> jax.Array:
     return jnp.transpose(w, (3, 0, 1, 2)).astype(jnp.int8)
 
 
-def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str, attrs) -> LinearQuant:
-    """The layer's integer constants (no gradient): :func:`weight_scales` (or the pinned
-    scales ``w_pin`` where finite), :func:`weights_int`, :func:`bias_int`, the portable
-    parameters and the target's recipe."""
-    kernel, bias, s_in, s_out = sg(kernel), sg(bias), sg(s_in), sg(s_out)
+def _portable(kernel, bias, s_in, w_pin, op: str):
+    """``(w_int, b_int, s_w, portable)``: :func:`weight_scales` (or the pinned scales
+    ``w_pin`` where finite), :func:`weights_int`, :func:`bias_int` and the node's portable
+    parameters (no gradient)."""
+    kernel, bias, s_in = sg(kernel), sg(bias), sg(s_in)
     s_w = jnp.where(jnp.isfinite(w_pin), w_pin, weight_scales(kernel, (0, 1, 2)))
     w_int = weights_int(kernel, s_w)
     b_int = bias_int(bias, s_in * s_w)
-    portable = {"kernel": portable_kernel(op, w_int), "bias": b_int.astype(jnp.int32), "w_scale": s_w}
-    params = target.lowering(op).params(target, attrs, portable, [Quant.of(s_in, z_in)], Quant.of(s_out, z_out))
+    return w_int, b_int, s_w, {"kernel": portable_kernel(op, w_int), "bias": b_int.astype(jnp.int32), "w_scale": s_w}
+
+
+# the portable parameters alone (what to_graph needs): no target recipe compiled
+_portable_jit = jax.jit(lambda kernel, bias, s_in, w_pin, op: _portable(kernel, bias, s_in, w_pin, op)[3],
+                        static_argnums=4)
+
+
+def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str, attrs) -> LinearQuant:
+    """The layer's integer constants (no gradient): :func:`_portable` and the target's
+    recipe."""
+    s_out = sg(s_out)
+    w_int, b_int, s_w, portable = _portable(kernel, bias, s_in, w_pin, op)
+    params = target.lowering(op).params(target, attrs, portable, [Quant.of(sg(s_in), z_in)], Quant.of(s_out, z_out))
     return LinearQuant(params, w_int, b_int, s_w, s_out, z_out, portable)
 
 

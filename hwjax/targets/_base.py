@@ -112,10 +112,10 @@ class Target:
         cls._impls[op] = impl
 
     @classmethod
-    def implements(cls, op: str, *, params=None, export=None, load=None) -> Callable:
+    def implements(cls, op: str, *, params=None, export=None, load=None, host_params=None) -> Callable:
         """Decorator form of :meth:`implement` around the ``run`` function."""
         def deco(run):
-            cls.implement(op, OpImpl(run, params=params, export=export, load=load))
+            cls.implement(op, OpImpl(run, params=params, export=export, load=load, host_params=host_params))
             return run
 
         return deco

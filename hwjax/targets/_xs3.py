@@ -111,10 +111,34 @@ def _xs3_linear_params(op: str):
     return params
 
 
+def _xs3_linear_host_params(op: str):
+    def host_params(target, attrs, p, q_in, q_out) -> XS3ConvParams | None:
+        """xformer's own host recipe (:func:`hwjax.xs3.otfn_params_from_scales`, NumPy
+        float64) on concrete values: what ``params`` computes in exact integer arithmetic,
+        without compiling it. Defers (None) where the helper refuses the layer (a scale
+        <= 0, shifts outside the assembly's ranges), so ``params`` returns them as found."""
+        k = np.asarray(p["kernel"]).astype(np.int32)
+        k = np.transpose(k, (2, 0, 1)) if op == "depthwise_conv" else np.asarray(_ohwi(k, op))
+        s_in, z_in = float(np.float32(q_in[0].scale)), int(q_in[0].zero_point)
+        try:
+            r = xs3.otfn_params_from_scales(np.asarray(p["bias"], np.int64), k, s_in, z_in,
+                                            np.asarray(p["w_scale"], np.float32), float(np.float32(q_out.scale)),
+                                            int(q_out.zero_point))
+        except ValueError:
+            return None
+        return XS3ConvParams(k.astype(np.int8), r["multipliers"].astype(np.int32), r["biases"].astype(np.int32),
+                             np.int32(r["initial_shift"]), np.int32(r["final_shr"]), np.int32(z_in))
+
+    return host_params
+
+
 def _xs3_linear_run(op: str):
     def run(target, attrs, params: XS3ConvParams, x, return_acc: bool = False):
         """:func:`hwjax.xs3.conv2d` (im2col + ``mat_mul_generic_int8`` + ``otfn_int8``) or
         :func:`hwjax.xs3.depthwise_conv2d`, with the (possibly traced) shifts and pad value."""
+        if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
+            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
         x4 = _to_4d(x, op)
         geom = _dense_geometry(x4) if op == "dense" else geometry(attrs, x4.shape)
         common = dict(initial_shift=params.initial_shift, final_shr=params.final_shr, stride=geom.stride,
@@ -181,7 +205,7 @@ def _xs3_linear_load(op: str):
 
 for _op in ("conv", "dense", "depthwise_conv"):
     XS3.implements(_op, params=_xs3_linear_params(_op), export=_xs3_linear_export(_op),
-                   load=_xs3_linear_load(_op))(_xs3_linear_run(_op))
+                   load=_xs3_linear_load(_op), host_params=_xs3_linear_host_params(_op))(_xs3_linear_run(_op))
 
 
 # ----------------------------------------------------------------------- pools
@@ -366,6 +390,9 @@ def _legacy_params(op: str):
 def _legacy_run(op: str):
     def run(target, attrs, params: XS3LegacyParams, x, return_acc: bool = False):
         """``fully_connected_8`` (dense), ``conv2d_deep`` (conv) or ``conv2d_depthwise``."""
+        if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
+            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
         if op == "dense":
             c_out = params.kernel.shape[0]
             out = xs3.fully_connected_8(x.astype(jnp.int8), params.kernel.reshape(c_out, -1), params.bso,
