@@ -106,7 +106,7 @@ def _check_finite_weights(model) -> None:
         return
     for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         a = np.asarray(value.get_value() if hasattr(value, "get_value") else value)
-        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+        if V.is_float_dtype(a.dtype) and not np.all(np.isfinite(a)):
             raise RangeError(f"layer {_layer_name(model, path)}: parameter {path[-1]} holds non-finite values "
                              f"(NaN or Inf); a model with non-finite weights cannot be exported")
 
@@ -141,7 +141,7 @@ def _check_finite_graph(graph: Graph) -> None:
     for n in graph.nodes:
         for path, leaf in jax.tree_util.tree_flatten_with_path(n.params)[0]:
             a = np.asarray(leaf)
-            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            if V.is_float_dtype(a.dtype) and not np.all(np.isfinite(a)):
                 raise RangeError(f"layer {n.name}: parameter {jax.tree_util.keystr(path)} holds non-finite values "
                                  f"(NaN or Inf); it cannot be exported")
 

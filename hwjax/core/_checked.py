@@ -91,19 +91,6 @@ def check_ok(ok: jax.Array, x: jax.Array, message: str) -> None:
     checkify.check(jnp.all(ok), _escape(message) + "; found {bad}" + TAG, bad=bad)
 
 
-def _float_bounds(dtype, lo: int, hi: int) -> tuple[Any, Any]:
-    """The float ``dtype`` values ``lo_f >= lo`` and ``hi_f <= hi`` closest to them, so that
-    ``lo_f <= v <= hi_f`` is ``lo <= v <= hi`` exactly for every value ``v`` of ``dtype``."""
-    dt = np.dtype(dtype)
-    big = np.finfo(dt).max
-    lo_f, hi_f = dt.type(max(lo, -big)), dt.type(min(hi, big))
-    if int(lo_f) < lo:
-        lo_f = np.nextafter(lo_f, dt.type(np.inf))
-    if int(hi_f) > hi:
-        hi_f = np.nextafter(hi_f, dt.type(-np.inf))
-    return lo_f, hi_f
-
-
 def check_range(x: jax.Array, lo: int, hi: int, name: str) -> None:
     """Checked mode: emits the check ``lo <= x <= hi`` (NaN fails) for a traced ``x``."""
     dt = np.dtype(x.dtype)
@@ -113,9 +100,8 @@ def check_range(x: jax.Array, lo: int, hi: int, name: str) -> None:
             return  # every value of the dtype is in range
         lo_c, hi_c = max(lo, int(info.min)), min(hi, int(info.max))
         ok = (x >= dt.type(lo_c)) & (x <= dt.type(hi_c)) if lo_c <= hi_c else jnp.zeros(x.shape, bool)
-    elif np.issubdtype(dt, np.floating):
-        lo_f, hi_f = _float_bounds(dt, lo, hi)
-        ok = (x >= lo_f) & (x <= hi_f)
+    elif np.issubdtype(dt, np.floating):  # bounds rounded to the dtype, as the concrete check does
+        ok = (x >= dt.type(lo)) & (x <= dt.type(hi))
     else:
         return
     check_ok(ok, x, f"{name} must lie in [{lo}, {hi}]")
@@ -157,8 +143,10 @@ def checked(fn: Callable) -> Callable:
     Slower than ``fn`` (each call traces ``fn`` and the checks run on device): meant for
     debugging, testing and validating data; ``fn`` itself is unchanged.
     """
+    from hwjax.core._validate import ArgTypeError  # (_validate imports this module)
+
     if not callable(fn):
-        raise TypeError(f"hwjax.checked needs a callable, got {type(fn).__name__}")
+        raise ArgTypeError(f"hwjax.checked needs a callable fn, got {type(fn).__name__}")
     cfn = checkify.checkify(fn, errors=checkify.user_checks)
 
     @functools.wraps(fn)
@@ -170,7 +158,7 @@ def checked(fn: Callable) -> Callable:
             if nested:  # an enclosing checked() functionalises and reports it
                 checkify.check_error(err)
                 return out
-            raise TypeError("hwjax.checked(fn) must be the outermost transformation: call "
+            raise ArgTypeError("hwjax.checked(fn) must be the outermost transformation: call "
                             "hwjax.checked(jax.jit(fn)) rather than jax.jit(hwjax.checked(fn))")
         msg = err.get()
         if msg is not None:

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
+from hwjax.errors import RangeError, ShapeError
 
 Pair = tuple[int, int]
 Padding = Union[str, int, Sequence[int], Sequence[Sequence[int]]]
@@ -42,7 +43,7 @@ def _pair(v: Any, name: str, lo: int) -> Pair:
     try:
         a, b = v
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an int or a pair of static Python ints, got {v!r}") from None
+        raise V.ArgTypeError(f"{name} must be an int or a pair of static Python ints, got {v!r}") from None
     return (V.check_static_int(a, lo, _MAX, f"{name}[0]"), V.check_static_int(b, lo, _MAX, f"{name}[1]"))
 
 
@@ -54,7 +55,7 @@ def _padding_pairs(padding: Any, *, lo: int) -> tuple[Pair, Pair]:
     try:
         a, b = padding
     except (TypeError, ValueError):
-        raise TypeError("padding must be 'SAME', 'VALID', an int, a pair (vertical, horizontal) or "
+        raise V.ArgTypeError("padding must be 'SAME', 'VALID', an int, a pair (vertical, horizontal) or "
                         f"((top, bottom), (left, right)), got {padding!r}") from None
     if all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in (a, b)):
         ph, pw = _pair((a, b), "padding", lo)
@@ -87,8 +88,9 @@ class ConvGeometry:
       module docstring).
     * ``dilation``: (vertical, horizontal) kernel dilation, >= 1 (default (1, 1)).
 
-    Construction raises ValueError (naming the field) for out-of-range entries and when
-    there is no output pixel, TypeError for entries that are not ints.
+    Construction raises RangeError (naming the field) for out-of-range entries,
+    ShapeError when there is no output pixel, ArgTypeError (a TypeError) for entries that
+    are not ints.
     """
 
     in_hw: Pair
@@ -105,7 +107,7 @@ class ConvGeometry:
         set_(self, "dilation", _pair(self.dilation, "dilation", 1))
         set_(self, "padding", _padding_pairs(self.padding, lo=-_MAX))
         if min(self.out_hw) < 1:
-            raise ValueError(
+            raise ShapeError(
                 f"a {self.in_hw} input with a {self.kernel} kernel (dilation {self.dilation}), stride "
                 f"{self.stride} and padding {self.padding} has no output pixels (out_hw = {self.out_hw})")
 
@@ -130,7 +132,7 @@ class ConvGeometry:
                 pads = tuple(_same_pads(in_hw[i], _dilated(kernel[i], dilation[i]), stride[i])
                              for i in range(2))
             else:
-                raise ValueError(f"padding must be 'SAME', 'VALID', an int or explicit pairs, got {padding!r}")
+                raise RangeError(f"padding must be 'SAME', 'VALID', an int or explicit pairs, got {padding!r}")
         else:
             pads = _padding_pairs(padding, lo=0)
         return ConvGeometry(in_hw, kernel, stride, pads, dilation)
@@ -195,7 +197,7 @@ def pool_out_hw(in_hw, window, stride=None, window_start=(0, 0)) -> Pair:
     start = _pair(window_start, "window_start", 0)
     out = tuple((in_hw[i] - start[i] - window[i]) // stride[i] + 1 for i in range(2))
     if min(out) < 1:
-        raise ValueError(f"no {window} pooling window starting at {start} fits inside a {in_hw} image")
+        raise ShapeError(f"no {window} pooling window starting at {start} fits inside a {in_hw} image")
     return out  # type: ignore[return-value]
 
 
@@ -204,16 +206,19 @@ def pool_out_hw(in_hw, window, stride=None, window_start=(0, 0)) -> Pair:
 
 def _pad_scalar(pad_value: Any, dtype) -> jax.Array:
     """The pad value as a 0-d array of ``dtype`` (checked to be representable when concrete)."""
-    if isinstance(pad_value, (bool, np.bool_)):
-        raise TypeError(f"pad_value must be a number scalar, got {pad_value!r}")
-    a = pad_value if isinstance(pad_value, jax.core.Tracer) else np.asarray(pad_value)
+    if isinstance(pad_value, (bool, np.bool_)) or pad_value is None or isinstance(pad_value, (str, bytes)):
+        raise V.ArgTypeError(f"pad_value must be a number scalar, got {pad_value!r}")
+    try:
+        a = pad_value if isinstance(pad_value, jax.core.Tracer) else np.asarray(pad_value)
+    except (TypeError, ValueError):
+        raise V.ArgTypeError(f"pad_value must be a number scalar, got {pad_value!r}") from None
     if a.shape != ():
-        raise TypeError(f"pad_value must be a scalar, got shape {a.shape}")
+        raise V.ArgTypeError(f"pad_value must be a scalar, got shape {a.shape}")
     if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
-        raise TypeError(f"pad_value must be an integer or float scalar, got dtype {a.dtype}")
+        raise V.ArgTypeError(f"pad_value must be an integer or float scalar, got dtype {a.dtype}")
     if jnp.issubdtype(dtype, jnp.integer):
         if not np.issubdtype(a.dtype, np.integer):
-            raise TypeError(f"pad_value must be an integer scalar for an integer x ({np.dtype(dtype)}), "
+            raise V.ArgTypeError(f"pad_value must be an integer scalar for an integer x ({np.dtype(dtype)}), "
                             f"got dtype {a.dtype}")
         info = jnp.iinfo(dtype)
         V.check_range(a, int(info.min), int(info.max), f"pad_value (for x of dtype {np.dtype(dtype)})")
@@ -222,10 +227,11 @@ def _pad_scalar(pad_value: Any, dtype) -> jax.Array:
 
 def _check_image(x: Any, geom: ConvGeometry) -> jax.Array:
     if not isinstance(geom, ConvGeometry):
-        raise TypeError(f"geom must be a ConvGeometry, got {type(geom).__name__}")
-    x = jnp.asarray(x)
+        raise V.ArgTypeError(f"geom must be a ConvGeometry, got {type(geom).__name__}")
+    x = V.as_array(x, "x")
+    V.kind(x, "x")
     if x.ndim < 3 or tuple(x.shape[-3:-1]) != geom.in_hw:
-        raise ValueError(f"x must have shape (..., H, W, C) with (H, W) = geom.in_hw = {geom.in_hw}, "
+        raise ShapeError(f"x must have shape (..., H, W, C) with (H, W) = geom.in_hw = {geom.in_hw}, "
                          f"got {x.shape}")
     return x
 

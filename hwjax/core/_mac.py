@@ -662,7 +662,8 @@ def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: 
     chunk sum; after every ``chunk``-th product the chunk sum is added to the
     accumulator with saturation, and (``return_clipped=True``) the output's clip count
     is incremented when ``acc + chunk_sum`` lies outside ``[-M, M]``. Slow; kept
-    public as the executable definition. Integer inputs only.
+    public as the executable definition. Not differentiable: float inputs holding
+    integers are checked like :func:`mac`'s and give the same int32 result.
     """
     clipped = _check_flag(return_clipped, "return_clipped")
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(

@@ -37,7 +37,12 @@ _U32 = jnp.uint32
 
 
 def int_bounds(bits: int, symmetric: bool = True) -> tuple[int, int]:
-    """Bounds of a ``bits``-wide signed integer: symmetric ±(2^(bits-1)-1) or two's complement."""
+    """Bounds of a ``bits``-wide signed integer: symmetric ±(2^(bits-1)-1) or two's complement.
+
+    ``bits``: a static int in [1, 64]; ``symmetric``: a bool (errors name them).
+    """
+    bits = V.check_static_int(bits, 1, 64, "bits")
+    symmetric = V.check_flag(symmetric, "symmetric")
     hi = 2 ** (bits - 1) - 1
     return (-hi if symmetric else -hi - 1), hi
 
@@ -217,8 +222,17 @@ _MAG_BITS = {np.dtype(np.int8): 7, np.dtype(np.uint8): 8, np.dtype(np.int16): 15
 
 
 def magnitude_bits(dtype) -> int:
-    """Smallest m with |v| <= 2**m for every value of the integer ``dtype`` (int32: 31)."""
-    return _MAG_BITS.get(np.dtype(dtype), 31)
+    """Smallest m with |v| <= 2**m for every value of the integer ``dtype`` (int8: 7, uint8: 8,
+    int16: 15, uint16: 16, int32: 31; int64, whose values the core keeps in int32: 31);
+    ArgTypeError for anything else."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or not (dt in _MAG_BITS or dt in (np.dtype(np.int32), np.dtype(np.int64))):
+        # int64: arrays of it hold int32 values (checked) under jax_enable_x64
+        raise V.ArgTypeError(f"dtype must be one of int8, uint8, int16, uint16, int32, got {dtype!r}")
+    return _MAG_BITS.get(dt, 31)
 
 
 def _fixed_mul_int(x, m, frac_bits, rounding, lo, hi, narrow):

@@ -66,7 +66,7 @@ def operand(x: Any, name: str, lo: int, hi: int, *, differentiable: bool,
     a = V.as_array(x, name)
     if V.kind(a, name) == "float":
         if not differentiable:
-            raise TypeError(f"{name} must be an integer array{what}, got dtype {a.dtype} "
+            raise V.ArgTypeError(f"{name} must be an integer array{what}, got dtype {a.dtype} "
                             f"(float arrays are accepted only for differentiable operands)")
         V.check_integral(a, name)
         V.check_range(a, lo, hi, label)

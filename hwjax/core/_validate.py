@@ -41,6 +41,12 @@ def is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def is_float_dtype(dtype: Any) -> bool:
+    """True for every float dtype, bfloat16 and the other ml_dtypes floats included (whose
+    NumPy ``kind`` is not ``"f"``)."""
+    return bool(jnp.issubdtype(dtype, jnp.floating))
+
+
 def _type_name(x: Any) -> str:
     return "None" if x is None else type(x).__name__
 
@@ -85,7 +91,7 @@ def as_array(x: Any, name: str) -> jax.Array:
                                f"got a {_type_name(x)} that is not one")
     else:
         raise ArgTypeError(f"{name} must be an array or a number, got {_type_name(x)}")
-    if a.dtype.kind not in "iuf":
+    if a.dtype.kind not in "iu" and not is_float_dtype(a.dtype):
         raise ArgTypeError(_dtype_message(name, a.dtype))
     if a.dtype == np.int64 or (a.dtype.kind == "u" and a.dtype.itemsize == 8):
         check_range(a, -(2**31), 2**31 - 1, name)
@@ -121,7 +127,13 @@ def int_range(dtype: Any) -> tuple[int, int]:
 
 def check_range(x: Any, lo: int, hi: int, name: str) -> None:
     """Raises :class:`RangeError` if concrete ``x`` has values outside ``[lo, hi]`` (a NaN
-    is outside). A traced ``x`` is checked only in checked mode (a ``checkify`` check)."""
+    is outside). A traced ``x`` is checked only in checked mode (a ``checkify`` check).
+
+    Integer arrays are compared exactly. Float arrays are compared with the bounds
+    rounded to their dtype: a float32 array may hold ``2**31``, float32's rounding of
+    ``2**31 - 1`` (it converts to ``2**31 - 1``: XLA's float-to-int conversion
+    saturates), but not ``2**31 + 256``, the next float32.
+    """
     if not is_concrete(x):
         if _checked.enabled():
             _checked.check_range(x, lo, hi, name)
@@ -129,10 +141,13 @@ def check_range(x: Any, lo: int, hi: int, name: str) -> None:
     a = np.asarray(x)
     if a.size == 0:
         return
-    if a.dtype.kind == "f" and np.isnan(a).any():
+    if is_float_dtype(a.dtype) and np.isnan(a).any():
         raise RangeError(f"{name} must lie in [{lo}, {hi}]; found nan")
-    amin, amax = a.min(), a.max()
-    if amin < lo or amax > hi:
+    if is_float_dtype(a.dtype):  # the bounds as the float dtype rounds them (float32: +-2**31 for int32)
+        amin, amax, lo_c, hi_c = a.min(), a.max(), a.dtype.type(lo), a.dtype.type(hi)
+    else:  # Python ints: exact
+        amin, amax, lo_c, hi_c = a.min().item(), a.max().item(), lo, hi
+    if amin < lo_c or amax > hi_c:
         bad = amin if amin < lo else amax
         raise RangeError(f"{name} must lie in [{lo}, {hi}]; found {bad}")
 
@@ -145,7 +160,7 @@ def check_integral(x: Any, name: str) -> None:
             _checked.check_integral(x, name)
         return
     a = np.asarray(x)
-    if a.size and a.dtype.kind == "f":
+    if a.size and is_float_dtype(a.dtype):
         ok = np.isfinite(a) & (np.floor(a) == a)
         if not ok.all():
             raise RangeError(f"{name} is a float array and must hold integer values only; "
@@ -160,7 +175,7 @@ def check_finite(x: Any, name: str) -> None:
             _checked.check_finite(x, name)
         return
     a = np.asarray(x)
-    if a.size and a.dtype.kind == "f":
+    if a.size and is_float_dtype(a.dtype):
         ok = np.isfinite(a)
         if not ok.all():
             raise RangeError(f"{name} must be finite (no NaN or Inf); found {a.ravel()[np.argmin(ok.ravel())]}")
@@ -176,7 +191,7 @@ def check_positive(x: Any, name: str) -> None:
         return
     a = np.asarray(x)
     if a.size:
-        ok = (np.isfinite(a) & (a > 0)) if a.dtype.kind == "f" else a > 0
+        ok = (np.isfinite(a) & (a > 0)) if is_float_dtype(a.dtype) else a > 0
         if not ok.all():
             raise RangeError(f"{name} must be finite and > 0; found {a.ravel()[np.argmin(ok.ravel())]}")
 

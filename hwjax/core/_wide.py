@@ -13,6 +13,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from hwjax.errors import RangeError
+
 _U32 = jnp.uint32
 _I32 = jnp.int32
 
@@ -191,7 +193,7 @@ def const(value: int) -> Wide:
     """A Python integer inside the signed 64-bit range as a scalar :class:`Wide`."""
     value = int(value)
     if not -(2**63) <= value < 2**63:
-        raise ValueError(f"{value} is outside the signed 64-bit range")
+        raise RangeError(f"value={value} is outside the signed 64-bit range")
     hi = (value >> 32) & 0xFFFFFFFF
     hi = hi - (1 << 32) if hi >= 1 << 31 else hi
     return Wide(jnp.asarray(hi, _I32), jnp.asarray(value & 0xFFFFFFFF, _U32))
