@@ -52,6 +52,8 @@ def test_mac_operand_and_acc0_ranges():
         hwjax.checked(f)(jnp.zeros(()), x * 300, w)
     with pytest.raises(RangeError, match=r"x is a float array and must hold integer values only; found 1.5"):
         hwjax.checked(f)(jnp.zeros(()), x * 1.5, w)
+    with pytest.raises(RangeError, match=r"acc0 is a float array and must hold integer values only; found 2.5"):
+        hwjax.checked(f)(jnp.float32(2.5), x, w)
     g = jax.jit(lambda a, x, w: mac(a, x, w, acc_bits=16))
     a = jnp.array([0, 40000, 0, 0], jnp.int32)
     assert g(a, x.astype(np.int8), w).shape == (2, 4)  # unchecked: runs
