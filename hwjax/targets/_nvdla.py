@@ -146,6 +146,9 @@ def _conv_run(op: str):
     def run(target, attrs, params: NVDLAConvParams, x, return_acc: bool = False):
         """:func:`hwjax.nvdla.conv2d_int8` (exact CMAC/CACC, then the SDP X1 program) or
         :func:`hwjax.nvdla.depthwise_conv2d_int8`; padded taps read 0 (the zero point)."""
+        if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
+            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
         sdp = dict(bias16=params.bias16, bias_shift=params.bias_shift, mul16=params.mul16,
                    mul_shift=params.mul_shift, relu=params.relu)
         if op == "dense":

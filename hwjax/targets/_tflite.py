@@ -17,8 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import div_rn
 from hwjax.errors import UnsupportedOpError
 from hwjax.graph import OpImpl, geometry, pool_geometry
+from hwjax.graph.ops.basic import QUANTIZE_RANGES
 from hwjax.graph.ops.tflite import padded_pool_geometry
 from hwjax.targets._base import Target, no_acc, register
 from hwjax.tflite import (
@@ -144,6 +146,9 @@ def _linear_run(op):
         elif op == "conv":
             y = conv_int(x, p["kernel"], *args, geometry(attrs, x.shape))
         else:
+            mult = int(attrs.get("depth_multiplier", 1))
+            if mult != 1:  # output channel c * M + m reads input channel c
+                x = jnp.repeat(x, mult, axis=-1)
             y = depthwise_int(x, p["kernel"], *args, geometry(attrs, x.shape))
         return no_acc(y, return_acc)
 
@@ -154,11 +159,165 @@ for _op in ("dense", "conv", "depthwise_conv"):
     TFLite.implement(_op, OpImpl(_linear_run(_op), params=_linear_params(_op)))
 
 
+# ------------------------------------------------------------- quantize (float32 -> int8/uint8)
+
+_INT_MIN = -(2**31)
+
+
+def _f32_fields(v):
+    """``(negative, M, E)`` of float32 ``v``: ``|v| = M * 2**E`` exactly, ``M`` an int32 in
+    [0, 2**24) (subnormals included), ``E`` int32; from the bit pattern."""
+    bits = jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
+    ex = (bits >> 23) & 0xFF
+    m = bits & 0x7FFFFF
+    return bits < 0, jnp.where(ex > 0, m | 0x800000, m), jnp.maximum(ex, 1) - 150
+
+
+def _cvt_int32(r):
+    """x86 ``cvt(t)ss2si`` / ``cvtps2dq`` of integral float32 ``r``: ``r`` as int32, and
+    ``INT32_MIN`` (the "integer indefinite" value) when it is outside [-2**31, 2**31) or NaN."""
+    ok = jnp.abs(r) < 2.0**31
+    return jnp.where(ok, jnp.where(ok, r, 0.0).astype(jnp.int32), _INT_MIN)
+
+
+def _round_half_away_f32(q):
+    """``round(q)`` half away from zero of float32 ``q`` (C ``roundf``), exactly: ``q - trunc(q)``
+    is exact, and ``trunc(q) +- 1`` is exact wherever the fraction is nonzero."""
+    t = jnp.trunc(q)
+    return t + jnp.where(jnp.abs(q - t) >= 0.5, jnp.sign(q), 0.0)
+
+
+def _round_half_away_f64_quotient(x, s):
+    """``round(double(x) / double(s))`` half away from zero as int32, for float32 ``x`` with
+    ``|x| < 2**31 s`` and float32 ``s > 0``, without float64 arithmetic.
+
+    With ``x = +-X 2**a`` and ``s = S 2**b`` (24-bit integer significands) the quotient
+    is ``X 2**m / D`` with ``m = a - b + 1`` and ``D = 2 S < 2**25``: a shift-and-subtract
+    long division gives its integer part ``q`` (int32 remainders below ``2 D``) and 28
+    fraction bits plus a sticky bit. Below ``2**25`` the double rounding of the quotient
+    cannot move it across a half-integer (a quotient that is not a half-integer is at
+    least ``1 / (2 S) >= 2**-25`` from one, the double's error at most ``2**-28``), so
+    the first fraction bit decides; from ``2**25`` on, the fraction is first rounded to
+    the double's precision (nearest, ties to even) as the runtime's division does.
+    """
+    neg, xm, a = _f32_fields(x)
+    _, sm, b = _f32_fields(s)
+    m = a - b + 1
+    d = 2 * sm
+    # m < 0: floor((X 2**m + S) / D) == floor((floor(X / 2**-m) + S) / D), the same test
+    xk = xm >> jnp.clip(-m, 0, 30)
+    # |x| < 2**31 s with a normal s: m <= 32 (a normal x has X >= 2**23; a subnormal one m <= 1)
+    steps = jnp.clip(m, 0, 32)
+
+    def step(i, c):  # steps 0..31: integer bits (while i < steps); 32..59: 28 fraction bits
+        q, f, r = c
+        r2 = 2 * r
+        bit = (r2 >= d).astype(jnp.int32)
+        r2 = r2 - bit * d
+        into_q, into_f = i < steps, i >= 32
+        q = jnp.where(into_q, 2 * q + bit, q)
+        f = jnp.where(into_f, 2 * f + bit, f)
+        return q, f, jnp.where(into_q | into_f, r2, r)
+
+    # a trip count known only at run time (sm > 0 always) keeps XLA from unrolling the loop
+    n_steps = 60 + (jnp.min(sm, initial=1) < 0).astype(jnp.int32)
+    q, f, r = jax.lax.fori_loop(0, n_steps, step, (xk // d, jnp.zeros_like(xk), xk % d))
+    sticky = r != 0
+    # the double's ulp, in units of 2**-28, for q in [2**e, 2**(e + 1)), e >= 25
+    e = 31 - jax.lax.clz(jnp.maximum(q, 1))
+    sh = jnp.clip(e - 24, 0, 7)
+    u = jnp.left_shift(1, sh)
+    low = f & (u - 1)
+    ft = f - low
+    half = u >> 1
+    odd = (jnp.right_shift(ft, sh) & 1) == 1
+    up = (low > half) | ((low == half) & (sticky | odd))
+    f = jnp.where(q >= 2**25, ft + jnp.where(up, u, 0), f)
+    mag = q + (f >= 2**27).astype(jnp.int32)
+    return jnp.where(neg, -mag, mag)
+
+
+def quantize_f32(x, p, runtime: str, lo: int, hi: int):
+    """LiteRT QUANTIZE float32 -> int8/uint8 (``[lo, hi]``) of finite float32 ``x`` (batch
+    first) with the output scale ``s`` and zero point ``z``, bit-exact per runtime (x86):
+
+    * ``"reference"`` (``reference_ops::AffineQuantize``): the float32
+      quotient ``x / s`` (correctly rounded), rounded half away from zero, converted to
+      int32, plus ``z`` (int32, wrapping), clamped to ``[lo, hi]``.
+    * ``"xnnpack"`` (XNNPACK ``f32-qs8/qu8-vcvt``): ``clamp(rint(x * r) + z, lo, hi)`` with
+      ``r = 1/s`` rounded to float32, the product rounded to float32 and ``rint`` ties to
+      even; saturating, so huge values clamp to the side of their sign.
+    * ``"optimized"`` (``optimized_ops::AffineQuantize``, NEON_2_SSE): of each example's
+      ``N`` elements (row-major; LiteRT runs the file's batch-1 tensor) the first
+      ``8 floor(N / 8)`` as ``"xnnpack"`` but through ``cvtps2dq`` (not saturating), the
+      rest as ``round(double(x) / double(s))`` half away from zero, through ``cvttsd2si``,
+      plus ``z`` (int32, wrapping), clamped.
+
+    A value whose rounded quotient leaves the int32 range (``|x| >= 2**31 s``) becomes
+    ``INT32_MIN`` on the non-saturating paths, then ``INT32_MIN + z`` wraps: it clamps to
+    ``hi`` when ``z < 0`` and to ``lo`` otherwise, whatever its sign (as LiteRT does).
+    NaN and Inf are the caller's (``Model.run`` rejects them). Returns int32.
+    """
+    x = x.astype(jnp.float32)
+    s, z = p["scale"], p["zero_point"]
+    if runtime == "xnnpack":
+        q = jnp.round(x * p["inv_scale"])
+        return (jnp.clip(q, lo - z, hi - z)).astype(jnp.int32) + z
+    if runtime == "reference":
+        big = ~(jnp.abs(x) < s * 2.0**31)  # exact: s * 2**31 is a float32 (or inf)
+        q = div_rn(jnp.where(big, 0.0, x), s)
+        v = jnp.where(big, _INT_MIN, _cvt_int32(_round_half_away_f32(q)))
+        return jnp.clip(v + z, lo, hi)
+    if runtime != "optimized":
+        raise UnsupportedOpError(f"QUANTIZE float32 -> int on runtime {runtime!r} is not implemented (verified on "
+                                 "'reference', 'optimized', 'xnnpack')")
+    shape = x.shape
+    flat = x.reshape(shape[0], -1)
+    n = flat.shape[1]
+    cut = 8 * (n // 8)
+    head = _cvt_int32(jnp.round(flat[:, :cut] * p["inv_scale"]))
+    tail = flat[:, cut:]
+    big = ~(jnp.abs(tail) < s * 2.0**31)
+    tv = jnp.where(big, _INT_MIN, _round_half_away_f64_quotient(jnp.where(big, 0.0, tail), s))
+    v = jnp.concatenate([head, tv], axis=1)
+    return jnp.clip(v + z, lo, hi).reshape(shape)
+
+
+def _quantize_params(target, attrs, portable, q_in, q_out):
+    """QUANTIZE float32 -> int8/uint8: the output scale (float32), its float32 reciprocal and
+    the zero point (int32)."""
+    def recipe(s, zp):
+        s32 = np.float32(np.asarray(s).reshape(()))
+        if not (np.isfinite(s32) and s32 > 0 and np.abs(s32) >= np.finfo(np.float32).tiny):
+            raise UnsupportedOpError(f"quantize: the output scale must be a positive normal float32, got {s32}")
+        return {"scale": np.float32(s32), "inv_scale": np.float32(np.float32(1) / s32),
+                "zero_point": np.int32(np.asarray(zp).reshape(()))}
+
+    return host_recipe(recipe, q_out.scale, q_out.zero_point)
+
+
+@TFLite.implements("quantize", params=_quantize_params)
+def _quantize(target, attrs, p, x, return_acc: bool = False):
+    """``quantize``: an integer input passes through; a float32 one is :func:`quantize_f32`."""
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return no_acc(x.astype(jnp.int32), return_acc)
+    if target.runtime not in ("reference", "optimized", "xnnpack"):
+        raise UnsupportedOpError(f"target {target!r}: QUANTIZE float32 -> int on runtime {target.runtime!r} is not "
+                                 "implemented (verified against LiteRT: 'reference', 'optimized', 'xnnpack')")
+    lo, hi = QUANTIZE_RANGES[attrs.get("dtype", "int8")]
+    return no_acc(quantize_f32(x, p, target.runtime, lo, hi), return_acc)
+
+
 # ------------------------------------------------------------------ requantising unary ops
 
 
 def _unary_params(target, attrs, portable, q_in, q_out):
+    """``(m, e)`` of ``s_in / s_out`` and the activation range on the output quantisation.
+    TFLM's RELU6 does not requantise: it clamps the raw input to ``[z_in, Q_in(6)]``
+    (observed), i.e. this recipe with the input's quantisation standing for the output's."""
     fn = attrs.get("fn")
+    if target.runtime == "tflm" and fn == "relu6":
+        q_out = q_in[0]
 
     def recipe(s_in, z_in, s_out, z_out):
         m, e = quantize_multiplier(float(np.float32(s_in)) / float(np.float32(s_out)))

@@ -251,6 +251,10 @@ def _compiled_params(op: str):
 
 def _compiled_run(op: str):
     def run(target, attrs, p, x, return_acc: bool = False):
+        if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
+            from hwjax.errors import UnsupportedOpError
+            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
         k = p["kernel"]
         co = x.shape[-1] if op == "depthwise_conv" else attrs["features"]  # before padding
         if op == "dense":

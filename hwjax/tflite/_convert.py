@@ -1,5 +1,5 @@
 """Converters of the linear operators, the pools, ADD, RESHAPE, the clamping activations
-and QUANTIZE (int8 -> int8) into graph nodes (registered with :func:`converts`)."""
+and QUANTIZE (int8 -> int8, float32 -> int8/uint8) into graph nodes (registered with :func:`converts`)."""
 
 from __future__ import annotations
 
@@ -50,28 +50,36 @@ def _conv(b: Builder, op: OpContext) -> None:
     dil = (op.option(i_dh, "i", 1), op.option(i_dw, "i", 1))
     if padding is None or min(stride) < 1:
         raise FormatError(f"{where}: bad padding or strides {stride}")
-    if dil != (1, 1):
-        raise UnsupportedOpError(f"{where}: dilation {dil} is not supported yet (dilation 1 only)")
+    if min(dil) < 1:
+        raise FormatError(f"{where}: bad dilation {dil}")
     in_shape = b.tensors[x].shape
     if len(in_shape) != 3 or w.data.ndim != 4:
         raise FormatError(f"{where}: input {in_shape} / filter {w.data.shape} are not NHWC / 4-D")
+    mult = 1
     if dw:
         c = in_shape[2]
-        if w.data.shape[0] != 1 or w.data.shape[3] != c:
-            raise UnsupportedOpError(f"{where}: depth multiplier {w.data.shape[3] // max(c, 1)} (filter "
-                                     f"{w.data.shape}, {c} input channels): only multiplier 1 is supported")
-        kern, n, axis = w.data[0], c, 3
+        if w.data.shape[0] != 1 or w.data.shape[3] % max(c, 1) or w.data.shape[3] == 0:
+            raise FormatError(f"{where}: filter {w.data.shape} does not fit {c} input channels (1, kh, kw, C * M)")
+        mult = w.data.shape[3] // c
+        if op.option(3, "i", mult) not in (0, mult):  # the option, when written, must agree with the filter
+            raise FormatError(f"{where}: depth_multiplier {op.option(3, 'i', mult)} but filter {w.data.shape} for "
+                              f"{c} input channels")
+        kern, n, axis = w.data[0], c * mult, 3
     else:
         if w.data.shape[3] != in_shape[2]:
             raise UnsupportedOpError(f"{where}: grouped convolution (filter {w.data.shape}, input {in_shape})")
         kern, n, axis = w.data, w.data.shape[0], 0
     ks = tuple(kern.shape[:2]) if dw else tuple(kern.shape[1:3])
-    pads = explicit_padding(in_shape[:2], ks, stride, padding)
+    pads = explicit_padding(in_shape[:2], ks, stride, padding, dil)
     s = w_scales(w, n, axis, where)
     params = {"kernel": jnp.asarray(kern, jnp.int8), "bias": jnp.asarray(bias_vector(bias, n, where)),
               "w_scale": jnp.asarray(np.broadcast_to(s, (n,)).astype(np.float32))}
     fused, separate = _split_act(act)
     attrs = {"kernel_size": ks, "stride": stride, "padding": pads, "activation": fused}
+    if dil != (1, 1):
+        attrs["dilation"] = dil
+    if mult != 1:
+        attrs["depth_multiplier"] = mult
     if not dw:
         attrs["features"] = n
     b.node("depthwise_conv" if dw else "conv", (x,), o, attrs, params, separate, where)
@@ -132,9 +140,20 @@ def _relu(b: Builder, op: OpContext) -> None:
 
 @converts("QUANTIZE")
 def _quantize(b: Builder, op: OpContext) -> None:
+    """QUANTIZE int8/uint8 -> int8/uint8 (``requantize``), or float32 -> int8/uint8 of a float32
+    model input (a float interface, as TFLiteConverter writes it without
+    ``inference_input_type``): a ``quantize`` node with the output's dtype, which the
+    TFLite target rounds as each runtime does."""
     where, o = op.where, op.one_output()
+    if len(op.inputs) != 1:
+        raise FormatError(f"{where}: takes 1 input, got {len(op.inputs)}")
     if b.ft[op.inputs[0]].dtype == "float32":
-        raise UnsupportedOpError(f"{where}: QUANTIZE from float32 (a float model interface) is not supported; "
-                                 "int8 -> int8 requantisation is")
+        x = b.float_input(op.inputs[0], where)
+        out = b.ft[o]
+        if out.dtype not in ("int8", "uint8"):
+            raise UnsupportedOpError(f"{where}: QUANTIZE float32 -> {out.dtype}: only int8 and uint8 outputs are "
+                                     "supported")
+        b.node("quantize", (x,), o, {"dtype": out.dtype}, None, None, where)
+        return
     x = b.act(op.inputs[0], where)
     b.node("requantize", (x,), o, {}, None, None, where)

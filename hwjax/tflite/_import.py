@@ -186,6 +186,8 @@ class Builder:
         self.nodes: list[Node] = []
         # values of computed int32 tensors folded at import time (shape chains), by index
         self.folded: dict[int, np.ndarray] = {}
+        # indices of the model's inputs (a float32 one may feed QUANTIZE: float_input)
+        self.model_inputs: frozenset[int] = frozenset()
 
     def fold(self, i: int, value) -> None:
         """Records the import-time value of computed tensor ``i`` (an int32 shape
@@ -198,11 +200,12 @@ class Builder:
         t = self.ft[i]
         if t.data is not None:
             raise UnsupportedOpError(f"{where}: a constant tensor {t.name!r} as a data input is not supported")
-        if t.name in self.tensors:
-            return t.name
         if t.dtype == "float32":
             raise FormatError(f"{where}: tensor {t.name!r} is float32: hwjax.tflite runs integer-quantised (int8) "
-                              "models; this is a float model (or has a float interface)")
+                              "models; a float32 tensor may only be a model input read by QUANTIZE or a model "
+                              "output written by DEQUANTIZE (this is a float model?)")
+        if t.name in self.tensors:
+            return t.name
         if t.dtype not in ("int8", "uint8"):
             raise FormatError(f"{where}: activation tensor {t.name!r} has type {t.dtype}; int8 or uint8 expected")
         if t.scale is None:
@@ -214,6 +217,19 @@ class Builder:
                                      "needs a leading batch axis of 1 (batches replace it)")
         self.tensors[t.name] = Tensor(t.name, tuple(t.shape[1:]), t.dtype,
                                       Quant.of(np.float32(t.scale[0]), np.int32(t.zero_point[0])))
+        return t.name
+
+    def float_input(self, i: int, where: str) -> str:
+        """The graph tensor of float32 model input ``i`` (a float interface: only QUANTIZE
+        reads it); FormatError for any other tensor."""
+        t = self.ft[i]
+        if t.dtype != "float32" or t.data is not None or i not in self.model_inputs:
+            raise FormatError(f"{where}: tensor {t.name!r} ({t.dtype}) is not a float32 model input")
+        if len(t.shape) < 1 or t.shape[0] != 1:
+            raise UnsupportedOpError(f"{where}: input tensor {t.name!r} has shape {t.shape}; hwjax.tflite needs a "
+                                     "leading batch axis of 1 (batches replace it)")
+        if t.name not in self.tensors:
+            self.tensors[t.name] = Tensor(t.name, tuple(t.shape[1:]), "float32", None)
         return t.name
 
     def const(self, i: int, where: str, what: str) -> _FileTensor:
@@ -291,8 +307,12 @@ def read(data: bytes):
     b = Builder(ft)
     inputs = [int(i) for i in (sub.array(1, np.int32) if sub.array(1, np.int32) is not None else [])]
     outputs = [int(i) for i in (sub.array(2, np.int32) if sub.array(2, np.int32) is not None else [])]
+    b.model_inputs = frozenset(inputs)
     for i in inputs:
-        b.act(i, f"model input #{i}")
+        if ft[i].dtype == "float32":
+            b.float_input(i, f"model input #{i}")
+        else:
+            b.act(i, f"model input #{i}")
     ops = sub.tables(3)
     for k, op in enumerate(ops):
         idx = op.scalar(0, "I", 0)

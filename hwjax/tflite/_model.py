@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import validate as V
 from hwjax.errors import FormatError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, jit_run, lower
 from hwjax.tflite import _convert, _convert_nonlinear, _convert_tensor, _xcore  # noqa: F401  (register converters)
@@ -68,9 +69,13 @@ class Model:
         """The model's output(s) for every sample of ``x``, as ``runtime`` computes them.
 
         Args:
-          x: integer array (int8 or uint8 values, as the file's input) of shape
-            ``(batch, *input_shape[1:])`` (the file's batch-1 axis replaced by the
-            batch), or a sequence of such arrays for several inputs.
+          x: array of shape ``(batch, *input_shape[1:])`` (the file's batch-1 axis
+            replaced by the batch), or a sequence of such arrays for several inputs: an
+            integer array (int8 or uint8 values) for an int8/uint8 input, a float32 array
+            for a float32 input (a float interface: the file's QUANTIZE rounds it as the
+            runtime does, each example as LiteRT runs the batch-1 tensor). Non-finite
+            float values raise :class:`hwjax.errors.RangeError` (concrete inputs; traced
+            ones under :func:`hwjax.checked`).
           runtime: ``"reference"``, ``"optimized"``, ``"xnnpack"``, ``"tflm"`` or a
             :class:`hwjax.targets.Target`.
           intermediates: also return a dict of every tensor by name (batched, int32).
@@ -84,11 +89,22 @@ class Model:
             raise ValueError(f"the model takes {len(self.inputs)} inputs, got {len(xs)}")
         arrays = []
         for info, a in zip(self.inputs, xs):
+            if info.dtype == "float32" and getattr(a, "dtype", None) == np.float64:
+                raise TypeError(f"input {info.name!r} is float32: pass a float32 array, got float64 (round it "
+                                "explicitly with astype(np.float32))")
             a = jnp.asarray(a)
             per = tuple(info.shape[1:])
             if a.ndim != len(per) + 1 or tuple(a.shape[1:]) != per:
                 raise ShapeError(f"input {info.name!r} must have shape (batch, {', '.join(map(str, per))}), "
                                  f"got {tuple(a.shape)}")
+            if info.dtype == "float32":
+                if not jnp.issubdtype(a.dtype, jnp.floating) or a.dtype.itemsize > 4:
+                    raise TypeError(f"input {info.name!r} is float32: pass a float32 (or float16/bfloat16) array, "
+                                    f"got {a.dtype}")
+                a = a.astype(jnp.float32)
+                V.check_finite(a, f"input {info.name!r}")
+                arrays.append(a)
+                continue
             if not jnp.issubdtype(a.dtype, jnp.integer):
                 raise TypeError(f"input {info.name!r} must be an integer array ({info.dtype} values), got {a.dtype}")
             lo, hi = (-128, 127) if info.dtype == "int8" else (0, 255)

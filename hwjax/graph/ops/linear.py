@@ -31,7 +31,8 @@ def geometry(attrs, in_shape) -> ConvGeometry:
         raise ValueError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
     a = attrs
     return ConvGeometry.make(tuple(in_shape[:2]), _pair(a["kernel_size"], "kernel_size"),
-                             _pair(a.get("stride", (1, 1)), "stride"), a.get("padding", ((0, 0), (0, 0))))
+                             _pair(a.get("stride", (1, 1)), "stride"), a.get("padding", ((0, 0), (0, 0))),
+                             _pair(a.get("dilation", (1, 1)), "dilation"))
 
 
 class _Linear(OpSpec):
@@ -40,24 +41,35 @@ class _Linear(OpSpec):
 
 
 class Conv(_Linear):
-    """2-D convolution, NHWC, explicit padding; output channels ``features``."""
+    """2-D convolution, NHWC, explicit padding; output channels ``features``. ``dilation``
+    (vertical, horizontal), default (1, 1): tap ``(i, j)`` of the kernel reads input pixel
+    ``(oy * sv - pad_top + i * dv, ox * sh - pad_left + j * dh)`` (:class:`hwjax.core.ConvGeometry`);
+    targets without dilated kernels raise :class:`hwjax.errors.UnsupportedOpError` for
+    ``dilation != (1, 1)``."""
 
     name = "conv"
     attrs = {"features": OpSpec.REQUIRED, "kernel_size": OpSpec.REQUIRED, "stride": (1, 1),
-             "padding": ((0, 0), (0, 0)), "activation": None}
+             "padding": ((0, 0), (0, 0)), "dilation": (1, 1), "activation": None}
 
     def infer(self, node, ins):
         return [(*geometry(node.attrs, ins[0].shape).out_hw, int(node.attrs["features"]))]
 
 
 class DepthwiseConv(_Linear):
-    """Depthwise 2-D convolution (channel multiplier 1), NHWC, explicit padding."""
+    """Depthwise 2-D convolution, NHWC, explicit padding; ``dilation`` as :class:`Conv`'s.
+    ``depth_multiplier`` M (default 1): C input channels give C * M outputs, output channel
+    ``c * M + m`` filtering input channel ``c`` with kernel channel ``c * M + m`` (TFLite's
+    layout); targets without it raise :class:`hwjax.errors.UnsupportedOpError` for M != 1."""
 
     name = "depthwise_conv"
-    attrs = {"kernel_size": OpSpec.REQUIRED, "stride": (1, 1), "padding": ((0, 0), (0, 0)), "activation": None}
+    attrs = {"kernel_size": OpSpec.REQUIRED, "stride": (1, 1), "padding": ((0, 0), (0, 0)), "dilation": (1, 1),
+             "depth_multiplier": 1, "activation": None}
 
     def infer(self, node, ins):
-        return [(*geometry(node.attrs, ins[0].shape).out_hw, ins[0].shape[-1])]
+        mult = int(self.attr(node, "depth_multiplier"))
+        if mult < 1:
+            raise ValueError(f"depth_multiplier must be a positive int, got {mult}")
+        return [(*geometry(node.attrs, ins[0].shape).out_hw, ins[0].shape[-1] * mult)]
 
 
 class Dense(_Linear):
