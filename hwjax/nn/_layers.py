@@ -239,9 +239,10 @@ class _Linear(HwLayer):
         if self.mode != "hardware":
             raise TypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
         s_out, z_out = self.out_qparams()
-        y, stats = _hw_linear(kernel, self._bias(), x.q, x.scale, x.zero_point, s_out, z_out, self.w_pin[...],
-                              target=self.target,
-                              op=self.kind, attrs=self.node_attrs(x.shape[1:]), return_stats=return_stats)
+        args = (kernel, self._bias(), x.q, x.scale, x.zero_point, s_out, z_out, self.w_pin[...])
+        cfg = dict(target=self.target, op=self.kind, attrs=self.node_attrs(x.shape[1:]), return_stats=return_stats)
+        out = _hw_linear_eager(*args, **cfg) if _all_concrete(args) else None
+        y, stats = out if out is not None else _hw_linear(*args, **cfg)
         return QArray(y, s_out, z_out), stats
 
     def node_attrs(self, in_shape) -> Attrs:
@@ -342,6 +343,44 @@ def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str
 
 
 _linear_quant_jit = jax.jit(_linear_quant, static_argnums=(7, 8, 9))
+
+
+def _all_concrete(args) -> bool:
+    return not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(args))
+
+
+def _hw_linear_eager(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, *, target, op: str, attrs,
+                     return_stats: bool):
+    """Hardware mode called eagerly (no jit, no grad: every argument concrete): the same
+    integers as :func:`_hw_linear`, with the target's parameters from its host recipe
+    (``OpImpl.host_params``, the vendor's own) instead of compiling the in-graph recipe.
+    None when the target has no host recipe or it defers."""
+    impl = target.lowering(op)
+    if impl.host_params is None:
+        return None
+    portable = jax.tree.map(np.asarray, _portable_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op))
+    q_in = [Quant.of(np.float32(s_in), np.int32(z_in))]
+    params = impl.host_params(target, attrs, portable, q_in, Quant.of(np.float32(s_out), np.int32(z_out)))
+    if params is None:
+        return None
+    return _hw_run(xq, jax.tree.map(jnp.asarray, params), target=target, op=op, attrs=attrs,
+                   return_stats=return_stats)
+
+
+@functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
+def _hw_run(xq, params, *, target, op: str, attrs, return_stats: bool):
+    """The target's exact forward of a linear layer on NHWC ``xq`` (dense: (B, 1, 1, N))
+    with given integer parameters; float32 values, as :func:`_hw_linear` returns them."""
+    x_int = xq.astype(jnp.int32)
+    if op == "dense":
+        x_int = x_int[:, 0, 0, :]
+    impl = target.lowering(op)
+    y, acc = impl.run(target, attrs, params, x_int, return_acc=True) if return_stats else \
+        (impl.run(target, attrs, params, x_int), None)
+    if op == "dense":
+        y = y[:, None, None, :]
+    stats = make_stats(y, relu=attrs.get("activation") == "relu", acc=acc) if return_stats else None
+    return y.astype(jnp.float32), stats
 
 
 @functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
