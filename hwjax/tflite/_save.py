@@ -305,13 +305,14 @@ def _bias(b: FileBuilder, node: Node, n: int, s_w: np.ndarray) -> int:
     return b.const(f"{node.name}/bias", bias, "int32", (s_in * s_w).astype(np.float32), np.zeros(s_w.shape), 0)
 
 
-def padding_name(node: Node, in_hw, window, stride, padding) -> int:
+def padding_name(node: Node, in_hw, window, stride, padding, dilation=(1, 1)) -> int:
     """TFLite ``Padding`` code of explicit ``padding``: SAME (0) where it is SAME's
-    padding, else VALID (1) where it is zero; UnsupportedOpError otherwise."""
+    padding (of the dilated window), else VALID (1) where it is zero; UnsupportedOpError
+    otherwise."""
     from hwjax.tflite._kernels import conv_geometry
 
     pads = tuple(tuple(int(v) for v in p) for p in padding)
-    if pads == conv_geometry(in_hw, window, stride, "SAME").padding:
+    if pads == conv_geometry(in_hw, window, stride, "SAME", dilation).padding:
         return 0
     if pads == ((0, 0), (0, 0)):
         return 1
@@ -344,15 +345,18 @@ def _conv(b: FileBuilder, node: Node) -> None:
     h, w_, c = b.graph.tensor(node.inputs[0]).shape
     kh, kw = _int_pair(node.attrs["kernel_size"])
     stride = _int_pair(node.attrs["stride"])
-    pad = padding_name(node, (h, w_), (kh, kw), stride, node.attrs["padding"])
+    dil = _int_pair(node.attrs.get("dilation", (1, 1)))
+    pad = padding_name(node, (h, w_), (kh, kw), stride, node.attrs["padding"], dil)
     out, act = b.output(node)
     fields = {"padding": pad, "strideH": stride[0], "strideW": stride[1], "fusedActivationFunction": act,
-              "dilationHFactor": 1, "dilationWFactor": 1}
+              "dilationHFactor": dil[0], "dilationWFactor": dil[1]}
     if node.op == "depthwise_conv":
-        s_w = weight_scales(node, c, True)
-        kern = integer_param(node, "kernel", (kh, kw, c))[None]
+        mult = int(node.attrs.get("depth_multiplier", 1))
+        n = c * mult
+        s_w = weight_scales(node, n, True)
+        kern = integer_param(node, "kernel", (kh, kw, n))[None]
         w = b.const(f"{node.name}/kernel", kern, "int8", s_w, np.zeros(s_w.shape), 3)
-        name, opts, n = "DEPTHWISE_CONV_2D", ("DepthwiseConv2DOptions", {**fields, "depthMultiplier": 1}), c
+        name, opts = "DEPTHWISE_CONV_2D", ("DepthwiseConv2DOptions", {**fields, "depthMultiplier": mult})
     else:
         n = int(node.attrs["features"])
         s_w = weight_scales(node, n, True)
