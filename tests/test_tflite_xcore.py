@@ -28,7 +28,7 @@ def _data(name):
 
 
 def test_the_data_covers_the_xc_ops():
-    assert len(MODELS) == 14
+    assert len(MODELS) == 18
     ops = set()
     for name in MODELS:
         ops |= {n.op for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes}
@@ -128,7 +128,8 @@ def test_unknown_option_raises():
 
 # ------------------------------------------- runtime="xs3" on original models (xformer's recipe)
 
-XS3_ORIGINALS = ["add", "conv_16_17_s2", "conv_3_5_same", "depthwise_valid_s2", "fully_connected", "mean"]
+XS3_ORIGINALS = ["add", "conv_3_5_same", "depthwise_valid_s2", "fully_connected", "mean", "spread_channelwise_a",
+                 "spread_tflm"]
 
 
 @pytest.mark.parametrize("name", XS3_ORIGINALS)
@@ -190,11 +191,42 @@ def test_hwjax_blobs_equal_xformers_byte_for_byte(name):
 
 
 def test_original_model_xs3_refuses_what_it_cannot_decide():
-    """chain's depthwise layer is over xformer's error threshold (xformer keeps it as a
-    TFLM op after trying its channel-wise transform): refused, not guessed."""
+    """chain's conv has a fused RELU6 with output zero point -128, which xformer drops
+    (its host output shows no clamp); hwjax has not derived that rule: refused, not guessed."""
     m = T.load(os.path.join(DATA, "chain.tflite"))
-    with pytest.raises(UnsupportedOpError, match="depthwise_conv.*error estimate"):
+    with pytest.raises(UnsupportedOpError, match="relu6 with output zero point -128"):
         m.run(_data("chain")["x"], runtime="xs3")
+
+
+@pytest.mark.parametrize("name", ["spread_group", "spread_channelwise_a", "spread_channelwise_b", "spread_tflm",
+                                  "chain"])
+def test_transform_choice_equals_xformers(name):
+    """Group transform, channel-wise transform (with its parameters) or the TFLM op: hwjax's
+    transcription of xformer's decision against what xformer wrote into the file."""
+    from hwjax.targets._xs3_deployed import TRANSFORM_MODES, _linear_kernel, _padded_channels, \
+        xformer_transform_choice
+
+    g = T.load(os.path.join(DATA, f"{name}.tflite")).graph
+    xc = [n for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes
+          if n.op in ("xc_conv2d", "conv", "depthwise_conv", "dense")]
+    lin = [n for n in g.nodes if n.op in ("conv", "depthwise_conv", "dense")]
+    assert len(lin) == len(xc)
+    for node, done in zip(lin, xc):
+        k = np.asarray(_linear_kernel(node.op, np.asarray(node.params["kernel"])))
+        co, cp = k.shape[0], _padded_channels(k.shape[0])
+        q_in, q_out = g.tensors[node.inputs[0]].quant, g.tensors[node.outputs[0]].quant
+        got = xformer_transform_choice(
+            np.concatenate([k, np.zeros((cp - co, *k.shape[1:]), np.int8)]),
+            np.concatenate([np.asarray(node.params["bias"]), np.zeros(cp - co, np.int32)]), np.asarray(q_in.scale),
+            int(q_in.zero_point), np.concatenate([np.broadcast_to(np.asarray(node.params["w_scale"]), (co,)),
+                                                  np.zeros(cp - co, np.float32)]),
+            np.asarray(q_out.scale), int(q_out.zero_point))
+        mode = TRANSFORM_MODES[int(got["mode"])]
+        assert mode == (done.attrs["transform"] if done.op == "xc_conv2d" else "tflm")
+        if mode == "channelwise":
+            assert int(got["final_shr"]) == done.attrs["final_shr"]
+            for key in ("shifts", "multipliers", "biases"):
+                np.testing.assert_array_equal(got[key], np.asarray(done.params[key]))
 
 
 def test_add_and_mean_options_equal_xformers():

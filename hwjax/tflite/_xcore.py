@@ -141,6 +141,7 @@ def _replicated_byte(op: OpContext, word: int, key: str) -> int:
 # ------------------------------------------------------------------------ XC_conv2d_v2
 
 KERNEL_TYPES = {0: "direct", 1: "indirect", 3: "depthwise"}  # lib_tflite_micro's Conv2DType enum
+OUTPUT_TRANSFORMS = {0: "group", 1: "channelwise"}  # xformer's OtType: otfn_int8, otfn_int8_channelwise
 _AK = "10i"  # abstract_kernel_params_t: h/w begin/end, channel groups, offsets, strides
 
 
@@ -166,15 +167,18 @@ def _check_regions(op: OpContext, regions: list, out_hw, groups: int) -> None:
 @converts("CUSTOM(XC_conv2d_v2)")
 def _conv2d_v2(b: Builder, op: OpContext) -> None:
     """``XC_conv2d_v2`` with kernel type 0, 1 or 3 and output transform 0 (group-wise
-    ``otfn_int8``); inputs: data, reordered int8 weights, int16 multipliers and biases
-    (§4.1 layout), then unused/scratch tensors."""
+    ``otfn_int8``) or 1 (``otfn_int8_channelwise``); inputs: data, reordered int8 weights,
+    the int16 output-transform memory (xs3.md §4.1 / §4.2 layout), then unused/scratch
+    tensors."""
     where, ins, o = op.where, op.inputs, op.one_output()
     opts = _options(op, ("k", "t", "mp", "a", "o", "p"), ("s",))
     k = _int_option(op, opts, "k")
     if k not in KERNEL_TYPES:
         raise UnsupportedOpError(f"{where}: kernel type {k} is not supported (supported: {KERNEL_TYPES})")
-    if _int_option(op, opts, "t") != 0:
-        raise UnsupportedOpError(f"{where}: output transform type {opts['t']} (channel-wise) is not supported")
+    transform = OUTPUT_TRANSFORMS.get(_int_option(op, opts, "t"))
+    if transform is None:
+        raise UnsupportedOpError(f"{where}: output transform type {opts['t']} is not supported (supported: "
+                                 f"{OUTPUT_TRANSFORMS})")
     if len(ins) < 3:
         raise FormatError(f"{where}: takes at least 3 inputs (data, weights, multipliers/biases), got {len(ins)}")
     kind = KERNEL_TYPES[k]
@@ -196,7 +200,10 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
         mp = _struct(op, opts, "mp", "4i")
         if mp[2] == mp[3] == 0 and mp[1] == H * W * C and (H, W) != (1, 1):
             hwc = (H, W, C) = (1, 1, H * W * C)
-    n_out, initial_shift, final_shr = _struct(op, opts, "o", "ihh")
+    if transform == "group":  # otfn_int8_params_t
+        n_out, initial_shift, final_shr = _struct(op, opts, "o", "ihh")
+    else:  # otfn_int8_channelwise_params_t
+        (n_out, final_shr), initial_shift = _struct(op, opts, "o", "ih"), 0
     if n_out != CO:
         raise FormatError(f"{where}: the output transform is for {n_out} channels, the output has {CO}")
     row = W * C
@@ -249,11 +256,15 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
     mb = np.asarray(mb_t.data, np.int16).reshape(-1)
     if mb.size < 2 * CO:
         raise FormatError(f"{where}: multiplier/bias blob of {mb.size} values for {CO} channels")
-    ot = deserialise_output_transform(mb, CO)
-    attrs = {"kernel_type": kind, "in_shape": hwc, "kernel_size": (kh, kw), "stride": (sr, sc), "dilation": (dr, dc),
+    if mb.size < (2 if transform == "group" else 3) * CO:
+        raise FormatError(f"{where}: multiplier/bias blob of {mb.size} values for {CO} channels")
+    ot = deserialise_output_transform(mb, CO, with_leading=transform == "channelwise")
+    attrs = {"kernel_type": kind, "transform": transform, "in_shape": hwc, "kernel_size": (kh, kw), "stride": (sr, sc), "dilation": (dr, dc),
              "initial_shift": int(initial_shift), "final_shr": int(final_shr), "out_shape": out_shape}
     params = {"kernel": jnp.asarray(kernel, jnp.int8), "multipliers": jnp.asarray(ot["multipliers"], jnp.int32),
               "biases": jnp.asarray(ot["biases"], jnp.int32)}
+    if transform == "channelwise":  # per-channel VLSAT shifts, read as uint16
+        params["shifts"] = jnp.asarray(ot["leading"].view(np.uint16), jnp.int32)
     b.node("xc_conv2d", (x,), o, attrs, params, None, where)
 
 

@@ -13,8 +13,10 @@ op                  inputs   attributes (parameters)
                              ``"depthwise"``), ``in_shape`` (the (H, W, C) view of
                              the input's bytes), ``kernel_size``, ``stride``,
                              ``dilation``, ``initial_shift``, ``final_shr``,
+                             ``transform`` (``"group"``, ``"channelwise"``),
                              ``out_shape`` (``kernel`` int8 (O, kh, kw, I), or (kh, kw, C)
-                             for depthwise; ``multipliers``, ``biases`` int16 (O,))
+                             for depthwise; ``multipliers``, ``biases`` int16 (O,);
+                             channel-wise: ``shifts`` (O,))
 ``xc_pad``          1        ``start``, ``pad``, ``length``, ``copies``, ``end``,
                              ``value`` (int8), ``out_shape``
 ``xc_pad_3_to_4``   1        ``value`` (int8), ``out_shape``
@@ -46,14 +48,17 @@ class XcConv2d(_XcOp):
     """``XC_conv2d_v2`` with the group-wise ``otfn_int8`` transform: VALID windows (xformer
     pads separately), accumulation as lib_nn's ``mat_mul_generic_int8`` /
     ``mat_mul_direct_int8`` (32-byte chunks of the im2col patch, xs3.md §5.6–5.7) or
-    ``mat_mul_dw_direct`` (one VLMACC per tap, §5.4), then ``otfn_int8`` (§4.1)."""
+    ``mat_mul_dw_direct`` (one VLMACC per tap, §5.4), then ``otfn_int8`` (§4.1) or, with
+    ``transform="channelwise"``, ``otfn_int8_channelwise`` (§4.2: per-channel ``shifts``,
+    ``final_shr``)."""
 
     name = "xc_conv2d"
-    attrs = {"kernel_type": OpSpec.REQUIRED, "in_shape": OpSpec.REQUIRED, "kernel_size": OpSpec.REQUIRED, "stride": (1, 1),
+    attrs = {"kernel_type": OpSpec.REQUIRED, "transform": "group", "in_shape": OpSpec.REQUIRED,
+             "kernel_size": OpSpec.REQUIRED, "stride": (1, 1),
              "dilation": (1, 1), "initial_shift": OpSpec.REQUIRED, "final_shr": OpSpec.REQUIRED,
              "out_shape": OpSpec.REQUIRED}
-    params = ("kernel", "multipliers", "biases")
-    choices = {"kernel_type": ("direct", "indirect", "depthwise")}
+    params = ("kernel", "multipliers", "biases", "shifts")
+    choices = {"kernel_type": ("direct", "indirect", "depthwise"), "transform": ("group", "channelwise")}
 
 
 class XcPad(_XcOp):
