@@ -31,6 +31,12 @@ Threads: LiteRT runs on one thread. By default the benchmark re-runs itself in a
 process with ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` (set before JAX is
 imported) so that XLA's CPU kernels also run on one thread; ``--jax-threads all`` keeps
 XLA's default thread pool and ``--jax-threads both`` prints both.
+
+Experiments for the road to XNNPACK (BENCHMARKS.md): ``--chunk 64`` also times
+``Model.run`` mapped over chunks of 64 examples (``jax.lax.map``, one jit);
+``--xla-flags=--xla_cpu_use_xnnpack=true`` lets XLA run its dots with XNNPACK;
+``--malloc-hugetlb`` backs malloc with transparent huge pages. Each hwjax row also shows
+the process's minor page faults per call.
 """
 
 from __future__ import annotations
@@ -218,6 +224,16 @@ def _sample(fn, min_time: float) -> float:
             return dt / n
 
 
+def _page_faults(fn, calls: int = 3) -> float:
+    """Minor page faults of this process per call of ``fn`` (memory the call maps afresh)."""
+    import resource
+
+    r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0) / calls
+
+
 def time_interleaved(fns: dict, repeats: int, min_time: float = 0.2) -> dict:
     """Best seconds per call of each (warm) candidate over ``repeats`` rounds; each round
     takes one sample of every candidate in turn, so that load from other processes on a
@@ -292,6 +308,9 @@ def bench(shapes, batches, repeats: int, *, out=print, seed: int = 0, min_time: 
                     fns[cand] = lambda fn=fn: jax.block_until_ready(fn(xd))
             for cand, sec in time_interleaved(fns, repeats, min_time).items():
                 row[cand][0] = batch / sec
+                if cand.startswith("hwjax"):
+                    row[cand][2] = (row[cand][2] + "; " if row[cand][2] else "") + \
+                        f"{_page_faults(fns[cand]):,.0f} page faults/call"
             for cand, (ips, exact, nt) in row.items():
                 ips_s = f"{ips:11,.0f}" if ips is not None else f"{'-':>11s}"
                 ex_s = "" if exact is None else str(exact)
@@ -335,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="XLA CPU threads: 1 (default: a child process with " + _ONE_THREAD_FLAG + "), all, both")
     ap.add_argument("--xla-flags", default="",
                     help="extra XLA_FLAGS for the one-thread child (e.g. --xla_cpu_use_xnnpack=true)")
+    ap.add_argument("--malloc-hugetlb", action="store_true",
+                    help="run the child with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (transparent huge pages for "
+                         "malloc: fewer page faults on the large buffers XLA maps per call)")
     ap.add_argument("--chunk", type=int, default=0,
                     help="also time Model.run mapped over chunks of this many examples (lax.map, one jit)")
     args = ap.parse_args(argv)
@@ -342,8 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ)
         env["XLA_FLAGS"] = " ".join(f for f in (env.get("XLA_FLAGS", ""), _ONE_THREAD_FLAG, args.xla_flags) if f)
         env[_CHILD_ENV] = "1"
-        rest = [a for i, a in enumerate(argv) if not a.startswith(("--jax-threads", "--xla-flags"))
-                and not (i > 0 and argv[i - 1] in ("--jax-threads", "--xla-flags"))]
+        if args.malloc_hugetlb:
+            env["GLIBC_TUNABLES"] = ":".join(t for t in (env.get("GLIBC_TUNABLES", ""), "glibc.malloc.hugetlb=1") if t)
+        child_only = ("--jax-threads", "--xla-flags", "--malloc-hugetlb")
+        rest = [a for i, a in enumerate(argv) if not a.startswith(child_only)
+                and not (i > 0 and argv[i - 1] in child_only[:2])]
         if args.jax_threads == "both":
             print("=== XLA default threads ===", flush=True)
             rc = main([*rest, "--jax-threads", "all"])
@@ -362,9 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     flags = os.environ.get("XLA_FLAGS", "")
     threads = ("1 thread" if _ONE_THREAD_FLAG in flags else "XLA default thread pool") + \
         (f" (XLA_FLAGS={flags})" if flags else "")
+    tun = os.environ.get("GLIBC_TUNABLES", "")
     print(f"device: {jax.devices()[0].platform}, {os.cpu_count()} CPUs visible, load average "
-          f"{os.getloadavg()[0]:.1f}; LiteRT num_threads=1; JAX: {threads}; batches {batches}, "
-          f"best of {repeats}")
+          f"{os.getloadavg()[0]:.1f}; LiteRT num_threads=1; JAX: {threads}"
+          + (f"; GLIBC_TUNABLES={tun}" if tun else "") + f"; batches {batches}, best of {repeats} interleaved rounds")
     results = bench(shapes, batches, repeats, min_time=min_time, chunk=args.chunk)
     _summary(results)
     exact = all(v[1] in (None, True) for row in results.values() for v in row.values())
