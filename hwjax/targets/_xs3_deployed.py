@@ -555,9 +555,8 @@ def check_xformer_lowering(graph) -> None:
     options) + lib_tflite_micro compute for ``graph`` (an original model with concrete
     parameters): every op kind must be in :data:`COMPILED_OPS` (ADD without a fused
     activation, MEAN over contiguous axes), and a linear layer that keeps the group
-    transform must have its shifts in the assembly's ranges."""
-    from hwjax.errors import UnsupportedOpError
-
+    transform must have its shifts in the assembly's ranges, and one that xformer leaves
+    as a TFLM op must be one :class:`hwjax.targets.TFLite` ``("tflm")`` runs."""
     for node in graph.nodes:
         if node.op not in COMPILED_OPS:
             raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "

@@ -259,7 +259,8 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
     if mb.size < (2 if transform == "group" else 3) * CO:
         raise FormatError(f"{where}: multiplier/bias blob of {mb.size} values for {CO} channels")
     ot = deserialise_output_transform(mb, CO, with_leading=transform == "channelwise")
-    attrs = {"kernel_type": kind, "transform": transform, "in_shape": hwc, "kernel_size": (kh, kw), "stride": (sr, sc), "dilation": (dr, dc),
+    attrs = {"kernel_type": kind, "transform": transform, "in_shape": hwc, "kernel_size": (kh, kw),
+             "stride": (sr, sc), "dilation": (dr, dc),
              "initial_shift": int(initial_shift), "final_shr": int(final_shr), "out_shape": out_shape}
     params = {"kernel": jnp.asarray(kernel, jnp.int8), "multipliers": jnp.asarray(ot["multipliers"], jnp.int32),
               "biases": jnp.asarray(ot["biases"], jnp.int32)}
@@ -297,7 +298,8 @@ def _pad_3_to_4(b: Builder, op: OpContext) -> None:
     if b.tensors[x].shape[-1:] != (3,) or _out_shape(b, o) != (*b.tensors[x].shape[:-1], 4):
         raise FormatError(f"{where}: maps {b.tensors[x].shape} to {_out_shape(b, o)}, not 3 to 4 channels")
     value = _replicated_byte(op, _int_option(op, opts, "pv"), "pv")
-    b.node("xc_pad_3_to_4", (x,), o, {"value": value, "out_shape": _out_shape(b, o)}, None, None, where)
+    attrs = {"value": value, "out_shape": _out_shape(b, o)}
+    b.node("xc_pad_3_to_4", (x,), o, attrs, None, None, where)
 
 
 @converts("CUSTOM(XC_slice)")
