@@ -48,12 +48,15 @@ class Model:
         if isinstance(runtime, Target):
             return runtime
         if runtime == "xs3":  # xcore.ai as xmos-ai-tools' host interpreter runs it
-            if any(n.op.startswith("xc_") for n in self.graph.nodes):  # an xformer-converted file
-                return get("xs3-tflm", variant="host")
-            from hwjax.targets._xs3_deployed import check_xformer_lowering
+            if getattr(self, "_xs3", None) is None:
+                if any(n.op.startswith("xc_") for n in self.graph.nodes):  # an xformer-converted file
+                    self._xs3 = get("xs3-tflm", variant="host")
+                else:  # an original model, compiled as xformer (default options) would
+                    from hwjax.targets._xs3_deployed import check_xformer_lowering
 
-            check_xformer_lowering(self.graph)  # an original model: compiled as xformer would
-            return get("xs3-xformer", variant="host")
+                    check_xformer_lowering(self.graph)
+                    self._xs3 = get("xs3-xformer", variant="host")
+            return self._xs3
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {RUNTIMES} or a hwjax.targets.Target, got {runtime!r}")
         return get("tflite", runtime=runtime)
