@@ -7,6 +7,12 @@ the ``xc_*`` op kinds of :mod:`hwjax.graph.ops.xcore` with the exact lib_nn kern
 interpreter of xmos-ai-tools 1.4.2, ``"hardware"`` = the chip), and every builtin
 operator xformer left in place with TFLite Micro's reference arithmetic, inherited from
 :class:`hwjax.targets.TFLite` ``("tflm")``.
+
+:class:`XS3Compiled` (``"xs3-xformer"``; ``Model.run(x, runtime="xs3")`` on an original
+model) compiles an original int8 model as xformer 1.4.2 does with default options (its
+recipes transcribed: :func:`xformer_linear_params`, :func:`xformer_transform_choice`,
+:func:`xformer_add_params`, :func:`xformer_mean_scale`) and runs the result the same way;
+:func:`check_xformer_lowering` refuses what it does not cover.
 """
 
 from __future__ import annotations
