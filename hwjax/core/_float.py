@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hwjax.core import _validate as V
 from hwjax.core import _wide as W
@@ -96,13 +97,16 @@ def quantize_affine(x, scale, zero_point, *, lo: int = -128, hi: int = 127) -> j
     hi = V.check_static_int(hi, -(2**31), 2**31 - 1, "hi")
     if lo > hi:
         raise RangeError(f"lo must be <= hi, got lo={lo}, hi={hi}")
+    raw = (x, scale, zero_point)  # NumPy / Python values are checked on the host, with no copy back
     x, scale, zero_point = V.as_array(x, "x"), V.as_array(scale, "scale"), V.as_array(zero_point, "zero_point")
+    host = [r if isinstance(r, (np.ndarray, np.generic, int, float)) else a
+            for r, a in zip(raw, (x, scale, zero_point))]
     V.kind(x, "x")
-    V.check_finite(x, "x")
+    V.check_finite(host[0], "x")
     V.kind(scale, "scale")
-    V.check_positive(scale, "scale")
+    V.check_positive(host[1], "scale")
     if V.kind(zero_point, "zero_point") == "float":
-        V.check_integral(zero_point, "zero_point")
+        V.check_integral(host[2], "zero_point")
     for name, v in (("scale", scale), ("zero_point", zero_point)):
         try:
             jnp.broadcast_shapes(x.shape, v.shape)
