@@ -51,7 +51,11 @@ _REQUANT = {
 _VERIFIED = {
     # ADD and QUANTIZE int8 -> int8 on "optimized" / "xnnpack": hwjax.tflite._xnnpack (x86
     # NEON_2_SSE vector loops, XNNPACK qs8 add / convert); AVERAGE_POOL_2D int8 is never
-    # delegated to XNNPACK, so every runtime runs LiteRT's integer average pool
+    # delegated to XNNPACK, so every runtime runs LiteRT's integer average pool. "tflm":
+    # checked against TFLite Micro's reference kernels (xmos-ai-tools 1.4.2 host interpreter,
+    # tests/data/tflm): ADD, AVERAGE_POOL_2D and QUANTIZE as LiteRT reference; conv,
+    # depthwise and FULLY_CONNECTED with the double-rounding MBQM (R1), per-tensor FC's
+    # multiplier from the float32 scale product; RELU6 without requantisation (_unary_params)
     "add": ("reference", "optimized", "xnnpack", "tflm"),
     "avgpool": ("reference", "optimized", "xnnpack", "tflm"),
     "requantize": ("reference", "optimized", "xnnpack", "tflm"),
@@ -123,6 +127,10 @@ def _linear_params(op):
         kernel = portable["kernel"]
         n_out = kernel.shape[-1] if op == "depthwise_conv" else kernel.shape[0]
         act = attrs.get("activation")
+        if target.runtime == "tflm" and op == "dense" and np.size(portable["w_scale"]) > 1:
+            # TFLM 1.4.2's FULLY_CONNECTED reads only the first filter scale (observed)
+            raise UnsupportedOpError(f"target {target!r}: a FULLY_CONNECTED with per-channel filter scales; "
+                                     "TFLite Micro's kernel applies only the first scale")
 
         def recipe(s_in, w_scale, s_out, z_out):
             rq = requant_params(s_in, w_scale, s_out, requant, channels=n_out,

@@ -4,7 +4,11 @@
 ``mean``, ``mul``, ``mul_const``, ``square`` and ``dequantize`` round differently per
 runtime (derived from LiteRT's and XNNPACK's sources and checked bit for bit against
 ``ai-edge-litert``); they are declared with :func:`verified_on` for ``reference``,
-``optimized`` and ``xnnpack`` only (TFLite Micro: not verified, raises). Each recipe
+``optimized``, ``xnnpack`` and ``tflm``. TFLite Micro (checked against the xmos-ai-tools
+1.4.2 host interpreter, ``tests/data/tflm``) runs them as LiteRT's reference kernels do:
+MEAN as :func:`hwjax.tflite._convert_tensor.mean_mbqm` on every axis set (the 4-D
+keep-dims spatial case included), MUL as ``mul_mbqm``, DEQUANTIZE as
+``dequantize_exact``. Each recipe
 computes its integer (or float32) parameters on the host as the runtime's C++ does:
 float64 where it uses ``double``, float32 where it uses ``float``.
 """
@@ -34,7 +38,7 @@ from hwjax.tflite._convert_tensor import (
 _F32 = np.float32
 
 for _op in ("mean", "mul", "mul_const", "square", "dequantize"):
-    verified_on(_op, "reference", "optimized", "xnnpack")
+    verified_on(_op, "reference", "optimized", "xnnpack", "tflm")
 
 
 def _i32(**kw) -> dict[str, np.ndarray]:
