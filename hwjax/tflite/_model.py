@@ -79,8 +79,10 @@ class Model:
             runtime does, each example as LiteRT runs the batch-1 tensor). Non-finite
             float values raise :class:`hwjax.errors.RangeError` (concrete inputs; traced
             ones under :func:`hwjax.checked`).
-          runtime: ``"reference"``, ``"optimized"``, ``"xnnpack"``, ``"tflm"`` or a
-            :class:`hwjax.targets.Target`.
+          runtime: ``"reference"``, ``"optimized"``, ``"xnnpack"``, ``"tflm"``, ``"xs3"``
+            (xcore.ai: an xformer-converted file's XC ops as the xmos-ai-tools host
+            interpreter computes them; an original model compiled with xformer's recipe)
+            or a :class:`hwjax.targets.Target`.
           intermediates: also return a dict of every tensor by name (batched, int32).
         Returns:
           The output array (the file's dtype), a tuple for several outputs; then the

@@ -684,8 +684,9 @@ def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out:
     for v, name in ((z_in, "z_in"), (z_out, "z_out")):
         V.check_range(np.asarray(v), -128, 127, f"{name} (int8 zero point)")
     sw = np.broadcast_to(np.asarray(s_w, np.float32), (c_out,))
-    if not (np.all(sw > 0) and s_in > 0 and s_out > 0):
-        raise ValueError("scales s_in, s_w, s_out must be positive")
+    if not (np.all(sw >= 0) and s_in > 0 and s_out > 0):
+        raise ValueError("scales s_in and s_out must be positive and s_w >= 0 (a zero weight scale, as xformer "
+                         "gives its pad channels, makes a constant channel)")
     m = (np.float32(s_in) * sw / np.float32(s_out)).astype(np.float32)
     if multiplier_factor is not None:
         m = np.minimum(m, np.float32(m.min() * np.float32(multiplier_factor)))
