@@ -150,3 +150,21 @@ def test_unverified_runtime_ops_raise(cases, monkeypatch):
     name, data, x, want = next(c for c in cases if c[0] == "chain_quantize")
     with pytest.raises(ValueError, match="runtime"):
         tfl.load(data).run(x, runtime="fast")
+
+
+def test_uint8_outputs_of_int8_op_kinds_are_refused():
+    """requantize / add compute int8 outputs: a uint8 output tensor is refused at load
+    (it gave wrong values on every runtime), naming the operator."""
+    mb = T.ModelBuilder()
+    a = mb.tensor((1, 8), "int8", 0.05, 3)
+    b = mb.tensor((1, 8), "uint8", 0.04, 128)
+    mb.op("QUANTIZE", [a], [b])
+    with pytest.raises(UnsupportedOpError, match=r"operator #0 \(QUANTIZE\).*uint8"):
+        tfl.load(mb.finish([a], [b]))
+    mb = T.ModelBuilder()
+    a = mb.tensor((1, 8), "int8", 0.05, 3)
+    c = mb.tensor((1, 8), "int8", 0.05, 1)
+    d = mb.tensor((1, 8), "uint8", 0.1, 120)
+    mb.op("ADD", [a, c], [d], ("AddOptions", {"fusedActivationFunction": 0}))
+    with pytest.raises(UnsupportedOpError, match=r"operator #0 \(ADD\).*uint8"):
+        tfl.load(mb.finish([a, c], [d]))

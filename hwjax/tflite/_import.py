@@ -153,6 +153,9 @@ class OpContext:
         return self.outputs[0]
 
 
+#: op kinds whose output may be uint8 (the others clamp to the int8 range)
+UINT8_OUTPUT_OPS = frozenset({"quantize", "flatten", "reshape"})
+
 Converter = Callable[["Builder", OpContext], None]
 _CONVERTERS: dict[str, Converter] = {}
 
@@ -244,6 +247,9 @@ class Builder:
 
     def node(self, op, inputs, out_i, attrs, params=None, act=None, where=""):
         out = self.act(out_i, where)
+        if self.tensors[out].dtype == "uint8" and op not in UINT8_OUTPUT_OPS:
+            raise UnsupportedOpError(f"{where}: output {out!r} is uint8; the {op!r} op kind computes int8 outputs "
+                                     f"(uint8 outputs only from {sorted(UINT8_OUTPUT_OPS)})")
         if act is not None:
             pre = out + PRE_ACTIVATION
             self.tensors[pre] = Tensor(pre, self.tensors[out].shape, self.tensors[out].dtype, self.tensors[out].quant)
