@@ -51,7 +51,6 @@ import numpy as np
 
 _ONE_THREAD_FLAG = "--xla_cpu_multi_thread_eigen=false"
 _CHILD_ENV = "HWJAX_BENCH_DEPLOYED_CHILD"
-GOAL = {"optimized": 1.0}
 
 
 # ------------------------------------------------------------------------------ models
