@@ -21,6 +21,9 @@ def files(tmp_path_factory):
     add, add_shape = T.add_model(rng, shape=(4, 4, 3), activation="relu6")
     (d / "chain.tflite").write_bytes(chain)
     (d / "add.tflite").write_bytes(add)
+    fc, fc_shape = T.linear_model(rng, "FULLY_CONNECTED", in_shape=(21,), out_ch=7)  # per channel: not on tflm
+    (d / "fc.tflite").write_bytes(fc)
+    np.save(d / "x_fc.npy", rng.integers(-128, 128, (5, *fc_shape)).astype(np.int8))
     x = rng.integers(-128, 128, (6, *shape)).astype(np.int8)
     x[0], x[1] = -128, 127
     np.save(d / "x.npy", x)
@@ -118,16 +121,16 @@ def test_compare_counts_match_litert_where_runtimes_differ(wide_conv):
 
 def test_compare_table(files, capsys):
     """The table through main: header, one row per tensor in graph order, the runtime that
-    cannot run the model's ADD listed as n/a with the reason."""
+    cannot run the model (TFLM: per-channel FULLY_CONNECTED) listed as n/a with the reason."""
     d, _, _ = files
-    assert main(["compare", str(d / "add.tflite"), "--input", str(d / "x_add.npy")]) == 0
+    assert main(["compare", str(d / "fc.tflite"), "--input", str(d / "x_fc.npy")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["tensor", "op", "optimized", "vs", "reference", "tflm", "vs", "reference"]
-    model = _cli.read_model(d / "add.tflite")
+    assert lines[0].split() == ["tensor", "op", "optimized", "vs", "reference", "xnnpack", "vs", "reference"]
+    model = _cli.read_model(d / "fc.tflite")
     rows = lines[2:2 + len(model.graph.nodes)]
     assert [ln.split()[:2] for ln in rows] == [[n.outputs[0], n.op] for n in model.graph.nodes]
     assert len(lines) == 3 + len(model.graph.nodes)
-    assert lines[-1].startswith("xnnpack: n/a (") and "'add'" in lines[-1] and lines[-1].endswith(")")
+    assert lines[-1].startswith("tflm: n/a (") and "per-channel" in lines[-1] and lines[-1].endswith(")")
 
 
 @pytest.mark.parametrize("case", ["no_model", "not_tflite", "no_input", "bad_npy", "shape", "dtype", "range",

@@ -337,6 +337,14 @@ def test_uint8_arithmetic_raises():
 
 
 def test_unverified_runtime_raises(cases):
+    """An op kind whose arithmetic is not declared for a runtime raises, naming both."""
+    from hwjax.targets import _tflite
+
     m = tfl.load(cases["spatial"][0])
-    with pytest.raises(UnsupportedOpError, match="tflm"):
-        m.run(cases["spatial"][1][0], runtime="tflm")
+    saved = _tflite._VERIFIED.get("mean")
+    try:
+        _tflite.verified_on("mean", "reference")
+        with pytest.raises(UnsupportedOpError, match="'mean'.*tflm"):
+            m.run(cases["spatial"][1][0], runtime="tflm")
+    finally:
+        _tflite._VERIFIED["mean"] = saved

@@ -10,6 +10,7 @@ the runtime raises :class:`hwjax.errors.UnsupportedOpError` rather than guess.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -112,7 +113,12 @@ class TFLite(Target):
         if ok is not None and self.runtime not in ok:
             raise UnsupportedOpError(f"target {self!r}: the {op!r} op's arithmetic on runtime {self.runtime!r} is "
                                      f"not implemented (runtimes with {op!r}: {list(ok)})")
-        return super().lowering(op)
+        impl = super().lowering(op)
+        if impl.params is not None and impl.host_params is None:
+            # the recipes are host computations (``host_recipe``): on concrete values
+            # lowering runs them directly, so nothing is compiled and their errors surface
+            impl = dataclasses.replace(impl, host_params=impl.params)
+        return impl
 
     def check_op(self, op: str, **config: Any) -> None:
         self.lowering(op)
