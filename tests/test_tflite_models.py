@@ -168,3 +168,18 @@ def test_uint8_outputs_of_int8_op_kinds_are_refused():
     mb.op("ADD", [a, c], [d], ("AddOptions", {"fusedActivationFunction": 0}))
     with pytest.raises(UnsupportedOpError, match=r"operator #0 \(ADD\).*uint8"):
         tfl.load(mb.finish([a, c], [d]))
+
+
+def test_large_batches_run_in_chunks_with_the_same_bits(cases):
+    """Batches above Model.run's chunk size run as padded chunks in one program: every
+    example equals LiteRT's, also in the last, partial chunk."""
+    from hwjax.tflite._model import BATCH_CHUNK
+
+    name, data, x, want = next(c for c in cases if c[0] == "conv_same_s2_relu")
+    rng = np.random.default_rng(5)
+    xb = rng.integers(-128, 128, (2 * BATCH_CHUNK + 7, *x.shape[1:])).astype(np.int8)
+    for rt in ("reference", "xnnpack"):
+        np.testing.assert_array_equal(np.asarray(tfl.load(data).run(xb, runtime=rt)), T.run_litert(data, xb, rt))
+    g = tfl.load(data).lowered("reference")
+    np.testing.assert_array_equal(np.asarray(hg.jit_run(g, xb.astype(np.int32), chunk=16)),
+                                  np.asarray(hg.jit_run(g, xb.astype(np.int32))))

@@ -176,11 +176,31 @@ def _runtime_scalar(x: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("target", "intermediates", "return_stats"))
-def jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, return_stats: bool = False):
+@functools.partial(jax.jit, static_argnames=("target", "intermediates", "return_stats", "chunk"))
+def jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, return_stats: bool = False,
+            chunk: Optional[int] = None):
     """:func:`run` under ``jax.jit``: compiled once per graph structure, target and input
-    shapes (the parameters are traced, so new parameter values reuse the program)."""
-    return run(graph, inputs, target, intermediates=intermediates, return_stats=return_stats)
+    shapes (the parameters are traced, so new parameter values reuse the program).
+
+    ``chunk``: when the batch is larger, run it as consecutive chunks of ``chunk``
+    examples (``jax.lax.map`` in the same program; the last chunk padded, the padding
+    dropped). Same values (every example is computed independently); on CPU it keeps
+    each node's buffers cache-sized instead of mapping fresh memory per call for large
+    batches. Not with ``intermediates`` or ``return_stats``.
+    """
+    if chunk is None:
+        return run(graph, inputs, target, intermediates=intermediates, return_stats=return_stats)
+    if intermediates or return_stats:
+        raise ValueError("jit_run: chunk cannot be combined with intermediates or return_stats")
+    xs, single = _batched(graph, inputs)
+    n = xs[0].shape[0]
+    if single or n <= chunk:
+        return run(graph, inputs, target)
+    m = -(-n // chunk)
+    parts = tuple(jnp.pad(x, [(0, m * chunk - n)] + [(0, 0)] * (x.ndim - 1)).reshape(m, chunk, *x.shape[1:])
+                  for x in xs)
+    ys = jax.lax.map(lambda c: run(graph, list(c), target), parts)
+    return jax.tree.map(lambda y: y.reshape(m * chunk, *y.shape[2:])[:n], ys)
 
 
 def as_dtype(x: jax.Array, dtype: str) -> np.ndarray:

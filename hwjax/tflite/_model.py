@@ -21,6 +21,8 @@ from hwjax.tflite._import import NP as _NP
 from hwjax.tflite._import import TensorInfo, read, supported_ops
 
 RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
+#: batches larger than this run as chunks of it inside one program (:func:`hwjax.graph.jit_run`)
+BATCH_CHUNK = 64
 #: TFLite operators :func:`load` reads (``CUSTOM(name)`` for custom operators)
 SUPPORTED_OPS = supported_ops()
 
@@ -116,7 +118,7 @@ class Model:
             if not isinstance(a, jax.core.Tracer) and a.size and (int(a.min()) < lo or int(a.max()) > hi):
                 raise ValueError(f"input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
             arrays.append(a.astype(jnp.int32))
-        res = jit_run(g, tuple(arrays), intermediates=intermediates)
+        res = jit_run(g, tuple(arrays), intermediates=intermediates, chunk=None if intermediates else BATCH_CHUNK)
         out = res[0] if intermediates else res
         outs = out if isinstance(out, tuple) else (out,)
         outs = tuple(o.astype(_NP[info.dtype]) for o, info in zip(outs, self.outputs))
