@@ -1,7 +1,7 @@
 """The exceptions hwjax raises at its public boundary.
 
 Every error hwjax raises on purpose is a :class:`HwjaxError`; each also derives from
-the builtin exception a caller would expect (``ValueError``, ``NotImplementedError``),
+the builtin exception a caller would expect (``ValueError``, ``TypeError``, ``NotImplementedError``),
 so ``except ValueError`` keeps working.
 """
 
@@ -24,8 +24,12 @@ class FormatError(HwjaxError, ValueError):
     """A model graph, export folder or model file is malformed or inconsistent."""
 
 
+class ArgTypeError(HwjaxError, TypeError):
+    """An argument has a type or dtype the function does not take (the message names it)."""
+
+
 class UnsupportedOpError(HwjaxError, NotImplementedError):
     """An op kind (or an op configuration) that a target or file reader does not support."""
 
 
-__all__ = ["FormatError", "HwjaxError", "RangeError", "ShapeError", "UnsupportedOpError"]
+__all__ = ["ArgTypeError", "FormatError", "HwjaxError", "RangeError", "ShapeError", "UnsupportedOpError"]

@@ -20,11 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _checked
-from hwjax.errors import HwjaxError, RangeError, ShapeError
-
-
-class ArgTypeError(HwjaxError, TypeError):
-    """An argument has a type or dtype the function does not take (the message names it)."""
+from hwjax.errors import ArgTypeError, HwjaxError, RangeError, ShapeError  # noqa: F401  (ArgTypeError re-exported)
 
 # Integer dtypes the core accepts, with their value ranges.
 _INT_RANGES = {
