@@ -244,12 +244,13 @@ def _py_exp_interval(a):
     return 1895147668 + _srdhm(1895147668, x + p)
 
 
-def _py_exp_neg(a):
-    r = a % 2**24 - 2**24
-    y = _py_exp_interval(_sat_shl(r, 5))
+def _py_exp_neg(a, n=5):
+    f = 31 - n
+    r = a % 2**(f - 2) - 2**(f - 2)
+    y = _py_exp_interval(_sat_shl(r, n))
     for k, mult in ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-                    (3, 720401), (4, 242)):
-        if (r - a) >> (26 + k) & 1:
+                    (3, 720401), (4, 242))[:n + 2]:
+        if (r - a) >> (f + k) & 1:
             y = _srdhm(y, mult)
     return _MAX if a == 0 else y
 
@@ -312,9 +313,10 @@ def test_exp_on_negative_values_exhaustive_grid():
     a = np.concatenate([-np.arange(0, 2**31 + 1, 2**19, dtype=np.int64), -np.arange(1, 4097),
                         [-(2**k) + d for k in range(31) for d in (-1, 0, 1)], [_MIN]])
     a = np.unique(np.clip(a, _MIN, 0)).astype(np.int32)
-    got = np.asarray(_exp_neg(a))
-    want = np.array([_py_exp_neg(int(v)) for v in a], np.int64)
-    assert np.array_equal(got, want)
+    for n in (5, 4):  # LiteRT's softmax, TFLM's LOGISTIC / TANH
+        got = np.asarray(jax.jit(K.exp_on_negative_values, static_argnums=1)(a, n))
+        want = np.array([_py_exp_neg(int(v), n) for v in a], np.int64)
+        assert np.array_equal(got, want), n
 
 
 @given(st.lists(st.integers(_MIN, 0), min_size=64, max_size=64),

@@ -237,21 +237,26 @@ _EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308
                (3, 720401), (4, 242))
 
 
-def exp_on_negative_values(a) -> jax.Array:
-    """gemmlowp ``exp_on_negative_values`` of Q5.26 int32 ``a <= 0``, as Q0.31 int32::
+def exp_on_negative_values(a, integer_bits: int = 5) -> jax.Array:
+    """gemmlowp ``exp_on_negative_values`` of int32 ``a <= 0`` in Q(n).(31-n) (``n =
+    integer_bits``, 1..5; f = 31 - n fractional bits), as Q0.31 int32::
 
-        r = (a & (2**24 - 1)) - 2**24                    (a mod 1/4, minus 1/4)
-        y = exp_on_interval(sat(r * 2**5))
-        for each bit 2**(26 + k) (k = -2..4) of (r - a): y = y * exp(-2**k)   (SRDHM)
+        r = (a & (2**(f-2) - 1)) - 2**(f-2)              (a mod 1/4, minus 1/4)
+        y = exp_on_interval(sat(r * 2**n))
+        for each bit 2**(f + k) (k = -2..n-1) of (r - a): y = y * exp(-2**k)   (SRDHM)
         y = 2**31 - 1 where a == 0
 
-    Exact int32 arithmetic; jittable."""
+    Exact int32 arithmetic; jittable. (LiteRT's softmax uses n = 5, TFLM's LOGISTIC and
+    TANH n = 4.)"""
+    if not 1 <= integer_bits <= 5:
+        raise ValueError(f"integer_bits must lie in [1, 5], got {integer_bits}")
+    f = 31 - integer_bits
     a = jnp.asarray(a, _I32)
-    r = jnp.bitwise_and(a, jnp.int32((1 << 24) - 1)) - jnp.int32(1 << 24)
-    y = exp_on_interval_between_negative_one_quarter_and_0_excl(_sat_shl(r, 5))
+    r = jnp.bitwise_and(a, jnp.int32((1 << (f - 2)) - 1)) - jnp.int32(1 << (f - 2))
+    y = exp_on_interval_between_negative_one_quarter_and_0_excl(_sat_shl(r, integer_bits))
     rem = r - a
-    for k, mult in _EXP_BARREL:
-        bit = jnp.bitwise_and(rem, jnp.int32(1 << (26 + k))) != 0
+    for k, mult in _EXP_BARREL[:integer_bits + 2]:
+        bit = jnp.bitwise_and(rem, jnp.int32(1 << (f + k))) != 0
         y = jnp.where(bit, srdhm32(y, jnp.int32(mult)), y)
     return jnp.where(a == 0, jnp.int32(INT32_MAX), y)
 

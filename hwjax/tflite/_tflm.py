@@ -31,7 +31,6 @@ from hwjax.tflite._arith import mbqm_double
 from hwjax.tflite._convert_nonlinear import (
     INT32_MAX,
     _sat_shl,
-    exp_on_interval_between_negative_one_quarter_and_0_excl,
     exp_on_negative_values,
     one_over_one_plus_x_for_x_in_0_1,
     rdbpot32,
@@ -42,11 +41,6 @@ _I32 = jnp.int32
 
 #: integer bits of the fixed-point input of TFLM's LOGISTIC and TANH (Q4.27)
 INPUT_INTEGER_BITS = 4
-#: exp(-2**k) in Q0.31 for k = -2..3: the barrel shifter of ``exp_on_negative_values`` on Q4.27
-_EXP_BARREL_Q4 = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-                  (3, 720401))
-
-
 def _round_half_away(v: float) -> int:
     return int(math.floor(abs(v) + 0.5)) * (1 if v >= 0 else -1)
 
@@ -70,24 +64,6 @@ def sigmoid_tanh_params(s_in) -> dict[str, np.ndarray]:
     m = _round_half_away(q * 2.0**31)
     radius = math.floor(15.0 * 2.0 ** (31 - INPUT_INTEGER_BITS) / 2.0**ls)
     return {"m": np.int32(m), "ls": np.int32(min(ls, 31)), "radius": np.int32(radius)}
-
-
-def exp_on_negative_values_q4(a) -> jax.Array:
-    """gemmlowp ``exp_on_negative_values`` of Q4.27 int32 ``a <= 0``, as Q0.31::
-
-        r = (a & (2**25 - 1)) - 2**25                      (a mod 1/4, minus 1/4)
-        y = exp_on_interval(sat(r * 2**4))
-        for each bit 2**(27 + k) (k = -2..3) of (r - a): y = SRDHM(y, exp(-2**k))
-        y = 2**31 - 1 where a == 0
-    """
-    a = jnp.asarray(a, _I32)
-    r = jnp.bitwise_and(a, jnp.int32((1 << 25) - 1)) - jnp.int32(1 << 25)
-    y = exp_on_interval_between_negative_one_quarter_and_0_excl(_sat_shl(r, 4))
-    rem = r - a
-    for k, mult in _EXP_BARREL_Q4:
-        bit = jnp.bitwise_and(rem, jnp.int32(1 << (27 + k))) != 0
-        y = jnp.where(bit, srdhm32(y, jnp.int32(mult)), y)
-    return jnp.where(a == 0, jnp.int32(INT32_MAX), y)
 
 
 def one_minus_x_over_one_plus_x_for_x_in_0_1(a) -> jax.Array:
@@ -122,11 +98,11 @@ def tflm_logistic(x, z_in, p) -> jax.Array:
               clamp(RDBPOT(l, 23) - 128, -128, 127)
 
     with gemmlowp ``logistic``: ``l = 1/(1 + exp(-|a|))`` (``one_over_one_plus_x`` of
-    :func:`exp_on_negative_values_q4`) for ``a > 0``, ``(2**31 - 1) - that`` for ``a < 0``,
+    :func:`exp_on_negative_values` with 4 integer bits) for ``a > 0``, ``(2**31 - 1) - that`` for ``a < 0``,
     ``2**30`` for ``a == 0``. ``p`` from :func:`sigmoid_tanh_params`."""
     d, a = _q4_input(x, z_in, p)
     pos = a > 0
-    r = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values_q4(-jnp.where(pos, a, -a)))
+    r = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(-jnp.where(pos, a, -a), integer_bits=4))
     l = jnp.where(a == 0, jnp.int32(1 << 30), jnp.where(pos, r, jnp.int32(INT32_MAX) - r))
     y = jnp.clip(rdbpot32(l, 31 - 8) - 128, -128, 127)
     return jnp.where(d <= -p["radius"], -128, jnp.where(d >= p["radius"], 127, y))
