@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Callable, Optional
 
 import jax
@@ -51,6 +53,13 @@ def make_step(graphdef, tx: optax.GradientTransformation) -> Callable:
     return step
 
 
+@functools.lru_cache(maxsize=32)
+def _jitted_step(graphdef, tx: optax.GradientTransformation) -> Callable:
+    """The jitted training step of a model structure and optimiser: Trainers of the same
+    model and optimiser (a resumed run, a new phase) share one compiled program."""
+    return jax.jit(make_step(graphdef, tx), donate_argnums=(0, 1))
+
+
 class Trainer:
     """Trains a hwjax model in the mode its layers are in (float or hardware).
 
@@ -73,9 +82,9 @@ class Trainer:
         self._step = self._build_step()
 
     def _build_step(self) -> Callable:
-        step = make_step(self.graphdef, self.tx)
         if self.mesh is None:
-            return jax.jit(step, donate_argnums=(0, 1))
+            return _jitted_step(self.graphdef, self.tx)
+        step = make_step(self.graphdef, self.tx)
         rep, data = NamedSharding(self.mesh, P()), NamedSharding(self.mesh, P(tuple(self.mesh.axis_names)))
         self.params, self.opt_state, self.rest = jax.device_put((self.params, self.opt_state, self.rest), rep)
         return jax.jit(step, in_shardings=(rep, rep, rep, data, data), out_shardings=(rep, rep, rep, rep),
@@ -110,10 +119,9 @@ class Trainer:
         nnx.update(self.model, self.params)
 
 
-def calibrate(model: nnx.Module, x: np.ndarray, batch_size: int = 256) -> None:
-    """Runs ``model`` in calibrate mode over ``x`` (jitted), recording every layer's range."""
-    hn.set_mode(model, "calibrate")
-    graphdef, state = nnx.split(model)
+@functools.lru_cache(maxsize=32)
+def _calibrate_fn(graphdef) -> Callable:
+    """The jitted calibration pass of a model structure (one per structure, not per call)."""
 
     @jax.jit
     def run(state, xb):
@@ -121,6 +129,25 @@ def calibrate(model: nnx.Module, x: np.ndarray, batch_size: int = 256) -> None:
         m(xb)
         return nnx.state(m, hn.Calibration)
 
+    return run
+
+
+@functools.lru_cache(maxsize=32)
+def _stats_fn(graphdef) -> Callable:
+    """The jitted statistics pass of a model structure (one per structure, not per call)."""
+
+    @jax.jit
+    def run(state, xb):
+        return nnx.merge(graphdef, state)(xb, return_stats=True)[1]
+
+    return run
+
+
+def calibrate(model: nnx.Module, x: np.ndarray, batch_size: int = 256) -> None:
+    """Runs ``model`` in calibrate mode over ``x`` (jitted), recording every layer's range."""
+    hn.set_mode(model, "calibrate")
+    graphdef, state = nnx.split(model)
+    run = _calibrate_fn(graphdef)
     for idx in _batches(len(x), batch_size, None, drop_last=False):
         cal = run(state, x[idx])
         nnx.update(model, cal)
@@ -130,11 +157,7 @@ def calibrate(model: nnx.Module, x: np.ndarray, batch_size: int = 256) -> None:
 def layer_stats(model: nnx.Module, x: np.ndarray, batch_size: int = 1024) -> dict[str, hn.LayerStats]:
     """Per-layer :class:`hwjax.nn.LayerStats` summed over ``x`` (in the model's mode)."""
     graphdef, state = nnx.split(model)
-
-    @jax.jit
-    def run(state, xb):
-        return nnx.merge(graphdef, state)(xb, return_stats=True)[1]
-
+    run = _stats_fn(graphdef)
     total: Optional[dict[str, Any]] = None
     for s in range(0, len(x), batch_size):
         st = run(state, x[s:s + batch_size])
