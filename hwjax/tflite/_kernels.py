@@ -20,7 +20,7 @@ import numpy as np
 
 from hwjax.core import ConvGeometry, extract_patches, window_taps
 from hwjax.core import validate as V
-from hwjax.errors import RangeError, ShapeError
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 from hwjax.tflite._arith import (
     REQUANT, activation_range, quantize_multiplier, requant_params, requantize,
@@ -49,7 +49,7 @@ def _zp(v, what: str) -> int:
 def _int_input(x, name: str, lo: int = -128, hi: int = 127) -> jax.Array:
     a = V.as_array(x, name)
     if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array (int8 values), got dtype {a.dtype}")
+        raise ArgTypeError(f"{name} must be an integer array (int8 values), got dtype {a.dtype}")
     V.check_range(a, lo, hi, name)
     return a.astype(_I32)
 
@@ -210,6 +210,12 @@ def add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
 # ------------------------------------------------------------------------- public kernels
 
 
+# the public kernels run as one compiled program per configuration, not op by op
+_fc_jit = jax.jit(fc_int, static_argnums=(5,))
+_conv_jit = jax.jit(conv_int, static_argnums=(5, 9))
+_depthwise_jit = jax.jit(depthwise_int, static_argnums=(5, 9))
+
+
 def _check_requant(requant: str) -> str:
     return V.check_choice(requant, tuple(REQUANT), "requant")
 
@@ -256,7 +262,7 @@ def fully_connected(x, w, b, *, input_scale, input_zero_point, filter_scales, ou
                                               activation, True)
     if x.shape[-1] != w.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} features, w expects {w.shape[1]}")
-    return fc_int(x, w, b, zin, rq, requant, zout, lo, hi)
+    return _fc_jit(x, w, b, zin, rq, requant, zout, lo, hi)
 
 
 def conv_geometry(in_hw, kernel_hw, stride, padding, dilation=(1, 1)) -> ConvGeometry:
@@ -284,7 +290,7 @@ def conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_scale, input
     if x.ndim < 3 or x.shape[-1] != w.shape[3]:
         raise ShapeError(f"x must be (..., H, W, {w.shape[3]}), got shape {x.shape}")
     geom = conv_geometry(x.shape[-3:-1], w.shape[1:3], stride, padding, dilation)
-    return conv_int(x, w, b, zin, rq, requant, zout, lo, hi, geom)
+    return _conv_jit(x, w, b, zin, rq, requant, zout, lo, hi, geom)
 
 
 def depthwise_conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_scale, input_zero_point,
@@ -302,4 +308,4 @@ def depthwise_conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_sc
     if x.ndim < 3 or x.shape[-1] != w.shape[2]:
         raise ShapeError(f"x must be (..., H, W, {w.shape[2]}), got shape {x.shape}")
     geom = conv_geometry(x.shape[-3:-1], w.shape[:2], stride, padding, dilation)
-    return depthwise_int(x, w, b, zin, rq, requant, zout, lo, hi, geom)
+    return _depthwise_jit(x, w, b, zin, rq, requant, zout, lo, hi, geom)
