@@ -19,6 +19,7 @@ from hwjax.nn._base import (
 )
 from hwjax.nn._graph import GraphModel, Residual, Sequential, from_graph, to_graph
 from hwjax.nn._layers import (
+    Activation,
     Add,
     AvgPool,
     Conv,
@@ -27,14 +28,17 @@ from hwjax.nn._layers import (
     Flatten,
     LutActivation,
     MaxPool,
+    Pool,
     Quantize,
+    Requantize,
+    Reshape,
 )
 from hwjax.nn._qarray import QArray, as_float
 from hwjax.nn._quant import act_qparams, exact_forward, quantize_act, quantize_weights, weight_scales
 
 __all__ = [
-    "MODES", "Add", "AvgPool", "Calibration", "Conv", "Dense", "DepthwiseConv", "Flatten", "HwLayer",
+    "MODES", "Activation", "Add", "AvgPool", "Calibration", "Conv", "Dense", "DepthwiseConv", "Flatten", "HwLayer",
     "LayerStats", "LutActivation", "MaxPool", "Pinned", "QArray", "Quantize", "Residual", "ScaleFactor", "Sequential",
     "act_qparams", "as_float", "exact_forward", "get_mode", "quantize_act", "quantize_weights", "set_mode",
-    "to_graph", "weight_scales", "GraphModel", "from_graph",
+    "to_graph", "weight_scales", "GraphModel", "from_graph", "Pool", "Requantize", "Reshape",
 ]

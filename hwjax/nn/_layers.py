@@ -559,7 +559,7 @@ class MaxPool(_Pool):
                 self._require_q(x)
             y = self._reduce(x, -jnp.inf, jax.lax.max)
             return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
-        x_int = sg(x.q).astype(jnp.int8)
+        x_int = sg(x.q).astype(jnp.int32)  # int32: TFLite's maxpool pads with -2**31
         y_int = compute_once(lambda v: self._pool_int(v, x), (x_int,), x.zero_point)
         y = exact_forward(y_int, self._reduce(x.q, -jnp.inf, jax.lax.max))
         return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)  # cannot clip
@@ -582,7 +582,7 @@ class AvgPool(_Pool):
                 self._require_q(x)
             y = self._reduce(x, 0.0, jax.lax.add) / n
             return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
-        x_int = sg(x.q).astype(jnp.int8)
+        x_int = sg(x.q).astype(jnp.int32)  # int32: TFLite's maxpool pads with -2**31
         y_int = compute_once(lambda v: self._pool_int(v, x), (x_int,), x.zero_point)
         y = exact_forward(y_int, clip_int8(self._reduce(x.q, 0.0, jax.lax.add) / n))
         return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)  # an average of int8
@@ -688,3 +688,203 @@ class LutActivation(HwLayer):
             y_scale = clip_int8(sg(f(x.dequantize())) / s_out + z_out.astype(jnp.float32))
             y_sur = self.op_run(attrs, params, x.q.astype(jnp.float32)) + (y_scale - sg(y_scale))
         return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=False), return_stats)
+
+
+# ------------------------------------------------ ops of imported TFLite graphs
+
+
+_CLAMPS = {"relu": (0.0, None), "relu6": (0.0, 6.0), "relu_n1_to_1": (-1.0, 1.0)}
+
+
+def _clamp_fn(fn: str) -> Callable[[jax.Array], jax.Array]:
+    lo, hi = _CLAMPS[fn]
+    return lambda v: jnp.clip(v, lo, hi)
+
+
+class _Unary(HwLayer):
+    """Shared forward of the requantising element-wise ops :class:`Activation` and
+    :class:`Requantize`: ``y = q_out(f(real(x)))`` with ``f`` :meth:`real_fn`."""
+
+    requantizes = True
+
+    def real_fn(self, v: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
+    def __call__(self, x, *, return_stats: bool = False):
+        relu = self.kind == "activation"  # the lower bound is the clamp: not counted as saturation
+        if not isinstance(x, QArray):
+            if self.mode == "hardware":
+                self._require_q(x)
+            x = V.as_array(x, f"{type(self).__name__} input x")
+            y = self.real_fn(x)
+            if self.mode == "calibrate":
+                self.record(y)
+            return _ret(y, self.float_stats(y, relu=relu), return_stats)
+        if self.mode != "hardware":
+            raise TypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
+        s_out, z_out = self.out_qparams()
+        attrs = self.node_attrs()
+        params = self.op_params(attrs, None, [Quant.of(sg(x.scale), x.zero_point)], Quant.of(sg(s_out), z_out))
+        x_int = sg(x.q).astype(jnp.int32)
+        y_int = compute_once(lambda v, p: self.op_run(attrs, p, v), (x_int, params), z_out)
+        y_sur = clip_int8(self.real_fn(x.dequantize()) / s_out + z_out.astype(jnp.float32))
+        return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=relu), return_stats)
+
+
+class Activation(_Unary):
+    """Clamping activation ``fn`` requantised to its own output scale (graph op ``activation``,
+    e.g. TFLite's separate RELU / RELU6 / RELU_N1_TO_1 operators).
+
+    ``fn``: ``"relu"`` (``max(v, 0)``), ``"relu6"`` (``clip(v, 0, 6)``) or
+    ``"relu_n1_to_1"`` (``clip(v, -1, 1)``).
+
+    Float modes: ``fn(x)`` (calibrate mode records its range). Hardware mode: the
+    target's exact integer op on the input integers with the input's and the output's
+    quantisation (TFLite: ``clamp(MBQM(q - z_in, m, e) + z_out, act_min, act_max)``, per
+    runtime; on ``"tflm"`` RELU6 does not requantise, as the target documents).
+    Gradient (straight-through surrogate): that of
+    ``clip(fn(s_in (q - z_in)) / s_out + z_out, -128, 127)``, i.e. ``s_in / s_out`` where the
+    input lies strictly inside the clamp and the output is not saturated, 0 outside
+    (exactly at a clamp bound JAX's min/max tie rule gives a fraction of it); the
+    output scale gets this surrogate's gradient when learned.
+    """
+
+    kind = "activation"
+
+    def __init__(self, fn: str, *, target, mode: Mode = "float", learn_scale: bool = False):
+        if fn not in _CLAMPS:
+            raise ValueError(f"fn must be one of {tuple(_CLAMPS)}, got {fn!r}")
+        self.fn = fn
+        super().__init__(target, mode=mode, learn_scale=learn_scale, fn=fn)
+
+    def real_fn(self, v):
+        return _clamp_fn(self.fn)(v)
+
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"fn": self.fn})
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return {"fn": node.attrs["fn"]}
+
+
+class Requantize(_Unary):
+    """Changes the quantisation of an integer tensor (graph op ``requantize``, TFLite's
+    QUANTIZE int8 -> int8): ``y = q_out(real(x))``.
+
+    Float modes: the identity (calibrate mode records the range, which fixes the output
+    quantisation). Hardware mode: the target's exact integer requantisation (TFLite:
+    LiteRT's ``Requantize`` per runtime). Gradient (straight-through surrogate): that of
+    ``clip(s_in (q - z_in) / s_out + z_out, -128, 127)``: ``s_in / s_out`` where the
+    output is not saturated, 0 where it is.
+    """
+
+    kind = "requantize"
+
+    def __init__(self, *, target, mode: Mode = "float", learn_scale: bool = False):
+        super().__init__(target, mode=mode, learn_scale=learn_scale)
+
+    def real_fn(self, v):
+        return v
+
+
+class Reshape(HwLayer):
+    """Row-major reshape of each example to ``shape`` (graph op ``reshape``; the batch axis
+    stays). Keeps the quantisation; exact in every mode (hardware mode runs the
+    target's reshape on the integers). Gradient: reshaped back (the identity)."""
+
+    kind = "reshape"
+
+    def __init__(self, shape, *, target, mode: Mode = "float"):
+        try:
+            self.shape = tuple(int(_positive_int(d, "shape entry", "Reshape")) for d in shape)
+        except TypeError:
+            raise ArgTypeError(f"Reshape: shape must be a sequence of positive ints, got {shape!r}") from None
+        super().__init__(target, mode=mode)
+
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"shape": self.shape})
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return {"shape": tuple(node.attrs["shape"])}
+
+    def _check(self, shape):
+        if int(np.prod(shape[1:])) != int(np.prod(self.shape)):
+            raise ShapeError(f"Reshape: cannot reshape examples of shape {tuple(shape[1:])} to {self.shape}")
+
+    def __call__(self, x, *, return_stats: bool = False):
+        if not isinstance(x, QArray):
+            if self.mode == "hardware":
+                self._require_q(x)
+            x = V.as_array(x, "Reshape input x")
+            self._check(x.shape)
+            y = x.reshape(x.shape[0], *self.shape)
+            return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
+        self._check(x.q.shape)
+        attrs = self.node_attrs()
+        y_int = compute_once(lambda v: self.op_run(attrs, None, v), (sg(x.q).astype(jnp.int32),), x.zero_point)
+        y = exact_forward(y_int, x.q.reshape(x.q.shape[0], *self.shape))
+        return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)
+
+
+class Pool(HwLayer):
+    """Average or maximum pooling with explicit padding (graph op ``pool``: TFLite's SAME
+    pools), NHWC. Keeps the input's scale and zero point.
+
+    ``fn``: ``"avg"`` or ``"max"``; ``padding``: ``((top, bottom), (left, right))``. Taps
+    outside the image are left out: a max ignores them, an average divides by the number
+    of in-image taps of its window.
+
+    Float modes: that float pool. Hardware mode: the target's exact integer pool on the
+    input integers (TFLite: LiteRT's rounding average / max, clamped to int8). Gradient
+    (surrogate): the same float pool of the integers ``q`` (the max's gradient goes to
+    the maximal in-image tap, the average's equally to the in-image taps), clipped to
+    ``[-128, 127]``.
+    """
+
+    kind = "pool"
+
+    def __init__(self, fn: str, window, *, strides=None, padding=((0, 0), (0, 0)), target, mode: Mode = "float"):
+        if fn not in ("avg", "max"):
+            raise ValueError(f"fn must be 'avg' or 'max', got {fn!r}")
+        self.fn = fn
+        self.window = _pair(window, "window", "Pool")
+        self.strides = _pair(strides if strides is not None else self.window, "strides", "Pool")
+        p = _check_padding(padding)
+        if isinstance(p, str):
+            raise ValueError(f"Pool: padding must be explicit ((top, bottom), (left, right)), got {padding!r}")
+        self.padding = p
+        super().__init__(target, mode=mode)
+
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"fn": self.fn, "window": self.window, "strides": self.strides, "padding": self.padding})
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        a = node.attrs
+        return {"fn": a["fn"], "window": tuple(a["window"]), "strides": tuple(a["strides"]),
+                "padding": tuple(tuple(int(v) for v in q) for q in a.get("padding", ((0, 0), (0, 0))))}
+
+    def _float_pool(self, v: jax.Array) -> jax.Array:
+        dims, strides = (1, *self.window, 1), (1, *self.strides, 1)
+        pad = ((0, 0), *self.padding, (0, 0))
+        if self.fn == "max":
+            return jax.lax.reduce_window(v, -jnp.inf, jax.lax.max, dims, strides, pad)
+        total = jax.lax.reduce_window(v, 0.0, jax.lax.add, dims, strides, pad)
+        count = jax.lax.reduce_window(jnp.ones((1, *v.shape[1:3], 1), v.dtype), 0.0, jax.lax.add, dims, strides, pad)
+        return total / count
+
+    def __call__(self, x, *, return_stats: bool = False):
+        x = _check_input(self, x, ndim=4)
+        if not isinstance(x, QArray):
+            if self.mode == "hardware":
+                self._require_q(x)
+            y = self._float_pool(x.astype(jnp.float32))
+            return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
+        attrs, q = self.node_attrs(), Quant.of(sg(x.scale), x.zero_point)
+        x_int = sg(x.q).astype(jnp.int32)
+        y_int = compute_once(lambda v: self.op_run(attrs, self.op_params(attrs, None, [q], q), v), (x_int,),
+                             x.zero_point)
+        y = exact_forward(y_int, clip_int8(self._float_pool(x.q)))
+        return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)
