@@ -190,3 +190,27 @@ def test_unpadded_pools_on_tflite_hardware(kind):
     x = rng.integers(-128, 128, (4, *in_shape)).astype(np.int8)
     y = np.asarray(layers(_qarray(model.graph, x)).q, np.int64)
     assert np.array_equal(y, np.asarray(model.run(x, runtime="reference"), np.int64))
+
+
+@pytest.mark.parametrize("op", ["RELU", "RELU6", "RELU_N1_TO_1", "QUANTIZE"])
+def test_unary_ops_on_every_runtime(op):
+    """A separate activation / QUANTIZE between differently quantised tensors, per runtime
+    (TFLM's RELU6 does not requantise: the target's recipe, reproduced by the layer)."""
+    from hwjax.tflite._testing import unary_model
+
+    rng = np.random.default_rng(6)
+    data, shape = unary_model(rng, op)
+    model = tfl.load(data)
+    x = rng.integers(-128, 128, (8, *shape)).astype(np.int8)
+    for rt in ("reference", "optimized", "xnnpack", "tflm"):
+        layers = hn.from_graph(_with_quantize(model.graph), TFLite(rt))
+        y = np.asarray(layers(_qarray(model.graph, x)).q, np.int64)
+        assert np.array_equal(y, np.asarray(model.run(x, runtime=rt), np.int64)), rt
+
+
+@pytest.mark.parametrize("runtime", ["optimized"])
+def test_chain_model_on_other_runtimes(setup, runtime):
+    _, model, x = setup
+    layers = hn.from_graph(_with_quantize(model.graph), TFLite(runtime))
+    y = np.asarray(layers(_qarray(model.graph, x)).q, np.int64)
+    assert np.array_equal(y, np.asarray(model.run(x, runtime=runtime), np.int64))
