@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwjax import core
-from hwjax.errors import HwjaxError, RangeError, ShapeError
+from hwjax.errors import ArgTypeError, HwjaxError, RangeError, ShapeError
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -346,7 +346,7 @@ def test_target_entry_points_wrong_types_and_non_finite(case, bad):
         bad = v
     elif isinstance(bad, np.ndarray) and bad.dtype == np.uint32:
         bad = np.resize(bad, np.shape(kw[arg])).astype(np.uint32)
-    expect_error(lambda: fn(**{**kw, arg: bad}), arg, (TypeError, ValueError), strict=False)
+    expect_error(lambda: fn(**{**kw, arg: bad}), arg, (TypeError, ValueError))
 
 
 @SETTINGS
@@ -371,4 +371,45 @@ def test_target_entry_points_out_of_range(case, form, negative):
         bad = v.astype(np.int32)
     else:
         return
-    expect_error(lambda: fn(**{**kw, arg: bad}), arg, (ValueError, TypeError), strict=False)
+    expect_error(lambda: fn(**{**kw, arg: bad}), arg, (ValueError, TypeError))
+
+
+# ------------------------------------------- the targets' own checks raise HwjaxErrors
+
+
+def _target_checks():
+    from hwjax import gemmlowp as G
+    from hwjax import tflite as tfl
+    from hwjax import xs3
+    from hwjax.nvdla import cvt
+
+    f8 = np.array([1.0, 2.0], np.float32)
+    tkw = dict(input_scale=0.5, input_zero_point=1, filter_scales=[0.1], output_scale=0.7, output_zero_point=-3,
+               requant="double")
+    fc = dict(x=np.ones((2, 3), np.int8), w=np.ones((4, 3), np.int8), b=None)
+    cv = dict(x=np.array([1000, -5], np.int32), offset=0, scale=3, shift=2, out_bits=8)
+    return [  # (call, argument, error class)
+        (lambda: G.rounding_divide_by_pot(np.int32(77), f8), "exponent", ArgTypeError),
+        (lambda: G.rounding_divide_by_pot(np.ones(3, np.int32), np.ones(2, np.int32)), "exponent", ShapeError),
+        (lambda: G.shift_left(f8, 1), "x", ArgTypeError),
+        (lambda: G.shift_left(np.int32(5), f8), "exponent", ArgTypeError),
+        (lambda: cvt(**{**cv, "offset": f8}), "offset", ArgTypeError),
+        (lambda: cvt(**{**cv, "scale": f8}), "scale", ArgTypeError),
+        (lambda: cvt(**{**cv, "shift": f8}), "shift", ArgTypeError),
+        (lambda: cvt(**{**cv, "offset": np.zeros(3, np.int32)}), "offset", ShapeError),
+        (lambda: tfl.fully_connected(**{**fc, "x": np.ones((2, 3), np.float32)}, **tkw), "x", ArgTypeError),
+        (lambda: tfl.fully_connected(**{**fc, "w": np.ones((4, 3), np.float32)}, **tkw), "w", ArgTypeError),
+        (lambda: tfl.fully_connected(**{**fc, "b": np.ones(4, np.float32)}, **tkw), "b", ArgTypeError),
+        (lambda: tfl.multiply_by_quantized_multiplier(f8, 2**30, 1), "x", ArgTypeError),
+        (lambda: xs3.vlmul(np.ones(4, np.int8), np.ones(4, np.int8), mode=7), "mode", RangeError),
+        (lambda: G.gemm(np.ones((2, 3), np.float32), np.ones((3, 2), np.uint8), lhs_offset=0, rhs_offset=0),
+         "lhs", ArgTypeError),
+        (lambda: G.gemm(np.ones(3, np.uint8), np.ones((3, 2), np.uint8), lhs_offset=0, rhs_offset=0),
+         "lhs", ShapeError),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_target_checks())))
+def test_target_argument_checks_raise_hwjax_errors(i):
+    fn, arg, kind = _target_checks()[i]
+    expect_error(fn, arg, (kind,))

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from hwjax.core import validate as V
 from hwjax.core import fixed_mul, shift_right
 from hwjax.core import wide as _wide
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 _I32 = jnp.int32
 INT32_MIN = -(2**31)
@@ -32,7 +33,7 @@ def _broadcast(a: jax.Array, b: jax.Array, na: str, nb: str) -> None:
     try:
         jnp.broadcast_shapes(a.shape, b.shape)
     except ValueError as e:
-        raise ValueError(f"{nb} of shape {b.shape} does not broadcast against {na} of shape {a.shape}") from e
+        raise ShapeError(f"{nb} of shape {b.shape} does not broadcast against {na} of shape {a.shape}") from e
 
 
 def srdhm(a, b) -> jax.Array:
@@ -104,7 +105,7 @@ def rounding_divide_by_pot(x, exponent) -> jax.Array:
     x = _operand(x, "x")
     e = V.as_array(exponent, "exponent")
     if V.kind(e, "exponent") != "int":
-        raise TypeError(f"exponent must be an integer scalar or array in [0, 31], got dtype {e.dtype}")
+        raise ArgTypeError(f"exponent must be an integer scalar or array in [0, 31], got dtype {e.dtype}")
     e = V.to_int32(e, "exponent")
     V.check_range(e, 0, 31, "exponent")
     _broadcast(x, e, "x", "exponent")
@@ -122,11 +123,11 @@ def shift_left(x, exponent, *, overflow: str = "saturate") -> jax.Array:
     V.check_choice(overflow, ("saturate", "wrap"), "overflow")
     x = V.as_array(x, "x")
     if V.kind(x, "x") != "int":
-        raise TypeError(f"x must be an integer array, got dtype {x.dtype}")
+        raise ArgTypeError(f"x must be an integer array, got dtype {x.dtype}")
     x = V.to_int32(x, "x")
     e = V.as_array(exponent, "exponent")
     if V.kind(e, "exponent") != "int":
-        raise TypeError(f"exponent must be an integer scalar or array in [0, 31], got dtype {e.dtype}")
+        raise ArgTypeError(f"exponent must be an integer scalar or array in [0, 31], got dtype {e.dtype}")
     e = V.to_int32(e, "exponent")
     V.check_range(e, 0, 31, "exponent")
     return _shift_left_jit(x, e, overflow)
@@ -163,7 +164,7 @@ def rmcf_constants(numerator: int, denominator: int) -> tuple[int, int, int]:
     s = abs(rem) * 2**31 // d
     s = -s if rem < 0 else s
     if not INT32_MIN <= s <= INT32_MAX or not INT32_MIN <= q <= INT32_MAX:
-        raise ValueError(f"numerator/denominator = {n}/{d} gives constants outside int32")
+        raise RangeError(f"numerator/denominator = {n}/{d} gives constants outside int32")
     return q, rem, s
 
 
@@ -183,7 +184,7 @@ def rounding_multiply_by_constant_fraction(x, numerator: int, denominator: int) 
     """
     x = V.as_array(x, "x")
     if V.kind(x, "x") != "int":
-        raise TypeError(f"x must be an integer array, got dtype {x.dtype}")
+        raise ArgTypeError(f"x must be an integer array, got dtype {x.dtype}")
     rmcf_constants(numerator, denominator)  # checks the static arguments
     return _rmcf_jit(V.to_int32(x, "x"), int(numerator), int(denominator))
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.gemmlowp._fixedpoint import INT32_MAX, INT32_MIN
 from hwjax.gemmlowp._stages import _apply_stages, check_output_stages, check_stage_params
 
@@ -21,9 +22,9 @@ def check_uint8_matrix(x: Any, name: str) -> Any:
     int32 array (NumPy or JAX); the jitted programs convert it to int32."""
     a = x if isinstance(x, jax.Array) else np.asarray(x)
     if isinstance(x, (bool, np.bool_)) or not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype == bool:
-        raise TypeError(f"{name} must be an integer (uint8) matrix with values in [0, 255], got dtype {a.dtype}")
+        raise ArgTypeError(f"{name} must be an integer (uint8) matrix with values in [0, 255], got dtype {a.dtype}")
     if a.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D matrix, got shape {tuple(a.shape)}")
+        raise ShapeError(f"{name} must be a 2-D matrix, got shape {tuple(a.shape)}")
     if a.dtype != np.uint8:
         V.check_range(a, 0, 255, name)
         if not isinstance(a, jax.core.Tracer):
@@ -38,10 +39,10 @@ def check_offset(x: Any, length: int, name: str, per: str) -> jax.Array:
     """
     a = x if isinstance(x, jax.core.Tracer) else np.asarray(x)
     if isinstance(x, (bool, np.bool_)) or not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype == bool:
-        raise TypeError(f"{name} must be an int32 scalar or a vector of {length} int32 values (one per "
+        raise ArgTypeError(f"{name} must be an int32 scalar or a vector of {length} int32 values (one per "
                         f"{per}), got {a.dtype}")
     if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != length):
-        raise ValueError(f"{name} must be a scalar or a vector of length {length} (one per {per}), "
+        raise ShapeError(f"{name} must be a scalar or a vector of length {length} (one per {per}), "
                          f"got shape {tuple(a.shape)}")
     V.check_range(a, INT32_MIN, INT32_MAX, name)
     if isinstance(a, jax.core.Tracer):
@@ -100,10 +101,10 @@ def offset_matmul(lhs: jax.Array, rhs: jax.Array, lhs_offset: jax.Array, rhs_off
 
 def _check_gemm_shapes(lhs: jax.Array, rhs: jax.Array) -> None:
     if lhs.shape[1] != rhs.shape[0]:
-        raise ValueError(f"lhs is {lhs.shape[0]}x{lhs.shape[1]} (rows x depth) and rhs is "
+        raise ShapeError(f"lhs is {lhs.shape[0]}x{lhs.shape[1]} (rows x depth) and rhs is "
                          f"{rhs.shape[0]}x{rhs.shape[1]} (depth x cols): their depths must match")
     if lhs.shape[1] == 0:
-        raise ValueError("depth must be >= 1 (gemmlowp writes no output at all when depth is 0)")
+        raise ShapeError("lhs and rhs: depth must be >= 1 (gemmlowp writes no output at all when depth is 0)")
 
 
 def gemm(lhs, rhs, *, lhs_offset, rhs_offset, output_stages=()) -> jax.Array:

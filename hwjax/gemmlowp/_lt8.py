@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, RangeError
 from hwjax.gemmlowp._fixedpoint import _rmcf_int
 from hwjax.gemmlowp._gemm import _check_gemm_shapes, _gemm_jit, _udot, check_offset, check_uint8_matrix
 from hwjax.gemmlowp._stages import (
@@ -68,7 +69,7 @@ def _strategy(rounding: Any) -> RoundingStrategy:
         return DEFAULT_STRATEGY
     if isinstance(rounding, str) and rounding in MODES:
         return RoundingStrategy(rounding, rounding, 0)
-    raise ValueError(f"rounding must be 'auto', one of {MODES} or a RoundingStrategy, got {rounding!r}")
+    raise RangeError(f"rounding must be 'auto', one of {MODES} or a RoundingStrategy, got {rounding!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +88,7 @@ class BitDepthParams:
         V.check_static_int(self.lhs_bits, 1, 8, "lhs_bits")
         V.check_static_int(self.rhs_bits, 1, 8, "rhs_bits")
         if self.rounding == "exact" and (self.lhs_bits, self.rhs_bits) != (8, 8):
-            raise ValueError("rounding='exact' requires lhs_bits == rhs_bits == 8")
+            raise RangeError("rounding='exact' requires lhs_bits == rhs_bits == 8")
         if self.rounding != "exact":
             _strategy(self.rounding)
 
@@ -239,7 +240,7 @@ def requantize(x, bits: int, *, mode: str) -> jax.Array:
     V.check_choice(mode, MODES, "mode")
     a = x if isinstance(x, jax.Array) else np.asarray(x)
     if not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype == bool:
-        raise TypeError(f"x must be an integer array with values in [0, 255], got dtype {a.dtype}")
+        raise ArgTypeError(f"x must be an integer array with values in [0, 255], got dtype {a.dtype}")
     if a.dtype != np.uint8:
         V.check_range(a, 0, 255, "x")
         if not isinstance(a, jax.core.Tracer):
@@ -297,21 +298,21 @@ def _pack_side(v: jax.Array, bits: int, mode: str, side: str, l1_depth: int, l2_
 def _check_bits(lhs_bits, rhs_bits, bit_depth, rounding):
     if bit_depth is not None:
         if not isinstance(bit_depth, BitDepthParams):
-            raise TypeError(f"bit_depth must be a BitDepthParams (e.g. A5B7, A8B8), got {bit_depth!r}")
+            raise ArgTypeError(f"bit_depth must be a BitDepthParams (e.g. A5B7, A8B8), got {bit_depth!r}")
         if lhs_bits is not None and lhs_bits != bit_depth.lhs_bits:
-            raise ValueError(f"lhs_bits={lhs_bits} contradicts bit_depth.lhs_bits={bit_depth.lhs_bits}")
+            raise RangeError(f"lhs_bits={lhs_bits} contradicts bit_depth.lhs_bits={bit_depth.lhs_bits}")
         if rhs_bits is not None and rhs_bits != bit_depth.rhs_bits:
-            raise ValueError(f"rhs_bits={rhs_bits} contradicts bit_depth.rhs_bits={bit_depth.rhs_bits}")
+            raise RangeError(f"rhs_bits={rhs_bits} contradicts bit_depth.rhs_bits={bit_depth.rhs_bits}")
         lhs_bits, rhs_bits = bit_depth.lhs_bits, bit_depth.rhs_bits
         if rounding == "auto":
             rounding = bit_depth.rounding
     if lhs_bits is None or rhs_bits is None:
-        raise TypeError("give lhs_bits and rhs_bits (1..8), or bit_depth=A5B7 / A8B8 / BitDepthParams(...)")
+        raise ArgTypeError("give lhs_bits and rhs_bits (1..8), or bit_depth=A5B7 / A8B8 / BitDepthParams(...)")
     lhs_bits = V.check_static_int(lhs_bits, 1, 8, "lhs_bits")
     rhs_bits = V.check_static_int(rhs_bits, 1, 8, "rhs_bits")
     if rounding == "exact":
         if (lhs_bits, rhs_bits) != (8, 8):
-            raise ValueError("rounding='exact' requires lhs_bits == rhs_bits == 8")
+            raise RangeError("rounding='exact' requires lhs_bits == rhs_bits == 8")
     else:
         _strategy(rounding)
     return lhs_bits, rhs_bits, rounding
@@ -371,7 +372,7 @@ def check_uint16_accumulators(lhs_bits: int, rhs_bits: int, products_per_lane: i
     cap = uint16_lane_capacity(lhs_bits, rhs_bits)
     if n > cap:
         worst = n * (2**lhs_bits - 1) * (2**rhs_bits - 1)
-        raise ValueError(
+        raise RangeError(
             f"uint16 local accumulators overflow: {n} products of {lhs_bits}-bit x {rhs_bits}-bit operands "
             f"reach {n} * {2**lhs_bits - 1} * {2**rhs_bits - 1} = {worst} > 65535; at most {cap} products "
             f"per uint16 lane are safe for these bit depths")
@@ -461,9 +462,9 @@ def gemm_lt8(lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int | None = None,
     legacy = (result_offset, result_mult_int, result_shift)
     if any(v is not None for v in legacy):
         if any(v is None for v in legacy):
-            raise ValueError("give all three of result_offset, result_mult_int, result_shift, or none")
+            raise RangeError("give all three of result_offset, result_mult_int, result_shift, or none")
         if output_stages is not None:
-            raise ValueError("give either the legacy result_offset/result_mult_int/result_shift or "
+            raise RangeError("give either the legacy result_offset/result_mult_int/result_shift or "
                              "output_stages, not both")
         stages = (QuantizeDownInt32ToUint8Scale(result_offset, result_mult_int, result_shift),
                   SaturatingCastToUint8())

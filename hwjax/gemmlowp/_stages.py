@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.gemmlowp._fixedpoint import INT32_MAX, INT32_MIN, _rdbpot_int, _shift_left_int, _srdhm_int
 
 _I32 = jnp.int32
@@ -53,7 +54,7 @@ def _scalar(value: Any, lo: int, hi: int, name: str) -> jax.Array:
     """An int32 scalar stage parameter (Python/NumPy int, 0-d array or tracer)."""
     a = value if isinstance(value, jax.core.Tracer) else np.asarray(value)
     if isinstance(value, bool) or a.shape != () or not jnp.issubdtype(a.dtype, jnp.integer):
-        raise TypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got {value!r}")
+        raise ArgTypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got {value!r}")
     V.check_range(a, lo, hi, name)
     return _to_i32(a)
 
@@ -67,10 +68,10 @@ def _to_i32(a) -> jax.Array:
 def _vector(value: Any, length: int, lo: int, hi: int, name: str) -> jax.Array:
     a = value if isinstance(value, jax.core.Tracer) else np.asarray(value)
     if a.ndim != 1 or not jnp.issubdtype(a.dtype, jnp.integer):
-        raise TypeError(f"{name} must be a 1-D integer vector of length {length}, got "
+        raise ArgTypeError(f"{name} must be a 1-D integer vector of length {length}, got "
                         f"{a.dtype}{list(a.shape)}")
     if a.shape[0] != length:
-        raise ValueError(f"{name} must have length {length}, got {a.shape[0]}")
+        raise ShapeError(f"{name} must have length {length}, got {a.shape[0]}")
     V.check_range(a, lo, hi, name)
     return _to_i32(a)
 
@@ -310,12 +311,12 @@ def check_output_stages(output_stages) -> tuple:
     try:
         stages = tuple(output_stages)
     except TypeError as e:
-        raise TypeError(f"output_stages must be a sequence of output stages, got {output_stages!r}") from e
+        raise ArgTypeError(f"output_stages must be a sequence of output stages, got {output_stages!r}") from e
     for i, st in enumerate(stages):
         if not isinstance(st, OutputStage):
-            raise TypeError(f"output_stages[{i}] is not a gemmlowp output stage: {st!r}")
+            raise ArgTypeError(f"output_stages[{i}] is not a gemmlowp output stage: {st!r}")
         if isinstance(st, _CASTS) and i != len(stages) - 1:
-            raise ValueError(f"output_stages[{i}] ({type(st).__name__}) is a cast stage and must be "
+            raise RangeError(f"output_stages[{i}] ({type(st).__name__}) is a cast stage and must be "
                              f"the last stage, but {len(stages) - 1 - i} stage(s) follow it")
     return stages
 
@@ -347,11 +348,11 @@ def apply_output_stages(acc, output_stages) -> jax.Array:
     stages = check_output_stages(output_stages)
     x = V.as_array(acc, "acc")
     if V.kind(x, "acc") != "int":
-        raise TypeError(f"acc must be an integer array, got dtype {x.dtype}")
+        raise ArgTypeError(f"acc must be an integer array, got dtype {x.dtype}")
     if np.dtype(x.dtype) == np.int64:
         V.check_range(x, INT32_MIN, INT32_MAX, "acc")
     if x.ndim != 2:
-        raise ValueError(f"acc must be a (rows, cols) matrix, got shape {x.shape}")
+        raise ShapeError(f"acc must be a (rows, cols) matrix, got shape {x.shape}")
     check_stage_params(stages, x.shape)
     return _apply_stages_jit(x, stages)
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 # Element types of NVDLA in-memory data: name -> (NumPy dtype, bytes per element).
 _ELEMENT_TYPES: dict[str, tuple[np.dtype, int]] = {
@@ -44,7 +45,7 @@ def element_type(dtype: Any, name: str = "dtype") -> np.dtype:
             dt = None
         if dt is not None and dt.name in _ELEMENT_TYPES:
             return dt
-    raise TypeError(f"{name} must be one of {ELEMENT_TYPES} (or 'fp16'), got {dtype!r}")
+    raise ArgTypeError(f"{name} must be one of {ELEMENT_TYPES} (or 'fp16'), got {dtype!r}")
 
 
 def element_bytes(dtype: Any) -> int:
@@ -63,7 +64,7 @@ def as_elements(x: Any, dtype: Any, name: str) -> jax.Array:
     if dtype is None:
         dt_in = getattr(x, "dtype", None)
         if dt_in is None or np.dtype(dt_in).name not in _ELEMENT_TYPES:
-            raise TypeError(f"{name} has dtype {dt_in}; pass dtype= (one of {ELEMENT_TYPES}) "
+            raise ArgTypeError(f"{name} has dtype {dt_in}; pass dtype= (one of {ELEMENT_TYPES}) "
                             "or give an array of one of those dtypes")
         return jnp.asarray(x)
     dt = element_type(dtype)
@@ -72,13 +73,13 @@ def as_elements(x: Any, dtype: Any, name: str) -> jax.Array:
         return jnp.asarray(arr)
     if dt == np.float16:
         if not np.issubdtype(arr.dtype, np.floating):
-            raise TypeError(f"{name} must be a float array for dtype float16, got {arr.dtype}")
+            raise ArgTypeError(f"{name} must be a float array for dtype float16, got {arr.dtype}")
         return jnp.asarray(arr.astype(np.float16)) if isinstance(arr, np.ndarray) else arr.astype(jnp.float16)
     info = np.iinfo(dt)
     if np.issubdtype(arr.dtype, np.floating):
         V.check_integral(arr, name)
     elif not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{name} must hold integers for dtype {dt.name}, got dtype {arr.dtype}")
+        raise ArgTypeError(f"{name} must hold integers for dtype {dt.name}, got dtype {arr.dtype}")
     V.check_range(arr, int(info.min), int(info.max), name)
     if isinstance(arr, np.ndarray):
         return jnp.asarray(arr.astype(dt))
@@ -121,11 +122,11 @@ class Placement:
         idx = offsets[..., None] + np.arange(bpe, dtype=np.int64)
         flat = idx.reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= size):
-            raise ValueError(f"layout places bytes outside the image of {size} bytes")
+            raise RangeError(f"layout places bytes outside the image of {size} bytes")
         if np.unique(flat).size != flat.size:
-            raise ValueError("layout places two elements at the same byte (strides too small)")
+            raise RangeError("layout places two elements at the same byte (strides too small)")
         if size >= 2**31:
-            raise ValueError(f"image of {size} bytes exceeds the 2**31-byte limit of this library")
+            raise RangeError(f"image of {size} bytes exceeds the 2**31-byte limit of this library")
         source = np.full(size, flat.size, np.int32)
         source[flat] = np.arange(flat.size, dtype=np.int32)
         self.byte_index = idx.astype(np.int32)
@@ -180,11 +181,11 @@ def check_image(image: Any, min_size: int, name: str = "image") -> jax.Array:
     """Checks that ``image`` is a 1-D uint8 array of at least ``min_size`` bytes."""
     image = image if isinstance(image, jax.Array) else np.asarray(image)
     if image.dtype != np.uint8:
-        raise TypeError(f"{name} must be a uint8 byte image, got dtype {image.dtype}")
+        raise ArgTypeError(f"{name} must be a uint8 byte image, got dtype {image.dtype}")
     if image.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (a byte image), got shape {image.shape}")
+        raise ShapeError(f"{name} must be 1-D (a byte image), got shape {image.shape}")
     if image.shape[0] < min_size:
-        raise ValueError(f"{name} has {image.shape[0]} bytes; this layout needs at least {min_size}")
+        raise ShapeError(f"{name} has {image.shape[0]} bytes; this layout needs at least {min_size}")
     return jnp.asarray(image)
 
 
@@ -193,22 +194,22 @@ def check_shape(shape: Any, ndim: int | tuple[int, ...], name: str) -> tuple[int
     try:
         shape = tuple(int(s) for s in shape)
     except TypeError as e:
-        raise TypeError(f"{name} must be a tuple of ints, got {shape!r}") from e
+        raise ArgTypeError(f"{name} must be a tuple of ints, got {shape!r}") from e
     ranks = (ndim,) if isinstance(ndim, int) else ndim
     if len(shape) not in ranks:
-        raise ValueError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {shape}")
+        raise ShapeError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {shape}")
     if any(s < 1 for s in shape):
-        raise ValueError(f"{name} must have every dimension >= 1, got {shape}")
+        raise ShapeError(f"{name} must have every dimension >= 1, got {shape}")
     return shape
 
 
 def check_stride(value: Any, minimum: int, multiple: int, name: str) -> int:
     """Validates a static byte stride: a multiple of ``multiple`` and ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a Python int (bytes), got {value!r}")
+        raise ArgTypeError(f"{name} must be a Python int (bytes), got {value!r}")
     value = int(value)
     if value < minimum or value % multiple:
-        raise ValueError(f"{name} must be a multiple of {multiple} and >= {minimum} bytes; got {value}")
+        raise RangeError(f"{name} must be a multiple of {multiple} and >= {minimum} bytes; got {value}")
     return value
 
 

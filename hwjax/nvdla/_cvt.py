@@ -27,6 +27,7 @@ import numpy as np
 from hwjax.core import validate as V
 from hwjax.core import wide
 from hwjax.core import float0_zeros, int_bounds, unbroadcast
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 __all__ = [
     "CONVERTORS",
@@ -63,7 +64,7 @@ def sign_extend(value: Any, bits: int):
         return v - (1 << bits) if v >> (bits - 1) else v
     x = jax.device_put(value) if isinstance(value, (np.ndarray, np.generic)) else jnp.asarray(value)
     if not jnp.issubdtype(x.dtype, jnp.integer):
-        raise TypeError(f"value must be an integer array, got {x.dtype}")
+        raise ArgTypeError(f"value must be an integer array, got {x.dtype}")
     return _sign_extend_jit(x, bits)
 
 
@@ -93,7 +94,7 @@ def int_to_fp16(x: Any) -> jax.Array:
     """
     x = V.as_array(x, "x")
     if V.kind(x, "x") != "int":
-        raise TypeError(f"x must be an integer array, got {x.dtype}")
+        raise ArgTypeError(f"x must be an integer array, got {x.dtype}")
     V.check_range(x, -(2**24), 2**24, "x")
     return _int_to_fp16_jit(x)
 
@@ -162,11 +163,11 @@ def _check_out(out_bits, stage_bits):
     if stage_bits is not None:
         stage_bits = V.check_static_int(stage_bits, 2, 32, "stage_bits")
         if out_bits != "fp16" and out_bits > stage_bits:
-            raise ValueError(f"out_bits={out_bits} must not exceed stage_bits={stage_bits}")
+            raise RangeError(f"out_bits={out_bits} must not exceed stage_bits={stage_bits}")
     elif out_bits == "fp16":
-        raise ValueError("out_bits='fp16' converts the int17 stage: pass stage_bits=17")
+        raise RangeError("out_bits='fp16' converts the int17 stage: pass stage_bits=17")
     if out_bits == "fp16" and stage_bits > 25:
-        raise ValueError(f"out_bits='fp16' needs stage_bits <= 25, got {stage_bits}")
+        raise RangeError(f"out_bits='fp16' needs stage_bits <= 25, got {stage_bits}")
     return out_bits, stage_bits
 
 
@@ -174,7 +175,7 @@ def _int_arg(v, lo, hi, name) -> jax.Array:
     """A checked integer register operand (converted to int32 inside the jitted program)."""
     a = V.as_array(v, name)
     if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer or integer array, got dtype {a.dtype}")
+        raise ArgTypeError(f"{name} must be an integer or integer array, got dtype {a.dtype}")
     V.check_range(a, lo, hi, name)
     return a
 
@@ -227,7 +228,7 @@ def cvt(x: Any, *, offset: Any, scale: Any, shift: Any, out_bits: OutBits,
         if V.is_concrete(xa.hi) and V.is_concrete(xa.lo):
             hi = np.asarray(xa.hi).astype(np.int64)
             if hi.size and (hi.min() < -256 or hi.max() > 255):
-                raise ValueError("x (Wide) must lie in [-2**40, 2**40)")
+                raise RangeError("x (Wide) must lie in [-2**40, 2**40)")
         shape = jnp.broadcast_shapes(xa.hi.shape, xa.lo.shape)
     else:
         xa = V.as_array(x, "x")
@@ -240,7 +241,7 @@ def cvt(x: Any, *, offset: Any, scale: Any, shift: Any, out_bits: OutBits,
     try:
         jnp.broadcast_shapes(shape, off.shape, sc.shape, sh.shape)
     except ValueError as e:
-        raise ValueError(f"offset {off.shape}, scale {sc.shape} and shift {sh.shape} must "
+        raise ShapeError(f"offset {off.shape}, scale {sc.shape} and shift {sh.shape} must "
                          f"broadcast against x {shape}") from e
     y, flags = _cvt_jit(xa, off, sc, sh, stage_bits=stage_bits, out_bits=out_bits,
                         saturation_grad=saturation_grad)
@@ -309,7 +310,7 @@ def _check_wide_range(x, bits, name):
             v = wide.to_python(wide.Wide(jnp.asarray(x.hi, _I32), jnp.asarray(x.lo, _U32)))
             lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
             if v.size and (min(v.flat) < lo or max(v.flat) > hi):
-                raise ValueError(f"{name} must lie in [{lo}, {hi}] ({bits}-bit signed)")
+                raise RangeError(f"{name} must lie in [{lo}, {hi}] ({bits}-bit signed)")
         return
     a = V.as_array(x, name)
     b = min(bits, 32)
@@ -333,14 +334,14 @@ def cvt_unit(unit: str, x: Any, *, offset: Any, scale: Any, shift: Any,
     outside the unit's widths raise ValueError. See :func:`cvt` for semantics and flags.
     """
     if unit not in CONVERTORS:
-        raise ValueError(f"unit must be one of {tuple(CONVERTORS)}, got {unit!r}")
+        raise RangeError(f"unit must be one of {tuple(CONVERTORS)}, got {unit!r}")
     spec = CONVERTORS[unit]
     if out_bits is None:
         if len(spec.outputs) != 1:
-            raise ValueError(f"unit {unit!r} needs out_bits= (one of {spec.outputs})")
+            raise RangeError(f"unit {unit!r} needs out_bits= (one of {spec.outputs})")
         out_bits = spec.outputs[0]
     if out_bits not in spec.outputs:
-        raise ValueError(f"out_bits for unit {unit!r} must be one of {spec.outputs}, got {out_bits!r}")
+        raise RangeError(f"out_bits for unit {unit!r} must be one of {spec.outputs}, got {out_bits!r}")
     _check_wide_range(x, spec.x_bits, "x")
     _check_wide_range(offset, spec.offset_bits, "offset")
     V.check_range(V.as_array(shift, "shift"), 0, (1 << spec.shift_bits) - 1, "shift")
@@ -369,7 +370,7 @@ def valid_precision_conversions(unit: str) -> dict[str, tuple[str, ...]]:
     formats); the convolution's output precision is its pipeline (and weight) precision.
     """
     if unit not in _VALID:
-        raise ValueError(f"unit must be one of {tuple(_VALID)}, got {unit!r}")
+        raise RangeError(f"unit must be one of {tuple(_VALID)}, got {unit!r}")
     return dict(_VALID[unit])
 
 
@@ -377,11 +378,11 @@ def check_precision_conversion(unit: str, input_precision: str, output_precision
     """Raises ValueError unless ``input_precision -> output_precision`` is valid for ``unit`` (5.3)."""
     table = valid_precision_conversions(unit)
     if input_precision not in table:
-        raise ValueError(f"input_precision for unit {unit!r} must be one of {tuple(table)}, "
+        raise RangeError(f"input_precision for unit {unit!r} must be one of {tuple(table)}, "
                          f"got {input_precision!r}")
     allowed = table[input_precision]
     if output_precision not in allowed:
-        raise ValueError(f"{unit}: {input_precision} input cannot produce {output_precision!r} "
+        raise RangeError(f"{unit}: {input_precision} input cannot produce {output_precision!r} "
                          f"output; allowed output_precision: {allowed}")
 
 
@@ -402,7 +403,7 @@ def _fp16_array(x: Any, name: str) -> jax.Array:
     if x.dtype == jnp.uint16:
         return jax.lax.bitcast_convert_type(x, jnp.float16)
     if x.dtype != jnp.float16:
-        raise TypeError(f"{name} must be float16 (or uint16 fp16 bit patterns), got {x.dtype}")
+        raise ArgTypeError(f"{name} must be float16 (or uint16 fp16 bit patterns), got {x.dtype}")
     return x
 
 
@@ -419,7 +420,7 @@ def fp16_input(x: Any, *, unit: str, nan_to_zero: bool = False) -> jax.Array:
       unit: a key of ``INF_REPLACEMENT``.
     """
     if unit not in INF_REPLACEMENT:
-        raise ValueError(f"unit must be one of {tuple(INF_REPLACEMENT)}, got {unit!r}")
+        raise RangeError(f"unit must be one of {tuple(INF_REPLACEMENT)}, got {unit!r}")
     return _fp16_input_jit(_fp16_dtype_checked(x, "x"), unit=unit, nan_to_zero=bool(nan_to_zero))
 
 
@@ -427,7 +428,7 @@ def _fp16_dtype_checked(x: Any, name: str) -> jax.Array:
     """The dtype check of :func:`_fp16_array` (the bitcast runs inside the jitted program)."""
     x = jax.device_put(x) if isinstance(x, (np.ndarray, np.generic)) else jnp.asarray(x)
     if x.dtype not in (jnp.uint16, jnp.float16):
-        raise TypeError(f"{name} must be float16 (or uint16 fp16 bit patterns), got {x.dtype}")
+        raise ArgTypeError(f"{name} must be float16 (or uint16 fp16 bit patterns), got {x.dtype}")
     return x
 
 
@@ -451,7 +452,7 @@ def fp16_output(x: Any) -> jax.Array:
     """
     x = jax.device_put(x) if isinstance(x, (np.ndarray, np.generic)) else jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"x must be a float array, got {x.dtype}")
+        raise ArgTypeError(f"x must be a float array, got {x.dtype}")
     return _fp16_output_jit(x)
 
 

@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nvdla import _bytes as B
 
 ATOM_BYTES = 32
@@ -52,11 +54,7 @@ __all__ = [
 
 
 def _static_int(value: Any, lo: int, hi: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a Python int in [{lo}, {hi}], got {value!r}")
-    if not lo <= int(value) <= hi:
-        raise ValueError(f"{name} must lie in [{lo}, {hi}], got {value}")
-    return int(value)
+    return V.check_static_int(value, lo, hi, name)
 
 
 # ------------------------------------------------------------------ cube scheme (6.1, 6.7)
@@ -108,7 +106,7 @@ def _as_nchw(shape) -> tuple[int, ...]:
 def _feature_placement(shape, dtype, line_stride, surf_stride, batch_stride, atom_bytes):
     atom_bytes = _static_int(atom_bytes, 8, 1 << 12, "atom_bytes")
     if atom_bytes % 8:
-        raise ValueError(f"atom_bytes must be a multiple of 8, got {atom_bytes}")
+        raise RangeError(f"atom_bytes must be a multiple of 8, got {atom_bytes}")
     return B.cached_placement(_feature_builder, _as_nchw(shape), B.element_bytes(dtype), atom_bytes,
                               line_stride, surf_stride, batch_stride)
 
@@ -183,7 +181,7 @@ def _check_atomics(atomic_k, atomic_c, cbuf_width, bpe):
     atomic_c = _static_int(atomic_c, 1, 1 << 12, "atomic_c")
     cbuf_width = _static_int(cbuf_width, 1, 1 << 16, "cbuf_width")
     if atomic_k % bpe:
-        raise ValueError(f"atomic_k must be a multiple of {bpe} for {bpe}-byte elements, got {atomic_k}")
+        raise RangeError(f"atomic_k must be a multiple of {bpe} for {bpe}-byte elements, got {atomic_k}")
     return atomic_k // bpe, atomic_c, cbuf_width
 
 
@@ -290,7 +288,7 @@ def unextend_image_weights(w_pre: Any, *, channels: int, kernel_width: int) -> j
     K, CP, R, one = B.check_shape(w_pre.shape, 4, "w_pre.shape")
     S = _static_int(kernel_width, 1, CP, "kernel_width")
     if one != 1 or CP % S:
-        raise ValueError(f"w_pre must have shape (K, S*Cin, R, 1) with S={S}; got {w_pre.shape}")
+        raise ShapeError(f"w_pre must have shape (K, S*Cin, R, 1) with S={S}; got {w_pre.shape}")
     C = _static_int(channels, 1, CP // S, "channels")
     return _unextend(w_pre, C, S)
 
@@ -366,7 +364,7 @@ def _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, at
         hw = image_post_extension_factor(input_channels=cin, kernel_width=S, kernel_height=R,
                                          stride_x=stride_x, atomic_c=cpb, compiler_rule=False)
         if f not in (1, 2, 4) or (f > 1 and f > hw):
-            raise ValueError(f"post_extension must be 1 or an eligible factor (<= {hw}: spec 6.4 "
+            raise RangeError(f"post_extension must be 1 or an eligible factor (<= {hw}: spec 6.4 "
                              f"with Cin={cin}, S={S}, stride_x={stride_x}); got {post_extension}")
     shape_pre = (K, S * cin, R, 1)
     return B.cached_placement(_image_builder, shape_pre, bpe, kpg, cpb, cbuf, f), cin
@@ -431,10 +429,10 @@ _PROC_EPA = {"INT8": 32, "INT16": 16, "FP16": 16}
 def _operands(alu, mul, dtype) -> tuple[jax.Array, tuple[str, ...]]:
     given = [(n, v) for n, v in zip(_COMPONENTS, (alu, mul)) if v is not None]
     if not given:
-        raise ValueError("give at least one of alu= and mul=")
+        raise RangeError("give at least one of alu= and mul=")
     arrs = [B.as_elements(v, dtype, n) for n, v in given]
     if len({a.shape for a in arrs}) != 1 or len({a.dtype for a in arrs}) != 1:
-        raise ValueError(f"alu and mul must have the same shape and dtype; got "
+        raise ShapeError(f"alu and mul must have the same shape and dtype; got "
                          f"{[(a.shape, str(a.dtype)) for a in arrs]}")
     return jnp.stack(arrs, axis=-1), tuple(n for n, _ in given)
 
@@ -442,7 +440,7 @@ def _operands(alu, mul, dtype) -> tuple[jax.Array, tuple[str, ...]]:
 def _components(components) -> tuple[str, ...]:
     comps = tuple(components)
     if comps not in (("alu",), ("mul",), ("alu", "mul")):
-        raise ValueError(f"components must be ('alu',), ('mul',) or ('alu', 'mul'); got {components!r}")
+        raise RangeError(f"components must be ('alu',), ('mul',) or ('alu', 'mul'); got {components!r}")
     return comps
 
 
@@ -459,7 +457,7 @@ def pack_sdp_per_channel(alu: Any = None, mul: Any = None, *, dtype: Any = None)
     """
     ops, _ = _operands(alu, mul, dtype)
     if ops.ndim != 2:
-        raise ValueError(f"per-channel operands must be 1-D (C,), got shape {ops.shape[:-1]}")
+        raise ShapeError(f"per-channel operands must be 1-D (C,), got shape {ops.shape[:-1]}")
     return B.elements_image(ops, ops.size * B.element_bytes(ops.dtype))
 
 
@@ -484,10 +482,10 @@ def _sdp_builder(shape_chw, ncomp, cb, epa, line_stride, surf_stride):
 def _sdp_placement(shape_chw, ncomp, dtype, proc_precision, line_stride, surf_stride):
     shape_chw = B.check_shape(shape_chw, 3, "shape (CHW)")
     if proc_precision not in _PROC_EPA:
-        raise ValueError(f"proc_precision must be one of {tuple(_PROC_EPA)}, got {proc_precision!r}")
+        raise RangeError(f"proc_precision must be one of {tuple(_PROC_EPA)}, got {proc_precision!r}")
     bpa = _PROC_EPA[proc_precision] * ncomp * B.element_bytes(dtype)
     if bpa < 32:
-        raise ValueError(f"{proc_precision} processing with {ncomp} 1-byte component gives "
+        raise RangeError(f"{proc_precision} processing with {ncomp} 1-byte component gives "
                          f"{bpa}-byte atoms; per-element operands need 32, 64 or 128 bytes per atom "
                          "(use 2-byte components)")
     return B.cached_placement(_sdp_builder, shape_chw, ncomp, B.element_bytes(dtype),
@@ -529,7 +527,7 @@ def pack_sdp_per_element(alu: Any = None, mul: Any = None, *, proc_precision: st
     """
     ops, comps = _operands(alu, mul, dtype)
     if ops.ndim != 4:
-        raise ValueError(f"per-element operands must be 3-D (C, H, W), got shape {ops.shape[:-1]}")
+        raise ShapeError(f"per-element operands must be 3-D (C, H, W), got shape {ops.shape[:-1]}")
     p = _sdp_placement(ops.shape[:3], len(comps), ops.dtype, proc_precision, line_stride, surf_stride)
     return B.place(ops, p)
 
@@ -571,14 +569,14 @@ def check_alignment(kind: str, **values: int) -> None:
         (bytes).
     """
     if kind not in ALIGNMENT:
-        raise ValueError(f"kind must be one of {tuple(ALIGNMENT)}, got {kind!r}")
+        raise RangeError(f"kind must be one of {tuple(ALIGNMENT)}, got {kind!r}")
     for field, value in values.items():
         if field not in _ALIGN_FIELDS:
-            raise TypeError(f"unknown alignment field {field!r}; use one of {_ALIGN_FIELDS}")
+            raise ArgTypeError(f"unknown alignment field {field!r}; use one of {_ALIGN_FIELDS}")
         req = ALIGNMENT[kind][_ALIGN_FIELDS.index(field)]
         if req is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise TypeError(f"{field} must be a non-negative int, got {value!r}")
+            raise ArgTypeError(f"{field} must be a non-negative int, got {value!r}")
         if value % req:
-            raise ValueError(f"{kind} {field} must be a multiple of {req} bytes, got {value}")
+            raise RangeError(f"{kind} {field} must be a multiple of {req} bytes, got {value}")

@@ -51,6 +51,7 @@ import numpy as np
 
 from hwjax.core import ConvGeometry, extract_patches, shift_right, wide, window_taps
 from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nvdla._cvt import cvt, sign_extend
 
 __all__ = [
@@ -92,7 +93,7 @@ def _int_array(x: Any, lo: int, hi: int, name: str, what: str) -> jax.Array:
     concrete values checked against [lo, hi]."""
     a = V.as_array(x, name)
     if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array of {what} values (these NVDLA kernels take "
+        raise ArgTypeError(f"{name} must be an integer array of {what} values (these NVDLA kernels take "
                         f"integers only), got dtype {a.dtype}")
     V.check_range(a, lo, hi, f"{name} ({what})")
     return a
@@ -116,14 +117,14 @@ def _per_channel(v: Any, lo: int, hi: int, name: str, channels: int) -> jax.Arra
     """A per-layer (scalar) or per-channel ((C,)) operand as int32."""
     a = _int_array(v, lo, hi, name, f"[{lo}, {hi}]")
     if a.ndim > 1 or (a.ndim == 1 and a.shape[0] not in (1, channels)):
-        raise ValueError(f"{name} must be a scalar (per layer) or have shape ({channels},) (per channel), "
+        raise ShapeError(f"{name} must be a scalar (per layer) or have shape ({channels},) (per channel), "
                          f"got shape {a.shape}")
     return a
 
 
 def _check_bool(v: Any, name: str) -> bool:
     if not isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a Python bool (a static register setting), got {v!r}")
+        raise ArgTypeError(f"{name} must be a Python bool (a static register setting), got {v!r}")
     return bool(v)
 
 
@@ -180,7 +181,7 @@ def sdp_x(v, *, alu_op=None, alu_shift=0, alu_algo: str = "sum", mul_op=None, mu
             try:
                 jnp.broadcast_shapes(x.shape, a.shape)
             except ValueError:
-                raise ValueError(f"{name} of shape {a.shape} does not broadcast against v of shape {x.shape}") from None
+                raise ShapeError(f"{name} of shape {a.shape} does not broadcast against v of shape {x.shape}") from None
     return _sdp_x_kernel(x, op, sh_a, m, sh_m, algo=alu_algo, relu=relu)
 
 
@@ -218,7 +219,7 @@ def _out8(v, out) -> jax.Array:
 def _x1_registers(acc_shape, bias16, bias_shift, mul16, mul_shift, out_offset, out_scale, out_shift):
     """The checked registers of :func:`sdp_x1` as a tuple of int32 arrays."""
     if len(acc_shape) < 1:
-        raise ValueError("acc must have a channel axis (..., C)")
+        raise ShapeError("acc must have a channel axis (..., C)")
     c = acc_shape[-1]
     return (_per_channel(bias16, _I16_MIN, _I16_MAX, "bias16", c), _register(bias_shift, 0, 63, "bias_shift"),
             _per_channel(mul16, _I16_MIN, _I16_MAX, "mul16", c), _register(mul_shift, 0, 63, "mul_shift"),
@@ -276,7 +277,7 @@ def _cacc_deliver(acc: jax.Array, truncate: jax.Array) -> jax.Array:
 
 def _check_products(k: int, what: str) -> None:
     if k > MAX_CONV_PRODUCTS:
-        raise ValueError(f"an NVDLA {what} with {k} products per output (kh*kw*C_in) could exceed int32; "
+        raise RangeError(f"an NVDLA {what} with {k} products per output (kh*kw*C_in) could exceed int32; "
                          f"the exact int32 accumulation here supports at most {MAX_CONV_PRODUCTS}")
 
 
@@ -314,7 +315,7 @@ def conv2d_int8(x, kernel_ohwi, *, stride=1, padding="VALID", dilation=1, pad_va
     """
     xv, k = _int8_array(x, "x"), _int8_array(kernel_ohwi, "kernel_ohwi")
     if xv.ndim < 3 or k.ndim != 4 or k.shape[3] != xv.shape[-1]:
-        raise ValueError(f"x must be (..., H, W, C_in) and kernel_ohwi (C_out, kh, kw, C_in) with the same "
+        raise ShapeError(f"x must be (..., H, W, C_in) and kernel_ohwi (C_out, kh, kw, C_in) with the same "
                          f"C_in, got {xv.shape} and {k.shape}")
     geom = ConvGeometry.make(xv.shape[-3:-1], k.shape[1:3], stride, padding, dilation)
     _check_products(int(np.prod(k.shape[1:])), "convolution")
@@ -361,7 +362,7 @@ def depthwise_conv2d_int8(x, kernel_hwc, *, stride=1, padding="VALID", dilation=
     """
     xv, k = _int8_array(x, "x"), _int8_array(kernel_hwc, "kernel_hwc")
     if xv.ndim < 3 or k.ndim != 3 or k.shape[2] != xv.shape[-1]:
-        raise ValueError(f"x must be (..., H, W, C) and kernel_hwc (kh, kw, C) with the same C, got "
+        raise ShapeError(f"x must be (..., H, W, C) and kernel_hwc (kh, kw, C) with the same C, got "
                          f"{xv.shape} and {k.shape}")
     geom = ConvGeometry.make(xv.shape[-3:-1], k.shape[:2], stride, padding, dilation)
     _check_products(k.shape[0] * k.shape[1], "depthwise convolution")
@@ -423,9 +424,9 @@ def sdp_add_int8(x, y, *, x_mul, x_shift, y_offset=0, y_scale, y_shift, out_offs
     """
     a8, b8 = _int8_array(x, "x"), _int8_array(y, "y")
     if a8.shape != b8.shape:
-        raise ValueError(f"x and y must have the same shape, got {a8.shape} and {b8.shape}")
+        raise ShapeError(f"x and y must have the same shape, got {a8.shape} and {b8.shape}")
     if a8.ndim < 1:
-        raise ValueError("x must have a channel axis (..., C)")
+        raise ShapeError("x must have a channel axis (..., C)")
     regs = (_per_channel(x_mul, _I16_MIN, _I16_MAX, "x_mul", a8.shape[-1]), _register(x_shift, 0, 63, "x_shift"),
             _register(y_offset, _I32_MIN, _I32_MAX, "y_offset"), _register(y_scale, _I16_MIN, _I16_MAX, "y_scale"),
             _register(y_shift, 0, 63, "y_shift"), _out_registers(out_offset, out_scale, out_shift))
@@ -452,17 +453,17 @@ def pdp_recip_kernel(k: int) -> int:
 
 def _pdp_geometry(x: jax.Array, window, stride, padding) -> ConvGeometry:
     if x.ndim < 3:
-        raise ValueError(f"x must be (..., H, W, C), got shape {x.shape}")
+        raise ShapeError(f"x must be (..., H, W, C), got shape {x.shape}")
     geom = ConvGeometry.make(x.shape[-3:-1], window, window if stride is None else stride, padding)
     for i, axis in enumerate(("height", "width")):
         kk, s = geom.kernel[i], geom.stride[i]
         if kk > _PDP_MAX_KERNEL:
-            raise ValueError(f"window {axis} must lie in [1, {_PDP_MAX_KERNEL}] (PDP), got {kk}")
+            raise RangeError(f"window {axis} must lie in [1, {_PDP_MAX_KERNEL}] (PDP), got {kk}")
         if s > _PDP_MAX_STRIDE:
-            raise ValueError(f"stride {axis} must lie in [1, {_PDP_MAX_STRIDE}] (PDP), got {s}")
+            raise RangeError(f"stride {axis} must lie in [1, {_PDP_MAX_STRIDE}] (PDP), got {s}")
         for p, side in zip(geom.padding[i], (("top", "bottom"), ("left", "right"))[i]):
             if p > min(_PDP_MAX_PAD, kk - 1):
-                raise ValueError(f"padding {side} must lie in [0, {min(_PDP_MAX_PAD, kk - 1)}] (PDP: 3-bit field, "
+                raise RangeError(f"padding {side} must lie in [0, {min(_PDP_MAX_PAD, kk - 1)}] (PDP: 3-bit field, "
                                  f"less than the window {axis}), got {p}")
     return geom
 

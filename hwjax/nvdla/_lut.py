@@ -30,6 +30,7 @@ import numpy as np
 
 from hwjax.core import validate as V
 from hwjax.core import wide
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 _I32 = jnp.int32
 _U32 = jnp.uint32
@@ -60,9 +61,9 @@ def _sx(value: int, bits: int) -> int:
 
 def _check_int(unit: str, name: str, value: Any, lo: int, hi: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{unit} LUT_{name.upper()} must be an integer, got {value!r}")
+        raise ArgTypeError(f"{unit} LUT_{name.upper()} must be an integer, got {value!r}")
     if not lo <= int(value) <= hi:
-        raise ValueError(f"{unit} LUT_{name.upper()}={int(value)} outside [{lo}, {hi}]")
+        raise RangeError(f"{unit} LUT_{name.upper()}={int(value)} outside [{lo}, {hi}]")
     return int(value)
 
 
@@ -70,19 +71,19 @@ def _check_table(unit: str, name: str, table: Any, depth: int) -> jax.Array:
     """Validates a table (length, integer values inside int16) and returns it as int16."""
     t = table if isinstance(table, jax.Array) else np.asarray(table)
     if t.shape != (depth,):
-        raise ValueError(f"{unit} {name} must have shape ({depth},), got {t.shape}")
+        raise ShapeError(f"{unit} {name} must have shape ({depth},), got {t.shape}")
     if not V.is_concrete(t):
         if not jnp.issubdtype(t.dtype, jnp.integer):
-            raise TypeError(f"{unit} {name} must be an integer array, got dtype {t.dtype}")
+            raise ArgTypeError(f"{unit} {name} must be an integer array, got dtype {t.dtype}")
         return t.astype(jnp.int16)
     a = np.asarray(t)
     if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
-        raise TypeError(f"{unit} {name} must hold integers, got dtype {a.dtype}")
+        raise ArgTypeError(f"{unit} {name} must hold integers, got dtype {a.dtype}")
     if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a) & (np.floor(a) == a)):
-        raise ValueError(f"{unit} {name} must hold integers")
+        raise RangeError(f"{unit} {name} must hold integers")
     if a.size and (a.min() < -(2**15) or a.max() > 2**15 - 1):
         bad = a.min() if a.min() < -(2**15) else a.max()
-        raise ValueError(f"{unit} {name} entry {int(bad)} outside int16 [-32768, 32767]")
+        raise RangeError(f"{unit} {name} entry {int(bad)} outside int16 [-32768, 32767]")
     return jnp.asarray(a.astype(np.int16))
 
 
@@ -120,7 +121,7 @@ class _LutConfig:
     def __post_init__(self):
         u = self.UNIT
         if self.le_function not in FUNCTIONS:
-            raise ValueError(f"{u} LUT_LE_FUNCTION must be one of {FUNCTIONS}, got {self.le_function!r}")
+            raise RangeError(f"{u} LUT_LE_FUNCTION must be one of {FUNCTIONS}, got {self.le_function!r}")
         exp = self.le_function == "EXPONENT"
         lim = 2 ** (self.START_BITS - 1)
         ranges = {f: (-lim, lim - 1) for f in ("le_start", "le_end", "lo_start", "lo_end")}
@@ -202,7 +203,7 @@ class SdpLutConfig(_LutConfig):
 
     def __post_init__(self):
         if self.underflow_bias not in ("c_model", "rtl"):
-            raise ValueError(f"underflow_bias must be 'c_model' or 'rtl', got {self.underflow_bias!r}")
+            raise RangeError(f"underflow_bias must be 'c_model' or 'rtl', got {self.underflow_bias!r}")
         super().__post_init__()
 
     # -- raw register words (spec 1.2)
@@ -226,16 +227,16 @@ class SdpLutConfig(_LutConfig):
         """
         missing = [k for k in cls.WORDS if k not in words]
         if missing:
-            raise ValueError(f"missing SDP LUT register words: {missing}")
+            raise RangeError(f"missing SDP LUT register words: {missing}")
         w = {}
         for k in cls.WORDS:
             v = words[k]
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < 2**32:
-                raise ValueError(f"SDP register word {k}={v!r} is not an unsigned 32-bit value")
+                raise RangeError(f"SDP register word {k}={v!r} is not an unsigned 32-bit value")
             v = int(v)
             mask = cls._WORD_MASKS.get(k, 0xFFFFFFFF)
             if v & ~mask:
-                raise ValueError(f"SDP register word {k}=0x{v:08x} sets reserved bits 0x{v & ~mask:08x}")
+                raise RangeError(f"SDP register word {k}=0x{v:08x} sets reserved bits 0x{v & ~mask:08x}")
             w[k] = v
         cfg, info = w["S_LUT_CFG"], w["S_LUT_INFO"]
         fields = dict(
@@ -294,7 +295,7 @@ class CdpLutConfig(_LutConfig):
 
     def __post_init__(self):
         if self.precision not in ("INT16", "INT8"):
-            raise ValueError(f"CDP precision must be 'INT16' or 'INT8', got {self.precision!r}")
+            raise RangeError(f"CDP precision must be 'INT16' or 'INT8', got {self.precision!r}")
         super().__post_init__()
 
     FIELDS_RAW: ClassVar[tuple[str, ...]] = (
@@ -325,10 +326,10 @@ class CdpLutConfig(_LutConfig):
         raw = {}
         for k in cls.FIELDS_RAW:
             if k not in fields:
-                raise ValueError(f"missing CDP LUT register field {k}")
+                raise RangeError(f"missing CDP LUT register field {k}")
             v, bits = fields[k], cls._RAW_BITS[k]
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < 2**bits:
-                raise ValueError(f"CDP register field {k}={v!r} is not an unsigned {bits}-bit value")
+                raise RangeError(f"CDP register field {k}={v!r} is not an unsigned {bits}-bit value")
             raw[k] = int(v)
         dec = {k: raw[k] for k in ("uflow_priority", "oflow_priority", "hybrid_priority")}
         dec["le_function"] = "LINEAR" if raw["le_function"] else "EXPONENT"
@@ -698,7 +699,7 @@ def sdp_lut(x, cfg: SdpLutConfig, *, return_details: bool = False):
     tables.
     """
     if not isinstance(cfg, SdpLutConfig):
-        raise TypeError(f"cfg must be an SdpLutConfig, got {type(cfg).__name__}")
+        raise ArgTypeError(f"cfg must be an SdpLutConfig, got {type(cfg).__name__}")
     return _run(_sdp_jit, _sdp_params, x, cfg, return_details, accept_wide=False)
 
 
@@ -830,7 +831,7 @@ def cdp_lut(x, cfg: CdpLutConfig, *, return_details: bool = False):
       ``2**w`` the entry spacing, or ``scale / 2**shift``; 0 where saturated.
     """
     if not isinstance(cfg, CdpLutConfig):
-        raise TypeError(f"cfg must be a CdpLutConfig, got {type(cfg).__name__}")
+        raise ArgTypeError(f"cfg must be a CdpLutConfig, got {type(cfg).__name__}")
     return _run(_cdp_jit, _cdp_params, x, cfg, return_details, accept_wide=True)
 
 
@@ -892,7 +893,7 @@ def cdp_lrn(v, cfg: CdpLutConfig, *, normalz_len: int, sqsum_bypass: bool = Fals
     holds ``lut_in`` (Wide) and ``lut`` (int32).
     """
     if not isinstance(cfg, CdpLutConfig):
-        raise TypeError(f"cfg must be a CdpLutConfig, got {type(cfg).__name__}")
+        raise ArgTypeError(f"cfg must be a CdpLutConfig, got {type(cfg).__name__}")
     v = _checked_int32(v, "v")
     if not sqsum_bypass:
         normalz_len = V.check_static_int(normalz_len, 0, 3, "normalz_len")

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import wide
+from hwjax.errors import ArgTypeError, RangeError
 from hwjax.nvdla._lut import (
     LE,
     LE_DEPTH,
@@ -92,7 +93,7 @@ def slope_registers(slope: float, input_scale: float, output_scale: float) -> tu
     """
     s = output_scale * float(slope) / input_scale
     if not math.isfinite(s):
-        raise ValueError(f"slope {slope} is not finite")
+        raise RangeError(f"slope {slope} is not finite")
     for sh in range(15, -17, -1):
         scale = float(_round_half_away(np.float64(s * 2.0**sh)))
         if abs(scale) <= 2**15 - 1:
@@ -121,7 +122,7 @@ def linear_layout(x_range: tuple[float, float], input_scale: float, depth: int,
     end = start + (depth - 1) * 2**sel
     rmin, rmax = _int_range(bits)
     if not (rmin <= start <= rmax and rmin <= end <= rmax):
-        raise ValueError(f"table over {x_range} at input_scale {input_scale} needs START={start}, "
+        raise RangeError(f"table over {x_range} at input_scale {input_scale} needs START={start}, "
                          f"END={end} outside the {bits}-bit register range")
     return start, sel, end
 
@@ -269,11 +270,11 @@ def program_lut(fn: Fn, *, input_scale: float, output_scale: float | None = None
       The configuration, or ``(cfg, report)``.
     """
     if le_mode not in ("linear", "exponent"):
-        raise ValueError(f"le_mode must be 'linear' or 'exponent', got {le_mode!r}")
+        raise RangeError(f"le_mode must be 'linear' or 'exponent', got {le_mode!r}")
     if unit not in _UNITS:
-        raise ValueError(f"unit must be 'sdp' or 'cdp', got {unit!r}")
+        raise RangeError(f"unit must be 'sdp' or 'cdp', got {unit!r}")
     if not input_scale > 0:
-        raise ValueError(f"input_scale must be positive, got {input_scale}")
+        raise RangeError(f"input_scale must be positive, got {input_scale}")
     cls, bits, sel_range = _UNITS[unit]
     lo_x, hi_x = sorted(float(v) for v in x_range)
     if output_scale is None:
@@ -413,7 +414,7 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     import optax
 
     if not isinstance(cfg, SdpLutConfig):
-        raise TypeError("fit_lut optimises SdpLutConfig tables")
+        raise ArgTypeError("fit_lut optimises SdpLutConfig tables")
     x_np = sweep(x_range, input_scale, num_points)
     x = jnp.asarray(x_np.astype(np.int32))
     target = jnp.asarray(output_scale * _eval(fn, x_np / input_scale), jnp.float32)

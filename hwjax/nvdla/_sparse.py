@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nvdla import _bytes as B
 from hwjax.nvdla import _formats as F
 from hwjax.nvdla import _winograd as W
@@ -57,9 +58,9 @@ def _check_groups(group_elements, n: int) -> tuple[int, ...]:
     try:
         groups = tuple(int(g) for g in group_elements)
     except TypeError as e:
-        raise TypeError(f"group_elements must be a sequence of ints, got {group_elements!r}") from e
+        raise ArgTypeError(f"group_elements must be a sequence of ints, got {group_elements!r}") from e
     if not groups or any(g < 1 for g in groups) or sum(groups) != n:
-        raise ValueError(f"group_elements must be positive and sum to the sequence length {n}; "
+        raise RangeError(f"group_elements must be positive and sum to the sequence length {n}; "
                          f"got {groups}")
     return groups
 
@@ -87,7 +88,7 @@ def compress_sequence(seq: Any, group_elements, *, dtype: Any = None,
     """
     seq = B.as_elements(seq, dtype, "seq")
     if seq.ndim != 1:
-        raise ValueError(f"seq must be 1-D, got shape {seq.shape}")
+        raise ShapeError(f"seq must be 1-D, got shape {seq.shape}")
     n = seq.shape[0]
     groups = _check_groups(group_elements, n)
     cbuf = F._static_int(cbuf_width, 1, 1 << 16, "cbuf_width")
@@ -140,7 +141,7 @@ def _check_decompress_inputs(weight, wmb, n: int, bpe: int) -> None:
         bits = np.unpackbits(np.asarray(wmb[: -(-n // 8)]), bitorder="little")[:n]
         need = int(bits.sum()) * bpe
         if weight.shape[0] < need:
-            raise ValueError(f"weight has {weight.shape[0]} bytes but the mask selects {need}")
+            raise ShapeError(f"weight has {weight.shape[0]} bytes but the mask selects {need}")
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
@@ -162,7 +163,7 @@ def _layout_setup(layout, shape, dtype, input_channels, stride_x, post_extension
                   atomic_c, cbuf_width):
     """(pack(w) -> image, unpack(image) -> w, elements, group_elements) of a weight layout."""
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        raise RangeError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     shape = B.check_shape(shape, 4, "shape")
     bpe = B.element_bytes(dtype)
     kpg = F._check_atomics(atomic_k, atomic_c, cbuf_width, bpe)[0]
@@ -174,7 +175,7 @@ def _layout_setup(layout, shape, dtype, input_channels, stride_x, post_extension
         n = K * C * R * S
     elif layout == "image":
         if input_channels is None:
-            raise ValueError("layout='image' needs input_channels=")
+            raise RangeError("layout='image' needs input_channels=")
         kw = dict(input_channels=input_channels, stride_x=stride_x, post_extension=post_extension,
                   atomic_k=atomic_k, atomic_c=atomic_c, cbuf_width=cbuf_width)
         pack = lambda w: F.pack_image_weights(w, **kw)  # noqa: E731
@@ -259,7 +260,7 @@ def wgs_image(wgs: Any, *, cbuf_width: int = F.CBUF_WIDTH) -> jax.Array:
     """Memory image of the WGS sizes: little-endian uint32 words, zero-padded to 128 bytes."""
     wgs = jnp.asarray(wgs)
     if wgs.ndim != 1 or not jnp.issubdtype(wgs.dtype, jnp.integer):
-        raise TypeError(f"wgs must be a 1-D integer array, got {wgs.dtype} {wgs.shape}")
+        raise ArgTypeError(f"wgs must be a 1-D integer array, got {wgs.dtype} {wgs.shape}")
     V.check_range(wgs, 0, 2**32 - 1, "wgs")
     u = wgs.astype(jnp.uint32)
     words = jnp.stack([((u >> (8 * i)) & 0xFF).astype(jnp.uint8) for i in range(4)], -1).reshape(-1)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
+from hwjax.errors import RangeError, ShapeError
 from hwjax.nvdla import _bytes as B
 from hwjax.nvdla._formats import ATOMIC_K, CBUF_WIDTH, _check_atomics
 
@@ -82,23 +83,23 @@ def winograd_transform(w: Any, *, dtype: Any = None, atom_bytes: int = 32) -> ja
     w = B.as_elements(w, dtype, "w")
     K, C, R, S = B.check_shape(w.shape, 4, "w.shape (KCRS)")
     if (R, S) != (3, 3):
-        raise ValueError(f"Winograd weights must be 3x3 kernels, got R x S = {R} x {S}")
+        raise ShapeError(f"Winograd weights must be 3x3 kernels, got R x S = {R} x {S}")
     v = _transform_fp32(w, winograd_padded_channels(C, w.dtype, atom_bytes))
     if V.is_concrete(v):
         a = np.asarray(v)
         if w.dtype == jnp.float16:
             if not np.isfinite(np.asarray(w, np.float32)).all():
-                raise ValueError("w: Winograd weights must be finite (no NaN or INF)")
+                raise RangeError("w: Winograd weights must be finite (no NaN or INF)")
             bad = np.abs(a) >= _FP16_LIMIT
             if bad.any():
-                raise ValueError(f"w: transformed Winograd weights reach {a[bad].flat[0]}, which does "
+                raise RangeError(f"w: transformed Winograd weights reach {a[bad].flat[0]}, which does "
                                  "not fit fp16 (|v| < 65536); scale the weights down")
         else:
             info = np.iinfo(np.dtype(w.dtype))
             t = np.trunc(a)
             if t.min() < info.min or t.max() > info.max:
                 bad = t.min() if t.min() < info.min else t.max()
-                raise ValueError(f"w: transformed Winograd weights reach {bad}, outside the "
+                raise RangeError(f"w: transformed Winograd weights reach {bad}, outside the "
                                  f"{np.dtype(w.dtype).name} range [{info.min}, {info.max}]; scale "
                                  "the weights down")
     return _to_weight_type(v, np.dtype(w.dtype).name)
@@ -137,7 +138,7 @@ def _wg_placement(shape_kc44, dtype, atomic_k, cbuf_width):
     shape = B.check_shape(shape_kc44, 4, "shape (K, Cp, 4, 4)")
     bpe = B.element_bytes(dtype)
     if shape[2:] != (4, 4) or shape[1] % 4:
-        raise ValueError(f"transformed Winograd weights must have shape (K, Cp, 4, 4) with Cp a "
+        raise ShapeError(f"transformed Winograd weights must have shape (K, Cp, 4, 4) with Cp a "
                          f"multiple of 4; got {shape}")
     kpg, _, cbuf = _check_atomics(atomic_k, 1, cbuf_width, bpe)
     return B.cached_placement(_wg_builder, shape, bpe, kpg, cbuf)

@@ -19,7 +19,7 @@ import numpy as np
 
 from hwjax.core import validate as V
 from hwjax.core import wide
-from hwjax.errors import RangeError
+from hwjax.errors import ArgTypeError, RangeError
 
 _I32 = jnp.int32
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -83,7 +83,7 @@ def quantize_multiplier(real, *, single_rounding: bool = False):
 def _int32(x, name: str) -> jax.Array:
     a = V.as_array(x, name)
     if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
+        raise ArgTypeError(f"{name} must be an integer array, got dtype {a.dtype}")
     return V.to_int32(a, name)
 
 

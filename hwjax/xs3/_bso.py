@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 ACC_PERIOD = 16  # output channels per BSO block
 BSO_ROWS = 7
@@ -61,9 +62,9 @@ class BsoFields(NamedTuple):
 def _field(value, name: str, lo: int, hi: int) -> jax.Array:
     a = V.as_array(value, name)
     if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
+        raise ArgTypeError(f"{name} must be an integer array, got dtype {a.dtype}")
     if a.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D per-channel array, got shape {a.shape}")
+        raise ShapeError(f"{name} must be a 1-D per-channel array, got shape {a.shape}")
     V.check_range(a, lo, hi, name)
     return a.astype(_I32)
 
@@ -88,10 +89,10 @@ def make_bso(bias, shift1, scale, offset_scale, offset, shift2) -> jax.Array:
     c_out = fields[0].shape[0]
     for f, (name, _, _) in zip(fields, FIELD_RANGES):
         if f.shape[0] != c_out:
-            raise ValueError(f"all BSO fields must have the same length; bias has {c_out}, "
+            raise ShapeError(f"all BSO fields must have the same length; bias has {c_out}, "
                              f"{name} has {f.shape[0]}")
     if c_out == 0:
-        raise ValueError("BSO fields must describe at least one output channel")
+        raise ShapeError("bias: BSO fields must describe at least one output channel")
     b = fields[0]
     rows = [b >> 16, b & 0xFFFF] + fields[1:]
     pad = (-c_out) % ACC_PERIOD
@@ -110,10 +111,10 @@ def check_bso(bso, c_out: int, name: str = "bso") -> jax.Array:
     """
     a = V.as_array(bso, name)
     if V.kind(a, name) != "int":
-        raise TypeError(f"{name} must be an integer (int16) array, got dtype {a.dtype}")
+        raise ArgTypeError(f"{name} must be an integer (int16) array, got dtype {a.dtype}")
     need = -(-c_out // ACC_PERIOD)
     if a.ndim != 3 or a.shape[1:] != (BSO_ROWS, ACC_PERIOD) or a.shape[0] < need:
-        raise ValueError(f"{name} must have shape (G, 7, 16) with G >= ceil({c_out}/16) = {need}, "
+        raise ShapeError(f"{name} must have shape (G, 7, 16) with G >= ceil({c_out}/16) = {need}, "
                          f"got {a.shape}")
     V.check_range(a, -(2**15), 2**15 - 1, f"{name} (int16 fields)")
     return a.astype(_I32)
@@ -141,7 +142,7 @@ _MAX_POST_SHIFT = 22 + _SHIFT_ADJUSTMENT - 8  # 21
 
 def _host_array(value, name: str) -> np.ndarray:
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(f"{name}: derive_bso_fields is a host-side (NumPy, float64) conversion "
+        raise ArgTypeError(f"{name}: derive_bso_fields is a host-side (NumPy, float64) conversion "
                         f"and cannot be traced; call it outside jit")
     return np.asarray(value)
 
@@ -178,11 +179,11 @@ def derive_bso_fields(bias_q, weights, *, input_scale: float, input_zero_point: 
     w = np.moveaxis(w, channel_axis, 0).reshape(w.shape[channel_axis], -1)
     c_out = w.shape[0]
     if b.shape[0] != c_out:
-        raise ValueError(f"bias_q has {b.shape[0]} channels, weights have {c_out}")
+        raise ShapeError(f"bias_q has {b.shape[0]} channels, weights have {c_out}")
     ws = np.broadcast_to(np.asarray(_host_array(weight_scales, "weight_scales"), np.float64), (c_out,))
     m = np.float64(input_scale) * ws / np.float64(output_scale)
     if not np.all(np.isfinite(m)) or np.any(m < 0):
-        raise ValueError("scales must be finite and non-negative")
+        raise RangeError("input_scale, weight_scales, output_scale: scales must be finite and non-negative")
     nz = m != 0
     r = np.full(c_out, 16, np.int64)
     scale = np.full(c_out, 2**15 - 1, np.int64)
@@ -195,7 +196,7 @@ def derive_bso_fields(bias_q, weights, *, input_scale: float, input_zero_point: 
     shift1 = np.maximum(r, 0)
     shift2 = _MAX_POST_SHIFT + np.minimum(r, 0)
     if np.any(shift2 < 0):
-        raise ValueError(f"multiplier too large: shift2 would be negative for channels "
+        raise RangeError(f"multiplier too large: shift2 would be negative for channels "
                          f"{np.nonzero(shift2 < 0)[0].tolist()}")
     raw = np.float64(output_zero_point) * 2.0 ** shift2.astype(np.float64)
     offset_scale = np.round(np.sqrt(np.abs(raw))).astype(np.int64)
@@ -206,5 +207,5 @@ def derive_bso_fields(bias_q, weights, *, input_scale: float, input_zero_point: 
     out = [bias, shift1, scale, offset_scale, offset, shift2]
     for v, (name, lo, hi) in zip(out, FIELD_RANGES):
         if v.min() < lo or v.max() > hi:
-            raise ValueError(f"derived {name} leaves [{lo}, {hi}]")
+            raise RangeError(f"derived {name} leaves [{lo}, {hi}]")
     return BsoFields(*(v.astype(np.int32) for v in out))

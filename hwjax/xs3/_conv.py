@@ -27,6 +27,7 @@ import numpy as np
 
 from hwjax.core import validate as V
 from hwjax.core import ConvGeometry, extract_patches, mac, window_taps
+from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.xs3 import _otfn
 from hwjax.core import surrogate as S
 from hwjax.xs3 import _vpu as vpu
@@ -49,7 +50,7 @@ def _pair(v, name: str, lo: int) -> tuple[int, int]:
     except (TypeError, ValueError) as e:
         if isinstance(e, ValueError) and "must lie in" in str(e):
             raise
-        raise TypeError(f"{name} must be a pair of static ints >= {lo}, got {v!r}") from None
+        raise ArgTypeError(f"{name} must be a pair of static ints >= {lo}, got {v!r}") from None
 
 
 def _int8_operand(x, name: str, *, float_ok: bool = False) -> jax.Array:
@@ -87,7 +88,7 @@ def im2col(x, kernel_hw: Sequence[int], *, stride: Sequence[int], pad_top_left: 
     """
     x = jnp.asarray(x)
     if x.ndim < 3:
-        raise ValueError(f"x must have shape (..., H, W, C), got {x.shape}")
+        raise ShapeError(f"x must have shape (..., H, W, C), got {x.shape}")
     geom = _geometry(x.shape[-3:-1], kernel_hw, stride, pad_top_left, out_hw, dilation)
     return extract_patches(x, geom, pad_value=pad_value)
 
@@ -116,7 +117,7 @@ def _reorder_index(c_out: int, patch: int) -> np.ndarray:
 def _check_kernel(k, name: str = "k_ohwi", *, float_ok: bool = False) -> jax.Array:
     k = _int8_operand(k, name, float_ok=float_ok)
     if k.ndim != 4:
-        raise ValueError(f"{name} must have shape (C_out, K_h, K_w, C_in), got {k.shape}")
+        raise ShapeError(f"{name} must have shape (C_out, K_h, K_w, C_in), got {k.shape}")
     return k
 
 
@@ -151,11 +152,11 @@ def reorder_kernel_weights_inverse(reordered, kernel_shape: Sequence[int]) -> ja
     stream (padding ignored). ``kernel_shape`` is static."""
     shape = tuple(V.check_static_int(s, 1, 2**30, "kernel_shape[i]") for s in kernel_shape)
     if len(shape) != 4:
-        raise ValueError(f"kernel_shape must be (C_out, K_h, K_w, C_in), got {kernel_shape!r}")
+        raise ShapeError(f"kernel_shape must be (C_out, K_h, K_w, C_in), got {kernel_shape!r}")
     r = _int8_operand(reordered, "reordered")
     idx = _reorder_index(shape[0], int(np.prod(shape[1:])))
     if r.shape != idx.shape:
-        raise ValueError(f"reordered must have shape {idx.shape} for kernel_shape {shape}, got {r.shape}")
+        raise ShapeError(f"reordered must have shape {idx.shape} for kernel_shape {shape}, got {r.shape}")
     inverse = np.empty(int(np.prod(shape)), np.int64)
     valid = np.nonzero(idx >= 0)[0]
     inverse[idx[valid]] = valid
@@ -215,13 +216,13 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     """
     xv, k = _int8_operand(x, "x", float_ok=True), _check_kernel(k_ohwi, float_ok=True)
     if xv.ndim not in (3, 4):
-        raise ValueError(f"x must have shape (H, W, C_in) or (B, H, W, C_in), got {xv.shape}")
+        raise ShapeError(f"x must have shape (H, W, C_in) or (B, H, W, C_in), got {xv.shape}")
     c_out, kh, kw, c_in = k.shape
     if xv.shape[-1] != c_in:
-        raise ValueError(f"x has {xv.shape[-1]} channels but k_ohwi expects C_in = {c_in}")
+        raise ShapeError(f"x has {xv.shape[-1]} channels but k_ohwi expects C_in = {c_in}")
     out_shape = tuple(out_shape)
     if len(out_shape) not in (2, 3) or (len(out_shape) == 3 and out_shape[2] != c_out):
-        raise ValueError(f"out_shape must be (OH, OW) or (OH, OW, {c_out}), got {out_shape!r}")
+        raise ShapeError(f"out_shape must be (OH, OW) or (OH, OW, {c_out}), got {out_shape!r}")
     initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=True, channels=c_out)
@@ -284,7 +285,7 @@ def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
     """
     xv, k = _int8_operand(x, "x"), _int8_operand(k_hwc, "k_hwc")
     if xv.ndim not in (3, 4) or k.ndim != 3 or xv.shape[-1] != k.shape[-1]:
-        raise ValueError(f"x must be (..., H, W, C) and k_hwc (K_h, K_w, C) with the same C, got "
+        raise ShapeError(f"x must be (..., H, W, C) and k_hwc (K_h, K_w, C) with the same C, got "
                          f"{xv.shape} and {k.shape}")
     kh, kw, c = k.shape
     geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, tuple(out_shape)[:2])
@@ -327,7 +328,7 @@ def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant 
     """
     a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
     if a0.shape != a1.shape:
-        raise ValueError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
+        raise ShapeError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
     m0 = V.int_scalar(multiplier0, -(2**15), 2**15 - 1, "multiplier0")
     m1 = V.int_scalar(multiplier1, -(2**15), 2**15 - 1, "multiplier1")
     b = V.int_scalar(bias, -(2**31), 2**31 - 1, "bias")

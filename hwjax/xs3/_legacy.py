@@ -58,6 +58,7 @@ from hwjax.core import validate as V
 from hwjax.core import ConvGeometry, extract_patches, fixed_mul, mac, pool_out_hw, shift_right, window_taps
 from hwjax.core import wide as W
 from hwjax.core import surrogate as S
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.xs3._bso import BsoFields, check_bso, split_bso
 from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import VARIANTS, vdepth8, vlmul, vlsat
@@ -92,7 +93,7 @@ def _int8(x, name: str, *, float_ok: bool = False) -> jax.Array:
 def _scalar(x, name: str, lo: int, hi: int) -> jax.Array:
     a = _int_values(x, name, lo, hi, _I32)
     if a.ndim != 0:
-        raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
+        raise ShapeError(f"{name} must be a scalar, got shape {a.shape}")
     return a
 
 
@@ -100,13 +101,13 @@ def _pair(v, name: str, lo: int | None = None) -> tuple[int, int]:
     try:
         a, b = v
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a pair of Python ints, got {v!r}") from None
+        raise ArgTypeError(f"{name} must be a pair of Python ints, got {v!r}") from None
     out = []
     for e in (a, b):
         if isinstance(e, bool) or not isinstance(e, (int, np.integer)):
-            raise TypeError(f"{name} must be a pair of static Python ints, got {v!r}")
+            raise ArgTypeError(f"{name} must be a pair of static Python ints, got {v!r}")
         if lo is not None and e < lo:
-            raise ValueError(f"{name} entries must be >= {lo}, got {v!r}")
+            raise RangeError(f"{name} entries must be >= {lo}, got {v!r}")
         out.append(int(e))
     return out[0], out[1]
 
@@ -117,14 +118,14 @@ def _variant(variant: str) -> str:
 
 def _multiple_of(n: int, m: int, what: str) -> None:
     if n < 1 or n % m:
-        raise ValueError(f"{what} must be a positive multiple of {m} (lib_nn constraint), got {n}")
+        raise RangeError(f"{what} must be a positive multiple of {m} (lib_nn constraint), got {n}")
 
 
 def _image(x, name: str = "x", *, float_ok: bool = False) -> tuple[jax.Array, tuple[int, ...]]:
     """int8 image (..., H, W, C) -> (B, H, W, C) and the leading shape."""
     a = _int8(x, name, float_ok=float_ok)
     if a.ndim < 3:
-        raise ValueError(f"{name} must have shape (H, W, C) or (..., H, W, C), got {a.shape}")
+        raise ShapeError(f"{name} must have shape (H, W, C) or (..., H, W, C), got {a.shape}")
     return a.reshape((-1,) + a.shape[-3:]), a.shape[:-3]
 
 
@@ -174,7 +175,7 @@ def _check_inside(win: ConvGeometry) -> None:
     """Pooling windows must lie inside the image (no padding, §6.1)."""
     if not win.inside:
         (h, w), (r0, c0) = win.in_hw, win.window_start
-        raise ValueError(f"pooling windows must lie inside the {h}x{w} image (no padding): "
+        raise ShapeError(f"pooling windows must lie inside the {h}x{w} image (no padding): "
                          f"start {(r0, c0)}, shape {win.kernel}, stride {win.stride}, out {win.out_hw}")
 
 
@@ -390,10 +391,10 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
     xb, lead = _image(x, float_ok=True)
     k = _int8(k, "k", float_ok=True)
     if k.ndim != 4:
-        raise ValueError(f"k must have shape (C_out, K_h, K_w, C_in), got {k.shape}")
+        raise ShapeError(f"k must have shape (C_out, K_h, K_w, C_in), got {k.shape}")
     c_out, kh, kw, c_in = k.shape
     if xb.shape[-1] != c_in:
-        raise ValueError(f"x has {xb.shape[-1]} channels but k expects C_in = {c_in}")
+        raise ShapeError(f"x has {xb.shape[-1]} channels but k expects C_in = {c_in}")
     _multiple_of(c_in, 4, "C_in")
     _multiple_of(c_out, 4, "C_out")
     if check_kernel is not None:
@@ -479,7 +480,7 @@ def conv2d_deep(x, k, bso, *, zero_point, window_start, window_stride, out_shape
 
 def _shallow_kernel(kh: int, kw: int, c_in: int) -> None:
     if kw * c_in > LANES:
-        raise ValueError(f"conv2d_shallowin needs K_w * C_in <= 32, got {kw} * {c_in} = {kw * c_in}")
+        raise RangeError(f"conv2d_shallowin needs K_w * C_in <= 32, got {kw} * {c_in} = {kw * c_in}")
 
 
 def conv2d_shallowin(x, k, bso, *, zero_point, window_start, window_stride, out_shape,
@@ -521,10 +522,10 @@ def conv2d_1x1(x, k, bso, *, symmetric: bool = False, variant: str = "hardware",
     if ka.ndim == 2:
         ka = ka.reshape(ka.shape[0], 1, 1, ka.shape[1])
     if ka.ndim != 4 or ka.shape[1:3] != (1, 1):
-        raise ValueError(f"k must have shape (C_out, C_in) or (C_out, 1, 1, C_in), got {ka.shape}")
+        raise ShapeError(f"k must have shape (C_out, C_in) or (C_out, 1, 1, C_in), got {ka.shape}")
     xa = V.as_array(x, "x")
     if xa.ndim < 3:
-        raise ValueError(f"x must have shape (H, W, C) or (..., H, W, C), got {xa.shape}")
+        raise ShapeError(f"x must have shape (H, W, C) or (..., H, W, C), got {xa.shape}")
     return _conv_bso(xa, ka, bso, zero_point=0, window_start=(0, 0), window_stride=(1, 1),
                      out_shape=xa.shape[-3:-1], symmetric=symmetric, variant=variant,
                      return_stats=return_stats, saturation_grad=saturation_grad,
@@ -558,10 +559,10 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     xb, lead = _image(x, float_ok=True)
     k = _int8(k, "k", float_ok=True)
     if k.ndim != 3:
-        raise ValueError(f"k must have shape (K_h, K_w, C), got {k.shape}")
+        raise ShapeError(f"k must have shape (K_h, K_w, C), got {k.shape}")
     kh, kw, c = k.shape
     if xb.shape[-1] != c:
-        raise ValueError(f"x has {xb.shape[-1]} channels but k has C = {c}")
+        raise ShapeError(f"x has {xb.shape[-1]} channels but k has C = {c}")
     _multiple_of(c, 4, "C")
     win = _window(xb.shape[1:3], (kh, kw), window_start, window_stride, out_shape)
     f = _checked_fields(bso, c, variant)
@@ -599,9 +600,9 @@ def _fc_operands(x, w, *, n_multiple: int, float_ok: bool = False):
     xa = _int8(x, "x", float_ok=float_ok)
     wa = _int8(w, "w", float_ok=float_ok)
     if wa.ndim != 2:
-        raise ValueError(f"w must have shape (C_out, N), got {wa.shape}")
+        raise ShapeError(f"w must have shape (C_out, N), got {wa.shape}")
     if xa.ndim < 1 or xa.shape[-1] != wa.shape[1]:
-        raise ValueError(f"x must have shape (..., N) with N = w.shape[1] = {wa.shape[1]}, got {xa.shape}")
+        raise ShapeError(f"x must have shape (..., N) with N = w.shape[1] = {wa.shape[1]}, got {xa.shape}")
     _multiple_of(wa.shape[1], n_multiple, "N (C_in)")
     return xa, wa
 
@@ -667,13 +668,13 @@ def _fc_deepin(x, w, bias, shift, scale, *, out_bits, variant, return_stats):
     xa, wa = _fc_operands(x, w, n_multiple=LANES)
     c_out = wa.shape[0]
     if c_out > 16:
-        raise ValueError(f"fc_deepin_shallowout supports C_out <= 16, got {c_out}")
+        raise RangeError(f"fc_deepin_shallowout supports C_out <= 16, got {c_out}")
     b = _int_values(bias, "bias", -(2**31), 2**31 - 1, _I32)
     s = _int_values(shift, "shift", 0, 2**16 - 1, _I32)
     m = _int_values(scale, "scale", -(2**15), 2**15 - 1, _I32)
     for a, name in ((b, "bias"), (s, "shift"), (m, "scale")):
         if a.shape != (c_out,):
-            raise ValueError(f"{name} must have shape ({c_out},), got {a.shape}")
+            raise ShapeError(f"{name} must have shape ({c_out},), got {a.shape}")
     _warn_undefined_shifts(variant, s)
     stats = bool(return_stats)
     acc, hit = _fc_acc(xa, wa, b, tail_first=False, stats=stats)
@@ -761,7 +762,7 @@ def _pool_geometry(x, window_shape, window_start, window_stride, out_shape):
     if out_shape is None:
         kshape, start = _pair(window_shape, "window_shape", 1), _pair(window_start, "window_start")
         if min(start) < 0:
-            raise ValueError(f"pooling windows must lie inside the image (no padding): window_start "
+            raise RangeError(f"pooling windows must lie inside the image (no padding): window_start "
                              f"{start} is negative")
         out_shape = pool_out_hw(xb.shape[1:3], kshape, _pair(stride, "window_stride", 1), start)
     win = _window(xb.shape[1:3], window_shape, window_start, stride, out_shape)
@@ -873,7 +874,7 @@ def add_elementwise(x0, x1, *, shr0: int, multiplier0, shr1: int, multiplier1, b
     _variant(variant)
     a0, a1 = _int8(x0, "x0"), _int8(x1, "x1")
     if a0.shape != a1.shape:
-        raise ValueError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
+        raise ShapeError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
     params = (_scalar(shr0, "shr0", -24, 2**15 - 1),
               _scalar(multiplier0, "multiplier0", -(2**15), 2**15 - 1),
               _scalar(shr1, "shr1", -24, 2**15 - 1),
@@ -926,7 +927,7 @@ def lookup8(x, lut, *, variant: str = "hardware", return_stats: bool = False):
     xa = _int_values(x, "x", -128, 255, _I32)
     t = _int_values(lut, "lut", 0, 255, jnp.uint8)
     if t.shape != (256,):
-        raise ValueError(f"lut must have shape (256,), got {t.shape}")
+        raise ShapeError(f"lut must have shape (256,), got {t.shape}")
     y = jnp.take(t, xa & 0xFF)
     return _result(y, return_stats, channels=xa.shape[-1:])
 
@@ -940,7 +941,7 @@ def argmax_16(x, *, variant: str = "hardware", return_stats: bool = False):
     _variant(variant)
     xa = _int_values(x, "x", -(2**15), 2**15 - 1, jnp.int16)
     if xa.ndim < 1 or xa.shape[-1] < 1:
-        raise ValueError(f"x must have shape (..., N) with N >= 1, got {xa.shape}")
+        raise ShapeError(f"x must have shape (..., N) with N >= 1, got {xa.shape}")
     y = jnp.argmax(xa, axis=-1).astype(_I32)  # jnp.argmax returns the first maximum
     return _result(y, return_stats, channels=())
 
@@ -977,17 +978,17 @@ def certify_no_saturation(k, bias, input_range: tuple[int, int], *, channel_axis
     """
     lo, hi = _pair(input_range, "input_range")
     if not -(2**15) <= lo <= hi <= 2**15 - 1:
-        raise ValueError(f"input_range must satisfy -32768 <= lo <= hi <= 32767, got {input_range!r}")
+        raise RangeError(f"input_range must satisfy -32768 <= lo <= hi <= 32767, got {input_range!r}")
     w = _int8(k, "k")
     if w.ndim < 1:
-        raise ValueError("k must have at least one axis (the output channels)")
+        raise ShapeError("k must have at least one axis (the output channels)")
     w2 = jnp.moveaxis(w, channel_axis, 0)
     w2 = w2.reshape(w2.shape[0], -1)
     if w2.shape[1] >= 2**20:
-        raise ValueError(f"certify_no_saturation supports fewer than 2**20 products per channel, got {w2.shape[1]}")
+        raise ShapeError(f"certify_no_saturation supports fewer than 2**20 products per channel, got {w2.shape[1]}")
     b = _int_values(bias, "bias", -(2**31), 2**31 - 1, _I32)
     if b.shape != (w2.shape[0],):
-        raise ValueError(f"bias must have shape ({w2.shape[0]},), got {b.shape}")
+        raise ShapeError(f"bias must have shape ({w2.shape[0]},), got {b.shape}")
     return _certify(w2, b, lo=lo, hi=hi)
 
 

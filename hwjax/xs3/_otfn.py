@@ -32,6 +32,7 @@ import numpy as np
 
 from hwjax.core import validate as V
 from hwjax.core import surrogate as S
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.xs3 import _vpu as vpu
 from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import Variant
@@ -58,7 +59,7 @@ def _shift(value, lo: int, hi: int, name: str) -> jax.Array:
     try:
         return V.int_scalar(value, lo, hi, name)
     except ValueError:
-        raise ValueError(f"{name}={value} is outside the supported range [{lo}, {hi}] of the XS3 "
+        raise RangeError(f"{name}={value} is outside the supported range [{lo}, {hi}] of the XS3 "
                          f"otfn_int8 assembly (spec §4.1)") from None
 
 
@@ -67,7 +68,7 @@ def _acc32(acc, name: str = "acc", *, float_ok: bool = False) -> jax.Array:
     a = S.operand(acc, name, -(2**31), 2**31 - 1, differentiable=float_ok,
                   what=" of int32 accumulators")
     if a.ndim < 1:
-        raise ValueError(f"{name} must have the output channels on its last axis, got a scalar")
+        raise ShapeError(f"{name} must have the output channels on its last axis, got a scalar")
     return a
 
 
@@ -76,7 +77,7 @@ def _channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: int = 2*
     """A (C,) parameter of int16 values (shifts: up to 65535) as int32, or a float array."""
     a = S.operand(p, name, lo, hi, differentiable=float_ok, what=" (int16 values)")
     if a.shape != (channels,):
-        raise ValueError(f"{name} must have shape ({channels},) (one per output channel), got {a.shape}")
+        raise ShapeError(f"{name} must have shape ({channels},) (one per output channel), got {a.shape}")
     return a
 
 
@@ -84,7 +85,7 @@ def _checked_acc32(acc, name: str = "acc", *, float_ok: bool = False) -> jax.Arr
     """The checks of :func:`_acc32` without its int32 conversion (done in the jitted program)."""
     a = vpu._checked(acc, name, -(2**31), 2**31 - 1, float_ok=float_ok, what=" of int32 accumulators")
     if a.ndim < 1:
-        raise ValueError(f"{name} must have the output channels on its last axis, got a scalar")
+        raise ShapeError(f"{name} must have the output channels on its last axis, got a scalar")
     return a
 
 
@@ -93,7 +94,7 @@ def _checked_channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: 
     """The checks of :func:`_channel_param` without its int32 conversion."""
     a = vpu._checked(p, name, lo, hi, float_ok=float_ok, what=" (int16 values)")
     if a.shape != (channels,):
-        raise ValueError(f"{name} must have shape ({channels},) (one per output channel), got {a.shape}")
+        raise ShapeError(f"{name} must have shape ({channels},) (one per output channel), got {a.shape}")
     return a
 
 
@@ -455,7 +456,7 @@ def otfn_binary(acc, thresholds, *, variant: Variant = "hardware") -> jax.Array:
     a = _checked_acc32(acc)
     c = a.shape[-1]
     if c % EPV16:
-        raise ValueError(f"acc must have a multiple of {EPV16} channels (whole 16-lane groups), got {c}")
+        raise ShapeError(f"acc must have a multiple of {EPV16} channels (whole 16-lane groups), got {c}")
     thr = _checked_channel_param(thresholds, "thresholds", c)
     return _otfn_binary_impl(a, thr, variant=variant)
 
@@ -466,7 +467,7 @@ def _otfn_binary_impl(acc, thresholds, *, variant):
     a = _acc32(acc)
     c = a.shape[-1]
     if c % EPV16:
-        raise ValueError(f"acc must have a multiple of {EPV16} channels (whole 16-lane groups), got {c}")
+        raise ShapeError(f"acc must have a multiple of {EPV16} channels (whole 16-lane groups), got {c}")
     thr = _channel_param(thresholds, "thresholds", c)
     t = vpu.vladd(_low16(a), thr, mode=16, variant=variant)
     words = vpu.vdepth1(t.reshape(a.shape[:-1] + (c // EPV16, EPV16)), mode=16, variant=variant)
@@ -504,17 +505,17 @@ def serialise_output_transform(multipliers, biases, *, leading=None, pad_value: 
     arrays = []
     for name, a in cols:
         if isinstance(a, jax.core.Tracer):
-            raise TypeError(f"{name} must be concrete: serialisation builds a memory image")
+            raise ArgTypeError(f"{name} must be concrete: serialisation builds a memory image")
         a = np.asarray(a)
         if not np.issubdtype(a.dtype, np.integer):
-            raise TypeError(f"{name} must be an integer array (int16 values), got dtype {a.dtype}")
+            raise ArgTypeError(f"{name} must be an integer array (int16 values), got dtype {a.dtype}")
         if a.ndim != 1:
-            raise ValueError(f"{name} must be 1-D (one value per output channel), got shape {a.shape}")
+            raise ShapeError(f"{name} must be 1-D (one value per output channel), got shape {a.shape}")
         V.check_range(a, -(2**15), 2**16 - 1 if name == "leading" else 2**15 - 1, name)
         arrays.append(a.astype(np.int64))
     c = arrays[0].size
     if any(a.size != c for a in arrays):
-        raise ValueError(f"all parameter arrays must have the same length; got "
+        raise ShapeError(f"all parameter arrays must have the same length; got "
                          f"{[a.size for a in arrays]}")
     V.check_range(np.asarray(pad_value), -(2**15), 2**15 - 1, "pad_value")
     parts = [a[g:g + EPV16] for g in range(0, c, EPV16) for a in arrays]
@@ -535,7 +536,7 @@ def deserialise_output_transform(memory, channels: int, *, with_leading: bool = 
     names = (["leading"] if with_leading else []) + ["multipliers", "biases"]
     k = len(names)
     if mem.size < k * channels:
-        raise ValueError(f"memory holds {mem.size} values, fewer than the {k * channels} of "
+        raise ShapeError(f"memory holds {mem.size} values, fewer than the {k * channels} of "
                          f"{channels} channels")
     out: dict[str, list] = {n: [] for n in names}
     pos = 0
@@ -625,7 +626,7 @@ def _solve_exponents(m: np.ndarray, beta: np.ndarray, amin: np.ndarray, amax: np
             A, accu_bits = A - 1, accu_bits - 1
         else:
             M, mul_bits = M - 1, mul_bits - 1
-    raise ValueError("no accumulator/multiplier exponents satisfy the otfn_int8 constraints")
+    raise RangeError("no accumulator/multiplier exponents satisfy the otfn_int8 constraints")
 
 
 def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out: float, z_out: int,
@@ -673,19 +674,19 @@ def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out:
     """
     w = np.asarray(weights)
     if not np.issubdtype(w.dtype, np.integer) or w.ndim < 1:
-        raise TypeError(f"weights must be an integer array (C_out, ...) of int8 values, got {w.dtype}")
+        raise ArgTypeError(f"weights must be an integer array (C_out, ...) of int8 values, got {w.dtype}")
     V.check_range(w, -128, 127, "weights (int8 values)")
     c_out = w.shape[0]
     w2 = w.reshape(c_out, -1).astype(np.int64)
     bq = np.asarray(bias_q)
     if not np.issubdtype(bq.dtype, np.integer) or bq.shape != (c_out,):
-        raise ValueError(f"bias_q must be an integer array of shape ({c_out},), got {bq.dtype} {bq.shape}")
+        raise ShapeError(f"bias_q must be an integer array of shape ({c_out},), got {bq.dtype} {bq.shape}")
     V.check_range(bq, -(2**31), 2**31 - 1, "bias_q (int32)")
     for v, name in ((z_in, "z_in"), (z_out, "z_out")):
         V.check_range(np.asarray(v), -128, 127, f"{name} (int8 zero point)")
     sw = np.broadcast_to(np.asarray(s_w, np.float32), (c_out,))
     if not (np.all(sw >= 0) and s_in > 0 and s_out > 0):
-        raise ValueError("scales s_in and s_out must be positive and s_w >= 0 (a zero weight scale, as xformer "
+        raise RangeError("scales s_in and s_out must be positive and s_w >= 0 (a zero weight scale, as xformer "
                          "gives its pad channels, makes a constant channel)")
     m = (np.float32(s_in) * sw / np.float32(s_out)).astype(np.float32)
     if multiplier_factor is not None:

@@ -50,6 +50,7 @@ from hwjax.core import fixed_mul, saturate, shift_right
 from hwjax.core import wide as W
 from hwjax.core import surrogate as S
 from hwjax.core import SaturationGrad
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 Variant = Literal["hardware", "host", "v2021"]
 Mode = Literal[8, 16, 32]
@@ -71,7 +72,7 @@ _RING = {8: 16, 16: 16, 32: 8}  # accumulators per ring
 
 def _check_mode(mode, allowed: tuple[int, ...] = MODES) -> int:
     if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or int(mode) not in allowed:
-        raise ValueError(f"mode must be one of {allowed}, got {mode!r}")
+        raise RangeError(f"mode must be one of {allowed}, got {mode!r}")
     return int(mode)
 
 
@@ -123,7 +124,7 @@ def _checked_acc40(acc: AccLike, name: str = "acc"):
         return W.Wide(V.as_array(acc.hi, f"{name}.hi"), V.as_array(acc.lo, f"{name}.lo"))
     if isinstance(acc, tuple):
         if len(acc) != 2:
-            raise ValueError(f"{name} must be a Wide or an (hi, lo) pair, got a tuple of {len(acc)}")
+            raise ShapeError(f"{name} must be a Wide or an (hi, lo) pair, got a tuple of {len(acc)}")
         return (_checked(acc[0], f"{name}.hi", -(2**31), 2**31 - 1), _checked_u32(acc[1], f"{name}.lo"))
     return _checked(acc, name, -(2**31), 2**31 - 1)
 
@@ -131,7 +132,7 @@ def _checked_acc40(acc: AccLike, name: str = "acc"):
 def _int_only_in_32bit_mode(mode: int, what: str, *arrays) -> None:
     """32-bit-mode accumulators are 40/64-bit: float operands are not supported there."""
     if mode == 32 and S.has_float(*arrays):
-        raise TypeError(f"{what} takes float (differentiable) operands in 8/16-bit mode only; "
+        raise ArgTypeError(f"{what} takes float (differentiable) operands in 8/16-bit mode only; "
                         f"in 32-bit mode pass integer arrays")
 
 
@@ -145,7 +146,7 @@ def _bits_u32(x, name: str) -> jax.Array:
 
 def _need_hardware(variant: str, what: str) -> None:
     if variant != "hardware":
-        raise ValueError(f"variant={variant!r} does not model {what} (spec §2); "
+        raise RangeError(f"variant={variant!r} does not model {what} (spec §2); "
                          f"only variant='hardware' does")
 
 
@@ -191,7 +192,7 @@ def as_acc40(acc: AccLike, name: str = "acc") -> W.Wide:
         return W.from_parts(acc.hi, acc.lo)
     if isinstance(acc, tuple):
         if len(acc) != 2:
-            raise ValueError(f"{name} must be a Wide or an (hi, lo) pair, got a tuple of {len(acc)}")
+            raise ShapeError(f"{name} must be a Wide or an (hi, lo) pair, got a tuple of {len(acc)}")
         hi = _int_operand(acc[0], f"{name}.hi", -(2**31), 2**31 - 1)
         lo = _bits_u32(acc[1], f"{name}.lo")
         hi, lo = jnp.broadcast_arrays(hi, lo)
@@ -345,7 +346,7 @@ def _vlmaccr_impl(acc, vc, mem, *, mode, variant, saturation_grad):
     epv, ring = _EPV[mode], _RING[mode]
     for a, name in ((c, "vc"), (m, "mem")):
         if a.ndim < 1 or a.shape[-1] != epv:
-            raise ValueError(f"{name} must have the {epv} lanes of a {mode}-bit vector on its "
+            raise ShapeError(f"{name} must have the {epv} lanes of a {mode}-bit vector on its "
                              f"last axis, got shape {a.shape}")
     if mode == 32:
         _int_only_in_32bit_mode(mode, "vlmaccr", acc, c, m)
@@ -373,7 +374,7 @@ def _vlmaccr_impl(acc, vc, mem, *, mode, variant, saturation_grad):
 
 def _check_ring(r: jax.Array, ring: int) -> None:
     if r.ndim < 1 or r.shape[-1] != ring:
-        raise ValueError(f"acc must hold the {ring}-accumulator ring on its last axis, "
+        raise ShapeError(f"acc must hold the {ring}-accumulator ring on its last axis, "
                          f"got shape {r.shape}")
 
 
@@ -541,7 +542,7 @@ def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware",
     try:
         jnp.broadcast_shapes(xv.shape, s.shape)
     except ValueError as e:
-        raise ValueError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
+        raise ShapeError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
     return _vlashr_impl(xv, s, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
@@ -554,7 +555,7 @@ def _vlashr_impl(x, shr, *, mode, variant, saturation_grad):
     try:
         jnp.broadcast_shapes(xv.shape, s.shape)
     except ValueError as e:
-        raise ValueError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
+        raise ShapeError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
 
     def forward(xv, s):
         xi = xv.astype(_I32)
@@ -730,7 +731,7 @@ def _vdepth1_impl(x, *, mode, variant):
     xv = _lanes(x, "x", mode)
     epv = _EPV[mode]
     if xv.ndim < 1 or xv.shape[-1] != epv:
-        raise ValueError(f"x must have the {epv} lanes of a {mode}-bit vector on its last axis, "
+        raise ShapeError(f"x must have the {epv} lanes of a {mode}-bit vector on its last axis, "
                          f"got shape {xv.shape}")
     weights = jnp.asarray(np.arange(epv, dtype=np.uint32), _U32)
     bits = jnp.where(xv < 0, _U32(1) << weights, _U32(0)).sum(axis=-1, dtype=_U32)
@@ -847,7 +848,7 @@ def _vpos_impl(x, *, mode, variant):
     if mode == 32:
         _need_hardware(variant, "32-bit VPOS")
     if xv.ndim < 1 or xv.shape[-1] != 32:
-        raise ValueError(f"variant={variant!r} 8-bit VPOS works on whole vectors: x must have 32 "
+        raise ShapeError(f"variant={variant!r} 8-bit VPOS works on whole vectors: x must have 32 "
                          f"lanes on its last axis, got shape {xv.shape}")
     return jnp.concatenate([jnp.maximum(xv[..., 0:32:2], 0), xv[..., 16:]], axis=-1)
 
@@ -879,7 +880,7 @@ def _vlmaccr1_impl(acc, vc_words, mem_words, *, variant):
     c, m = _bits_u32(vc_words, "vc_words"), _bits_u32(mem_words, "mem_words")
     for a, name in ((c, "vc_words"), (m, "mem_words")):
         if a.ndim < 1 or a.shape[-1] != 8:
-            raise ValueError(f"{name} must have the 8 words of a vector on its last axis, got {a.shape}")
+            raise ShapeError(f"{name} must have the 8 words of a vector on its last axis, got {a.shape}")
     s = (_popcount32(~(c ^ m)) - 16).sum(axis=-1, dtype=_I32)
     r = _int_operand(acc, "acc", -(2**31), 2**31 - 1)
     _check_ring(r, 16)
