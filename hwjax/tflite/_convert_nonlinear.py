@@ -271,13 +271,20 @@ def one_over_one_plus_x_for_x_in_0_1(a) -> jax.Array:
         result = sat(x * 2)
 
     with ``*`` between fixed-point values = SRDHM. Exact; jittable."""
+    return _sat_shl(reciprocal_newton_q2_29(a), 1)
+
+
+def reciprocal_newton_q2_29(a) -> jax.Array:
+    """``x ~ 1 / (1 + a)`` in Q2.29 for Q0.31 ``a`` in [0, 1): gemmlowp's three
+    Newton-Raphson steps from ``48/17 - 32/17 h`` on ``h = (a >> 1) + 2**30`` (see
+    :func:`one_over_one_plus_x_for_x_in_0_1`), before the final rescaling. Exact int32."""
     a = jnp.asarray(a, _I32)
     h = jnp.right_shift(a, 1) + jnp.int32(1 << 30)
     x = jnp.int32(1515870810) + srdhm32(h, jnp.int32(-1010580540))
     for _ in range(3):
         one_minus = jnp.int32(1 << 29) - srdhm32(h, x)
         x = x + _sat_shl(srdhm32(x, one_minus), 2)
-    return _sat_shl(x, 1)
+    return x
 
 
 def _clz32(s) -> jax.Array:

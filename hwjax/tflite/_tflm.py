@@ -33,8 +33,8 @@ from hwjax.tflite._convert_nonlinear import (
     _sat_shl,
     exp_on_negative_values,
     one_over_one_plus_x_for_x_in_0_1,
+    reciprocal_newton_q2_29,
     rdbpot32,
-    srdhm32,
 )
 
 _I32 = jnp.int32
@@ -71,13 +71,7 @@ def one_minus_x_over_one_plus_x_for_x_in_0_1(a) -> jax.Array:
     Q0.31: Newton-Raphson on ``h = (a >> 1) + 2**30`` exactly as
     :func:`one_over_one_plus_x_for_x_in_0_1`, then ``sat((x - 2**29) * 2**2)``
     (``x - 1`` in Q2.29 rescaled to Q0.31)."""
-    a = jnp.asarray(a, _I32)
-    h = jnp.right_shift(a, 1) + jnp.int32(1 << 30)
-    x = jnp.int32(1515870810) + srdhm32(h, jnp.int32(-1010580540))
-    for _ in range(3):
-        one_minus = jnp.int32(1 << 29) - srdhm32(h, x)
-        x = x + _sat_shl(srdhm32(x, one_minus), 2)
-    return _sat_shl(x - jnp.int32(1 << 29), 2)
+    return _sat_shl(reciprocal_newton_q2_29(a) - jnp.int32(1 << 29), 2)
 
 
 def _q4_input(x, z_in, p):
