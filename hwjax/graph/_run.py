@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import compute_once
-from hwjax.errors import FormatError, ShapeError
+from hwjax.errors import FormatError, RangeError, ShapeError
 from hwjax.graph._ir import Graph, Node
 
 _NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "float32": np.float32}
@@ -190,6 +190,8 @@ def jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, r
     """
     if chunk is None:
         return run(graph, inputs, target, intermediates=intermediates, return_stats=return_stats)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise RangeError(f"jit_run: chunk must be a positive int (examples per chunk) or None, got {chunk!r}")
     if intermediates or return_stats:
         raise ValueError("jit_run: chunk cannot be combined with intermediates or return_stats")
     xs, single = _batched(graph, inputs)
