@@ -5,7 +5,7 @@ hwjax does.
     python examples/finetune_tflite.py [MODEL.tflite] [--steps 20] [--out tuned.tflite]
 
 Without MODEL, a small random model (CONV_2D -> DEPTHWISE_CONV_2D, both with ReLU ->
-RESHAPE -> FULLY_CONNECTED) is written with :mod:`hwjax.tflite._testing`. The data are synthetic:
+RESHAPE -> FULLY_CONNECTED) is written with :mod:`hwjax.tflite.testing`. The data are synthetic:
 random int8 inputs with random labels to fit.
 
 Steps:
@@ -51,7 +51,7 @@ FLOAT_INPUT = "float_input"
 def demo_model(seed: int = 0, in_shape=(8, 8, 2), classes: int = 4) -> bytes:
     """A random int8 model: CONV_2D 3x3 SAME (6 channels, fused ReLU) -> DEPTHWISE_CONV_2D
     3x3 SAME stride 2 (fused ReLU) -> RESHAPE -> FULLY_CONNECTED (``classes`` outputs)."""
-    from hwjax.tflite._testing import ModelBuilder
+    from hwjax.tflite.testing import ModelBuilder
 
     rng = np.random.default_rng(seed)
     mb = ModelBuilder()
@@ -139,7 +139,7 @@ def finetune(layers: hn.GraphModel, graph: Graph, x, labels, steps: int, lr: flo
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    from hwjax.tflite._testing import run_litert
+    from hwjax.tflite.testing import run_litert
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", nargs="?", default=None, help=".tflite file (default: a random demo model)")

@@ -12,7 +12,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from hwjax.core._validate import ArgTypeError
+from hwjax.errors import ArgTypeError
 from hwjax.errors import RangeError, ShapeError
 from hwjax.nn import QArray
 

@@ -12,7 +12,7 @@ synthetic numpy data, with fixed seeds, and converts each with
 (optimizations DEFAULT, a representative dataset, TFLITE_BUILTINS_INT8, int8 input and
 output). ``outputs`` (the main venv, the ai-edge-litert the tests use) writes 16 int8
 inputs per model (quantised held-out samples, the two int8 extremes, uniform noise) and
-the outputs of LiteRT under each resolver (``hwjax.tflite._testing.run_litert``):
+the outputs of LiteRT under each resolver (``hwjax.tflite.testing.run_litert``):
 ``reference`` (BUILTIN_REF), ``optimized`` (BUILTIN_WITHOUT_DEFAULT_DELEGATES),
 ``xnnpack`` (AUTO). The data generators below are numpy-only so both steps share them.
 """
@@ -155,7 +155,7 @@ def build():
 def outputs():
     from ai_edge_litert.interpreter import Interpreter
 
-    from hwjax.tflite._testing import run_litert
+    from hwjax.tflite.testing import run_litert
 
     for k, name in enumerate(MODELS):
         data = (OUT / f"{name}.tflite").read_bytes()

@@ -6,7 +6,7 @@ Re-run (from the repository root; xmos-ai-tools needs numpy < 2, so it has its o
     .venv-xmos/bin/pip install xmos-ai-tools==1.4.2 'numpy<2'
     .venv/bin/python scripts/tflm_testdata.py [.venv-xmos/bin/python]
 
-Run with hwjax's venv (it builds the models with :mod:`hwjax.tflite._testing`, which needs
+Run with hwjax's venv (it builds the models with :mod:`hwjax.tflite.testing`, which needs
 ``ai-edge-litert``); the steps that need xmos-ai-tools run in the xmos venv's interpreter
 (the optional argument; default ``.venv-xmos/bin/python``). The only TFLite Micro runnable
 here is that package's host interpreter (``TFLMHostInterpreter``): TFLM's builtin
@@ -35,7 +35,6 @@ import numpy as np
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "tflm")
 N_SAMPLES = 16
-_ACT = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 
 
 # ------------------------------------------------------------------ stage 1: models (hwjax venv)
@@ -43,7 +42,7 @@ _ACT = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 
 def _models():
     """name -> builder(rng) -> (model bytes, per-example input shape)."""
-    from hwjax.tflite import _testing as T
+    from hwjax.tflite import testing as T
 
     L = T.linear_model
 
@@ -56,8 +55,8 @@ def _models():
     def unary(op, shape=(64,), s_in=None, z_in=None, s_out=None, z_out=None, options=None):
         def make(rng):
             mb = T.ModelBuilder()
-            a = T._act_tensor(mb, rng, shape, s_in, z_in)
-            b = T._act_tensor(mb, rng, shape, s_out, z_out)
+            a = T.act_tensor(mb, rng, shape, s_in, z_in)
+            b = T.act_tensor(mb, rng, shape, s_out, z_out)
             mb.op(op, [a], [b], options)
             return mb.finish([a], [b]), shape
         return make
@@ -65,9 +64,9 @@ def _models():
     def same_quant_unary(op, shape=(64,), s=None):
         def make(rng):
             mb = T.ModelBuilder()
-            sc, zp = (T._scale(rng, -2, 0) if s is None else np.float32(s)), int(rng.integers(-40, 40))
-            a = T._act_tensor(mb, rng, shape, sc, zp)
-            b = T._act_tensor(mb, rng, shape, sc, zp)
+            sc, zp = (T.random_scale(rng, -2, 0) if s is None else np.float32(s)), int(rng.integers(-40, 40))
+            a = T.act_tensor(mb, rng, shape, sc, zp)
+            b = T.act_tensor(mb, rng, shape, sc, zp)
             mb.op(op, [a], [b])
             return mb.finish([a], [b]), shape
         return make
@@ -75,7 +74,7 @@ def _models():
     def dequantize(rng):
         mb = T.ModelBuilder()
         shape = (5, 7)
-        a = T._act_tensor(mb, rng, shape)
+        a = T.act_tensor(mb, rng, shape)
         # the host interpreter's output details read a scale: a unit one (unused by the op)
         b = mb.tensor((1, *shape), "float32", np.float32(1.0), 0)
         mb.op("DEQUANTIZE", [a], [b])
@@ -84,10 +83,10 @@ def _models():
     def second_operand(mb, rng, x, shape, s_in):
         """x -> 1x1 conv (same shape, new quantisation): a second int8 tensor from one input."""
         c = shape[-1]
-        s_w = T._filter_params(rng, c, True)
+        s_w = T.random_filter_scales(rng, c, True)
         w = mb.tensor((c, 1, 1, c), "int8", s_w, np.zeros(c), rng.integers(-127, 128, (c, 1, 1, c)))
         b = mb.tensor((c,), "int32", (s_in * s_w).astype(np.float32), np.zeros(c), rng.integers(-500, 500, c))
-        h = T._act_tensor(mb, rng, shape, T._out_scale(s_in, s_w, c))
+        h = T.act_tensor(mb, rng, shape, T.out_scale_for(s_in, s_w, c))
         mb.op("CONV_2D", [x, w, b], [h], ("Conv2DOptions", {"padding": 1, "strideH": 1, "strideW": 1}), 3)
         return h
 
@@ -95,8 +94,8 @@ def _models():
         def make(rng):
             mb = T.ModelBuilder()
             shape = (4, 4, 5)
-            s_in = T._scale(rng)
-            x = T._act_tensor(mb, rng, shape, s_in)
+            s_in = T.random_scale(rng)
+            x = T.act_tensor(mb, rng, shape, s_in)
             if kind == "pair":
                 other = second_operand(mb, rng, x, shape, s_in)
                 s_o = float(s_in) * float(mb.tensors[other].quantization.scale[0])
@@ -104,7 +103,7 @@ def _models():
                 other, s_o = x, float(s_in) ** 2
             elif kind == "broadcast":  # x * mean(x) over H, W (keep dims): (4,4,5) * (1,1,5)
                 s_m = np.float32(s_in * 0.6)
-                other = T._act_tensor(mb, rng, (1, 1, shape[-1]), s_m)
+                other = T.act_tensor(mb, rng, (1, 1, shape[-1]), s_m)
                 axes = mb.tensor((2,), "int32", data=np.array([1, 2], np.int32))
                 mb.op("MEAN", [x, axes], [other], ("ReducerOptions", {"keepDims": True}))
                 s_o = float(s_in) * float(s_m)
@@ -112,8 +111,8 @@ def _models():
                 sc = np.float32(0.011)
                 other = mb.tensor((1, *shape), "int8", sc, 7, rng.integers(-128, 128, (1, *shape)))
                 s_o = float(s_in) * float(sc)
-            y = T._act_tensor(mb, rng, shape, np.float32(s_o * 10 ** rng.uniform(1.0, 2.2)))
-            mb.op("MUL", [x, other], [y], ("MulOptions", {"fusedActivationFunction": _ACT[act]}))
+            y = T.act_tensor(mb, rng, shape, np.float32(s_o * 10 ** rng.uniform(1.0, 2.2)))
+            mb.op("MUL", [x, other], [y], ("MulOptions", {"fusedActivationFunction": T.ACTIVATION_CODES[act]}))
             return mb.finish([x], [y]), shape
         return make
 
@@ -123,15 +122,15 @@ def _models():
     def mean(shape, axes, keep, same_quant=False):
         def make(rng):
             mb = T.ModelBuilder()
-            s, zp = T._scale(rng, -2, -0.5), int(rng.integers(-40, 40))
-            x = T._act_tensor(mb, rng, shape, s, zp)
+            s, zp = T.random_scale(rng, -2, -0.5), int(rng.integers(-40, 40))
+            x = T.act_tensor(mb, rng, shape, s, zp)
             a = mb.tensor((len(axes),), "int32", data=np.array(axes, np.int32))
             out = [1 if i + 1 in axes else d for i, d in enumerate(shape)] if keep else \
                 [d for i, d in enumerate(shape) if i + 1 not in axes]
             if same_quant:
-                y = T._act_tensor(mb, rng, tuple(out), s, zp)
+                y = T.act_tensor(mb, rng, tuple(out), s, zp)
             else:
-                y = T._act_tensor(mb, rng, tuple(out), np.float32(s * 10 ** rng.uniform(-0.7, 0.3)))
+                y = T.act_tensor(mb, rng, tuple(out), np.float32(s * 10 ** rng.uniform(-0.7, 0.3)))
             mb.op("MEAN", [x, a], [y], ("ReducerOptions", {"keepDims": keep}))
             return mb.finish([x], [y]), shape
         return make
@@ -140,10 +139,10 @@ def _models():
         def make(rng):
             mb = T.ModelBuilder()
             shape = (5, 6, 3)
-            s, zp = T._scale(rng), int(rng.integers(-20, 20))
-            x = T._act_tensor(mb, rng, shape, s, zp)
+            s, zp = T.random_scale(rng), int(rng.integers(-20, 20))
+            x = T.act_tensor(mb, rng, shape, s, zp)
             p = mb.tensor((4, 2), "int32", data=np.array([[0, 0], [1, 2], [2, 1], [0, 1]], np.int32))
-            y = T._act_tensor(mb, rng, (8, 9, 4), s, zp)
+            y = T.act_tensor(mb, rng, (8, 9, 4), s, zp)
             if v2:
                 cv = mb.tensor((), "int8", s, zp, data=np.array(-77, np.int8))
                 mb.op("PADV2", [x, p, cv], [y], ("PadV2Options", {}))
@@ -155,43 +154,43 @@ def _models():
     def concat(rng):
         mb = T.ModelBuilder()
         shape = (4, 3, 5)
-        s, zp = T._scale(rng), int(rng.integers(-20, 20))
-        x = T._act_tensor(mb, rng, shape, s, zp)
+        s, zp = T.random_scale(rng), int(rng.integers(-20, 20))
+        x = T.act_tensor(mb, rng, shape, s, zp)
         p = mb.tensor((4, 2), "int32", data=np.array([[0, 0], [0, 0], [0, 0], [0, 2]], np.int32))
-        q = T._act_tensor(mb, rng, (4, 3, 7), s, zp)
+        q = T.act_tensor(mb, rng, (4, 3, 7), s, zp)
         mb.op("PAD", [x, p], [q], ("PadOptions", {}), 2)
-        y = T._act_tensor(mb, rng, (4, 3, 12), s, zp)
+        y = T.act_tensor(mb, rng, (4, 3, 12), s, zp)
         mb.op("CONCATENATION", [x, q], [y], ("ConcatenationOptions", {"axis": -1}))
-        z = T._act_tensor(mb, rng, (8, 3, 12), s, zp)
+        z = T.act_tensor(mb, rng, (8, 3, 12), s, zp)
         mb.op("CONCATENATION", [y, y], [z], ("ConcatenationOptions", {"axis": 1}))
         return mb.finish([x], [z]), shape
 
     def reshape(rng):
         mb = T.ModelBuilder()
         shape = (4, 6, 4)
-        s, zp = T._scale(rng), int(rng.integers(-20, 20))
-        x = T._act_tensor(mb, rng, shape, s, zp)
+        s, zp = T.random_scale(rng), int(rng.integers(-20, 20))
+        x = T.act_tensor(mb, rng, shape, s, zp)
         st = mb.tensor((3,), "int32", data=np.array([1, 12, 8], np.int32))
-        y = T._act_tensor(mb, rng, (12, 8), s, zp)
+        y = T.act_tensor(mb, rng, (12, 8), s, zp)
         mb.op("RESHAPE", [x, st], [y], ("ReshapeOptions", {"newShape": [1, 12, 8]}))
         return mb.finish([x], [y]), shape
 
     def flatten(rng):
         mb = T.ModelBuilder()
         shape = (3, 5, 4)
-        s, zp = T._scale(rng), int(rng.integers(-20, 20))
-        x = T._act_tensor(mb, rng, shape, s, zp)
+        s, zp = T.random_scale(rng), int(rng.integers(-20, 20))
+        x = T.act_tensor(mb, rng, shape, s, zp)
         st = mb.tensor((2,), "int32", data=np.array([1, 60], np.int32))
-        y = T._act_tensor(mb, rng, (60,), s, zp)
+        y = T.act_tensor(mb, rng, (60,), s, zp)
         mb.op("RESHAPE", [x, st], [y], ("ReshapeOptions", {"newShape": [1, 60]}))
         return mb.finish([x], [y]), shape
 
     def squeeze(rng):
         mb = T.ModelBuilder()
         shape = (4, 1, 6)
-        s, zp = T._scale(rng), int(rng.integers(-20, 20))
-        x = T._act_tensor(mb, rng, shape, s, zp)
-        y = T._act_tensor(mb, rng, (4, 6), s, zp)
+        s, zp = T.random_scale(rng), int(rng.integers(-20, 20))
+        x = T.act_tensor(mb, rng, shape, s, zp)
+        y = T.act_tensor(mb, rng, (4, 6), s, zp)
         mb.op("SQUEEZE", [x], [y], ("SqueezeOptions", {"squeezeDims": [2]}))
         return mb.finish([x], [y]), shape
 
@@ -292,7 +291,7 @@ def _inputs(rng, shape) -> np.ndarray:
 
 def _cfg_model() -> bytes:
     """A tiny fixed FULLY_CONNECTED model: xformer's conversion of it gives the metadata."""
-    from hwjax.tflite import _testing as T
+    from hwjax.tflite import testing as T
 
     return T.linear_model(np.random.default_rng(0), "FULLY_CONNECTED", in_shape=(16,), out_ch=8)[0]
 

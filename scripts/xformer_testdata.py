@@ -6,7 +6,7 @@ Re-run (from the repository root; xmos-ai-tools needs numpy < 2, so it has its o
     .venv-xmos/bin/pip install xmos-ai-tools==1.4.2 'numpy<2' flatbuffers
     .venv/bin/python scripts/xformer_testdata.py [.venv-xmos/bin/python]
 
-Run with hwjax's venv (it builds the models with :mod:`hwjax.tflite._testing`, which
+Run with hwjax's venv (it builds the models with :mod:`hwjax.tflite.testing`, which
 needs ``ai-edge-litert``); the steps that need xmos-ai-tools run in the xmos venv's
 interpreter (the optional argument; default ``.venv-xmos/bin/python``). For every model
 NAME in :func:`_models` (random int8 weights, seeded, no TensorFlow) it writes into
@@ -32,7 +32,6 @@ import numpy as np
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "xformer")
 N_SAMPLES = 8
-_ACT = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 
 
 # ------------------------------------------------------------------ stage 1: models (hwjax venv)
@@ -40,7 +39,7 @@ _ACT = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 
 def _models():
     """name -> (seed, builder(rng) -> (model bytes, per-example input shape))."""
-    from hwjax.tflite import _testing as T
+    from hwjax.tflite import testing as T
 
     def conv(in_shape, out_ch, k, stride, padding, act=None):
         return lambda rng: T.linear_model(rng, "CONV_2D", in_shape=in_shape, out_ch=out_ch, k=k, stride=stride,
@@ -49,29 +48,29 @@ def _models():
     def mean(rng):
         mb = T.ModelBuilder()
         shape = (4, 5, 8)
-        x = T._act_tensor(mb, rng, shape)
+        x = T.act_tensor(mb, rng, shape)
         axes = mb.tensor((2,), "int32", data=np.array([1, 2], np.int32))
-        y = T._act_tensor(mb, rng, (1, 1, shape[2]))
+        y = T.act_tensor(mb, rng, (1, 1, shape[2]))
         mb.op("MEAN", [x, axes], [y], ("ReducerOptions", {"keepDims": True}), 2)
         return mb.finish([x], [y]), shape
 
     def pad(rng):
         mb = T.ModelBuilder()
         shape = (5, 6, 4)
-        s, zp = T._scale(rng), int(rng.integers(-20, 20))
-        x = T._act_tensor(mb, rng, shape, s, zp)
+        s, zp = T.random_scale(rng), int(rng.integers(-20, 20))
+        x = T.act_tensor(mb, rng, shape, s, zp)
         p = mb.tensor((4, 2), "int32", data=np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32))
-        y = T._act_tensor(mb, rng, (8, 9, 4), s, zp)
+        y = T.act_tensor(mb, rng, (8, 9, 4), s, zp)
         mb.op("PAD", [x, p], [y], ("PadOptions", {}), 2)
         return mb.finish([x], [y]), shape
 
     def reshape(rng):
         mb = T.ModelBuilder()
         shape = (4, 6, 4)
-        s, zp = T._scale(rng), int(rng.integers(-20, 20))
-        x = T._act_tensor(mb, rng, shape, s, zp)
+        s, zp = T.random_scale(rng), int(rng.integers(-20, 20))
+        x = T.act_tensor(mb, rng, shape, s, zp)
         st = mb.tensor((3,), "int32", data=np.array([1, 12, 8], np.int32))
-        y = T._act_tensor(mb, rng, (12, 8), s, zp)
+        y = T.act_tensor(mb, rng, (12, 8), s, zp)
         mb.op("RESHAPE", [x, st], [y], ("ReshapeOptions", {"newShape": [1, 12, 8]}))
         return mb.finish([x], [y]), shape
 

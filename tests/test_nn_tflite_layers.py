@@ -4,7 +4,7 @@ RELU6), ``requantize`` (QUANTIZE int8 -> int8), ``reshape`` (a 3-D RESHAPE) and 
 
 A random model conv -> RELU6 -> QUANTIZE -> MAX_POOL (SAME) -> AVERAGE_POOL (SAME) ->
 RESHAPE (3-D) -> RESHAPE (2-D) -> FULLY_CONNECTED is written with
-:mod:`hwjax.tflite._testing`; :func:`hwjax.nn.from_graph` of its graph in hardware mode on
+:mod:`hwjax.tflite.testing`; :func:`hwjax.nn.from_graph` of its graph in hardware mode on
 ``TFLite("reference")`` must give exactly ``Model.run`` (and LiteRT's reference kernels),
 and after a few optax steps the trained layers must equal :func:`hwjax.graph.run` of
 :func:`hwjax.nn.to_graph` of them.
@@ -30,7 +30,7 @@ TARGET = TFLite("reference")
 
 
 def _model_bytes(seed: int = 0) -> bytes:
-    from hwjax.tflite._testing import ModelBuilder
+    from hwjax.tflite.testing import ModelBuilder
 
     rng = np.random.default_rng(seed)
     mb = ModelBuilder()
@@ -100,7 +100,7 @@ def test_import_has_the_new_ops(setup):
 
 
 def test_hardware_mode_is_exact_then_trains_and_round_trips(setup):
-    from hwjax.tflite._testing import run_litert
+    from hwjax.tflite.testing import run_litert
 
     data, model, x = setup
     gq = _with_quantize(model.graph)
@@ -179,7 +179,7 @@ def test_activation_calibrates_and_grads():
 @pytest.mark.parametrize("kind", ["maxpool", "avgpool"])
 def test_unpadded_pools_on_tflite_hardware(kind):
     """The int8 bug: MaxPool / AvgPool hardware mode on TFLite (maxpool_int pads with -2**31)."""
-    from hwjax.tflite._testing import pool_model
+    from hwjax.tflite.testing import pool_model
 
     rng = np.random.default_rng(4)
     data, in_shape = pool_model(rng, "MAX_POOL_2D" if kind == "maxpool" else "AVERAGE_POOL_2D", in_shape=(6, 6, 3),
@@ -196,7 +196,7 @@ def test_unpadded_pools_on_tflite_hardware(kind):
 def test_unary_ops_on_every_runtime(op):
     """A separate activation / QUANTIZE between differently quantised tensors, per runtime
     (TFLM's RELU6 does not requantise: the target's recipe, reproduced by the layer)."""
-    from hwjax.tflite._testing import unary_model
+    from hwjax.tflite.testing import unary_model
 
     rng = np.random.default_rng(6)
     data, shape = unary_model(rng, op)

@@ -9,7 +9,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 import hwjax.tflite as tfl
 from hwjax.tflite import _cli
-from hwjax.tflite import _testing as T
+from hwjax.tflite import testing as T
 from train.__main__ import main
 
 

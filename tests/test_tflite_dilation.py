@@ -12,7 +12,7 @@ import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import UnsupportedOpError  # noqa: E402
 from hwjax.graph import run as graph_run  # noqa: E402
 from hwjax.targets import get  # noqa: E402
-from hwjax.tflite import _testing as T  # noqa: E402
+from hwjax.tflite import testing as T  # noqa: E402
 from hwjax.tflite._kernels import conv_geometry  # noqa: E402
 
 ALL = ("reference", "optimized", "xnnpack")

@@ -10,7 +10,7 @@ pytest.importorskip("ai_edge_litert")
 
 import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import FormatError, RangeError  # noqa: E402
-from hwjax.tflite import _testing as T  # noqa: E402
+from hwjax.tflite import testing as T  # noqa: E402
 
 ALL = ("reference", "optimized", "xnnpack")
 

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("ai_edge_litert")
 
 import hwjax.tflite as tfl  # noqa: E402
-from hwjax.tflite import _testing as T  # noqa: E402
+from hwjax.tflite import testing as T  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "keras"
 RUNTIMES = ("reference", "optimized", "xnnpack")

@@ -12,7 +12,7 @@ import hwjax.graph as hg  # noqa: E402
 import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
 from hwjax.targets import TFLite  # noqa: E402
-from hwjax.tflite import _testing as T  # noqa: E402
+from hwjax.tflite import testing as T  # noqa: E402
 
 ALL = ("reference", "optimized", "xnnpack")
 

@@ -19,7 +19,7 @@ import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
 from hwjax.targets import TFLite  # noqa: E402
 from hwjax.tflite import _convert_nonlinear as K  # noqa: E402
-from hwjax.tflite._testing import ModelBuilder, run_litert  # noqa: E402
+from hwjax.tflite.testing import ModelBuilder, run_litert  # noqa: E402
 
 RUNTIMES = ("reference", "optimized", "xnnpack")
 LOGISTIC_OUT, TANH_OUT = (1 / 256, -128), (1 / 128, 0)

@@ -1,4 +1,4 @@
-"""hwjax.tflite.save against LiteRT: random int8 models (hwjax.tflite._testing) are loaded,
+"""hwjax.tflite.save against LiteRT: random int8 models (hwjax.tflite.testing) are loaded,
 saved and (a) the saved file runs in LiteRT exactly as the original under the three
 resolvers, (b) loads back into the same graph (nodes, attributes, parameters, tensors),
 (c) after a change of the parameters, LiteRT runs the saved file exactly as hwjax runs
@@ -11,7 +11,7 @@ import hwjax.tflite as tfl
 from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph
 from hwjax.tflite import _flatbuffer as fb
-from hwjax.tflite import _testing as T
+from hwjax.tflite import testing as T
 from hwjax.tflite._save import writable_ops, writes
 
 ALL = ("reference", "optimized", "xnnpack")

@@ -16,10 +16,10 @@ import hwjax.graph as hg  # noqa: E402
 import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
 from hwjax.targets import TFLite  # noqa: E402
-from hwjax.tflite._testing import RESOLVERS, ModelBuilder  # noqa: E402
+from hwjax.tflite.testing import ACTIVATION_CODES as _ACT  # noqa: E402
+from hwjax.tflite.testing import RESOLVERS, ModelBuilder  # noqa: E402
 
 ALL = ("reference", "optimized", "xnnpack")
-_ACT = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 N_SAMPLES = 48
 
 

@@ -19,7 +19,7 @@ import hwjax.graph as hg  # noqa: E402
 import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import UnsupportedOpError  # noqa: E402
 from hwjax.targets import TFLite  # noqa: E402
-from hwjax.tflite import _testing as T  # noqa: E402
+from hwjax.tflite import testing as T  # noqa: E402
 from hwjax.tflite import _xnnpack as X  # noqa: E402
 
 RUNTIMES = ("reference", "optimized", "xnnpack")
@@ -101,7 +101,7 @@ def _add_model(specs) -> bytes:
         a = mb.tensor((1, *shape), "int8", sa, za)
         b = mb.tensor((1, *shape), "int8", sb, zb)
         y = mb.tensor((1, *shape), "int8", so, zo)
-        mb.op("ADD", [a, b], [y], ("AddOptions", {"fusedActivationFunction": T._ACT[act]}))
+        mb.op("ADD", [a, b], [y], ("AddOptions", {"fusedActivationFunction": T.ACTIVATION_CODES[act]}))
         ins += [a, b]
         outs.append(y)
     return mb.finish(ins, outs)
@@ -161,7 +161,7 @@ def _pool_model(rng) -> bytes:
         y = mb.tensor((1, *g.out_hw, in_shape[-1]), "int8", s, zp)
         mb.op("AVERAGE_POOL_2D", [x], [y], ("Pool2DOptions", {
             "padding": 0 if padding == "SAME" else 1, "strideH": stride[0], "strideW": stride[1],
-            "filterHeight": window[0], "filterWidth": window[1], "fusedActivationFunction": T._ACT[act]}))
+            "filterHeight": window[0], "filterWidth": window[1], "fusedActivationFunction": T.ACTIVATION_CODES[act]}))
         ins.append(x)
         outs.append(y)
     return mb.finish(ins, outs)
@@ -192,7 +192,7 @@ def _mini_model(add_specs, quantize_specs) -> bytes:
     for shape, sa, za, sb, zb, so, zo, act in add_specs:
         a, b = mb.tensor((1, *shape), "int8", sa, za), mb.tensor((1, *shape), "int8", sb, zb)
         y = mb.tensor((1, *shape), "int8", so, zo)
-        mb.op("ADD", [a, b], [y], ("AddOptions", {"fusedActivationFunction": T._ACT[act]}))
+        mb.op("ADD", [a, b], [y], ("AddOptions", {"fusedActivationFunction": T.ACTIVATION_CODES[act]}))
         ins += [a, b]
         outs.append(y)
     for shape, s_in, z_in, s_out, z_out in quantize_specs:

@@ -509,13 +509,13 @@ def _tflite_args(sub) -> None:
 
 
 def run_tflite_command(args) -> None:
-    """``run`` / ``compare`` (:data:`hwjax.tflite._cli.COMMANDS`): prints the result; a bad
+    """``run`` / ``compare`` (:data:`hwjax.tflite.CLI_COMMANDS`): prints the result; a bad
     path or input exits 2 with one line."""
     from hwjax.errors import HwjaxError
-    from hwjax.tflite import _cli
+    from hwjax.tflite import CLI_COMMANDS
 
     try:
-        print(_cli.COMMANDS[args.command](args))
+        print(CLI_COMMANDS[args.command](args))
     except (HwjaxError, OSError) as e:
         print(f"hwjax {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -1,6 +1,6 @@
 """``python -m hwjax.bench deployed``: images/s of whole int8 models, hwjax against LiteRT.
 
-Three model shapes, built with :class:`hwjax.tflite._testing.ModelBuilder` (random int8
+Three model shapes, built with :class:`hwjax.tflite.testing.ModelBuilder` (random int8
 weights, fixed seed):
 
 * ``mlp``: FULLY_CONNECTED 784 -> 512 (relu) -> 256 (relu) -> 10;
@@ -57,20 +57,20 @@ _CHILD_ENV = "HWJAX_BENCH_DEPLOYED_CHILD"
 
 
 def _conv(mb, rng, x, s_in, in_hw, cin, cout, k, stride, act, depthwise=False):
-    from hwjax.tflite._kernels import conv_geometry
-    from hwjax.tflite._testing import _ACT, _filter_params, _out_scale
+    from hwjax.tflite import conv_geometry
+    from hwjax.tflite.testing import ACTIVATION_CODES, random_filter_scales, out_scale_for
 
     n = cin if depthwise else cout
     w_shape = (1, k, k, n) if depthwise else (n, k, k, cin)
-    s_w = _filter_params(rng, n, True)
+    s_w = random_filter_scales(rng, n, True)
     w = mb.tensor(w_shape, "int8", s_w, np.zeros(n), rng.integers(-127, 128, w_shape), axis=3 if depthwise else 0)
     b = mb.tensor((n,), "int32", (np.float32(s_in) * s_w).astype(np.float32), np.zeros(n),
                   rng.integers(-2000, 2000, n))
     g = conv_geometry(in_hw, (k, k), (stride, stride), "SAME")
-    s_out = np.float32(_out_scale(s_in, s_w, k * k * (1 if depthwise else cin)))
+    s_out = np.float32(out_scale_for(s_in, s_w, k * k * (1 if depthwise else cin)))
     zp = -128 if act in ("relu", "relu6") else int(rng.integers(-10, 10))
     y = mb.tensor((1, *g.out_hw, n), "int8", s_out, zp)
-    opts = {"padding": 0, "strideH": stride, "strideW": stride, "fusedActivationFunction": _ACT[act],
+    opts = {"padding": 0, "strideH": stride, "strideW": stride, "fusedActivationFunction": ACTIVATION_CODES[act],
             "dilationHFactor": 1, "dilationWFactor": 1}
     if depthwise:
         opts["depthMultiplier"] = 1
@@ -81,16 +81,16 @@ def _conv(mb, rng, x, s_in, in_hw, cin, cout, k, stride, act, depthwise=False):
 
 
 def _fc(mb, rng, x, s_in, n_in, n_out, act, per_channel=False):
-    from hwjax.tflite._testing import _ACT, _filter_params, _out_scale
+    from hwjax.tflite.testing import ACTIVATION_CODES, random_filter_scales, out_scale_for
 
-    s_w = _filter_params(rng, n_out, per_channel)
+    s_w = random_filter_scales(rng, n_out, per_channel)
     w = mb.tensor((n_out, n_in), "int8", s_w, np.zeros(s_w.shape), rng.integers(-127, 128, (n_out, n_in)))
     b = mb.tensor((n_out,), "int32", (np.float32(s_in) * s_w).astype(np.float32), np.zeros(s_w.shape),
                   rng.integers(-3000, 3000, n_out))
-    s_out = np.float32(_out_scale(s_in, s_w, n_in))
+    s_out = np.float32(out_scale_for(s_in, s_w, n_in))
     zp = -128 if act == "relu" else int(rng.integers(-10, 10))
     y = mb.tensor((1, n_out), "int8", s_out, zp)
-    mb.op("FULLY_CONNECTED", [x, w, b], [y], ("FullyConnectedOptions", {"fusedActivationFunction": _ACT[act]}),
+    mb.op("FULLY_CONNECTED", [x, w, b], [y], ("FullyConnectedOptions", {"fusedActivationFunction": ACTIVATION_CODES[act]}),
           4 if per_channel else 1)
     return y, s_out
 
@@ -104,7 +104,7 @@ def _flatten(mb, x, n):
 
 
 def build_mlp(rng):
-    from hwjax.tflite._testing import ModelBuilder
+    from hwjax.tflite.testing import ModelBuilder
 
     mb = ModelBuilder()
     s = np.float32(0.02)
@@ -122,7 +122,7 @@ def _has_mean() -> bool:
 
 
 def build_cnn(rng):
-    from hwjax.tflite._testing import ModelBuilder
+    from hwjax.tflite.testing import ModelBuilder
 
     mb = ModelBuilder()
     s = np.float32(0.03)
@@ -151,7 +151,7 @@ def build_cnn(rng):
 
 
 def build_deep(rng):
-    from hwjax.tflite._testing import ModelBuilder
+    from hwjax.tflite.testing import ModelBuilder
 
     mb = ModelBuilder()
     s = np.float32(0.03)

@@ -27,7 +27,9 @@ from hwjax.targets._base import Target, no_acc, register
 from hwjax.tflite import (
     activation_range,
     add_int,
+    add_jax,
     add_params,
+    add_recipe,
     avgpool_int,
     conv_int,
     depthwise_int,
@@ -35,9 +37,10 @@ from hwjax.tflite import (
     maxpool_int,
     mbqm_double,
     quantize_multiplier,
+    requant_jax,
     requant_params,
+    requant_recipe,
 )
-from hwjax.tflite._xnnpack import add_jax, add_recipe, requant_jax, requant_recipe
 
 RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
 

@@ -28,16 +28,18 @@ import numpy as np
 from hwjax.errors import UnsupportedOpError
 from hwjax.targets._base import no_acc
 from hwjax.targets._tflite import TFLite, host_recipe, verified_on
-from hwjax.tflite._convert_nonlinear import (
+from hwjax.tflite import (
     REFERENCE_MAX_DEPTH,
     litert_lut_table,
+    sigmoid_tanh_params,
     lut_lookup,
     softmax_exp_table,
     softmax_optimized,
     softmax_reference,
     softmax_reference_params,
+    tflm_logistic,
+    tflm_tanh,
 )
-from hwjax.tflite._tflm import sigmoid_tanh_params, tflm_logistic, tflm_tanh
 
 _RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from hwjax.targets._base import no_acc
 from hwjax.targets._tflite import TFLite, host_recipe, verified_on
-from hwjax.tflite import activation_range, quantize_multiplier
-from hwjax.tflite._convert_tensor import (
+from hwjax.tflite import (
+    activation_range,
     concat_int,
     dequantize_exact,
     dequantize_lanes,
@@ -32,6 +32,7 @@ from hwjax.tflite._convert_tensor import (
     mul_lanes,
     mul_mbqm,
     pad_int,
+    quantize_multiplier,
     square_lut,
 )
 

@@ -35,11 +35,71 @@ from hwjax.tflite._kernels import (  # the integer kernels (the *_int forms are 
 )
 from hwjax.tflite._model import RUNTIMES, SUPPORTED_OPS, Model, TensorInfo, load
 from hwjax.tflite._save import save
+# the runtime kernels and recipes the TFLite target (hwjax.targets) composes
+from hwjax.tflite._convert_nonlinear import (  # noqa: E402
+    REFERENCE_MAX_DEPTH,
+    litert_lut_table,
+    lut_lookup,
+    softmax_exp_table,
+    softmax_optimized,
+    softmax_reference,
+    softmax_reference_params,
+)
+from hwjax.tflite._convert_tensor import (  # noqa: E402
+    concat_int,
+    dequantize_exact,
+    dequantize_lanes,
+    mean_float,
+    mean_lanes,
+    mean_mbqm,
+    mul_float,
+    mul_lanes,
+    mul_mbqm,
+    pad_int,
+    square_lut,
+)
+from hwjax.tflite._tflm import (  # noqa: E402
+    sigmoid_tanh_params,
+    tflm_logistic,
+    tflm_tanh,
+)
+from hwjax.tflite._xnnpack import (  # noqa: E402
+    add_jax,
+    add_recipe,
+    requant_jax,
+    requant_recipe,
+)
+from hwjax.tflite._cli import COMMANDS as CLI_COMMANDS  # noqa: E402
 
 __all__ = [
     "ACTIVATIONS", "Model", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d",
     "conv_geometry", "depthwise_conv2d",
     "fully_connected", "multiply_by_quantized_multiplier", "quantize_multiplier", "requant_params", "requantize",
     "load", "add_int", "add_params", "avgpool_int", "conv_int", "depthwise_int", "fc_int", "maxpool_int",
-    "mbqm_double", "save",
+    "mbqm_double", "save", "CLI_COMMANDS",
+    "REFERENCE_MAX_DEPTH",
+    "litert_lut_table",
+    "lut_lookup",
+    "softmax_exp_table",
+    "softmax_optimized",
+    "softmax_reference",
+    "softmax_reference_params",
+    "concat_int",
+    "dequantize_exact",
+    "dequantize_lanes",
+    "mean_float",
+    "mean_lanes",
+    "mean_mbqm",
+    "mul_float",
+    "mul_lanes",
+    "mul_mbqm",
+    "pad_int",
+    "square_lut",
+    "sigmoid_tanh_params",
+    "tflm_logistic",
+    "tflm_tanh",
+    "add_jax",
+    "add_recipe",
+    "requant_jax",
+    "requant_recipe",
 ]

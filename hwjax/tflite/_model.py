@@ -54,7 +54,7 @@ class Model:
                 if any(n.op.startswith("xc_") for n in self.graph.nodes):  # an xformer-converted file
                     self._xs3 = get("xs3-tflm", variant="host")
                 else:  # an original model, compiled as xformer (default options) would
-                    from hwjax.targets._xs3_deployed import check_xformer_lowering
+                    from hwjax.targets import check_xformer_lowering
 
                     check_xformer_lowering(self.graph)
                     self._xs3 = get("xs3-xformer", variant="host")
