@@ -481,6 +481,24 @@ def test_otfn_params_matches_the_xformer_helper(shape):
     assert checked >= 6
 
 
+def test_otfn_params_rounds_bias_ties_as_the_helper():
+    """Multipliers with few significant bits make ``beta * 2**B`` land on ties: the bias
+    is ``rint(beta 2**B - 1)``, which is not ``rint(beta 2**B) - 1`` there."""
+    c, k, z_in, z_out = 64, 600, 3, -5
+    w = RNG.integers(-127, 128, (c, k)).astype(np.int8)
+    b = (np.arange(c) * 3 + 1).astype(np.int32)
+    s_in, s_out, s_w = np.float32(2.0**-3), np.float32(2.0**-2), np.full(c, 1.5, np.float32)  # m = 0.75
+    ref = xs3.otfn_params_from_scales(b, w, float(s_in), z_in, s_w, float(s_out), z_out)
+    B = ref["final_shr"] - ref["initial_shift"] + 22 - 14  # A + M - 14, see otfn_params
+    beta = (b.astype(np.int64) - z_in * w.astype(np.int64).sum(1)) * 0.75 + z_out
+    assert B >= 0 and np.sum(np.mod(beta * 2.0**B, 1) == 0.5) > 10  # the case is exercised
+    mul, bias, sh = jax.jit(xs3.otfn_params)(w, b, s_in=s_in, z_in=np.int32(z_in), s_w=s_w, s_out=s_out,
+                                             z_out=np.int32(z_out))
+    np.testing.assert_array_equal(np.asarray(mul), ref["multipliers"])
+    np.testing.assert_array_equal(np.asarray(bias), ref["biases"])
+    assert [int(sh[0]), int(sh[1])] == [ref["initial_shift"], ref["final_shr"]]
+
+
 def test_depthwise_and_add_under_jit_and_vmap():
     x = RNG.integers(-128, 128, (3, 4, 4, 16)).astype(np.int8)
     k = RNG.integers(-128, 128, (2, 2, 16)).astype(np.int8)

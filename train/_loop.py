@@ -155,9 +155,16 @@ def calibrate(model: nnx.Module, x: np.ndarray, batch_size: int = 256) -> None:
 
 
 def layer_stats(model: nnx.Module, x: np.ndarray, batch_size: int = 1024) -> dict[str, hn.LayerStats]:
-    """Per-layer :class:`hwjax.nn.LayerStats` summed over ``x`` (in the model's mode)."""
+    """Per-layer :class:`hwjax.nn.LayerStats` summed over ``x`` (in the model's mode).
+
+    A hardware-mode model is called eagerly on each batch: its parameters are concrete,
+    so every layer takes its integer parameters from the target's host recipe and runs
+    its jitted kernel, instead of compiling the in-graph recipe into one large program
+    (several seconds per model structure). Float and calibrate modes run one jitted pass.
+    """
     graphdef, state = nnx.split(model)
-    run = _stats_fn(graphdef)
+    run = _stats_fn(graphdef) if hn.get_mode(model) != "hardware" else \
+        (lambda st, xb: nnx.merge(graphdef, st)(jnp.asarray(xb), return_stats=True)[1])
     total: Optional[dict[str, Any]] = None
     for s in range(0, len(x), batch_size):
         st = run(state, x[s:s + batch_size])

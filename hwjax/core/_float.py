@@ -12,7 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
-from hwjax.core import _wide as W
 from hwjax.errors import RangeError, ShapeError
 
 
@@ -48,26 +47,35 @@ def _div_rn_jit(a, b) -> jax.Array:
     a = jax.lax.stop_gradient(jnp.asarray(a, jnp.float32))
     b = jax.lax.stop_gradient(jnp.asarray(b, jnp.float32))
     a, b = jnp.broadcast_arrays(a, b)
-    fa, ea = jnp.frexp(jnp.abs(a))
-    fb, eb = jnp.frexp(jnp.abs(b))
-    ma = (fa * 2.0**24).astype(jnp.int32)  # in [2**23, 2**24)
-    mb = jnp.maximum((fb * 2.0**24).astype(jnp.int32), 1)
+    ma, ea, tiny_a = _mant_exp(a)
+    mb, eb, tiny_b = _mant_exp(b)
     s = jnp.where(ma >= mb, 23, 24)  # ma 2**s / mb in [2**23, 2**24)
     q0 = jnp.floor(ma.astype(jnp.float32) / mb.astype(jnp.float32) * _pow2(s)).astype(jnp.int32)
-    r = W.sub(W.shift_left(W.from_int32(ma), s), W.mul_int32(q0, mb))  # small: |r| < 16 mb
-    r32 = jax.lax.bitcast_convert_type(r.lo, jnp.int32)
-    q = q0 + jnp.floor_divide(r32, mb)
-    rem = jnp.mod(r32, mb)
+    # r = ma 2**s - q0 mb is small (|r| < 16 mb < 2**28, q0 being within a few units of
+    # the quotient), so int32 arithmetic that wraps modulo 2**32 gives it exactly
+    r = (ma << s) - q0 * mb
+    q = q0 + jnp.floor_divide(r, mb)
+    rem = jnp.mod(r, mb)
     up = (2 * rem > mb) | ((2 * rem == mb) & ((q & 1) == 1))
     q = q + up.astype(jnp.int32)
     e = ea - eb - s
     e1 = jnp.clip(e, -126, 127)
     mag = q.astype(jnp.float32) * _pow2(e1) * _pow2(jnp.clip(e - e1, -126, 127))
-    out = jnp.where(jnp.signbit(a) != jnp.signbit(b), -mag, mag)
-    out = jnp.where(a == 0, jnp.zeros_like(out), out)
-    # IEEE special cases (NaN, infinities, division by zero): XLA's division gets them exactly
-    special = ~jnp.isfinite(a) | ~jnp.isfinite(b) | (b == 0)
+    negative = (jax.lax.bitcast_convert_type(a, jnp.int32) ^ jax.lax.bitcast_convert_type(b, jnp.int32)) < 0
+    out = jnp.where(negative, -mag, mag)
+    out = jnp.where(tiny_a, jnp.where(negative, -0.0, 0.0), out)  # zero or denormal a: a signed zero
+    # IEEE special cases (NaN, infinities, division by zero, b zero or denormal): XLA's
+    # division gets them exactly
+    special = ~jnp.isfinite(a) | ~jnp.isfinite(b) | tiny_b
     return jnp.where(special, a / b, out)
+
+
+def _mant_exp(v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(m, e, tiny)`` of float32 ``v`` from its bits: ``|v| = m * 2**(e - 24)`` with the
+    24-bit mantissa ``m`` in [2**23, 2**24) for normal ``v`` (``frexp(|v|) = (m / 2**24,
+    e)``); ``tiny`` marks zeros and denormals (flushed to zero by the callers)."""
+    bits = jax.lax.bitcast_convert_type(v, jnp.int32) & 0x7FFFFFFF
+    return (bits & 0x7FFFFF) | 0x800000, (bits >> 23) - 126, bits < 0x800000
 
 
 def _pow2(n) -> jax.Array:

@@ -322,9 +322,13 @@ def _portable(kernel, bias, s_in, w_pin, op: str):
     ``w_pin`` where finite), :func:`weights_int`, :func:`bias_int` and the node's portable
     parameters (no gradient)."""
     kernel, bias, s_in = sg(kernel), sg(bias), sg(s_in)
-    s_w = jnp.where(jnp.isfinite(w_pin), w_pin, weight_scales(kernel, (0, 1, 2)))
-    w_int = weights_int(kernel, s_w)
-    b_int = bias_int(bias, s_in * s_w)
+    # Each step computed once (see compute_once): XLA would otherwise inline the exact
+    # divisions behind the scales into every consumer, at a large cost in compile time.
+    trigger = jax.lax.bitcast_convert_type(s_in, jnp.int32)
+    s_w = compute_once(lambda k, p: jnp.where(jnp.isfinite(p), p, weight_scales(k, (0, 1, 2))), (kernel, w_pin),
+                       trigger)
+    w_int, b_int = compute_once(lambda k, b, si, sw: (weights_int(k, sw), bias_int(b, si * sw)),
+                                (kernel, bias, s_in, s_w), trigger)
     return w_int, b_int, s_w, {"kernel": portable_kernel(op, w_int), "bias": b_int.astype(jnp.int32), "w_scale": s_w}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from hwjax.core import div_rn, shift_right
+from hwjax.core import compute_once, div_rn, shift_right
 from hwjax.core import wide as W
 
 
@@ -21,6 +21,16 @@ def _rint_wide(t, s) -> jax.Array:
     right = W.shift_right(t, jnp.clip(s, 0, 63), "half_even")
     left = W.shift_left(t, jnp.clip(-s, 0, 62))
     return W.saturate_to_int32(W.where(s >= 0, right, left), -(2**31), 2**31 - 1)[0]
+
+
+def _rint_int32(v, s) -> jax.Array:
+    """``rint(v / 2**s)`` (ties to even) saturated to int32, for int32 ``v`` with
+    ``|v| < 2**30`` and int32 ``s`` (negative ``s`` shifts left)."""
+    right = shift_right(v, jnp.clip(s, 0, 31), rounding="half_even")
+    sl = jnp.clip(-s, 0, 31)
+    big = jnp.abs(v) > (jnp.int32(2**31 - 1) >> sl)  # v * 2**-s leaves int32
+    left = jnp.where(big, jnp.where(v > 0, 2**31 - 1, -(2**31)), v << sl)
+    return jnp.where(s >= 0, right, left)
 
 
 def _sig_bits(v: jax.Array) -> jax.Array:
@@ -58,44 +68,58 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     c = kernel_q.shape[0]
     w = kernel_q.reshape(c, -1).astype(jnp.int32)
     f32 = jnp.float32
-    m = div_rn(jnp.asarray(s_in, f32) * jnp.asarray(s_w, f32), jnp.asarray(s_out, f32))
     z_in, z_out = jnp.asarray(z_in, jnp.int32), jnp.asarray(z_out, jnp.int32)
-    frac, exp = jnp.frexp(m)
-    mant = jnp.where(m > 0, (frac * 2.0**24).astype(jnp.int32), 0)  # m = mant * 2**-k exactly
-    k = jnp.clip(jnp.where(m > 0, 24 - exp, 0), 0, 62).astype(jnp.int32)  # m >= 2**-38 assumed
-    i32 = jnp.int32  # explicit accumulation types: results must not depend on jax_enable_x64
-    bq = bias_q.astype(i32) - z_in * w.sum(axis=1, dtype=i32)
-    amax = jnp.where(w > 0, 127 * w, -128 * w).sum(axis=1, dtype=i32)
-    amin = jnp.where(w > 0, -128 * w, 127 * w).sum(axis=1, dtype=i32)
 
-    def shl(v, s):  # int32 v * 2**s as Wide
-        return W.shift_left(W.from_int32(v), s)
+    def multiplier(s_in, s_w, s_out):
+        m = div_rn(s_in * s_w, s_out)
+        frac, exp = jnp.frexp(m)
+        mant = jnp.where(m > 0, (frac * 2.0**24).astype(jnp.int32), 0)  # m = mant * 2**-k exactly
+        k = jnp.clip(jnp.where(m > 0, 24 - exp, 0), 0, 62).astype(jnp.int32)  # m >= 2**-38 assumed
+        return m, exp, mant, k
 
-    def floor_div_m(n):
-        """floor(n / m) for int32 n (|n| <= 255), exact where |n / m| <= 2**30, else +-2**30."""
-        q = n.astype(f32) / jnp.where(m > 0, m, 1.0)
-        big = jnp.abs(q) > 2.0**30
-        f1 = jnp.floor(jnp.clip(q, -(2.0**30), 2.0**30)).astype(jnp.int32)
-        r = W.sub(shl(n, k), W.mul_int32(f1, mant))  # n 2**k - f1 mant, |r| < 2**31
-        r32 = jax.lax.bitcast_convert_type(r.lo, jnp.int32)
-        f = f1 + jnp.floor_divide(r32, jnp.maximum(mant, 1))
-        return jnp.where(big, jnp.where(q > 0, 2**30, -(2**30)), f)
+    # computed once: every later step uses m, and XLA would inline the division into each
+    m, exp, mant, k = compute_once(multiplier, (jnp.asarray(s_in, f32), jnp.asarray(s_w, f32),
+                                                jnp.asarray(s_out, f32)), z_out)
 
-    # §4.5 step 2: narrow to the accumulators whose output is not clamped
-    lo_end = floor_div_m(-128 - z_out) - bq
-    hi_end = -floor_div_m(z_out - 127) - bq  # ceil((127 - z_out) / m) - bq
-    live = m > 0
-    amin = jnp.where(live, jnp.maximum(amin, lo_end), amin)
-    amax = jnp.where(live, jnp.minimum(amax, hi_end), amax)
-    const = ~live | (amin > amax)
-    # beta = t * 2**-k with t = bq mant + z_out 2**k; constant channels: clip(beta + m amin)
-    t = W.add(W.mul_int32(bq, mant), shl(z_out, k))
-    t_const = W.add(t, W.mul_int32(amin, mant))
-    lo_b, hi_b = shl(jnp.full_like(k, -128), k), shl(jnp.full_like(k, 127), k)
-    t_const = W.where(W.lt(t_const, lo_b), lo_b, W.where(W.lt(hi_b, t_const), hi_b, t_const))
-    t = W.where(const, t_const, t)
-    mant = jnp.where(const, 0, mant)
-    amin, amax = jnp.where(const, 0, amin), jnp.where(const, 0, amax)
+    def narrow(w, bias_q, z_in, z_out, m, mant, k):
+        """§4.5 step 2 and the exact offset ``t``."""
+        i32 = jnp.int32  # explicit accumulation types: results must not depend on jax_enable_x64
+        bq = bias_q.astype(i32) - z_in * w.sum(axis=1, dtype=i32)
+        amax = jnp.where(w > 0, 127 * w, -128 * w).sum(axis=1, dtype=i32)
+        amin = jnp.where(w > 0, -128 * w, 127 * w).sum(axis=1, dtype=i32)
+
+        def shl(v, s):  # int32 v * 2**s as Wide
+            return W.shift_left(W.from_int32(v), s)
+
+        def floor_div_m(n):
+            """floor(n / m) for int32 n (|n| <= 255), exact where |n / m| <= 2**30, else +-2**30."""
+            q = n.astype(f32) / jnp.where(m > 0, m, 1.0)
+            big = jnp.abs(q) > 2.0**30
+            f1 = jnp.floor(jnp.clip(q, -(2.0**30), 2.0**30)).astype(jnp.int32)
+            # r = n 2**k - f1 mant, |r| < 2**31: exact in int32 arithmetic modulo 2**32
+            r = jnp.where(k >= 32, 0, n << jnp.minimum(k, 31)) - f1 * mant
+            f = f1 + jnp.floor_divide(r, jnp.maximum(mant, 1))
+            return jnp.where(big, jnp.where(q > 0, 2**30, -(2**30)), f)
+
+        # §4.5 step 2: narrow to the accumulators whose output is not clamped
+        lo_end = floor_div_m(-128 - z_out) - bq
+        hi_end = -floor_div_m(z_out - 127) - bq  # ceil((127 - z_out) / m) - bq
+        live = m > 0
+        amin = jnp.where(live, jnp.maximum(amin, lo_end), amin)
+        amax = jnp.where(live, jnp.minimum(amax, hi_end), amax)
+        const = ~live | (amin > amax)
+        # beta = t * 2**-k with t = bq mant + z_out 2**k; constant channels: clip(beta + m amin)
+        t = W.add(W.mul_int32(bq, mant), shl(z_out, k))
+        t_const = W.add(t, W.mul_int32(amin, mant))
+        lo_b, hi_b = shl(jnp.full_like(k, -128), k), shl(jnp.full_like(k, 127), k)
+        t_const = W.where(W.lt(t_const, lo_b), lo_b, W.where(W.lt(hi_b, t_const), hi_b, t_const))
+        t = W.where(const, t_const, t)
+        mant = jnp.where(const, 0, mant)
+        amin, amax = jnp.where(const, 0, amin), jnp.where(const, 0, amax)
+        return t, mant, amin, amax
+
+    # computed once, on materialised inputs, like the multiplier
+    t, mant, amin, amax = compute_once(narrow, (w, bias_q, z_in, z_out, m, mant, k), z_out)
 
     # §4.5 step 3: the exponent search
     def bitlen(v):
@@ -110,11 +134,8 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     def scale_accu(v, A):  # v * 2**A, or rshr(v, -A); values that matter fit int32
         return jnp.where(A >= 0, v << jnp.clip(A, 0, 31), shift_right(v, jnp.maximum(-A, 0), rounding="half_up"))
 
-    def mul16(M):  # rint(m * 2**M)
-        return _rint_wide(W.from_int32(mant), k - M)
-
-    def b16(B):  # rint(beta * 2**B)
-        return _rint_wide(t, k - B)
+    def mul16(M):  # rint(m * 2**M) = rint(mant / 2**(k - M)), saturated to int32
+        return _rint_int32(mant, k - M)
 
     nz_accu = lambda v: jnp.where(v != 0, _sig_bits(v), 0)  # noqa: E731
     accu_bits0 = jnp.maximum(nz_accu(scale_accu(amin, A0)), nz_accu(scale_accu(amax, A0))).max()
@@ -123,35 +144,34 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     def fits16(v):
         return (v >= -(2**15)) & (v <= 2**15 - 1)
 
-    def finals(A, M):  # §4.5 step 4 for exponents (A, M)
-        B = A + M - 14
-        mul = jnp.clip(mul16(M), -(2**15), 2**15 - 1)
-        s = k - B  # beta 2**B = t / 2**s;  beta 2**B - 1 = (t - 2**s) / 2**s
-        one = shl(jnp.ones_like(k), jnp.clip(s, 0, 62))
-        bias = _rint_wide(W.where(s >= 0, W.sub(t, one), t), s)
-        bias = jnp.where(s >= 0, bias, jnp.maximum(bias, -(2**31) + 1) - 1)
-        bias = jnp.where(B >= 0, bias, b16(B))
-        return mul, jnp.clip(bias, -(2**15), 2**15 - 1)
-
     def body(state):
-        A, M, ab, mb, _, it, mul, bias = state
+        """Checks the exponents (A, M) and carries their §4.5 step 4 parameters: when
+        every channel fits the loop ends with them, otherwise the first failing
+        channel decides which exponent to lower."""
+        A, M, ab, mb, _, it, _, _ = state
         e_lo, e_hi = scale_accu(amin, A), scale_accu(amax, A)
         fail_a = ~(fits16(e_lo) & fits16(e_hi))
         m16 = mul16(M)
         fail_m = ~fits16(m16)
-        b = b16(A + M - 14)
+        B = A + M - 14
+        b = _rint_wide(t, k - B)  # rint(beta * 2**B)
         m16c = jnp.clip(m16, -(2**15), 2**15 - 1)
         p_lo = shift_right(jnp.clip(e_lo, -(2**15), 2**15) * m16c, 14, rounding="half_up")
         p_hi = shift_right(jnp.clip(e_hi, -(2**15), 2**15) * m16c, 14, rounding="half_up")
         fail_o = ~(fits16(p_lo) & fits16(p_hi) & fits16(p_lo + b) & fits16(p_hi + b) & fits16(b))
         kind = jnp.where(fail_a, 1, jnp.where(fail_m, 2, jnp.where(fail_o, 3, 0)))
-        first = kind[jnp.argmax(kind != 0)]  # the first failing channel decides
+        first = jnp.where(trivial, 0, kind[jnp.argmax(kind != 0)])  # the first failing channel decides
         dec_a = (first == 1) | ((first == 3) & ((A >= 0) | (ab > mb)))
         dec_m = (first == 2) | ((first == 3) & ~((A >= 0) | (ab > mb)))
         di, dm = dec_a.astype(jnp.int32), dec_m.astype(jnp.int32)
-        A, M = A - di, M - dm
-        mul, bias = finals(A, M)
-        return A, M, ab - di, mb - dm, first == 0, it + 1, mul, bias
+        # step 4: the bias is rint(beta 2**B - 1) for B >= 0 (not rint(beta 2**B) - 1: a
+        # tie rounds to the other even neighbour), rint(beta 2**B) otherwise
+        s = k - B
+        one = W.shift_left(W.from_int32(jnp.ones_like(k)), jnp.clip(s, 0, 62))
+        b1 = _rint_wide(W.where(s >= 0, W.sub(t, one), t), s)
+        b1 = jnp.where(s >= 0, b1, jnp.maximum(b1, -(2**31) + 1) - 1)
+        bias = jnp.where(B >= 0, b1, b)
+        return A - di, M - dm, ab - di, mb - dm, first == 0, it + 1, m16c, jnp.clip(bias, -(2**15), 2**15 - 1)
 
     def cond(state):
         return (~state[4]) & (state[5] < 512)
@@ -160,6 +180,7 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     # outputs into their consumers, so they are computed once, not per activation.
     trivial = ~has_accu | ~has_mul
     A0, M0 = jnp.where(trivial, 0, A0), jnp.where(trivial, 14, M0)
-    init = (A0, M0, accu_bits0, mul_bits0, trivial, jnp.int32(0)) + finals(A0, M0)
+    zeros = jnp.zeros_like(k)
+    init = (A0, M0, accu_bits0, mul_bits0, jnp.bool_(False), jnp.int32(0), zeros, zeros)
     A, M, _, _, _, _, mul, bias = jax.lax.while_loop(cond, body, init)
     return mul, bias, jnp.stack([-A, A + M - 22]).astype(jnp.int32)
