@@ -13,6 +13,7 @@ BENCHES = {
     "train": "hwjax.bench._train",
     "gemmlowp": "hwjax.bench._gemmlowp",
     "deployed": "hwjax.bench._deployed",
+    "compile": "hwjax.bench._compile",
 }
 
 __all__ = ["BENCHES", "Timing", "time_fn"]
