@@ -127,3 +127,48 @@ def test_kernel_errors():
         tfl.fully_connected(x, w, None, filter_scales=[0.1], requant="ruy", activation="gelu", **kw)
     with pytest.raises(RangeError, match="output_scale"):
         tfl.fully_connected(x, w, None, filter_scales=[0.1], requant="ruy", **{**kw, "output_scale": 0.0})
+
+
+def _r2_host(acc, eff):
+    """R2 in float64 on the host: ``std::round(acc * eff)`` clipped to int32 (the model)."""
+    v = np.asarray(acc, np.int64).astype(np.float64) * np.float64(eff)
+    r = np.floor(np.abs(v))
+    r = np.copysign(r + (np.abs(v) - r >= 0.5), v)
+    return np.clip(r, -(2**31), 2**31 - 1).astype(np.int64)
+
+
+# (acc, eff) whose float64 product rounds onto a tie k + 1/2 that the exact product is
+# not: std::round then rounds away from zero where the exact value rounds the other way
+DOUBLE_ROUNDED = [(1594375599, 0.42501909332093335), (1980111272, 0.42501909332093335),
+                  (1625186177, 0.39631194851099205), (1264224265, 0.34714852629410653),
+                  (1597736774, 0.34714852629410653), (1772262660, 0.3442493425325567),
+                  (1955473633, 0.3442493425325567), (1743648068, 0.3541787868972651),
+                  (1521988381, 0.344820503265064)]
+
+
+def test_r2_float64_requant_is_exact_integer_arithmetic():
+    """R2 (LiteRT's reference FULLY_CONNECTED: ``round(acc * (double)eff)``) runs in
+    32-bit integer arithmetic on the device, equal to the float64 model everywhere:
+    random accumulators and multipliers, int32 extremes, exact ties and the cases where
+    the float64 rounding itself decides."""
+    from fractions import Fraction
+
+    from hwjax.tflite._arith import _float64_bits, _r2
+
+    f = jax.jit(_r2)
+    rng = np.random.default_rng(11)
+    for eff in [*10.0 ** rng.uniform(-9, 2, 12), 0.5, 0.375 * 2.0**-20, 3.0, 1e-300, 0.0]:
+        acc = np.concatenate([rng.integers(-(2**31), 2**31, 3000),
+                              rng.integers(-(2**12), 2**12, 1000), [-(2**31), 2**31 - 1, 0, 1, -1]]).astype(np.int32)
+        hi, lo = _float64_bits(np.array(eff))
+        got = np.asarray(f(jnp.asarray(acc), jnp.asarray(hi), jnp.asarray(lo)))
+        np.testing.assert_array_equal(got, _r2_host(acc, eff), err_msg=f"eff={eff!r}")
+    acc = np.array([a for a, _ in DOUBLE_ROUNDED], np.int32)
+    effs = np.array([e for _, e in DOUBLE_ROUNDED])
+    for a, e in DOUBLE_ROUNDED:  # the cases are what they claim: the float64 product is a tie, the exact one not
+        v = np.float64(a) * np.float64(e)
+        assert v - np.floor(v) == 0.5 and Fraction(a) * Fraction(e) != Fraction(v)
+    hi, lo = _float64_bits(effs)
+    for sign in (1, -1):
+        got = np.asarray(f(jnp.asarray(sign * acc), jnp.asarray(hi), jnp.asarray(lo)))
+        np.testing.assert_array_equal(got, [_r2_host(sign * a, e) for a, e in DOUBLE_ROUNDED])

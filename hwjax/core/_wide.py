@@ -242,6 +242,19 @@ def shift_left(a: Wide, s: jax.Array) -> Wide:
     return Wide(jax.lax.bitcast_convert_type(hi, _I32), jnp.where(big, _U32(0), lo_small))
 
 
+def mul_uint32(a: jax.Array, b: jax.Array) -> Wide:
+    """The exact product of two uint32 arrays (< 2**64; ``hi`` holds its top word's bits
+    as int32, so products of 2**63 and more read as negative Wide values)."""
+    a, b = jnp.asarray(a, _U32), jnp.asarray(b, _U32)
+    m16 = _U32(0xFFFF)
+    a0, a1, b0, b1 = a & m16, a >> 16, b & m16, b >> 16
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1  # each < 2**32
+    mid, c_mid = _add_u32(p01, p10)  # p01 + p10 = mid + c_mid 2**32
+    lo, c_lo = _add_u32(p00, mid << 16)
+    hi = p11 + (mid >> 16) + (c_mid.astype(_U32) << 16) + c_lo.astype(_U32)
+    return Wide(jax.lax.bitcast_convert_type(hi, _I32), lo)
+
+
 def mul_wide_int32(a: Wide, m: jax.Array) -> Wide:
     """``a * m`` modulo 2**64 for an int32 array ``m`` (exact while the product fits int64)."""
     m = jnp.asarray(m, _I32)

@@ -42,9 +42,13 @@ def _host_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
 def lut_table(fn: str, *, s_in, z_in, s_out, z_out) -> jax.Array:
     """A 256-entry int8 activation table, indexed by the input byte ``u8(v)``:
     ``clip(rint(fn(s_in (v - z_in)) / s_out) + z_out, -128, 127)`` for the int8 input
-    ``v`` (float64 on the host through ``jax.pure_callback``, so the table does not
-    depend on the device's transcendental functions). Returns int32 (256,)."""
+    ``v``, in float64 on the host, so the table does not depend on the device's
+    transcendental functions: directly when the four parameters are concrete (a
+    calibrated layer called eagerly, a graph being lowered), through one
+    ``jax.pure_callback`` per call when they are traced. Returns int32 (256,)."""
     lut_function(fn)  # validates the name
+    if not any(isinstance(a, jax.core.Tracer) for a in (s_in, z_in, s_out, z_out)):
+        return jnp.asarray(_host_lut_table(fn, *(np.asarray(a) for a in (s_in, z_in, s_out, z_out))))
     args = [jnp.asarray(a, d) for a, d in ((s_in, jnp.float32), (z_in, jnp.int32), (s_out, jnp.float32),
                                            (z_out, jnp.int32))]
     return jax.pure_callback(functools.partial(_host_lut_table, fn), jax.ShapeDtypeStruct((256,), jnp.int32),

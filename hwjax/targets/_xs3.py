@@ -324,8 +324,12 @@ def _host_bso_fields(bias_q, weights, s_in, z_in, s_w, s_out, z_out, *, channel_
 def xs3_bso(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out, channel_axis: int = 0) -> jax.Array:
     """The legacy BSO tensor (spec xs3.md §3.1) that tflite2xcore derived (§4.6), for
     traced or concrete inputs: :func:`hwjax.xs3.derive_bso_fields` (host NumPy, float64)
-    through ``jax.pure_callback``, packed by :func:`hwjax.xs3.make_bso`. No gradient."""
+    (directly on concrete inputs, through ``jax.pure_callback`` on traced ones), packed by
+    :func:`hwjax.xs3.make_bso`. No gradient."""
     c = kernel_q.shape[channel_axis]
+    raw = (bias_q, kernel_q, s_in, z_in, s_w, s_out, z_out)
+    if not any(isinstance(a, jax.core.Tracer) for a in raw):
+        return xs3.make_bso(*(jnp.asarray(f) for f in _host_bso_fields(*raw, channel_axis=channel_axis)))
     shapes = tuple(jax.ShapeDtypeStruct((c,), jnp.int32) for _ in range(6))
     args = [jnp.asarray(a, d) for a, d in ((bias_q, jnp.int32), (kernel_q, jnp.int32), (s_in, jnp.float32),
                                            (z_in, jnp.int32), (s_w, jnp.float32), (s_out, jnp.float32),

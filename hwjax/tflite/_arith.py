@@ -4,9 +4,9 @@ and the four conventions R1-R4 of the spec (gemmlowp.md §2.4-§2.9).
 The multipliers are derived on the host in float64, exactly as TFLite's C++ does
 (``double`` arithmetic does not depend on ``jax_enable_x64``); the per-element
 arithmetic is exact int32 / two-word integer arithmetic from :mod:`hwjax.gemmlowp` and
-:mod:`hwjax.core`, except R2 (LiteRT's float64 reference fully connected), which runs
-its double multiply on the host through ``jax.pure_callback`` and R4 (XNNPACK), which
-is float32 element-wise arithmetic by definition.
+:mod:`hwjax.core`; R2 (LiteRT's float64 reference fully connected) emulates its double
+multiply and rounding exactly in 32-bit integer words; R4 (XNNPACK) is float32
+element-wise arithmetic by definition.
 """
 
 from __future__ import annotations
@@ -174,21 +174,49 @@ def _ruy(x, m, s):
     return _shift_half_up32(_srdhm32(x << ls, m), rs)
 
 
-def _host_float64(acc, hi, lo):
-    eff = ((np.asarray(hi).astype(np.uint64) << np.uint64(32)) | np.asarray(lo).astype(np.uint64)).view(np.float64)
-    v = _round_half_away(np.asarray(acc).astype(np.float64) * eff)
-    return np.clip(v, INT32_MIN, INT32_MAX).astype(np.int32)
-
-
 def _float64_bits(eff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     u = np.asarray(eff, np.float64).view(np.uint64)
     return (u >> np.uint64(32)).astype(np.uint32), (u & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
 def _r2(acc, hi, lo):
-    hi, lo = jnp.broadcast_to(hi, acc.shape), jnp.broadcast_to(lo, acc.shape)
-    return jax.pure_callback(_host_float64, jax.ShapeDtypeStruct(acc.shape, _I32), acc, hi, lo,
-                             vmap_method="broadcast_all")
+    """R2, ``clip(round_half_away(fl64(acc * eff)), int32)`` (LiteRT's double multiply),
+    exactly in 32-bit integer arithmetic on the device, with no host callback. ``eff`` is
+    given by the two words ``hi``, ``lo`` of its float64 bits (finite, >= 0).
+
+    With ``|acc| = a`` and ``eff = E 2**-q`` (``E`` the 53-bit significand), the product
+    ``P = a E < 2**84`` is held as a 53-bit top part ``H`` and a low word ``L``; ``fl64``
+    keeps its 53 leading bits (ties to even), ``R = rint(P / 2**n)``, and the result is
+    ``R 2**(n - q)`` rounded half away from zero (both roundings are symmetric, so the
+    sign is applied last)."""
+    acc = acc.astype(_I32)
+    hi, lo = jnp.broadcast_to(jnp.asarray(hi, jnp.uint32), acc.shape), jnp.broadcast_to(jnp.asarray(lo, jnp.uint32), acc.shape)
+    u32 = jnp.uint32
+    neg = acc < 0
+    bits = jax.lax.bitcast_convert_type(acc, u32)
+    a = jnp.where(neg, u32(0) - bits, bits)  # |acc|, 2**31 included
+    ef = ((hi >> 20) & u32(0x7FF)).astype(_I32)
+    e_hi = (hi & u32(0xFFFFF)) | u32(0x100000)
+    p_lo = wide.mul_uint32(a, lo)
+    top = wide.add(wide.mul_uint32(a, e_hi), wide.from_uint32(jax.lax.bitcast_convert_type(p_lo.hi, u32)))
+    low = p_lo.lo  # P = top 2**32 + low
+    nbits = jnp.where((top.hi != 0) | (top.lo != 0), 32 + wide.bit_length(top), 32 - jax.lax.clz(low).astype(_I32))
+    n = jnp.clip(nbits - 53, 0, 31)  # low bits fl64 drops
+    r = wide.add(wide.shift_left(top, 32 - n), wide.from_uint32(low >> n.astype(u32)))
+    nm1 = jnp.maximum(n - 1, 0).astype(u32)
+    rb = ((low >> nm1) & u32(1)) == 1
+    sticky = (low & ((u32(1) << nm1) - u32(1))) != 0
+    inc = (n >= 1) & rb & (sticky | ((r.lo & u32(1)) == 1))
+    r = wide.add(r, wide.from_uint32(inc.astype(u32)))
+    s = 1075 - ef - n  # the value is r * 2**-s
+    right = wide.shift_right(r, jnp.clip(s, 0, 63), "half_up")
+    left = wide.shift_left(r, jnp.clip(-s, 0, 32))
+    over_left = (s < 0) & (r.lo | jax.lax.bitcast_convert_type(r.hi, u32) != 0) & (wide.bit_length(r) - s > 32)
+    mag = wide.where(s >= 0, right, left)
+    big = over_left | wide.lt(wide.const(2**31 - 1), mag)
+    m32 = jax.lax.bitcast_convert_type(mag.lo, _I32)
+    out = jnp.where(neg, jnp.where(big, INT32_MIN, -m32), jnp.where(big, INT32_MAX, m32))
+    return jnp.where(ef == 0, 0, out)  # eff zero (or denormal: |acc| eff < 2**-990)
 
 
 def activation_range(activation, output_scale, output_zero_point, *, qmin: int = -128, qmax: int = 127):
