@@ -29,6 +29,12 @@ if FAST_COMPILE:
     if not any(f.startswith("--xla_cpu_use_fusion_emitters") for f in _flags):
         os.environ["XLA_FLAGS"] = " ".join(_flags + ["--xla_cpu_use_fusion_emitters=false"])
 
+# Four virtual CPU devices, so that the sharding tests run in-process (a mesh over them);
+# everything else runs on the first device, as without the flag.
+_flags = os.environ.get("XLA_FLAGS", "").split()
+if not any(f.startswith("--xla_force_host_platform_device_count") for f in _flags):
+    os.environ["XLA_FLAGS"] = " ".join(_flags + ["--xla_force_host_platform_device_count=4"])
+
 # A persistent compilation cache (git-ignored .jax_cache/ at the repository root, or
 # $HWJAX_TEST_JAX_CACHE; "0" disables it): programs compiled by another pytest-xdist
 # worker, a subprocess test or an earlier run are loaded instead of compiled again. Every
