@@ -11,13 +11,15 @@ operator xformer left in place with TFLite Micro's reference arithmetic, inherit
 :class:`XS3Compiled` (``"xs3-xformer"``; ``Model.run(x, runtime="xs3")`` on an original
 model) compiles an original int8 model as xformer 1.4.2 does with default options (its
 recipes transcribed: :func:`xformer_linear_params`, :func:`xformer_transform_choice`,
-:func:`xformer_add_params`, :func:`xformer_mean_scale`) and runs the result the same way;
+:func:`xformer_add_params`, :func:`xformer_mean_scale`, :func:`xformer_lut_table`,
+:func:`xformer_softmax_table`, :func:`xformer_mul_params`) and runs the result the same way;
 :func:`check_xformer_lowering` refuses what it does not cover.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -30,6 +32,7 @@ from hwjax.errors import UnsupportedOpError
 from hwjax.graph import geometry
 from hwjax.targets._base import Target, no_acc, register
 from hwjax.targets._tflite import TFLite, host_recipe
+from hwjax.tflite._arith import activation_range
 
 _I32 = jnp.int32
 
@@ -192,6 +195,50 @@ def _xc_maxpool2d(target, attrs, p, x, return_acc: bool = False):
     return no_acc(_shaped(y, attrs), return_acc)
 
 
+@XS3Runtime.implements("xc_concat", params=_stored)
+def _xc_concat(target, attrs, p, *xs, return_acc: bool = False):
+    """``XC_concat``: row ``j`` of the output is row ``j`` of every input in turn (bytes)."""
+    n = attrs["copies"]
+    y = jnp.concatenate([x.astype(_I32).reshape(x.shape[0], n, s) for x, s in zip(xs, attrs["sizes"])], axis=2)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_mul", params=_stored)
+def _xc_mul(target, attrs, p, x1, x2, return_acc: bool = False):
+    """lib_nn's ``mul_elementwise_ref`` (the host build's kernel), in int32 (no step can
+    overflow: ``|acc| <= 2**16``, ``|scalar * v| < 2**31``)."""
+    z1, z2 = (jnp.asarray(attrs[k], _I32) for k in ("in1_zero_point", "in2_zero_point"))
+    a, c = x1.astype(_I32), x2.astype(_I32)
+    acc = z2 * a + z1 * c + a * c + z1 * z2 + a + c + z1 + z2
+    v = (acc + 1) >> 1
+    v = (jnp.asarray(attrs["scalar"], _I32) * v + (1 << 13)) >> 14
+    v = jnp.clip(v + jnp.asarray(attrs["bias"], _I32), -32767, 32767)
+    shr = jnp.asarray(attrs["vlashr_shr"], _I32)
+    v = jnp.clip(jnp.where(shr > 0, v >> jnp.maximum(shr, 0), v << jnp.maximum(-shr, 0)), -32767, 32767)
+    y = jnp.clip((v + 128) >> 8, -128, 127)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_softmax", params=_stored)
+def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
+    """lib_nn's float32 softmax over every value of an example, as lib_tflite_micro runs it
+    with one thread (xformer's default ``--xcore-thread-count=1``; more threads would sum
+    in parts): the sum in element order (one rounding per addition), ``inv = fl32(1 / S)
+    * 256``, then ``roundf(fl32(e * inv)) - 128`` with ``roundf`` ties away from zero and
+    the C conversion to int8 keeping the low byte (optimisation barriers keep each
+    float32 operation rounded on its own)."""
+    f32 = jnp.float32
+    e = jnp.take(jnp.asarray(p["table"], f32), _per_example(x).astype(_I32) + 128, axis=0)
+    total = jax.lax.fori_loop(1, e.shape[1], lambda i, t: t + e[:, i], e[:, 0])  # in order, no reassociation
+    inv = jax.lax.optimization_barrier(f32(1.0) / total)
+    inv = jax.lax.optimization_barrier(inv * f32(256.0))
+    prod = jax.lax.optimization_barrier(e * inv[:, None])
+    t = jnp.trunc(prod)  # roundf: half away from zero (prod - t is exact)
+    r = t + jnp.where(jnp.abs(prod - t) >= f32(0.5), jnp.sign(prod), f32(0))
+    y = ((r.astype(_I32) - 128 + 128) & 0xFF) - 128  # (int8_t)(r - 128): the low byte
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
 XS3Runtime.native = frozenset(XS3Runtime._impls) - frozenset(TFLite._impls) | {"reshape"}
 register("xs3-tflm", XS3Runtime)
 
@@ -202,7 +249,7 @@ register("xs3-tflm", XS3Runtime)
 #: the op kinds of an original model that :class:`XS3Compiled` lowers as xformer does
 #: (linear ops: ``XC_conv2d_v2``; the rest run the same bytes/arithmetic either way)
 COMPILED_OPS = ("conv", "depthwise_conv", "dense", "maxpool", "activation", "flatten", "reshape", "pad", "quantize",
-                "add", "mean")
+                "add", "mean", "lut", "softmax", "mul", "concat", "avgpool")
 ERR_THRESHOLD = 0.25  # xformer's --xcore-conv-err-threshold default
 
 
@@ -218,8 +265,13 @@ class XS3Compiled(XS3Runtime):
     (xformer's ``XC_lookup``). Per layer, :func:`xformer_transform_choice` decides as
     xformer does between the group transform, the channel-wise transform and leaving the
     TFLM op (computed on the host; all three results are computed and one is selected).
-    ADD and MEAN become ``XC_add`` / ``XC_mean``. :func:`check_xformer_lowering` says what
-    is not covered (``Model.run(runtime="xs3")`` calls it).
+    ADD and MEAN become ``XC_add`` / ``XC_mean``; TANH and LOGISTIC ``XC_lookup``
+    (:func:`xformer_lut_table`), SOFTMAX ``XC_softmax`` (:func:`xformer_softmax_table`), MUL
+    ``XC_mul`` (:func:`xformer_mul_params`), CONCATENATION ``XC_concat`` (a byte copy) and
+    AVERAGE_POOL_2D a depthwise ``XC_conv2d_v2`` of ones (:func:`xformer_avgpool_as_depthwise`).
+    A fused activation whose clamp is the whole int8 range is the identity, kept or
+    dropped. :func:`check_xformer_lowering` says what is not covered
+    (``Model.run(runtime="xs3")`` calls it).
     """
 
     name: ClassVar[str] = "xs3-xformer"
@@ -556,6 +608,170 @@ def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     return no_acc(y.astype(_I32), return_acc)
 
 
+def xformer_avgpool_as_depthwise(attrs, channels: int):
+    """The DEPTHWISE_CONV_2D xformer puts in place of an AVERAGE_POOL_2D
+    (``ReplaceAvgPoolWithConv2D``): every weight 1 with scale ``float32(1 / (kh kw))``,
+    zero bias, the pool's window, strides and (VALID) padding. Returns (attrs, portable
+    params) of a hwjax ``depthwise_conv`` node."""
+    kh, kw = (int(v) for v in attrs["window"])
+    dw_attrs = {"kernel_size": (kh, kw), "stride": tuple(int(v) for v in attrs["strides"]),
+                "padding": ((0, 0), (0, 0)), "dilation": (1, 1), "depth_multiplier": 1, "activation": None}
+    portable = {"kernel": jnp.ones((kh, kw, channels), jnp.int8), "bias": jnp.zeros((channels,), _I32),
+                "w_scale": jnp.asarray(np.float32(1.0 / (kh * kw)))}
+    return dw_attrs, portable
+
+
+def _avgpool_params(target, attrs, portable, q_in, q_out):
+    """The quantisations only: the depthwise parameters need the channel count, which
+    the run reads from the input's shape."""
+    return {"q_in": q_in[0], "q_out": q_out}
+
+
+def _avgpool_run(target, attrs, p, x, return_acc: bool = False):
+    """AVERAGE_POOL_2D as xformer's depthwise replacement (:func:`xformer_avgpool_as_depthwise`),
+    then as every compiled DEPTHWISE_CONV_2D."""
+    dw_attrs, dw = xformer_avgpool_as_depthwise(attrs, x.shape[-1])
+    dw_p = _compiled_params("depthwise_conv")(target, dw_attrs, dw, [p["q_in"]], p["q_out"])
+    return _compiled_run("depthwise_conv")(target, dw_attrs, dw_p, x, return_acc)
+
+
+def xformer_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
+    """xformer's ``XC_lookup`` table of a TANH / LOGISTIC (``getLookupTableI8``): for every
+    int8 ``n``, ``v = (n - z_in) * double(s_in)``, ``f = tanh(v)`` or ``1 / (1 + exp(-v))``
+    (C double, here the C library's through :mod:`math`), ``t = round(f / double(s_out)) +
+    z_out`` (C ``round``: half away from zero) clamped to int8. Returns int32 (256,),
+    indexed by the input's byte (``u8(n)``)."""
+    f = {"tanh": math.tanh, "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v))}[fn]
+    si, so = float(np.float32(s_in)), float(np.float32(s_out))
+    out = np.zeros(256, np.int32)
+    for n in range(-128, 128):
+        out[n & 0xFF] = min(max(_c_round(f((n - int(z_in)) * si) / so) + int(z_out), -128), 127)
+    return out
+
+
+def _lut_params(target, attrs, portable, q_in, q_out):
+    fn = attrs["fn"]
+    return host_recipe(lambda si, zi, so, zo: {"table": xformer_lut_table(fn, si, zi, so, zo)}, q_in[0].scale,
+                       q_in[0].zero_point, q_out.scale, q_out.zero_point)
+
+
+XS3Compiled.implements("avgpool", params=_avgpool_params, host_params=_avgpool_params)(_avgpool_run)
+
+
+@XS3Compiled.implements("lut", params=_lut_params, host_params=_lut_params)
+def _lut(target, attrs, p, x, return_acc: bool = False):
+    """TANH / LOGISTIC as ``XC_lookup`` with xformer's table (:func:`xformer_lut_table`)."""
+    return no_acc(jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0), return_acc)
+
+
+_EXPF_N = 32
+#: glibc's ``__exp2f_data.tab``: the bits of double(2**(i/32)) minus ``i << 47``
+_EXPF_TAB = np.array([0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+                      0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+                      0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+                      0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+                      0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+                      0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+                      0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+                      0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540], np.uint64)
+
+
+def c_expf(x) -> np.ndarray:
+    """The C library's ``expf`` as xformer's Linux build calls it: glibc's (>= 2.28; Arm's
+    optimized-routines algorithm, error < 0.502 ULP, so not always the correctly rounded
+    value): ``k = rint(x 32/ln2)``, ``r = x 32/ln2 - k``, ``2**(k/32)`` from the table,
+    ``s (C0 r**3 + C1 r**2 + C2 r + 1)`` in double, rounded to float32. Elementwise on
+    float32 values; +inf above 0x1.62e42ep6, 0 below -0x1.9fe368p6."""
+    xd = np.asarray(x, np.float32).astype(np.float64)
+    c0 = float.fromhex("0x1.c6af84b912394p-5") / _EXPF_N ** 3
+    c1 = float.fromhex("0x1.ebfce50fac4f3p-3") / _EXPF_N ** 2
+    c2 = float.fromhex("0x1.62e42ff0c52d6p-1") / _EXPF_N
+    shift = float.fromhex("0x1.8p+52")
+    with np.errstate(all="ignore"):  # the special cases are replaced below
+        z = float.fromhex("0x1.71547652b82fep+0") * _EXPF_N * np.where(np.isfinite(xd), xd, 0.0)
+        kd = z + shift
+        ki = kd.view(np.uint64)
+        r = z - (kd - shift)
+        s = (_EXPF_TAB[ki % np.uint64(_EXPF_N)] + (ki << np.uint64(47))).view(np.float64)
+        y = (c0 * r + c1) * (r * r) + (c2 * r + 1.0)
+        out = (y * s).astype(np.float32)
+    out = np.where(xd > float.fromhex("0x1.62e42ep6"), np.float32(np.inf), out)
+    out = np.where(xd < -float.fromhex("0x1.9fe368p6"), np.float32(0), out)
+    return np.where(np.isnan(xd), np.float32(np.nan), out).astype(np.float32)
+
+
+def xformer_softmax_table(s_in, z_in) -> np.ndarray:
+    """``XC_softmax``'s float32 table as xformer computes it (``getExpLookupF32``): entry
+    ``i`` is ``expf(float((i - 128 - z_in) * double(s_in)))`` (:func:`c_expf`)."""
+    v = (np.arange(256, dtype=np.float64) - 128 - int(z_in)) * float(np.float32(s_in))
+    return c_expf(v.astype(np.float32))
+
+
+def _softmax_params(target, attrs, portable, q_in, q_out):
+    return host_recipe(lambda si, zi: {"table": xformer_softmax_table(si, zi)}, q_in[0].scale, q_in[0].zero_point)
+
+
+@XS3Compiled.implements("softmax", params=_softmax_params, host_params=_softmax_params)
+def _softmax(target, attrs, p, x, return_acc: bool = False):
+    """SOFTMAX (beta 1, one row, output 1/256 - 128; :func:`check_xformer_lowering`) as
+    ``XC_softmax``."""
+    y = _xc_softmax(target, {"out_shape": x.shape[1:]}, p, x)
+    return no_acc(y, return_acc)
+
+
+def xformer_mul_params(s1, z1, s2, z2, s_out, z_out) -> dict:
+    """``XC_mul``'s ``nn_mul_params_t`` as xformer computes it (lib_nn ``mul_boggle`` on the
+    file's float32 scales widened to double): ``in_i = -z_i - 1`` (int8), and from
+    ``vlashr_shr = -1`` down, the first shift for which ``scalar = round(r 2**(23 + shr))``
+    (``r = s1 s2 / s_out``) fits int16 with both extreme products and ``bias =
+    round(z_out 2**(8 + shr))`` fits int16 with both sums. Returns int32 NumPy scalars
+    (``in1_zero_point``, ``in2_zero_point``, ``bias``, ``scalar``, ``vlashr_shr``)."""
+    def i8(v):
+        return (int(v) + 128) % 256 - 128
+
+    def i16(v):
+        return (int(v) + 32768) % 65536 - 32768
+
+    p1, p2 = i8(-int(z1) - 1), i8(-int(z2) - 1)
+    ratio = float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_out))
+    acc1, acc2 = (127 - p1) * (127 - p2), (-128 - p1) * (-128 - p2)
+    max_accu, min_accu = (max(acc1, acc2) + 1) >> 1, (min(acc1, acc2) + 1) >> 1
+    def i32(v):  # int32 arithmetic wraps (x86)
+        return (int(v) + 2**31) % 2**32 - 2**31
+
+    shr = -1
+    while True:
+        s = _c_round(ratio * 2.0 ** (1 + 14 + 8 + shr))
+        if not -2**31 <= s < 2**31:
+            s = -2**31  # x86's conversion of an out-of-range double: rejected below as not int16
+        maxp, minp = i32(max_accu * s + (1 << 13)) >> 14, i32(min_accu * s + (1 << 13)) >> 14
+        if i16(s) != s or i16(maxp) != maxp or i16(minp) != minp:
+            shr -= 1
+            if shr < -64:
+                raise UnsupportedOpError("XC_mul: mul_boggle finds no shift")
+            continue
+        b = _c_round(float(z_out) * 2.0 ** (8 + shr))
+        if i16(b) != b or i16(maxp + b) != maxp + b or i16(minp + b) != minp + b:
+            shr -= 1
+            if shr < -64:
+                raise UnsupportedOpError("XC_mul: mul_boggle finds no shift")
+            continue
+        return {"in1_zero_point": np.int32(p1), "in2_zero_point": np.int32(p2), "bias": np.int32(b),
+                "scalar": np.int32(s), "vlashr_shr": np.int32(shr)}
+
+
+def _mul_params(target, attrs, portable, q_in, q_out):
+    return host_recipe(xformer_mul_params, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point,
+                       q_out.scale, q_out.zero_point)
+
+
+@XS3Compiled.implements("mul", params=_mul_params, host_params=_mul_params)
+def _mul(target, attrs, p, x1, x2, return_acc: bool = False):
+    """TFLite MUL (same shapes, no fused activation) as ``XC_mul`` (:func:`xformer_mul_params`)."""
+    y = _xc_mul(target, {**p, "out_shape": x1.shape[1:]}, None, x1, x2)
+    return no_acc(y, return_acc)
+
+
 def check_xformer_lowering(graph) -> None:
     """Raises UnsupportedOpError unless :class:`XS3Compiled` computes what xformer (default
     options) + lib_tflite_micro compute for ``graph`` (an original model with concrete
@@ -574,14 +790,46 @@ def check_xformer_lowering(graph) -> None:
         if node.op == "mean" and axes != tuple(range(axes[0], axes[-1] + 1)):
             raise UnsupportedOpError(f"node {node.name!r}: MEAN over non-contiguous axes {axes} stays a TFLM op "
                                      "in xformer, which is not implemented here")
+        q_out = graph.tensors[node.outputs[0]].quant if node.outputs[0] in graph.tensors else None
+        if node.op == "lut" and node.attrs["fn"] not in ("tanh", "sigmoid"):
+            raise UnsupportedOpError(f"node {node.name!r}: lut {node.attrs['fn']!r} is not compiled as xformer does")
+        if node.op in ("lut", "softmax", "mul", "concat", "avgpool") and \
+                any(graph.tensors[t].dtype != "int8" for t in (*node.inputs, *node.outputs)):
+            raise UnsupportedOpError(f"node {node.name!r} ({node.op}): only int8 tensors are compiled as xformer does")
+        if node.op == "softmax":
+            shape = graph.tensors[node.inputs[0]].shape
+            if float(node.attrs.get("beta", 1.0)) != 1.0 or len(shape) != 1 or \
+                    float(np.asarray(q_out.scale)) != 1 / 256 or int(np.asarray(q_out.zero_point)) != -128:
+                raise UnsupportedOpError(f"node {node.name!r}: only a SOFTMAX with beta 1 over one row (a (1, n) "
+                                         "tensor) with output quantisation 1/256, -128 becomes XC_softmax; xformer "
+                                         f"keeps this one (beta {node.attrs.get('beta', 1.0)}, shape {shape}) as a "
+                                         "TFLM op or a batched XC op, which is not implemented here")
+        if node.op == "mul":
+            shapes = [graph.tensors[t].shape for t in (*node.inputs, *node.outputs)]
+            if node.attrs.get("activation") is not None or len(set(shapes)) != 1:
+                raise UnsupportedOpError(f"node {node.name!r}: only MUL of same-shape inputs {shapes} without a fused "
+                                         "activation is compiled as XC_mul")
+        if node.op == "concat":
+            qs = {(float(np.asarray(graph.tensors[t].quant.scale)), int(np.asarray(graph.tensors[t].quant.zero_point)))
+                  for t in (*node.inputs, *node.outputs)}
+            if len(qs) != 1:
+                raise UnsupportedOpError(f"node {node.name!r}: a CONCATENATION whose tensors are quantised "
+                                         f"differently ({sorted(qs)}) becomes XC_concat, which copies bytes without "
+                                         "requantising; not emulated")
         if node.op == "activation" and node.attrs["fn"] != "relu" and \
-                int(np.asarray(graph.tensors[node.outputs[0]].quant.zero_point)) == -128 and \
-                any(n.op in ("conv", "depthwise_conv", "dense") and node.inputs[0] in n.outputs for n in graph.nodes):
+                int(np.asarray(q_out.zero_point)) == -128 and \
+                activation_range(node.attrs["fn"], q_out.scale, q_out.zero_point) != (-128, 127) and \
+                any(n.op in ("conv", "depthwise_conv", "dense", "avgpool") and node.inputs[0] in n.outputs
+                    for n in graph.nodes):
+            # (a clamp to the whole int8 range is the identity: dropping it changes nothing)
             # observed (tests/data/xformer/chain): xformer 1.4.2 drops a fused RELU6 whose output zero
             # point is -128 instead of clamping; the rule behind it is not derived yet
             raise UnsupportedOpError(f"node {node.name!r}: a fused {node.attrs['fn']} with output zero point -128 "
                                      "is not compiled as xformer does (it may drop it)")
     for node in graph.nodes:
+        if node.op == "avgpool":  # xformer's depthwise replacement
+            dw_attrs, dw = xformer_avgpool_as_depthwise(node.attrs, graph.tensors[node.inputs[0]].shape[-1])
+            node = node.replace(op="depthwise_conv", attrs=dw_attrs, params=dw)
         if node.op in ("conv", "depthwise_conv", "dense"):
             q_in = [graph.tensors[t].quant for t in node.inputs]
             p = xformer_linear_params(node.op, node.params, q_in, graph.tensors[node.outputs[0]].quant)
@@ -602,5 +850,6 @@ def check_xformer_lowering(graph) -> None:
                                                         graph.tensors[node.outputs[0]].quant)
 
 
-XS3Compiled.native = XS3Runtime.native | {"conv", "depthwise_conv", "dense", "mean", "add"}
+XS3Compiled.native = XS3Runtime.native | {"conv", "depthwise_conv", "dense", "mean", "add", "lut", "softmax", "mul",
+                                           "avgpool"}
 register("xs3-xformer", XS3Compiled)

@@ -6,19 +6,23 @@ xformer stores each XC operator's options as a flexbuffer map; ``XC_conv2d_v2`` 
 *strings*. :func:`flex_loads` reads the map (strings and blobs as ``bytes``); the
 converters below decode the structs, recover the geometry (kernel size, strides,
 dilation) and the original kernel from the reordered weight blob, and add ``xc_*``
-graph nodes (:mod:`hwjax.graph.ops.xcore`). Anything they do not understand raises
+graph nodes (:mod:`hwjax.graph.ops.xcore`; ``xc_concat``, ``xc_mul`` and ``xc_softmax``
+are registered below). Anything they do not understand raises
 :class:`hwjax.errors.UnsupportedOpError` or :class:`hwjax.errors.FormatError` naming the
 operator.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 
 import jax.numpy as jnp
 import numpy as np
 
 from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.graph._ops import OpSpec, register_op
+from hwjax.graph.ops.xcore import _XcOp
 from hwjax.tflite._import import Builder, OpContext, converts
 from hwjax.xs3 import deserialise_output_transform, reorder_kernel_weights_inverse
 
@@ -400,3 +404,122 @@ def _maxpool(b: Builder, op: OpContext) -> None:
     _check_regions(op, [_struct(op, {"p": r}, "p", _AK) for r in regions], (OH, OW), -(-C // 16))
     b.node("xc_maxpool2d", (x,), o, {"window": (kh, kw), "stride": (sr, sc), "out_shape": out_shape}, None, None,
            where)
+
+
+# ------------------------------------------- XC_concat, XC_mul, XC_softmax (their op kinds)
+
+
+class XcConcat(_XcOp):
+    """``XC_concat`` on the bytes of an example: for each of ``copies`` rows, ``sizes[k]``
+    bytes of input ``k`` in turn (lib_tflite_micro ``xcore_concat.cc``; no requantisation)."""
+
+    name = "xc_concat"
+    num_inputs = 1  # at least one; check() allows any number
+    attrs = {"copies": OpSpec.REQUIRED, "sizes": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+
+    def check(self, node, ins):
+        if len(node.inputs) != len(node.attrs.get("sizes", ())) or not node.inputs:
+            raise ValueError(f"takes one input per size, got {len(node.inputs)} inputs")
+        unknown = set(node.attrs) - set(self.attrs)
+        if unknown:
+            raise ValueError(f"unknown attributes {sorted(unknown)}; xc_concat takes {sorted(self.attrs)}")
+
+    def infer(self, node, ins):
+        n, sizes = node.attrs["copies"], node.attrs["sizes"]
+        if any(math.prod(t.shape) != n * s for t, s in zip(ins, sizes)) or \
+                n * sum(sizes) != math.prod(node.attrs["out_shape"]):
+            raise ValueError(f"concat of {n} rows of {sizes} bytes does not map {[tuple(t.shape) for t in ins]} "
+                             f"to {node.attrs['out_shape']}")
+        return super().infer(node, ins)
+
+
+class XcMul(_XcOp):
+    """``XC_mul`` (lib_nn ``mul_elementwise``, the reference C of the host build):
+    ``acc = (x1 - z1)(x2 - z2) - 1`` with ``z = -zp - 1`` from the stored int8 fields,
+    ``v = (acc + 1) >> 1``, ``v = (scalar*v + 2**13) >> 14``, ``v = sat16(v + bias)``
+    (to [-32767, 32767]), ``v = sat16(v >> shr)`` (``v << -shr`` for ``shr <= 0``),
+    ``y = clamp((v + 128) >> 8, -128, 127)``; arithmetic shifts."""
+
+    name = "xc_mul"
+    num_inputs = 2
+    attrs = {"in1_zero_point": OpSpec.REQUIRED, "in2_zero_point": OpSpec.REQUIRED, "bias": OpSpec.REQUIRED,
+             "scalar": OpSpec.REQUIRED, "vlashr_shr": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+
+
+class XcSoftmax(_XcOp):
+    """``XC_softmax`` (lib_nn ``softmax_exp_sum`` / ``softmax_exp_div``, one thread) over
+    all the values of an example, in float32: ``e_i = table[x_i + 128]``,
+    ``S = (...(e_0 + e_1) + ...) + e_{n-1}`` in order, ``inv = fl32(1 / S) * 256``,
+    ``y_i = (int8_t)(roundf(fl32(e_i * inv)) - 128)`` (``roundf``: ties away from zero;
+    the conversion keeps the low byte, so 256 gives -128)."""
+
+    name = "xc_softmax"
+    attrs = {"out_shape": OpSpec.REQUIRED}
+    params = ("table",)
+
+
+for _spec in (XcConcat(), XcMul(), XcSoftmax()):
+    register_op(_spec)
+
+
+@converts("CUSTOM(XC_concat)")
+def _concat(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("i", "n", "s"), ("v",))
+    n_in, copies = _int_option(op, opts, "i"), _int_option(op, opts, "n")
+    sizes = opts["s"]
+    if not isinstance(sizes, list) or n_in != len(op.inputs) or not 1 <= n_in <= len(sizes):
+        raise FormatError(f"{where}: {len(op.inputs)} inputs, option i = {n_in}, sizes {sizes!r}")
+    sizes = [int(v) for v in sizes[:n_in]]  # entries past i are not read by the kernel
+    xs = tuple(b.act(i, where) for i in op.inputs)
+    out = b.act(o, where)
+    if b.ft[o].dtype != "int8" or any(b.ft[i].dtype != "int8" for i in op.inputs):
+        raise UnsupportedOpError(f"{where}: only int8 tensors are supported")
+    q = {(float(b.tensors[t].quant.scale), int(b.tensors[t].quant.zero_point)) for t in (*xs, out)}
+    if len(q) != 1:
+        raise UnsupportedOpError(f"{where}: the inputs and the output are quantised differently ({q}); XC_concat "
+                                 "copies bytes")
+    if copies < 1 or min(sizes) < 0 or copies * sum(sizes) != int(np.prod(_out_shape(b, o))) or \
+            any(int(np.prod(b.tensors[x].shape)) != copies * s for x, s in zip(xs, sizes)):
+        raise FormatError(f"{where}: {copies} rows of {sizes} bytes do not fit inputs "
+                          f"{[b.tensors[x].shape for x in xs]} / output {_out_shape(b, o)}")
+    b.node("xc_concat", xs, o, {"copies": copies, "sizes": tuple(sizes), "out_shape": _out_shape(b, o)}, None,
+           None, where)
+
+
+@converts("CUSTOM(XC_mul)")
+def _mul(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("mp",))
+    if len(op.inputs) != 2:
+        raise FormatError(f"{where}: takes 2 inputs, got {len(op.inputs)}")
+    z1, z2, bias, scalar, shr = _struct(op, opts, "mp", "bbhhh")
+    x1, x2 = b.act(op.inputs[0], where), b.act(op.inputs[1], where)
+    n = int(np.prod(_out_shape(b, o)))
+    if int(np.prod(b.tensors[x1].shape)) != n or int(np.prod(b.tensors[x2].shape)) != n:
+        raise UnsupportedOpError(f"{where}: inputs {b.tensors[x1].shape} and {b.tensors[x2].shape} do not both have "
+                                 f"the output's {n} values (no broadcasting)")
+    if b.ft[o].dtype != "int8" or any(b.ft[i].dtype != "int8" for i in op.inputs):
+        raise UnsupportedOpError(f"{where}: only int8 tensors are supported")
+    b.node("xc_mul", (x1, x2), o, {"in1_zero_point": z1, "in2_zero_point": z2, "bias": bias, "scalar": scalar,
+                                   "vlashr_shr": shr, "out_shape": _out_shape(b, o)}, None, None, where)
+
+
+@converts("CUSTOM(XC_softmax)")
+def _softmax(b: Builder, op: OpContext) -> None:
+    where, o = op.where, op.one_output()
+    if op.custom:
+        opts = flex_loads(op.custom)
+        if opts:
+            raise UnsupportedOpError(f"{where}: custom options {sorted(opts) if isinstance(opts, dict) else opts!r} "
+                                     "are not supported")
+    if len(op.inputs) != 2:
+        raise FormatError(f"{where}: takes 2 inputs (data, table), got {len(op.inputs)}")
+    x = b.act(op.inputs[0], where)
+    t = b.const(op.inputs[1], where, "exponential table")
+    if t.dtype != "float32" or np.asarray(t.data).size != 256:
+        raise UnsupportedOpError(f"{where}: table {t.dtype} {np.asarray(t.data).shape}: only 256 float32 entries")
+    if b.ft[o].dtype != "int8" or b.ft[op.inputs[0]].dtype != "int8":
+        raise UnsupportedOpError(f"{where}: only int8 -> int8 softmax is supported")
+    table = np.asarray(t.data, np.float32).reshape(256)
+    b.node("xc_softmax", (x,), o, {"out_shape": _out_shape(b, o)}, {"table": jnp.asarray(table)}, None, where)
