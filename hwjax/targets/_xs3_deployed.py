@@ -290,7 +290,25 @@ def _linear_kernel(op: str, k: jax.Array) -> jax.Array:
     return k
 
 
+_LINEAR = {}
+
+
 def xformer_linear_params(op: str, portable, q_in, q_out) -> dict:
+    """:func:`_xformer_linear_params`, memoised on concrete arguments' bytes
+    (:func:`check_xformer_lowering` and the lowering ask for the same layers)."""
+    args = (portable["kernel"], portable["bias"], portable["w_scale"], q_in[0].scale, q_in[0].zero_point,
+            q_out.scale, q_out.zero_point)
+    if any(isinstance(a, jax.core.Tracer) for a in args):
+        return _xformer_linear_params(op, portable, q_in, q_out)
+    key = (op,) + tuple((np.asarray(a).dtype.str, np.shape(a), np.asarray(a).tobytes()) for a in args)
+    if key not in _LINEAR:
+        if len(_LINEAR) > 256:
+            _LINEAR.clear()
+        _LINEAR[key] = _xformer_linear_params(op, portable, q_in, q_out)
+    return dict(_LINEAR[key])
+
+
+def _xformer_linear_params(op: str, portable, q_in, q_out) -> dict:
     """xformer's ``XC_conv2d_v2`` parameters of a conv/depthwise/dense node: the kernel
     (C_pad, kh, kw, C_in) with C_pad = C_out rounded up to a multiple of 4 (pad channels:
     zero weights, zero bias, weight scale 0), and ``otfn_params``' multipliers, biases and
@@ -551,7 +569,7 @@ def _compiled_run(op: str):
 
 
 for _op in ("conv", "depthwise_conv", "dense"):
-    XS3Compiled.implements(_op, params=_compiled_params(_op))(_compiled_run(_op))
+    XS3Compiled.implements(_op, params=_compiled_params(_op), host_params=_compiled_params(_op))(_compiled_run(_op))
 
 
 def xformer_mean_scale(s_in, s_out, count) -> np.float32:
