@@ -8,23 +8,19 @@ TFLM's reference kernels). Every comparison is exact (int8 equality):
 
 * the xformed file on runtime="xs3" (XC ops incl. XC_concat, XC_mul, XC_softmax) == y_xs3;
 * hwjax's own compilation of the original on runtime="xs3" (xformer's recipe) == y_xs3;
-* runtime="tflm" on the original: every model ends in a FULLY_CONNECTED with per-channel
-  filter scales, which TFLM 1.4.2 requantises with the first scale only; hwjax refuses
-  such a layer on "tflm" (tests/test_tflite_tflm.py), so the test checks the refusal and
-  that the same model with each such layer's scales replaced by its first scale equals
-  y_tflm.
+* runtime="tflm" on the original == y_tflm: every model ends in a FULLY_CONNECTED with
+  per-channel filter scales, which TFLM 1.4.2 requantises with the first scale only, and
+  so does hwjax's "tflm" (tests/test_tflite_tflm.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import numpy as np
 import pytest
 
 import hwjax.tflite as T
-from hwjax.errors import UnsupportedOpError
 
 HERE = os.path.dirname(__file__)
 ORIG = os.path.join(HERE, "data", "keras")
@@ -88,28 +84,13 @@ def test_original_xs3_equals_host_interpreter_of_xformed(name):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_original_tflm_refuses_per_channel_fully_connected(name):
-    with pytest.raises(UnsupportedOpError, match="per-channel filter scales"):
-        _original(name).run(_data(name)["x"], runtime="tflm")
-
-
-@pytest.mark.parametrize("name", MODELS)
-def test_original_tflm_with_first_filter_scale_equals_host_interpreter(name):
-    """What TFLM computes: each per-channel FULLY_CONNECTED with its first filter scale for
-    every channel (the rest of the model unchanged) gives the host interpreter's outputs."""
-    from hwjax.tflite._model import Model
-
+def test_original_on_tflm_equals_host_interpreter(name):
+    """The original model on ``"tflm"``: its per-channel FULLY_CONNECTED layers run as
+    TFLM 1.4.2 runs them, with the first filter scale for every channel."""
     m = _original(name)
-    nodes, changed = [], 0
-    for n in m.graph.nodes:
-        if n.op == "dense" and np.size(n.params["w_scale"]) > 1:
-            n = dataclasses.replace(n, params={**n.params, "w_scale": np.asarray(n.params["w_scale"])[0]})
-            changed += 1
-        nodes.append(n)
-    assert changed >= 1
-    first = Model(dataclasses.replace(m.graph, nodes=tuple(nodes)), m.inputs, m.outputs)
+    assert any(n.op == "dense" and np.size(n.params["w_scale"]) > 1 for n in m.graph.nodes)
     d = _data(name)
-    _check(first.run(d["x"], runtime="tflm"), d["y_tflm"], f"{name}.tflite on tflm (first filter scale)")
+    _check(m.run(d["x"], runtime="tflm"), d["y_tflm"], f"{name}.tflite on tflm")
 
 
 def test_compiled_parameters_equal_xformers():

@@ -77,13 +77,13 @@ def test_tflm_differs_from_litert_reference_where_it_has_its_own_kernels():
         assert _mismatches(_model(name).run(d["x"], runtime="reference"), d["y"]) > 0, name
 
 
-def test_per_channel_fully_connected_is_refused():
-    """TFLM 1.4.2 requantises every channel with the first filter scale (its outputs equal
-    a per-tensor model's); hwjax raises rather than emulate that on a per-channel model."""
+def test_per_channel_fully_connected_uses_the_first_filter_scale():
+    """TFLM 1.4.2 requantises every channel of a per-channel FULLY_CONNECTED with the
+    first filter scale (its outputs equal a per-tensor model's); hwjax's "tflm" does the
+    same, and differs from LiteRT's reference there."""
     d = _data("fc_per_channel")
     m = _model("fc_per_channel")
-    with pytest.raises(UnsupportedOpError, match="per-channel"):
-        m.run(d["x"], runtime="tflm")
+    assert _mismatches(m.run(d["x"], runtime="tflm"), d["y"]) == 0
     assert _mismatches(m.run(d["x"], runtime="reference"), d["y"]) > 0
 
 

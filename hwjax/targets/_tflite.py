@@ -136,10 +136,11 @@ def _linear_params(op):
         kernel = portable["kernel"]
         n_out = kernel.shape[-1] if op == "depthwise_conv" else kernel.shape[0]
         act = attrs.get("activation")
-        if target.runtime == "tflm" and op == "dense" and np.size(portable["w_scale"]) > 1:
-            # TFLM 1.4.2's FULLY_CONNECTED reads only the first filter scale (observed)
-            raise UnsupportedOpError(f"target {target!r}: a FULLY_CONNECTED with per-channel filter scales; "
-                                     "TFLite Micro's kernel applies only the first scale")
+        w_scale = portable["w_scale"]
+        if target.runtime == "tflm" and op == "dense" and np.size(w_scale) > 1:
+            # TFLM 1.4.2's FULLY_CONNECTED reads only the filter tensor's first scale and
+            # runs its per-tensor kernel with it (observed: tests/test_tflite_keras_mcu.py)
+            w_scale = w_scale[0]
 
         def recipe(s_in, w_scale, s_out, z_out):
             rq = requant_params(s_in, w_scale, s_out, requant, channels=n_out,
@@ -147,7 +148,7 @@ def _linear_params(op):
             lo, hi = activation_range(act, s_out, int(z_out))
             return {"rq": rq, "act_min": np.int32(lo), "act_max": np.int32(hi)}
 
-        r = host_recipe(recipe, q_in[0].scale, portable["w_scale"], q_out.scale, q_out.zero_point)
+        r = host_recipe(recipe, q_in[0].scale, w_scale, q_out.scale, q_out.zero_point)
         return {"kernel": kernel, "bias": portable["bias"], "zin": jnp.asarray(q_in[0].zero_point, jnp.int32),
                 "zout": jnp.asarray(q_out.zero_point, jnp.int32), **r}
 

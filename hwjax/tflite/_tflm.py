@@ -11,8 +11,8 @@ interpreter (``tests/data/tflm``, made by ``scripts/tflm_testdata.py``):
   tensor says.
 * RELU6 (in :mod:`hwjax.targets._tflite`): TFLM clamps the raw int8 input to
   ``[z_in, Q_in(6)]`` and does not requantise to the output tensor's scale and zero point.
-* FULLY_CONNECTED with per-channel filter scales: TFLM 1.4.2 applies only the first scale
-  (:mod:`hwjax.targets._tflite` refuses such a model on ``"tflm"``).
+* FULLY_CONNECTED with per-channel filter scales: TFLM 1.4.2 applies only the first scale,
+  with its per-tensor kernel (:mod:`hwjax.targets._tflite` does the same on ``"tflm"``).
 
 The gemmlowp fixed-point primitives are those of :mod:`hwjax.tflite._convert_nonlinear`
 (exact int32, jittable, independent of ``jax_enable_x64``).
