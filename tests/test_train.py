@@ -89,3 +89,43 @@ def test_cli_rejects_bad_numbers_with_one_line_and_exit_2(args, option, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and option in err[0] and "must be" in err[0], err
+
+
+def test_lut_tables_are_not_derived_on_the_host_inside_training_steps(monkeypatch):
+    """XS3 LUT tables come from the host (float64): the trainer derives them once before
+    its first step (hwjax.nn.Derived), and the jitted steps reuse them, with the same
+    losses as steps that derive them in the program (a host callback per step)."""
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    import hwjax.nn as hn
+    import hwjax.targets._base as B
+    from hwjax import models
+    from train import Trainer
+
+    calls = []
+    host = B._host_lut_table
+    monkeypatch.setattr(B, "_host_lut_table", lambda *a: calls.append(1) or host(*a))
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (64, 64)).astype(np.float32)
+    y = rng.integers(0, 10, 64).astype(np.int32)
+    losses = {}
+    for kept in (True, False):
+        m = models.build("lut_mlp", "xs3", rngs=nnx.Rngs(0))
+        hn.set_mode(m, "calibrate")
+        m(jnp.asarray(x))
+        hn.set_mode(m, "hardware")
+        tr = Trainer(m, optax.sgd(0.1))
+        tr._derive = tr._derive and kept
+        calls.clear()
+        if kept:
+            tr._fill_derived(x)
+            derived = len(calls)
+            assert derived >= 1
+        losses[kept] = [float(tr.step(x[i:i + 16], y[i:i + 16])[0]) for i in range(0, 64, 16)]
+        if kept:
+            assert len(calls) == derived  # no table derived while training
+        else:
+            assert len(calls) >= 4  # one host call per step and layer
+    assert losses[True] == losses[False]

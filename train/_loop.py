@@ -80,6 +80,9 @@ class Trainer:
         self.params = jax.tree.map(jnp.copy, params)  # the step donates these buffers, not the model's
         self.opt_state = tx.init(self.params)
         self._step = self._build_step()
+        # layers that keep host-derived parameters (hwjax.nn.Derived) get them from one eager
+        # forward before the first step, so that the jitted step reuses them
+        self._derive = any(isinstance(v, hn.Derived) for _, v in nnx.iter_graph(model))
 
     def _build_step(self) -> Callable:
         if self.mesh is None:
@@ -94,8 +97,21 @@ class Trainer:
     def n_devices(self) -> int:
         return 1 if self.mesh is None else int(self.mesh.devices.size)
 
+    def _fill_derived(self, x: np.ndarray) -> None:
+        """One eager forward on a sample of ``x`` with the current parameters: layers that
+        derive parameters on the host (:class:`hwjax.nn.Derived`) keep them, and the step
+        gets them in its non-trained state."""
+        self._derive = False
+        if hn.get_mode(self.model) != "hardware":
+            return
+        self.model(jnp.asarray(x[:1]))  # the model's parameters are those of the first step
+        _, _, rest = nnx.split(self.model, nnx.Param, ...)
+        self.rest = rest if self.mesh is None else jax.device_put(rest, NamedSharding(self.mesh, P()))
+
     def step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """One optimiser step on a batch; returns (loss, accuracy) as device scalars."""
+        if self._derive:
+            self._fill_derived(x)
         self.params, self.opt_state, loss, acc = self._step(self.params, self.opt_state, self.rest, x, y)
         return loss, acc
 

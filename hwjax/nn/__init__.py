@@ -10,6 +10,7 @@ can be fine-tuned for the chip (hardware-aware training).
 from hwjax.nn._base import (
     MODES,
     Calibration,
+    Derived,
     HwLayer,
     LayerStats,
     Pinned,
@@ -37,7 +38,7 @@ from hwjax.nn._qarray import QArray, as_float
 from hwjax.nn._quant import act_qparams, exact_forward, quantize_act, quantize_weights, weight_scales
 
 __all__ = [
-    "MODES", "Activation", "Add", "AvgPool", "Calibration", "Conv", "Dense", "DepthwiseConv", "Flatten", "HwLayer",
+    "MODES", "Activation", "Add", "AvgPool", "Calibration", "Conv", "Derived", "Dense", "DepthwiseConv", "Flatten", "HwLayer",
     "LayerStats", "LutActivation", "MaxPool", "Pinned", "QArray", "Quantize", "Residual", "ScaleFactor", "Sequential",
     "act_qparams", "as_float", "exact_forward", "get_mode", "quantize_act", "quantize_weights", "set_mode",
     "to_graph", "weight_scales", "GraphModel", "from_graph", "Pool", "Requantize", "Reshape",

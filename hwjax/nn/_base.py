@@ -47,6 +47,13 @@ class Pinned(nnx.Variable):
     calibrated range); on linear layers also the per-channel weight scales."""
 
 
+class Derived(nnx.Variable):
+    """Target parameters derived on the host from concrete quantisation parameters, with
+    the key they were derived for: ``{"key": float32 (4,) [s_in, z_in, s_out, z_out],
+    "params": ...}`` (not trained; NaN key when empty). An eager call fills it; a jitted
+    forward whose key matches reuses it instead of calling back to the host."""
+
+
 class ScaleFactor(nnx.Param):
     """Learned factor on a calibrated activation scale (LSQ-style step size learning)."""
 

@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from flax.errors import TraceContextError
 
-from hwjax.nn._base import HwLayer, LayerStats, Mode, Pinned, check_activation, make_stats
+from hwjax.nn._base import Derived, HwLayer, LayerStats, Mode, Pinned, check_activation, make_stats
 from hwjax.nn._qarray import QArray
 from hwjax.nn._quant import (
     act_int,
@@ -672,6 +673,28 @@ class LutActivation(HwLayer):
             raise ValueError(f"fn must be one of {tuple(LUT_FUNCTIONS)}, got {fn!r}")
         self.fn = fn
         super().__init__(target, mode=mode, learn_scale=learn_scale, fn=fn)
+        q = Quant.of(jnp.float32(1.0), jnp.int32(0))
+        shapes = jax.eval_shape(lambda: self.op_params(self.node_attrs(), None, [q], q))
+        self.derived = Derived({"key": jnp.full((4,), jnp.nan, jnp.float32),
+                                "params": jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)})
+
+    def lut_params(self, attrs, q_in, q_out):
+        """The target's table parameters for ``(q_in, q_out)``: derived (and kept in
+        :class:`Derived`) when the scales are concrete; inside ``jit`` the kept ones where
+        the key matches, so a training step with fixed scales never calls back to the
+        host, and derived in the program (a host callback on XS3) where it does not."""
+        key = jnp.stack([jnp.asarray(v, jnp.float32) for v in (q_in[0].scale, q_in[0].zero_point, q_out.scale,
+                                                                 q_out.zero_point)])
+        if _all_concrete(key):
+            params = self.op_params(attrs, None, q_in, q_out)
+            try:
+                self.derived.set_value({"key": key, "params": params})
+            except TraceContextError:  # called inside a transformation (e.g. grad): not kept
+                pass
+            return params
+        kept = self.derived.get_value()
+        return jax.lax.cond(jnp.all(kept["key"] == key), lambda: kept["params"],
+                            lambda: self.op_params(attrs, None, q_in, q_out))
 
     def __call__(self, x, *, return_stats: bool = False):
         f = lut_function(self.fn)
@@ -684,7 +707,7 @@ class LutActivation(HwLayer):
             return _ret(y, self.float_stats(y, relu=False), return_stats)
         s_out, z_out = self.out_qparams()
         attrs = self.node_attrs()
-        params = self.op_params(attrs, None, [Quant.of(sg(x.scale), x.zero_point)], Quant.of(sg(s_out), z_out))
+        params = self.lut_params(attrs, [Quant.of(sg(x.scale), x.zero_point)], Quant.of(sg(s_out), z_out))
         x_int = sg(x.q).astype(jnp.int32)
         y_int = compute_once(lambda v, p: self.op_run(attrs, p, v), (x_int, params), z_out)
         y_sur = clip_int8(f(x.dequantize()) / s_out + z_out.astype(jnp.float32))
