@@ -12,7 +12,8 @@ operator xformer left in place with TFLite Micro's reference arithmetic, inherit
 model) compiles an original int8 model as xformer 1.4.2 does with default options (its
 recipes transcribed: :func:`xformer_linear_params`, :func:`xformer_transform_choice`,
 :func:`xformer_add_params`, :func:`xformer_mean_scale`, :func:`xformer_lut_table`,
-:func:`xformer_softmax_table`, :func:`xformer_mul_params`) and runs the result the same way;
+:func:`xformer_softmax_table`, :func:`xformer_mul_params`, :func:`xformer_drops_activation`) and
+runs the result the same way;
 :func:`check_xformer_lowering` refuses what it does not cover.
 """
 
@@ -261,16 +262,18 @@ class XS3Compiled(XS3Runtime):
     output channels padded with zero weights, zero bias and weight scale 0 to a multiple
     of 4 (:func:`xformer_linear_params`), the group-wise ``otfn_int8`` parameters of
     :func:`hwjax.xs3.otfn_params`, padded taps holding the input zero point, a
-    3-channel conv input padded to 4 (``XC_pad_3_to_4``), and a fused ReLU as a clamp
-    (xformer's ``XC_lookup``). Per layer, :func:`xformer_transform_choice` decides as
-    xformer does between the group transform, the channel-wise transform and leaving the
-    TFLM op (computed on the host; all three results are computed and one is selected).
+    3-channel conv input padded to 4 (``XC_pad_3_to_4``); a fused RELU / RELU6 whose output
+    zero point is not -128 as xformer's ``XC_lookup``, every other fused activation dropped
+    (:func:`xformer_drops_activation`; RELU at zero point -128 is the identity anyway).
+    Per layer, :func:`xformer_transform_choice` decides as xformer does between the group
+    transform, the channel-wise transform and leaving the TFLM op (computed on the host;
+    all three results are computed and one is selected).
     ADD and MEAN become ``XC_add`` / ``XC_mean``; TANH and LOGISTIC ``XC_lookup``
     (:func:`xformer_lut_table`), SOFTMAX ``XC_softmax`` (:func:`xformer_softmax_table`), MUL
     ``XC_mul`` (:func:`xformer_mul_params`), CONCATENATION ``XC_concat`` (a byte copy) and
     AVERAGE_POOL_2D a depthwise ``XC_conv2d_v2`` of ones (:func:`xformer_avgpool_as_depthwise`).
-    A fused activation whose clamp is the whole int8 range is the identity, kept or
-    dropped. :func:`check_xformer_lowering` says what is not covered
+    A standalone RELU / RELU6 is an ``XC_lookup`` too, RELU_N1_TO_1 TFLM's kernel.
+    :func:`check_xformer_lowering` says what is not covered
     (``Model.run(runtime="xs3")`` calls it).
     """
 
@@ -654,12 +657,14 @@ def _avgpool_run(target, attrs, p, x, return_acc: bool = False):
 
 
 def xformer_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
-    """xformer's ``XC_lookup`` table of a TANH / LOGISTIC (``getLookupTableI8``): for every
-    int8 ``n``, ``v = (n - z_in) * double(s_in)``, ``f = tanh(v)`` or ``1 / (1 + exp(-v))``
-    (C double, here the C library's through :mod:`math`), ``t = round(f / double(s_out)) +
-    z_out`` (C ``round``: half away from zero) clamped to int8. Returns int32 (256,),
+    """xformer's ``XC_lookup`` table of a TANH / LOGISTIC / RELU / RELU6 (``getLookupTableI8``):
+    for every int8 ``n``, ``v = (n - z_in) * double(s_in)``, ``f = tanh(v)``, ``1 / (1 +
+    exp(-v))``, ``max(v, 0)`` or ``min(max(v, 0), 6)`` (C double, here the C library's through
+    :mod:`math`), ``t = round(f / double(s_out)) + z_out`` (C ``round``: half away from
+    zero) clamped to int8. Returns int32 (256,),
     indexed by the input's byte (``u8(n)``)."""
-    f = {"tanh": math.tanh, "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v))}[fn]
+    f = {"tanh": math.tanh, "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)), "relu": lambda v: max(v, 0.0),
+         "relu6": lambda v: min(max(v, 0.0), 6.0)}[fn]
     si, so = float(np.float32(s_in)), float(np.float32(s_out))
     out = np.zeros(256, np.int32)
     for n in range(-128, 128):
@@ -674,6 +679,47 @@ def _lut_params(target, attrs, portable, q_in, q_out):
 
 
 XS3Compiled.implements("avgpool", params=_avgpool_params, host_params=_avgpool_params)(_avgpool_run)
+
+
+_TFLM_ACTIVATION = XS3Compiled._impls["activation"]
+
+
+def xformer_drops_activation(fn: str, s_in, z_in, s_out, z_out):
+    """Whether XS3Compiled runs an ``activation`` node as the identity: a RELU_N1_TO_1, or a
+    RELU6 with output zero point -128, between equal quantisations. That is what xformer
+    1.4.2 does with such an activation fused into a CONV_2D / DEPTHWISE_CONV_2D /
+    FULLY_CONNECTED / AVERAGE_POOL_2D that it converts to ``XC_conv2d_v2`` (verified on
+    tests/data/xformer_act): a fused RELU or RELU6 whose output zero point is not -128
+    becomes a separate ``XC_lookup``, any other fused activation is dropped (the output
+    transform clamps to the int8 range only). :func:`check_xformer_lowering` refuses a graph
+    where this local rule would drop an activation xformer keeps (one that is not fused
+    into such an op, or whose op stays a TFLM op), unless its clamp is the identity."""
+    if fn not in ("relu6", "relu_n1_to_1"):
+        return jnp.asarray(False)
+    same = (jnp.asarray(s_in, jnp.float32) == jnp.asarray(s_out, jnp.float32)) & \
+        (jnp.asarray(z_in, jnp.int32) == jnp.asarray(z_out, jnp.int32))
+    return same & (jnp.asarray(z_out, jnp.int32) == -128) if fn == "relu6" else same
+
+
+def _activation_params(target, attrs, portable, q_in, q_out):
+    fn = attrs["fn"]
+    p = {"tflm": _TFLM_ACTIVATION.params(target, attrs, portable, q_in, q_out),
+         "drop": xformer_drops_activation(fn, q_in[0].scale, q_in[0].zero_point, q_out.scale, q_out.zero_point)}
+    if fn in ("relu", "relu6"):
+        p["table"] = _lut_params(target, attrs, portable, q_in, q_out)["table"]
+    return p
+
+
+@XS3Compiled.implements("activation", params=_activation_params, host_params=_activation_params)
+def _activation(target, attrs, p, x, return_acc: bool = False):
+    """RELU / RELU6 as ``XC_lookup`` (xformer's table, :func:`xformer_lut_table`), the
+    identity where xformer drops a fused activation (:func:`xformer_drops_activation`), else
+    (RELU_N1_TO_1, a TFLM op) TFLM's kernel."""
+    if "table" in p:
+        y = jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0)
+    else:
+        y = _TFLM_ACTIVATION.run(target, attrs, p["tflm"], x)
+    return no_acc(jnp.where(p["drop"], x.astype(_I32), y), return_acc)
 
 
 @XS3Compiled.implements("lut", params=_lut_params, host_params=_lut_params)
@@ -811,7 +857,7 @@ def check_xformer_lowering(graph) -> None:
         q_out = graph.tensors[node.outputs[0]].quant if node.outputs[0] in graph.tensors else None
         if node.op == "lut" and node.attrs["fn"] not in ("tanh", "sigmoid"):
             raise UnsupportedOpError(f"node {node.name!r}: lut {node.attrs['fn']!r} is not compiled as xformer does")
-        if node.op in ("lut", "softmax", "mul", "concat", "avgpool") and \
+        if node.op in ("lut", "softmax", "mul", "concat", "avgpool", "activation") and \
                 any(graph.tensors[t].dtype != "int8" for t in (*node.inputs, *node.outputs)):
             raise UnsupportedOpError(f"node {node.name!r} ({node.op}): only int8 tensors are compiled as xformer does")
         if node.op == "softmax":
@@ -834,16 +880,7 @@ def check_xformer_lowering(graph) -> None:
                 raise UnsupportedOpError(f"node {node.name!r}: a CONCATENATION whose tensors are quantised "
                                          f"differently ({sorted(qs)}) becomes XC_concat, which copies bytes without "
                                          "requantising; not emulated")
-        if node.op == "activation" and node.attrs["fn"] != "relu" and \
-                int(np.asarray(q_out.zero_point)) == -128 and \
-                activation_range(node.attrs["fn"], q_out.scale, q_out.zero_point) != (-128, 127) and \
-                any(n.op in ("conv", "depthwise_conv", "dense", "avgpool") and node.inputs[0] in n.outputs
-                    for n in graph.nodes):
-            # (a clamp to the whole int8 range is the identity: dropping it changes nothing)
-            # observed (tests/data/xformer/chain): xformer 1.4.2 drops a fused RELU6 whose output zero
-            # point is -128 instead of clamping; the rule behind it is not derived yet
-            raise UnsupportedOpError(f"node {node.name!r}: a fused {node.attrs['fn']} with output zero point -128 "
-                                     "is not compiled as xformer does (it may drop it)")
+    xc_linear = set()  # outputs of the linear ops (and average pools) that become XC_conv2d_v2
     for node in graph.nodes:
         if node.op == "avgpool":  # xformer's depthwise replacement
             dw_attrs, dw = xformer_avgpool_as_depthwise(node.attrs, graph.tensors[node.inputs[0]].shape[-1])
@@ -856,6 +893,7 @@ def check_xformer_lowering(graph) -> None:
                 if not (-16 <= initial_shift <= 16 and -16 <= final_shr <= 15):
                     raise UnsupportedOpError(f"node {node.name!r} ({node.op}): xformer's shifts ({initial_shift}, "
                                              f"{final_shr}) leave the otfn_int8 ranges")
+                xc_linear.add(node.outputs[0])
                 continue
             choice = xformer_transform_choice(
                 np.asarray(p["kernel"]), np.pad(np.asarray(node.params["bias"]), (0, p["kernel"].shape[0] -
@@ -866,6 +904,43 @@ def check_xformer_lowering(graph) -> None:
             if int(choice["mode"]) == 2:  # xformer leaves the TFLM op: TFLite must run it
                 TFLite("tflm").lowering(node.op).params(TFLite("tflm"), node.attrs, node.params, q_in,
                                                         graph.tensors[node.outputs[0]].quant)
+            else:
+                xc_linear.add(node.outputs[0])
+    _check_activations(graph, xc_linear)
+
+
+def _check_activations(graph, xc_linear: set) -> None:
+    """Refuses an ``activation`` node that :func:`xformer_drops_activation` would drop
+    although xformer keeps it: one not fused (by the importer's split, ``:pre_activation``)
+    into a linear op or average pool xformer converts (``xc_linear``: their outputs), unless
+    its clamp is the whole int8 range (then dropping it changes nothing). Also a RELU after
+    a CONV_2D between different quantisations, which xformer merges into the conv
+    (``TFLPatterns.td``), which is not emulated."""
+    from hwjax.tflite._import import PRE_ACTIVATION
+
+    producer = {t: n for n in graph.nodes for t in n.outputs}
+    for node in graph.nodes:
+        if node.op != "activation":
+            continue
+        fn, src = node.attrs["fn"], node.inputs[0]
+        q_in, q_out = graph.tensors[src].quant, graph.tensors[node.outputs[0]].quant
+        if q_in is None or q_out is None:
+            continue
+        fused = src.endswith(PRE_ACTIVATION) and src in xc_linear
+        if not fused and bool(xformer_drops_activation(fn, q_in.scale, q_in.zero_point, q_out.scale,
+                                                       q_out.zero_point)) and \
+                activation_range(fn, q_out.scale, q_out.zero_point) != (-128, 127):
+            what = producer[src].op if src in producer else "a graph input"
+            raise UnsupportedOpError(f"node {node.name!r}: a {fn} with output zero point "
+                                     f"{int(np.asarray(q_out.zero_point))} that is not fused into a conv/depthwise/"
+                                     f"dense/avgpool which xformer converts (its input comes from {what}) is not "
+                                     "compiled as xformer does (xformer 1.4.2 drops it only when fused; not verified "
+                                     "otherwise)")
+        if fn == "relu" and src in producer and producer[src].op == "conv" and not src.endswith(PRE_ACTIVATION) and \
+                (float(np.asarray(q_in.scale)) != float(np.asarray(q_out.scale)) or
+                 int(np.asarray(q_in.zero_point)) != int(np.asarray(q_out.zero_point))):
+            raise UnsupportedOpError(f"node {node.name!r}: a RELU after a CONV_2D between different quantisations "
+                                     "(xformer merges it into the conv) is not compiled as xformer does")
 
 
 XS3Compiled.native = XS3Runtime.native | {"conv", "depthwise_conv", "dense", "mean", "add", "lut", "softmax", "mul",
