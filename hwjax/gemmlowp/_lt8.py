@@ -17,13 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.errors import ArgTypeError, RangeError
-from hwjax.gemmlowp._fixedpoint import _rmcf_int
+from hwjax.errors import ArgTypeError, HwjaxError, RangeError
+from hwjax.gemmlowp._fixedpoint import INT32_MAX, INT32_MIN, _rmcf_int
 from hwjax.gemmlowp._gemm import _check_gemm_shapes, _gemm_jit, _udot, check_offset, check_uint8_matrix
 from hwjax.gemmlowp._stages import (
     QuantizeDownInt32ToUint8Scale,
     SaturatingCastToUint8,
     _apply_stages,
+    _scalar,
     check_output_stages,
     check_stage_params,
 )
@@ -135,7 +136,7 @@ def block_params(rows: int, depth: int, cols: int, *, l1_cache: int = L1_CACHE,
     Only ``l1_depth`` (depth sub-blocks of a packing call) and ``l2_cols`` (RHS packed in
     several calls when ``l2_cols < cols``) influence which offset each element gets.
     """
-    for v, n in ((rows, "rows"), (depth, "depth"), (cols, "cols")):
+    for v, n in ((rows, "rows"), (depth, "depth"), (cols, "cols"), (l1_cache, "l1_cache"), (l2_cache, "l2_cache")):
         V.check_static_int(v, 1, 2**31 - 1, n)
     l2_depth = _rup(depth, 16)
     l2_cols = _rup(_cdiv(cols, max(1, _cdiv(cols, max(1, l2_cache // l2_depth)))), 8)
@@ -373,7 +374,8 @@ def check_uint16_accumulators(lhs_bits: int, rhs_bits: int, products_per_lane: i
     if n > cap:
         worst = n * (2**lhs_bits - 1) * (2**rhs_bits - 1)
         raise RangeError(
-            f"uint16 local accumulators overflow: {n} products of {lhs_bits}-bit x {rhs_bits}-bit operands "
+            f"uint16 local accumulators overflow: products_per_lane={n} products of {lhs_bits}-bit x "
+            f"{rhs_bits}-bit operands "
             f"reach {n} * {2**lhs_bits - 1} * {2**rhs_bits - 1} = {worst} > 65535; at most {cap} products "
             f"per uint16 lane are safe for these bit depths")
 
@@ -472,7 +474,10 @@ def gemm_lt8(lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int | None = None,
         stages = () if output_stages is None else output_stages
     stages = check_output_stages(stages)
     if uint16_lane_products is not None:
-        check_uint16_accumulators(lhs_bits, rhs_bits, uint16_lane_products)
+        try:
+            check_uint16_accumulators(lhs_bits, rhs_bits, uint16_lane_products)
+        except HwjaxError as e:  # the argument is called uint16_lane_products here
+            raise type(e)(str(e).replace("products_per_lane", "uint16_lane_products")) from None
     lhs = check_uint8_matrix(lhs, "lhs")
     rhs = check_uint8_matrix(rhs, "rhs")
     _check_gemm_shapes(lhs, rhs)
@@ -495,5 +500,15 @@ def eight_bit_int_gemm(a, b, *, a_offset, b_offset, c_offset, c_mult_int, c_shif
     the lhs (m x k), ``b`` the rhs (k x n), the legacy uint8 output stage, and
     ``bit_depth`` ``A8B8`` (exact) or ``A5B7`` (``a`` 7 bits, ``b`` 5 bits, with the
     fallback and depth rule of :func:`gemm_lt8`). Storage order does not matter."""
+    if not isinstance(bit_depth, BitDepthParams):
+        raise ArgTypeError(f"bit_depth must be a BitDepthParams (e.g. A5B7, A8B8), got {bit_depth!r}")
+    # checked here under the names of this function (gemm_lt8 would name lhs, lhs_offset, result_shift...)
+    a_u8 = check_uint8_matrix(a, "a")
+    b_u8 = check_uint8_matrix(b, "b")
+    check_offset(a_offset, a_u8.shape[0], "a_offset", "row of a")
+    check_offset(b_offset, b_u8.shape[1], "b_offset", "column of b")
+    _scalar(c_offset, INT32_MIN, INT32_MAX, "c_offset")
+    _scalar(c_mult_int, INT32_MIN, INT32_MAX, "c_mult_int")
+    _scalar(c_shift, 0, 31, "c_shift")
     return gemm_lt8(a, b, lhs_offset=a_offset, rhs_offset=b_offset, bit_depth=bit_depth,
                     result_offset=c_offset, result_mult_int=c_mult_int, result_shift=c_shift)

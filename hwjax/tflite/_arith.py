@@ -11,6 +11,7 @@ element-wise arithmetic by definition.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -19,7 +20,7 @@ import numpy as np
 
 from hwjax.core import validate as V
 from hwjax.core import wide
-from hwjax.errors import ArgTypeError, RangeError
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 _I32 = jnp.int32
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -33,6 +34,150 @@ REQUANT = {
     "single": "TFLITE_SINGLE_ROUNDING=1 MultiplyByQuantizedMultiplier",
 }
 ACTIVATIONS = (None, "relu", "relu6", "relu_n1_to_1")
+
+
+# ------------------------------------------------------- argument checks (public boundary)
+#
+# The kernels below and in the sibling modules run inside ``jit`` (the TFLite target): a
+# traced argument passes every value check (its type is checked where that is known at
+# trace time); a concrete one is checked here, with its name, range and value.
+
+
+def _traced(v) -> bool:
+    return isinstance(v, jax.core.Tracer)
+
+
+def _numbers(v, name: str, what: str) -> np.ndarray:
+    """``v`` as a NumPy integer or float array, else :class:`ArgTypeError` naming ``name``."""
+    if v is None or isinstance(v, (str, bytes, bool, np.bool_, dict)):
+        raise ArgTypeError(f"{name} must be {what}, got {v!r}")
+    try:
+        a = np.asarray(v)
+    except (TypeError, ValueError, OverflowError):
+        raise ArgTypeError(f"{name} must be {what}, got {v!r}") from None
+    if a.dtype.kind not in "iu" and not V.is_float_dtype(a.dtype):
+        raise ArgTypeError(f"{name} must be {what}, got {v!r} (dtype {a.dtype})")
+    return a
+
+
+def check_scale(v, name: str):
+    """A quantisation scale: one concrete number whose float32 value is finite and > 0.
+    Returns ``v`` unchanged (a traced value passes)."""
+    if _traced(v):
+        return v
+    a = _numbers(v, name, "a finite float32 scale > 0")
+    if a.size != 1:
+        raise ShapeError(f"{name} must be one number (a finite float32 scale > 0), got shape {a.shape}")
+    check_scales(a, name)
+    return v
+
+
+def check_scales(v, name: str):
+    """One or more scales (an array of at least one entry), each finite and > 0 in float32."""
+    if _traced(v):
+        return v
+    a = _numbers(v, name, "finite float32 scales > 0")
+    if a.size == 0:
+        raise ShapeError(f"{name} must hold at least one scale, got shape {a.shape}")
+    with np.errstate(over="ignore", under="ignore"):
+        f = a.astype(np.float32)
+    ok = np.isfinite(f) & (f > 0)
+    if not ok.all():
+        bad = a.reshape(-1)[np.argmin(ok.reshape(-1))]
+        raise RangeError(f"{name} must be finite and > 0 in float32, got {bad.item()!r}")
+    return v
+
+
+def check_finite_number(v, name: str):
+    """One concrete finite number (float32)."""
+    if _traced(v):
+        return v
+    a = _numbers(v, name, "a finite number")
+    if a.size != 1:
+        raise ShapeError(f"{name} must be one number, got shape {a.shape}")
+    with np.errstate(over="ignore"):
+        if not np.isfinite(a.astype(np.float32)).all():
+            raise RangeError(f"{name} must be finite (float32), got {a.reshape(-1)[0].item()!r}")
+    return v
+
+
+def check_ints(v, name: str, lo: int = INT32_MIN, hi: int = INT32_MAX, *, scalar: bool = False):
+    """Integer value(s) in ``[lo, hi]`` (a Python or NumPy int, an integer array; a float
+    holding an integer is accepted for a scalar). ``scalar``: exactly one value. A traced
+    value must have an integer dtype and is not range-checked. Returns ``v`` unchanged."""
+    what = f"an integer{'' if scalar else ' array'} in [{lo}, {hi}]"
+    if _traced(v):
+        if not jnp.issubdtype(v.dtype, jnp.integer):
+            raise ArgTypeError(f"{name} must be {what}, got a traced {v.dtype}")
+        return v
+    a = _numbers(v, name, what)
+    if scalar and a.size != 1:
+        raise ShapeError(f"{name} must be one integer in [{lo}, {hi}], got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        if not scalar:
+            raise ArgTypeError(f"{name} must be {what}, got dtype {a.dtype}")
+        f = a.reshape(())
+        if not (np.isfinite(f) and f == np.floor(f)):
+            raise RangeError(f"{name} must be {what}, got {f.item()!r}")
+    V.check_range(a, lo, hi, name)
+    return v
+
+
+def check_zero_point(v, name: str, lo: int = -128, hi: int = 255):
+    """A zero point: one integer in ``[lo, hi]`` (int8 and uint8 tensors)."""
+    return check_ints(v, name, lo, hi, scalar=True)
+
+
+def check_act_range(act_min, act_max, names=("act_min", "act_max")):
+    """``act_min <= act_max``, both int32 integers."""
+    check_ints(act_min, names[0], scalar=True)
+    check_ints(act_max, names[1], scalar=True)
+    if not (_traced(act_min) or _traced(act_max)) and np.asarray(act_min).item() > np.asarray(act_max).item():
+        raise RangeError(f"{names[0]}={np.asarray(act_min).item()} must not exceed {names[1]}="
+                         f"{np.asarray(act_max).item()}")
+
+
+def check_int_array(x, name: str, lo: int = -128, hi: int = 127) -> jax.Array:
+    """An integer array whose (concrete) values lie in ``[lo, hi]`` (int8 values by default),
+    as a JAX array of its integer dtype (lists and Python ints: int32)."""
+    a = V.as_array(x, name)
+    if V.kind(a, name) != "int":
+        raise ArgTypeError(f"{name} must be an integer array with values in [{lo}, {hi}], got dtype {a.dtype}")
+    if not _traced(a):
+        V.check_range(a, lo, hi, name)
+    return a
+
+
+def check_params(p, name: str, keys) -> Mapping:
+    """A parameter dict holding ``keys`` (:class:`ArgTypeError` naming ``name`` otherwise)."""
+    if not isinstance(p, Mapping):
+        raise ArgTypeError(f"{name} must be a dict of parameters with keys {list(keys)}, got {type(p).__name__}")
+    missing = [k for k in keys if k not in p]
+    if missing:
+        raise ArgTypeError(f"{name} lacks the key(s) {missing} (it needs {list(keys)})")
+    return p
+
+
+#: the parameter keys of each requantisation convention (:func:`requant_params`)
+REQUANT_KEYS = {"double": ("multiplier", "shift"), "single": ("multiplier", "shift"), "ruy": ("multiplier", "shift"),
+                "float64": ("eff_hi", "eff_lo"), "xnnpack": ("scale",)}
+
+
+def check_requant_params(params, requant: str, name: str = "params", channels: int | None = None) -> None:
+    """``params`` from :func:`requant_params` for ``requant``: the keys, integer (or, for
+    ``"xnnpack"``, scale) values, and 1 or ``channels`` entries each."""
+    V.check_choice(requant, tuple(REQUANT), "requant")
+    check_params(params, name, REQUANT_KEYS[requant])
+    for k in REQUANT_KEYS[requant]:
+        v, what = params[k], f"{name}['{k}']"
+        if requant == "xnnpack":
+            check_scales(v, what)
+        elif requant == "float64":
+            check_ints(v, what, 0, 2**32 - 1)
+        else:
+            check_ints(v, what)
+        if channels is not None and not _traced(v) and np.size(v) not in (1, channels):
+            raise ShapeError(f"{what} must have 1 or {channels} (output channels) entries, got {np.size(v)}")
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -57,8 +202,9 @@ def quantize_multiplier(real, *, single_rounding: bool = False):
     Returns:
       ``(m, shift)``: Python ints for a scalar ``real``, else int32 numpy arrays.
     """
-    scalar = np.ndim(real) == 0
-    r = np.asarray(real, np.float64)
+    V.check_flag(single_rounding, "single_rounding")
+    r = _numbers(real, "real", "a float or an array of floats").astype(np.float64)
+    scalar = r.ndim == 0
     if not np.all(np.isfinite(r)):
         raise RangeError(f"quantize_multiplier: real must be finite, got {real!r}")
     q, e = np.frexp(r)
@@ -108,7 +254,11 @@ def multiply_by_quantized_multiplier(x, multiplier, shift, *, rounding: str = "d
 
 def mbqm_double(x, m, s):
     """``MultiplyByQuantizedMultiplier`` (double rounding) on traced int32 ``x``, ``m``, ``s``
-    (no argument checks: the form the TFLite target runs inside ``jit``)."""
+    (the form the TFLite target runs inside ``jit``: traced arguments are not checked;
+    concrete ones must be int32 integers, ``s`` in [-31, 31])."""
+    x = check_int_array(x, "x", INT32_MIN, INT32_MAX)
+    m = check_int_array(m, "m", INT32_MIN, INT32_MAX)
+    s = check_int_array(s, "s", -31, 31)
     return _mbqm_double(x, m, s)
 
 
@@ -222,10 +372,16 @@ def _r2(acc, hi, lo):
 def activation_range(activation, output_scale, output_zero_point, *, qmin: int = -128, qmax: int = 127):
     """``CalculateActivationRangeQuantized`` (spec §2.7): ``(act_min, act_max)`` with
     ``Q(f) = zp + round_half_away(fl32(f / s_out))``. Host arithmetic; Python ints."""
-    if activation not in ACTIVATIONS:
+    if not any(activation is a or (isinstance(activation, str) and activation == a) for a in ACTIVATIONS):
         raise RangeError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    s = np.float32(output_scale)
-    zp = int(output_zero_point)
+    qmin = V.check_static_int(qmin, INT32_MIN, INT32_MAX, "qmin")
+    qmax = V.check_static_int(qmax, INT32_MIN, INT32_MAX, "qmax")
+    if qmin > qmax:
+        raise RangeError(f"qmin={qmin} must not exceed qmax={qmax}")
+    check_scale(output_scale, "output_scale")
+    check_zero_point(output_zero_point, "output_zero_point", min(qmin, -128), max(qmax, 255))
+    s = np.float32(np.asarray(output_scale, np.float32).reshape(()))
+    zp = int(np.asarray(output_zero_point).reshape(()))
 
     def q(f):
         return zp + int(_round_half_away(np.float64(np.float32(f) / s)))
@@ -253,6 +409,12 @@ def requant_params(input_scale, filter_scales, output_scale, requant: str, *, fl
     ``channels`` broadcasts a per-tensor scale to that many channels.
     """
     V.check_choice(requant, tuple(REQUANT), "requant")
+    V.check_flag(float32_product, "float32_product")
+    if channels is not None:
+        V.check_static_int(channels, 1, INT32_MAX, "channels")
+    check_scale(input_scale, "input_scale")
+    check_scale(output_scale, "output_scale")
+    check_scales(filter_scales, "filter_scales")
     s_in = np.float32(np.asarray(input_scale, np.float32).reshape(()))
     s_out = np.float32(np.asarray(output_scale, np.float32).reshape(()))
     s_w = np.asarray(filter_scales, np.float32).reshape(-1)
@@ -279,7 +441,15 @@ def requant_params(input_scale, filter_scales, output_scale, requant: str, *, fl
 def requantize(acc, params: dict[str, Any], requant: str, *, output_zero_point, act_min, act_max) -> jax.Array:
     """``clamp(v(acc) + output_zero_point, act_min, act_max)`` with ``v`` the convention
     ``requant`` (params from :func:`requant_params`, broadcast along the last axis of
-    ``acc``). Jittable; returns int32."""
+    ``acc``). Jittable; returns int32. Concrete arguments are checked (``acc`` and the
+    parameters int32 integers, ``act_min <= act_max``); traced ones are not."""
+    check_requant_params(params, requant, "params")
+    acc = check_int_array(acc, "acc", INT32_MIN, INT32_MAX)
+    check_ints(output_zero_point, "output_zero_point")
+    check_ints(act_min, "act_min")
+    check_ints(act_max, "act_max")
+    if not (_traced(act_min) or _traced(act_max)) and np.any(np.asarray(act_min) > np.asarray(act_max)):
+        raise RangeError(f"act_min={np.asarray(act_min)} must not exceed act_max={np.asarray(act_max)}")
     acc = jnp.asarray(acc, _I32)
     if requant == "double":
         v = _mbqm_double(acc, jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32))

@@ -34,9 +34,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import FormatError, RangeError, UnsupportedOpError
+from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.tflite import _save as S
-from hwjax.tflite._arith import quantize_multiplier
+from hwjax.tflite._arith import (
+    INT32_MAX as _I32_MAX, INT32_MIN as _I32_MIN, _traced, check_finite_number, check_int_array, check_ints,
+    check_scale, check_zero_point, quantize_multiplier,
+)
 from hwjax.tflite._import import Builder, OpContext, converts
 
 _I32 = jnp.int32
@@ -111,9 +114,14 @@ def litert_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
         table[i] = clamp(round_half_away(t * (1 / s_out)) + z_out, -128, 127)
 
     Returns int32 (256,)."""
-    if fn not in ("sigmoid", "tanh"):
-        raise ValueError(f"fn must be 'sigmoid' or 'tanh', got {fn!r}")
-    s_in, s_out = np.float32(s_in), np.float32(s_out)
+    if not (isinstance(fn, str) and fn in ("sigmoid", "tanh")):
+        raise RangeError(f"fn must be 'sigmoid' or 'tanh', got {fn!r}")
+    check_scale(s_in, "s_in")
+    check_scale(s_out, "s_out")
+    check_zero_point(z_in, "z_in")
+    check_zero_point(z_out, "z_out")
+    s_in, s_out = (np.float32(np.asarray(v, np.float32).reshape(())) for v in (s_in, s_out))
+    z_in, z_out = (np.asarray(v).reshape(()) for v in (z_in, z_out))
     v = int8_values()
     d = (s_in * (v - np.int32(z_in)).astype(np.float32)).astype(np.float32)
     one = np.float32(1)
@@ -126,8 +134,31 @@ def litert_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
     return np.clip(r + int(z_out), -128, 127).astype(np.int32)
 
 
+def check_table(table, name: str, n: int, *, integer: bool) -> None:
+    """A table of ``n`` entries (integers, or finite float32 values)."""
+    kind = "integer" if integer else "float32"
+    if _traced(table):
+        if table.shape != (n,):
+            raise ShapeError(f"{name} must be a ({n},) {kind} table, got shape {table.shape}")
+        return
+    if integer:
+        check_ints(table, name)
+        a = np.asarray(table)
+    else:
+        a = np.asarray(check_int_or_float(table, name))
+    if a.shape != (n,):
+        raise ShapeError(f"{name} must be a ({n},) {kind} table, got shape {a.shape}")
+
+
+def check_int_or_float(v, name: str):
+    from hwjax.tflite._arith import _numbers
+    return _numbers(v, name, "a float32 array")
+
+
 def lut_lookup(x, table) -> jax.Array:
     """``table[u8(x)]`` for int32 ``x`` holding int8 values (an int32 gather). Jittable."""
+    x = check_int_array(x, "x")
+    check_table(table, "table", 256, integer=True)
     idx = jnp.bitwise_and(jnp.asarray(x, _I32), 255)
     return jnp.take(jnp.asarray(table, _I32), idx, axis=0)
 
@@ -145,6 +176,9 @@ def softmax_reference_params(s_in, beta) -> dict[str, np.ndarray]:
 
     Returns ``{"m", "ls", "diff_min"}`` as int32 scalars. RangeError when ``real <= 1``
     (LiteRT aborts there; the converter rejects such models)."""
+    check_scale(s_in, "s_in")
+    check_finite_number(beta, "beta")
+    beta, s_in = (np.asarray(v, np.float32).reshape(()) for v in (beta, s_in))
     real = min(float(np.float32(beta)) * float(np.float32(s_in)) * 2.0**26, 2.0**31 - 1.0)
     if not real > 1.0:
         raise RangeError(f"softmax: beta * s_in * 2**26 = {real!r} must exceed 1 (LiteRT's reference kernel "
@@ -158,6 +192,9 @@ def softmax_exp_table(s_in, beta) -> np.ndarray:
     """LiteRT's optimized SOFTMAX table (``PopulateSoftmaxLookupTable``), float32:
     ``table[k] = expf(fl32(-s_in * beta) * k)`` for ``k = 0..255`` (``k`` is the row
     maximum minus the input value). Returns float32 (256,)."""
+    check_scale(s_in, "s_in")
+    check_finite_number(beta, "beta")
+    beta, s_in = (np.asarray(v, np.float32).reshape(()) for v in (beta, s_in))
     scale = np.float32(-np.float32(s_in) * np.float32(beta))
     k = np.arange(256).astype(np.float32)
     return c_float_fn("expf", (scale * k).astype(np.float32))
@@ -304,6 +341,10 @@ def softmax_reference(x, m, ls, diff_min) -> jax.Array:
 
     ``m``, ``ls``, ``diff_min`` from :func:`softmax_reference_params`. Rows longer than
     :data:`REFERENCE_MAX_DEPTH` are the caller's to reject. Returns int32."""
+    x = check_int_array(x, "x")
+    check_ints(m, "m", _I32_MIN, _I32_MAX)
+    check_ints(ls, "ls", 0, 31)
+    check_ints(diff_min, "diff_min", _I32_MIN, 0)
     x = jnp.asarray(x, _I32)
     m, ls, diff_min = (jnp.asarray(v, _I32) for v in (m, ls, diff_min))
     d = x - jnp.max(x, axis=-1, keepdims=True)
@@ -349,6 +390,10 @@ def softmax_optimized(x, table, s_out, z_out) -> jax.Array:
         y = clamp(round_half_away(e * inv) + z_out, -128, 127)
 
     Returns int32."""
+    x = check_int_array(x, "x")
+    check_table(table, "table", 256, integer=False)
+    check_scale(s_out, "s_out")
+    check_zero_point(z_out, "z_out", -128, 127)
     x = jnp.asarray(x, _I32)
     k = jnp.max(x, axis=-1, keepdims=True) - x
     e = jnp.take(jnp.asarray(table, jnp.float32), k, axis=0)

@@ -23,7 +23,9 @@ from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 from hwjax.tflite._arith import (
-    REQUANT, activation_range, quantize_multiplier, requant_params, requantize,
+    INT32_MAX, INT32_MIN, REQUANT, activation_range, check_act_range, check_int_array, check_params,
+    check_requant_params, check_scale, check_scales, check_zero_point, quantize_multiplier, requant_params,
+    requantize,
 )
 
 _I32 = jnp.int32
@@ -37,6 +39,7 @@ def _concrete(v, what: str):
 
 
 def _zp(v, what: str) -> int:
+    check_zero_point(v, what)
     z = _concrete(v, what)
     if z.size != 1 or z.reshape(()) != np.round(z.reshape(())):
         raise RangeError(f"{what} must be one integer, got {v!r}")
@@ -115,8 +118,41 @@ def _by_chunks(fn, x, n_lead: int, per_example_bytes: int):
 # ------------------------------------------------------------------ internal (params given)
 
 
+def _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom=None, kind="fc"):
+    """The checks of :func:`fc_int`, :func:`conv_int`, :func:`depthwise_int` (values when
+    concrete; shapes and types always)."""
+    V.check_choice(requant, tuple(REQUANT), "requant")
+    x = check_int_array(x, "x", -128, 255)
+    kernel = check_int_array(kernel, "kernel", -128, 127)
+    bias = check_int_array(bias, "bias", INT32_MIN, INT32_MAX)
+    check_zero_point(zin, "zin")
+    check_zero_point(zout, "zout")
+    check_act_range(act_min, act_max)
+    ndim = {"fc": 2, "conv": 4, "depthwise": 3}[kind]
+    if kernel.ndim != ndim:
+        layout = {"fc": "(O, I)", "conv": "OHWI", "depthwise": "(kh, kw, C)"}[kind]
+        raise ShapeError(f"kernel must have {ndim} axes {layout}, got shape {kernel.shape}")
+    n_out = kernel.shape[-1] if kind == "depthwise" else kernel.shape[0]
+    if bias.shape != (n_out,):
+        raise ShapeError(f"bias must have shape ({n_out},), got {bias.shape}")
+    check_requant_params(rq, requant, "rq", n_out)
+    n_in = kernel.shape[-1]
+    if x.ndim < (1 if kind == "fc" else 3) or x.shape[-1] != n_in:
+        raise ShapeError(f"x must be ({'...' if kind == 'fc' else '..., H, W'}, {n_in}) for a kernel of shape "
+                         f"{kernel.shape}, got shape {x.shape}")
+    if kind != "fc":
+        if not isinstance(geom, ConvGeometry):
+            raise ArgTypeError(f"geom must be a ConvGeometry (see conv_geometry), got {geom!r}")
+        khw = tuple(kernel.shape[1:3] if kind == "conv" else kernel.shape[:2])
+        if tuple(geom.in_hw) != tuple(x.shape[-3:-1]) or tuple(geom.kernel) != khw:
+            raise ShapeError(f"geom (input {geom.in_hw}, kernel {geom.kernel}) does not match x of shape {x.shape} "
+                             f"and kernel of shape {kernel.shape}")
+    return x, kernel, bias
+
+
 def fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max):
     """x (..., I) int32 holding int8 (or uint8) values, kernel (O, I) int8 values, bias (O,) -> (..., O)."""
+    x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max)
     x8, _, c = _int8_operand(x, zin)
     acc = _dot8(x8, kernel) + _folded_bias(kernel, bias, jnp.asarray(zin, _I32), c)
     return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
@@ -125,6 +161,7 @@ def fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max):
 def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
     """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O): int8 im2col patches (padded taps
     read the input zero point) and one int8 dot."""
+    x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom, "conv")
     k = kernel.reshape(kernel.shape[0], -1)
 
     def one(x):
@@ -139,6 +176,8 @@ def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: Co
 
 def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
     """x (..., H, W, C), kernel (kh, kw, C) -> (..., OH, OW, C)."""
+    x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom,
+                                        "depthwise")
     k = kernel.reshape(-1, kernel.shape[-1]).astype(_I32)
 
     def one(x):
@@ -165,6 +204,7 @@ def tap_counts(geom: ConvGeometry) -> np.ndarray:
 def avgpool_int(x, geom: ConvGeometry, act_min, act_max):
     """TFLite int8 average pool: in-image taps summed, divided by their count rounding
     half away from zero (C integer division of ``acc +- count/2``)."""
+    x = _check_pool(x, geom, act_min, act_max)
     taps = window_taps(x, geom, pad_value=0)
     acc = sum(taps[1:], taps[0])
     n = np.asarray(tap_counts(geom))[:, :, None]
@@ -173,7 +213,19 @@ def avgpool_int(x, geom: ConvGeometry, act_min, act_max):
     return jnp.clip(q, act_min, act_max)
 
 
+def _check_pool(x, geom, act_min, act_max):
+    x = check_int_array(x, "x", -128, 127)
+    if not isinstance(geom, ConvGeometry):
+        raise ArgTypeError(f"geom must be a ConvGeometry (see conv_geometry), got {geom!r}")
+    if x.ndim < 3 or tuple(x.shape[-3:-1]) != tuple(geom.in_hw):
+        raise ShapeError(f"x must be (..., {geom.in_hw[0]}, {geom.in_hw[1]}, C) for geom, got shape {x.shape}")
+    check_act_range(act_min, act_max)
+    return x
+
+
 def maxpool_int(x, geom: ConvGeometry, act_min, act_max):
+    """TFLite int8 max pool: the largest in-image tap, clamped to ``[act_min, act_max]``."""
+    x = _check_pool(x, geom, act_min, act_max)
     taps = window_taps(x, geom, pad_value=-(2**31))
     m = taps[0]
     for t in taps[1:]:
@@ -185,7 +237,9 @@ def add_params(s1, s2, s_out) -> dict[str, np.ndarray]:
     """TFLite int8 ADD recipe (``add.cc`` Prepare): left shift 20, input multipliers
     ``s_i / (2 max(s1, s2))`` and output multiplier ``2 max(s1, s2) / (2**20 s_out)``,
     each through ``QuantizeMultiplier`` (float64)."""
-    s1, s2, s_out = (float(np.float32(v)) for v in (s1, s2, s_out))
+    for v, n in ((s1, "s1"), (s2, "s2"), (s_out, "s_out")):
+        check_scale(v, n)
+    s1, s2, s_out = (float(np.float32(np.asarray(v, np.float32).reshape(()))) for v in (s1, s2, s_out))
     twice_max = 2.0 * max(s1, s2)
     m1, e1 = quantize_multiplier(s1 / twice_max)
     m2, e2 = quantize_multiplier(s2 / twice_max)
@@ -198,7 +252,30 @@ def _mbqm_small(x, m, e):
     return rounding_divide_by_pot(srdhm(x, m), jnp.maximum(-e, 0))
 
 
+ADD_KEYS = ("m1", "e1", "m2", "e2", "mo", "eo")
+
+
+def check_add_operands(x1, x2):
+    """Two int8-valued integer arrays of shapes that broadcast (ShapeError naming ``x2``)."""
+    x1 = check_int_array(x1, "x1")
+    x2 = check_int_array(x2, "x2")
+    try:
+        jnp.broadcast_shapes(x1.shape, x2.shape)
+    except ValueError:
+        raise ShapeError(f"x2 of shape {x2.shape} does not broadcast against x1 of shape {x1.shape}") from None
+    return x1, x2
+
+
 def add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
+    """TFLite's reference int8 ADD (``p`` from :func:`add_params`; int8 values in, int32
+    out). Concrete arguments are checked; traced ones are the caller's contract."""
+    x1, x2 = check_add_operands(x1, x2)
+    check_params(p, "p", ADD_KEYS)
+    for k in ADD_KEYS:
+        check_int_array(p[k], f"p['{k}']", INT32_MIN, INT32_MAX)
+    for v, n in ((z1, "z1"), (z2, "z2"), (zout, "zout")):
+        check_zero_point(v, n)
+    check_act_range(act_min, act_max)
     a = _mbqm_small((x1 - z1) * (1 << 20), p["m1"], p["e1"])
     b = _mbqm_small((x2 - z2) * (1 << 20), p["m2"], p["e2"])
     s = a + b
@@ -223,6 +300,9 @@ def _check_requant(requant: str) -> str:
 def _prepare(x, w, b, n_out, input_scale, input_zero_point, filter_scales, output_scale, output_zero_point,
              requant, activation, float32_product):
     _check_requant(requant)
+    check_scale(input_scale, "input_scale")
+    check_scale(output_scale, "output_scale")
+    check_scales(filter_scales, "filter_scales")
     zin = _zp(input_zero_point, "input_zero_point")
     zout = _zp(output_zero_point, "output_zero_point")
     fs = _concrete(filter_scales, "filter_scales").astype(np.float32).reshape(-1)
@@ -268,11 +348,17 @@ def fully_connected(x, w, b, *, input_scale, input_zero_point, filter_scales, ou
 def conv_geometry(in_hw, kernel_hw, stride, padding, dilation=(1, 1)) -> ConvGeometry:
     """TFLite SAME/VALID geometry (``padding.h``: the extra pixel of an odd total after)."""
     padding = padding.upper() if isinstance(padding, str) else padding
-    if padding not in ("SAME", "VALID"):
+    if not (isinstance(padding, str) and padding in ("SAME", "VALID")):
         raise RangeError(f"padding must be 'SAME' or 'VALID', got {padding!r}")
-    s = (stride, stride) if isinstance(stride, int) else tuple(stride)
-    d = (dilation, dilation) if isinstance(dilation, int) else tuple(dilation)
-    return ConvGeometry.make(tuple(in_hw), tuple(kernel_hw), s, padding, d)
+    pairs = []
+    for v, n in ((in_hw, "in_hw"), (kernel_hw, "kernel"), (stride, "stride"), (dilation, "dilation")):
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and n in ("stride", "dilation"):
+            v = (v, v)
+        if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list, np.ndarray)):
+            raise ArgTypeError(f"{n} must be a pair of ints{' or one int' if n in ('stride', 'dilation') else ''}, "
+                               f"got {v!r}")
+        pairs.append(tuple(v))
+    return ConvGeometry.make(*pairs[:3], padding, pairs[3])
 
 
 def conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_scale, input_zero_point, filter_scales,

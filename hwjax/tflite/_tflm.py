@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.errors import UnsupportedOpError
-from hwjax.tflite._arith import mbqm_double
+from hwjax.tflite._arith import check_int_array, check_ints, check_params, check_scale, check_zero_point, mbqm_double
 from hwjax.tflite._convert_nonlinear import (
     INT32_MAX,
     _sat_shl,
@@ -57,6 +57,8 @@ def sigmoid_tanh_params(s_in) -> dict[str, np.ndarray]:
     then ``radius`` is 0 and every output saturates before the multiplier is used.
     Raises UnsupportedOpError for a scale below 2**-28 (TFLM would shift by a negative
     amount)."""
+    check_scale(s_in, "s_in")
+    s_in = np.asarray(s_in, np.float32).reshape(())
     r = float(np.float32(s_in)) * 2.0 ** (31 - INPUT_INTEGER_BITS)
     q, ls = math.frexp(r)
     if ls < 0:
@@ -75,7 +77,14 @@ def one_minus_x_over_one_plus_x_for_x_in_0_1(a) -> jax.Array:
 
 
 def _q4_input(x, z_in, p):
-    """``(d, a)``: ``d = x - z_in`` and its Q4.27 value ``a = MBQM(d, m, ls)`` (double rounding)."""
+    """``(d, a)``: ``d = x - z_in`` and its Q4.27 value ``a = MBQM(d, m, ls)`` (double rounding).
+    Concrete arguments are checked (``x`` int8 values, ``p`` from :func:`sigmoid_tanh_params`)."""
+    x = check_int_array(x, "x")
+    check_zero_point(z_in, "z_in", -128, 127)
+    check_params(p, "p", ("m", "ls", "radius"))
+    check_ints(p["m"], "p['m']", 0, 2**31 - 1)
+    check_ints(p["ls"], "p['ls']", 0, 31)
+    check_ints(p["radius"], "p['radius']", 0, 2**31 - 1)
     d = jnp.asarray(x, _I32) - jnp.asarray(z_in, _I32)
     inside = jnp.abs(d) < p["radius"]
     a = mbqm_double(jnp.where(inside, d, 0), p["m"], p["ls"])  # outside: saturated below, value unused

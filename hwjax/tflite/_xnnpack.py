@@ -30,11 +30,16 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import RangeError, UnsupportedOpError
-from hwjax.tflite._arith import activation_range, quantize_multiplier
-from hwjax.tflite._kernels import add_params
+from hwjax.errors import RangeError, ShapeError, UnsupportedOpError
+from hwjax.core import validate as V
+from hwjax.tflite._arith import (
+    INT32_MAX, INT32_MIN, check_act_range, check_int_array, check_ints, check_params, check_scale,
+    check_zero_point, activation_range, quantize_multiplier,
+)
+from hwjax.tflite._kernels import ADD_KEYS, add_params, check_add_operands
 
 _I32 = jnp.int32
+_RUNTIMES = ("optimized", "xnnpack")  # the runtimes whose ADD / QUANTIZE differ from the reference kernels
 #: elements per iteration of LiteRT's optimized (NEON / NEON_2_SSE) int8 ADD and Requantize loops
 VECTOR_BLOCK = 16
 
@@ -260,6 +265,15 @@ def requant_jax(x, p, runtime: str):
     """QUANTIZE int8 -> int8 as ``runtime`` (``"optimized"`` or ``"xnnpack"``) runs it, ``p``
     with ``m, e, zin, zout`` (LiteRT) and, for ``"xnnpack"``, ``cvt_mult`` and ``xnn``
     (1 where the delegate takes the node)."""
+    V.check_choice(runtime, _RUNTIMES, "runtime")
+    x = check_int_array(x, "x")
+    if x.ndim < 1:
+        raise ShapeError(f"x must have a leading batch axis, got shape {x.shape}")
+    check_params(p, "p", ("m", "e", "zin", "zout") + (("cvt_mult", "xnn") if runtime == "xnnpack" else ()))
+    check_ints(p["m"], "p['m']", INT32_MIN, INT32_MAX)
+    check_ints(p["e"], "p['e']", -31, 31)
+    check_zero_point(p["zin"], "p['zin']")
+    check_zero_point(p["zout"], "p['zout']")
     y = neon_requantize_int(x, p["m"], p["e"], p["zin"], p["zout"])
     if runtime == "xnnpack":
         y = jnp.where(p["xnn"] != 0, xnn_cvt_int(x, p["zin"], p["zout"], p["cvt_mult"]), y)
@@ -270,6 +284,17 @@ def add_jax(x1, x2, p, runtime: str):
     """ADD as ``runtime`` (``"optimized"`` or ``"xnnpack"``) runs it; ``p`` holds the LiteRT
     parameters (:func:`litert_add_params`, ``z1, z2, zout, act_min, act_max``) and, for
     ``"xnnpack"``, the XNNPACK ones prefixed ``xnn_`` and ``xnn`` (1 where delegated)."""
+    V.check_choice(runtime, _RUNTIMES, "runtime")
+    x1, x2 = check_add_operands(x1, x2)
+    if x1.ndim < 1:
+        raise ShapeError(f"x1 must have a leading batch axis, got shape {x1.shape}")
+    xnn = ("xnn",) + tuple("xnn_" + k for k in ("a_mult", "b_mult", "bias", "shift", "act_min", "act_max"))
+    check_params(p, "p", ADD_KEYS + ("z1", "z2", "zout", "act_min", "act_max") + (xnn if runtime == "xnnpack" else ()))
+    for k in ADD_KEYS:
+        check_ints(p[k], f"p['{k}']", INT32_MIN, INT32_MAX)
+    for k in ("z1", "z2", "zout"):
+        check_zero_point(p[k], f"p['{k}']")
+    check_act_range(p["act_min"], p["act_max"], ("p['act_min']", "p['act_max']"))
     y = neon_add_int(x1, x2, p, p["z1"], p["z2"], p["zout"], p["act_min"], p["act_max"])
     if runtime == "xnnpack":
         q = {k[4:]: v for k, v in p.items() if k.startswith("xnn_")}
@@ -302,6 +327,11 @@ def add_recipe(runtime: str, activation, s1, z1, s2, z2, s_out, z_out) -> dict[s
     ``activation`` node (LiteRT's bounds) while XNNPACK clamps with its own is exact
     unless those bounds differ (:func:`xnn_clamp_disagrees`); this ADD cannot tell whether
     such a node follows, so that case raises UnsupportedOpError rather than risk it."""
+    V.check_choice(runtime, _RUNTIMES, "runtime")
+    for v, n in ((s1, "s1"), (s2, "s2"), (s_out, "s_out")):
+        check_scale(v, n)
+    for v, n in ((z1, "z1"), (z2, "z2"), (z_out, "z_out")):
+        check_zero_point(v, n)
     p = dict(litert_add_params(s1, s2, s_out))
     lo, hi = activation_range(activation, s_out, int(z_out))
     p.update(act_min=np.int32(lo), act_max=np.int32(hi))
@@ -324,6 +354,9 @@ def requant_recipe(runtime: str, s_in, s_out) -> dict[str, np.ndarray]:
     """Host recipe of QUANTIZE int8 -> int8 on ``"optimized"`` / ``"xnnpack"``: LiteRT's
     ``QuantizeMultiplier(double(s_in) / double(s_out))`` as ``m, e``; on ``"xnnpack"`` also
     :func:`xnn_cvt_params` (0 when not delegated) and the flag ``xnn``."""
+    V.check_choice(runtime, _RUNTIMES, "runtime")
+    check_scale(s_in, "s_in")
+    check_scale(s_out, "s_out")
     m, e = quantize_multiplier(float(_f32(s_in)) / float(_f32(s_out)))
     p = {"m": np.int32(m), "e": np.int32(e)}
     if runtime == "xnnpack":
