@@ -164,7 +164,7 @@ def _predict_fn(model, input_shape=None) -> tuple[Callable, Any]:
                 return _as_output(model.apply(st, x))
             model._hwjax_predict = fn
         return fn, model.state()
-    raise TypeError(f"model must be a flax.nnx.Module or a hwjax.load() model, got {type(model).__name__}")
+    raise ArgTypeError(f"model must be a flax.nnx.Module or a hwjax.load() model, got {type(model).__name__}")
 
 
 def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,

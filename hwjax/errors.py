@@ -32,4 +32,12 @@ class UnsupportedOpError(HwjaxError, NotImplementedError):
     """An op kind (or an op configuration) that a target or file reader does not support."""
 
 
-__all__ = ["ArgTypeError", "FormatError", "HwjaxError", "RangeError", "ShapeError", "UnsupportedOpError"]
+class UnknownOpError(UnsupportedOpError, KeyError):
+    """An op kind name that no registry knows (also a KeyError, as registry lookups are)."""
+
+    def __str__(self) -> str:  # the message as given, not KeyError's quoted repr
+        return str(self.args[0]) if self.args else ""
+
+
+__all__ = ["ArgTypeError", "FormatError", "HwjaxError", "RangeError", "ShapeError", "UnknownOpError",
+           "UnsupportedOpError"]

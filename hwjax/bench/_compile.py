@@ -66,9 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                      _compile(lambda st, v, g=graphdef: nnx.merge(g, st)(v), state, x)))
         if mode == "hardware":
             g = G.lower(hn.to_graph(model, input_shape=shape), target)
-            xq = jnp.asarray(rng.integers(-128, 128, (args.batch_size,) + shape), jnp.int8)
             rows.append(("hardware forward, lowered graph (jit_run)",
-                         _compile(lambda gr, v: G.run(gr, v, target), g, xq)))
+                         _compile(lambda gr, v: G.run(gr, v, target), g, x)))
         gd, params, rest = nnx.split(model, nnx.Param, ...)
         rows.append((f"{mode} training step", _compile(make_step(gd, tx), params, tx.init(params), rest, x, y)))
 

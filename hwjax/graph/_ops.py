@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
-from hwjax.errors import FormatError
+from hwjax.errors import ArgTypeError, FormatError, RangeError, UnknownOpError
 
 _OPS: dict[str, "OpSpec"] = {}
 
@@ -101,21 +101,22 @@ class OpSpec:
 
 
 def register_op(spec: OpSpec, *, replace: bool = False) -> OpSpec:
-    """Adds an op kind to the registry (ValueError if the name is taken, unless ``replace``)."""
-    if not isinstance(spec, OpSpec) or not spec.name:
-        raise TypeError(f"register_op takes an OpSpec instance with a name, got {spec!r}")
+    """Adds an op kind to the registry (RangeError if the name is taken, unless ``replace``;
+    ArgTypeError for anything but a named :class:`OpSpec` instance)."""
+    if not isinstance(spec, OpSpec) or not isinstance(spec.name, str) or not spec.name:
+        raise ArgTypeError(f"spec: register_op takes an OpSpec instance with a name, got {spec!r}")
     if spec.name in _OPS and not replace:
-        raise ValueError(f"op kind {spec.name!r} is already registered")
+        raise RangeError(f"op kind {spec.name!r} is already registered (pass replace=True to replace it)")
     _OPS[spec.name] = spec
     return spec
 
 
 def get_op(name: str) -> OpSpec:
-    """The :class:`OpSpec` registered as ``name`` (KeyError naming the known kinds)."""
-    try:
-        return _OPS[name]
-    except KeyError:
-        raise KeyError(f"unknown op kind {name!r}; registered: {sorted(_OPS)}") from None
+    """The :class:`OpSpec` registered as ``name`` (:class:`hwjax.errors.UnknownOpError`, a
+    KeyError, naming the known kinds)."""
+    if not isinstance(name, str) or name not in _OPS:
+        raise UnknownOpError(f"unknown op kind {name!r}; registered: {sorted(_OPS)}")
+    return _OPS[name]
 
 
 def ops() -> tuple[str, ...]:

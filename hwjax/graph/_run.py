@@ -10,15 +10,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import compute_once
-from hwjax.errors import FormatError, RangeError, ShapeError
+from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError
 from hwjax.graph._ir import Graph, Node
 
 _NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "float32": np.float32}
 
 
+def _check_graph(graph) -> None:
+    if not isinstance(graph, Graph):
+        raise ArgTypeError(f"graph must be a hwjax.graph.Graph, got {type(graph).__name__}")
+
+
 def _resolve_target(graph: Graph, target):
     from hwjax.targets import resolve
 
+    _check_graph(graph)
     if target is None:
         if graph.target is None:
             raise ValueError("this graph holds portable parameters: pass the target to run it on "
@@ -176,7 +183,6 @@ def _runtime_scalar(x: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("target", "intermediates", "return_stats", "chunk"))
 def jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, return_stats: bool = False,
             chunk: Optional[int] = None):
     """:func:`run` under ``jax.jit``: compiled once per graph structure, target and input
@@ -188,6 +194,16 @@ def jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, r
     each node's buffers cache-sized instead of mapping fresh memory per call for large
     batches. Not with ``intermediates`` or ``return_stats``.
     """
+    _check_graph(graph)
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise RangeError(f"jit_run: chunk must be a positive int (examples per chunk) or None, got {chunk!r}")
+    return _jit_run(graph, inputs, target, intermediates=V.check_flag(intermediates, "intermediates"),
+                    return_stats=V.check_flag(return_stats, "return_stats"), chunk=chunk)
+
+
+@functools.partial(jax.jit, static_argnames=("target", "intermediates", "return_stats", "chunk"))
+def _jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, return_stats: bool = False,
+             chunk: Optional[int] = None):
     if chunk is None:
         return run(graph, inputs, target, intermediates=intermediates, return_stats=return_stats)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from hwjax.errors import ArgTypeError, RangeError
 from hwjax.nn._qarray import QArray
 from hwjax.targets import resolve as resolve_target
 from hwjax.nn._quant import INT8_MAX, INT8_MIN, act_qparams, compute_once
@@ -21,8 +22,8 @@ ACTIVATIONS: tuple = (None, "relu")
 
 
 def check_mode(mode: Any) -> str:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise RangeError(f"mode must be one of {MODES}, got {mode!r}")
     return mode
 
 
@@ -267,6 +268,11 @@ class HwLayer(nnx.Module):
         return x
 
 
+def _check_model(model) -> None:
+    if not isinstance(model, nnx.Module):
+        raise ArgTypeError(f"model must be a flax.nnx.Module holding hwjax.nn layers, got {type(model).__name__}")
+
+
 def set_mode(model: nnx.Module, mode: Mode) -> nnx.Module:
     """Sets ``mode`` on every hwjax layer inside ``model`` (in place); returns ``model``.
 
@@ -275,11 +281,12 @@ def set_mode(model: nnx.Module, mode: Mode) -> nnx.Module:
     uncalibrated layers otherwise.
     """
     check_mode(mode)
+    _check_model(model)
     layers = [(p, m) for p, m in nnx.iter_modules(model) if isinstance(m, HwLayer)]
     if mode == "hardware":
         bad = ["/".join(map(str, p)) or "<root>" for p, m in layers if not m.is_calibrated()]
         if bad:
-            raise ValueError(f"cannot switch to hardware mode: layers {bad} are not calibrated; "
+            raise RangeError(f"cannot switch to hardware mode: layers {bad} are not calibrated; "
                              f"run the model in 'calibrate' mode on representative inputs first")
     for _, m in layers:
         m.mode = mode
@@ -287,8 +294,10 @@ def set_mode(model: nnx.Module, mode: Mode) -> nnx.Module:
 
 
 def get_mode(model: nnx.Module) -> str:
-    """The common mode of the hwjax layers in ``model`` (ValueError if they differ)."""
+    """The common mode of the hwjax layers in ``model`` (RangeError if they differ or there
+    are none)."""
+    _check_model(model)
     modes = {m.mode for _, m in nnx.iter_modules(model) if isinstance(m, HwLayer)}
     if len(modes) != 1:
-        raise ValueError(f"model layers are in modes {sorted(modes)}; expected exactly one")
+        raise RangeError(f"model layers are in modes {sorted(modes)}; expected exactly one")
     return modes.pop()

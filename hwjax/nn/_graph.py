@@ -10,6 +10,7 @@ from typing import Mapping, Sequence, Union
 
 from flax import nnx
 
+from hwjax.errors import ArgTypeError, RangeError, UnsupportedOpError
 from hwjax.nn._base import HwLayer, check_mode
 from hwjax.nn._layers import Add
 
@@ -150,15 +151,19 @@ def from_graph(graph, target=None, *, mode: str = "hardware") -> GraphModel:
       target: the target to run on (a Target or registered name; required).
       mode: the layers' mode.
     """
+    from hwjax.graph import Graph
     from hwjax.targets import resolve
 
+    if not isinstance(graph, Graph):
+        raise ArgTypeError(f"graph must be a hwjax.graph.Graph (e.g. hwjax.nn.to_graph(model) or "
+                           f"hwjax.tflite.load(path).graph), got {type(graph).__name__}")
     if graph.target is not None:
-        raise ValueError("from_graph needs a portable graph (its target's integer parameters cannot be turned back "
+        raise RangeError("from_graph needs a portable graph (its target's integer parameters cannot be turned back "
                          "into float weights); lowered graphs come from hwjax.load")
     if target is None:
-        raise ValueError("from_graph needs the target to run the layers on")
+        raise ArgTypeError("from_graph needs the target to run the layers on (a Target or a registered name)")
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-        raise ValueError(f"from_graph supports one input and one output, got {len(graph.inputs)} and "
+        raise UnsupportedOpError(f"from_graph supports one input and one output, got {len(graph.inputs)} and "
                          f"{len(graph.outputs)}")
     model = GraphModel(graph.validate(), resolve(target))
     check_mode(mode)
@@ -189,15 +194,15 @@ def to_graph(model, input_shape=None):
     from hwjax.graph import Graph, Tensor
 
     if not isinstance(model, (Sequential, GraphModel)):
-        raise TypeError(f"to_graph needs a hwjax.nn.Sequential or GraphModel, got {type(model).__name__}")
+        raise ArgTypeError(f"model: to_graph needs a hwjax.nn.Sequential or GraphModel, got {type(model).__name__}")
     shape = tuple(input_shape if input_shape is not None else getattr(model, "input_shape", ()) or ())
     if not shape or not all(isinstance(d, int) and d >= 1 for d in shape):
-        raise ValueError(f"input_shape must be a non-empty tuple of positive ints (the model has no "
+        raise RangeError(f"input_shape must be a non-empty tuple of positive ints (the model has no "
                          f"input_shape attribute), got {input_shape!r}")
     layers = [(p, m) for p, m in nnx.iter_modules(model) if isinstance(m, HwLayer)]
     bad = ["/".join(map(str, p)) for p, m in layers if not m.is_calibrated()]
     if bad:
-        raise ValueError(f"layers {bad} are not calibrated (run the model in 'calibrate' mode first)")
+        raise RangeError(f"layers {bad} are not calibrated (run the model in 'calibrate' mode first)")
     first = next(iter(model.layers), None)  # (a GraphModel's first node)
     if getattr(first, "kind", None) != "quantize":
         raise ValueError("the model's first layer must be a hwjax.nn.Quantize")

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from hwjax.core import validate as V
+
 
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
@@ -48,5 +50,8 @@ class QArray:
 
 
 def as_float(x) -> jax.Array:
-    """Dequantises a :class:`QArray`; returns any other array unchanged."""
-    return x.dequantize() if isinstance(x, QArray) else x
+    """Dequantises a :class:`QArray`; returns any other array (or array-like: a list, a
+    NumPy array) as a JAX array, unchanged in value; ArgTypeError for anything else."""
+    if isinstance(x, QArray):
+        return x.dequantize()
+    return V.as_array(x, "x")

@@ -22,10 +22,13 @@ from __future__ import annotations
 import functools
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from typing import Any, Callable
 
 from hwjax.core import div_rn, quantize_affine
+from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 sg = jax.lax.stop_gradient
 
@@ -34,7 +37,6 @@ WEIGHT_MAX = 127  # weights are symmetric int8: [-127, 127]
 _I32_MAX = 2**31 - 1
 
 
-@functools.partial(jax.jit, static_argnames=("symmetric",))
 def act_qparams(rng: jax.Array, *, symmetric: bool = False) -> tuple[jax.Array, jax.Array]:
     """(scale, zero_point) of an int8 tensor covering the real range ``rng = [lo, hi]``.
 
@@ -45,7 +47,23 @@ def act_qparams(rng: jax.Array, *, symmetric: bool = False) -> tuple[jax.Array, 
     the ReLU. Symmetric: ``scale = max(|lo|, |hi|) / 127``, ``zero_point = 0``.
     An empty or degenerate range gives ``scale = 1``. Not differentiable (used on
     calibration statistics).
+
+    ``rng``: two real numbers (array, list, NumPy values), ``+-inf`` allowed (the empty
+    range ``[inf, -inf]`` of an uncalibrated layer), NaN not (RangeError when concrete);
+    ``symmetric`` a Python bool.
     """
+    symmetric = V.check_flag(symmetric, "symmetric")
+    rng = V.as_array(rng, "rng")
+    V.kind(rng, "rng")
+    if rng.shape != (2,):
+        raise ShapeError(f"rng must have shape (2,) ([lo, hi]), got {rng.shape}")
+    if V.is_concrete(rng) and np.isnan(np.asarray(rng, np.float32)).any():
+        raise RangeError(f"rng must not hold NaN; got {np.asarray(rng).tolist()}")
+    return _act_qparams(rng, symmetric)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _act_qparams(rng: jax.Array, symmetric: bool) -> tuple[jax.Array, jax.Array]:
     rng = sg(jnp.asarray(rng, jnp.float32))
     lo = jnp.minimum(rng[0], 0.0)
     hi = jnp.maximum(rng[1], 0.0)
@@ -68,7 +86,16 @@ def exact_forward(exact: jax.Array, surrogate: jax.Array) -> jax.Array:
     arithmetic), so the forward value equals ``exact`` exactly (unlike the common
     ``surrogate + stop_gradient(exact - surrogate)``, which can be off by an ulp).
     Non-finite surrogate entries contribute 0 (and no gradient).
+
+    ``exact`` and ``surrogate``: arrays of the same shape (ShapeError otherwise);
+    ``surrogate`` a float array.
     """
+    exact, surrogate = V.as_array(exact, "exact"), V.as_array(surrogate, "surrogate")
+    V.kind(exact, "exact")
+    if V.kind(surrogate, "surrogate") != "float":
+        raise ArgTypeError(f"surrogate must be a float array (it carries the gradient), got {surrogate.dtype}")
+    if exact.shape != surrogate.shape:
+        raise ShapeError(f"exact and surrogate must have the same shape, got {exact.shape} and {surrogate.shape}")
     exact = exact.astype(surrogate.dtype)
     d = surrogate - sg(surrogate)
     return exact + jnp.where(jnp.isfinite(d), d, 0.0)
@@ -82,19 +109,31 @@ def act_int(x: jax.Array, scale: jax.Array, zero_point: jax.Array) -> jax.Array:
 
 def quantize_act(x: jax.Array, scale: jax.Array, zero_point: jax.Array) -> jax.Array:
     """:func:`act_int` with a straight-through gradient: ``1 / scale`` where the value was
-    not clipped, 0 where it was."""
-    x = jnp.asarray(x, jnp.float32)
+    not clipped, 0 where it was. ``scale`` > 0 and ``zero_point`` an int8 value
+    (RangeError when concrete), broadcasting against ``x`` (see :func:`hwjax.core.quantize_affine`)."""
+    x = V.as_array(x, "x")
+    zero_point = V.as_array(zero_point, "zero_point")
+    V.check_range(zero_point, INT8_MIN, INT8_MAX, "zero_point")
+    q = act_int(x, scale, zero_point)  # validates x, scale, zero_point
+    x = x.astype(jnp.float32)
     sur = jnp.clip(x / scale + zero_point.astype(jnp.float32), INT8_MIN, INT8_MAX)
-    return exact_forward(act_int(x, scale, zero_point), sur)
+    return exact_forward(q, sur)
 
 
 def weight_scales(w: jax.Array, reduce_axes: tuple[int, ...]) -> jax.Array:
     """Per-output-channel weight scales ``max|w_c| / 127`` (1 for an all-zero channel).
 
     ``reduce_axes`` are the axes that are *not* the output channel. No gradient
-    (the scale follows the weights but is treated as a constant).
+    (the scale follows the weights but is treated as a constant). ``w`` a finite float
+    array (RangeError for NaN/Inf when concrete), ``reduce_axes`` axes of ``w``.
     """
-    m = jnp.max(jnp.abs(sg(w)), axis=reduce_axes)
+    w = V.as_array(w, "w")
+    V.kind(w, "w")
+    V.check_finite(w, "w")
+    axes = (reduce_axes,) if isinstance(reduce_axes, (int, np.integer)) else tuple(reduce_axes)
+    for a in axes:
+        V.check_static_int(a, -w.ndim, w.ndim - 1, "reduce_axes")
+    m = jnp.max(jnp.abs(sg(w)), axis=axes)
     return jnp.where(m > 0, div_rn(m, float(WEIGHT_MAX)), 1.0)
 
 
@@ -107,8 +146,17 @@ def quantize_weights(w: jax.Array, scales: jax.Array) -> jax.Array:
     """:func:`weights_int` with a straight-through gradient ``1 / scales``.
 
     ``scales`` broadcasts against ``w`` (output channel last); the clip never binds
-    for scales from :func:`weight_scales`.
+    for scales from :func:`weight_scales`. ``scales`` finite and > 0 (RangeError when
+    concrete); ShapeError when they do not broadcast.
     """
+    w, scales = V.as_array(w, "w"), V.as_array(scales, "scales")
+    V.kind(w, "w")
+    V.kind(scales, "scales")
+    V.check_positive(scales, "scales")
+    try:
+        jnp.broadcast_shapes(w.shape, scales.shape)
+    except ValueError:
+        raise ShapeError(f"scales of shape {scales.shape} does not broadcast against w of shape {w.shape}") from None
     return exact_forward(weights_int(w, scales), w / scales)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hwjax.core import ConvGeometry
+from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.graph._ops import OpSpec, register_op
 
 
@@ -12,7 +13,10 @@ def pool_geometry(attrs, in_shape) -> ConvGeometry:
     if len(in_shape) == 4:
         in_shape = in_shape[1:]
     if len(in_shape) != 3:
-        raise ValueError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
+        raise ShapeError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
+    for k in ("window", "strides"):
+        if k not in attrs:
+            raise ArgTypeError(f"attrs of a pool node need {k!r} (two positive ints), got {dict(attrs)!r}")
     return ConvGeometry.make(tuple(in_shape[:2]), tuple(attrs["window"]), tuple(attrs["strides"]), "VALID")
 
 

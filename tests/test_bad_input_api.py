@@ -1,0 +1,82 @@
+"""Bad inputs to the public functions of hwjax.nn, hwjax.graph and the top-level API.
+
+Each case must raise an :class:`hwjax.errors.HwjaxError` whose message names the
+argument (never an error from inside JAX, Flax or NumPy, never a silent result); the
+valid alternative forms (a list for an array) give the canonical result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hwjax
+import hwjax.graph as hg
+import hwjax.nn as hn
+from hwjax import targets as T
+from hwjax.errors import ArgTypeError, HwjaxError, RangeError, ShapeError, UnknownOpError
+
+F = np.float32
+
+
+def _model():
+    return hn.Sequential({"q": hn.Quantize(target=T.XS3())})
+
+
+CASES = [
+    # (call, error class, the name the message must contain)
+    (lambda: hn.act_qparams("x"), ArgTypeError, "rng"),
+    (lambda: hn.act_qparams(np.zeros(3, F)), ShapeError, "rng"),
+    (lambda: hn.act_qparams(np.array([np.nan, 1.0], F)), RangeError, "rng"),
+    (lambda: hn.act_qparams(np.array([0.0, 1.0], F), symmetric="yes"), ArgTypeError, "symmetric"),
+    (lambda: hn.weight_scales("w", (0,)), ArgTypeError, "w"),
+    (lambda: hn.weight_scales(np.ones((3, 3), F), (5,)), RangeError, "reduce_axes"),
+    (lambda: hn.weight_scales(np.full((3, 3), np.nan, F), (0,)), RangeError, "w"),
+    (lambda: hn.quantize_weights(np.ones((3, 2), F), np.zeros(2, F)), RangeError, "scales"),
+    (lambda: hn.quantize_weights(np.ones((3, 2), F), np.ones(5, F)), ShapeError, "scales"),
+    (lambda: hn.quantize_act(np.array([np.nan], F), 0.1, 0), RangeError, "x"),
+    (lambda: hn.quantize_act(np.array([1.0], F), 0.0, 0), RangeError, "scale"),
+    (lambda: hn.quantize_act(np.array([1.0], F), 0.1, 300), RangeError, "zero_point"),
+    (lambda: hn.as_float("x"), ArgTypeError, "x"),
+    (lambda: hn.exact_forward(np.ones(3, F), np.ones(4, F)), ShapeError, "surrogate"),
+    (lambda: hn.exact_forward(np.ones(3, F), np.ones(3, np.int32)), ArgTypeError, "surrogate"),
+    (lambda: hn.set_mode(_model(), "fast"), RangeError, "mode"),
+    (lambda: hn.set_mode("m", "float"), ArgTypeError, "model"),
+    (lambda: hn.get_mode(3), ArgTypeError, "model"),
+    (lambda: hn.to_graph("m"), ArgTypeError, "model"),
+    (lambda: hn.to_graph(_model(), (-1, 3)), RangeError, "input_shape"),
+    (lambda: hn.from_graph("g", T.XS3()), ArgTypeError, "graph"),
+    (lambda: hg.get_op("nonsense"), UnknownOpError, "nonsense"),
+    (lambda: hg.get_op(3), UnknownOpError, "op kind"),
+    (lambda: hg.lower("g", T.XS3()), ArgTypeError, "graph"),
+    (lambda: hg.jit_run("g", np.zeros(3)), ArgTypeError, "graph"),
+    (lambda: hg.pool_geometry({"window": (2, 2)}, (1, 4, 4, 1)), ArgTypeError, "strides"),
+    (lambda: hg.pool_geometry({"window": (2, 2), "strides": (1, 1)}, (4, 4)), ShapeError, "input"),
+    (lambda: hg.register_op("x"), ArgTypeError, "spec"),
+    (lambda: hwjax.evaluate("m", np.zeros((2, 3), F)), ArgTypeError, "model"),
+    (lambda: hwjax.export("m", "unused"), ArgTypeError, "model"),
+    (lambda: hwjax.checked(3), ArgTypeError, "fn"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_bad_argument_is_a_named_hwjax_error(i):
+    call, kind, name = CASES[i]
+    with pytest.raises(HwjaxError) as e:
+        call()
+    assert isinstance(e.value, kind), f"{type(e.value).__name__}: {e.value}"
+    assert name in str(e.value), str(e.value)
+
+
+def test_valid_alternative_forms_give_the_canonical_result():
+    want = hn.act_qparams(np.array([-1.0, 2.0], F))
+    got = hn.act_qparams([-1.0, 2.0])
+    assert [float(v) for v in got] == [float(v) for v in want]
+    np.testing.assert_array_equal(np.asarray(hn.as_float([1.0, 2.0])), [1.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(hn.weight_scales(np.ones((2, 3), F) * 127, 0)),
+                                  np.asarray(hn.weight_scales(np.ones((2, 3), F) * 127, (0,))))
+    # an empty range (an uncalibrated layer) is allowed: scale 1
+    assert float(hn.act_qparams(np.array([np.inf, -np.inf], F))[0]) == 1.0
+    # an unknown op kind is also a KeyError, as registry lookups are
+    with pytest.raises(KeyError):
+        hg.get_op("nonsense")
