@@ -35,10 +35,7 @@ def div_rn(a, b) -> jax.Array:
     a, b = V.as_array(a, "a"), V.as_array(b, "b")
     V.kind(a, "a")
     V.kind(b, "b")
-    try:
-        jnp.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise ShapeError(f"b of shape {b.shape} does not broadcast against a of shape {a.shape}") from None
+    V.check_broadcast(a, "a", b, "b")
     return _div_rn_jit(a, b)
 
 
@@ -116,10 +113,7 @@ def quantize_affine(x, scale, zero_point, *, lo: int = -128, hi: int = 127) -> j
     if V.kind(zero_point, "zero_point") == "float":
         V.check_integral(host[2], "zero_point")
     for name, v in (("scale", scale), ("zero_point", zero_point)):
-        try:
-            jnp.broadcast_shapes(x.shape, v.shape)
-        except ValueError:
-            raise ShapeError(f"{name} of shape {v.shape} does not broadcast against x of shape {x.shape}") from None
+        V.check_broadcast(x, "x", v, name)
     x = jax.lax.stop_gradient(x.astype(jnp.float32))
     z = zero_point.astype(jnp.float32)
     return jnp.clip(jnp.round(_div_rn_jit(x, scale) + z), lo, hi)

@@ -25,7 +25,7 @@ import numpy as np
 from hwjax.core import _validate as V
 from hwjax.core import _surrogate as S
 from hwjax.core import _wide
-from hwjax.errors import ShapeError
+
 
 Rounding = Literal["half_up", "half_away", "half_even", "floor", "trunc"]
 ROUNDING_MODES: tuple[str, ...] = ("half_up", "half_away", "half_even", "floor", "trunc")
@@ -197,10 +197,7 @@ def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
     s = checked_int(s, "shift")
     if not allow_left:
         V.check_range(s, 0, 2**31 - 1, "shift (use allow_left=True for left shifts)")
-    try:
-        jnp.broadcast_shapes(x.shape, s.shape)
-    except ValueError as e:
-        raise ShapeError(f"shift of shape {s.shape} does not broadcast against x of shape {x.shape}") from e
+    V.check_broadcast(x, "x", s, "shift")
     checked_int(x, "x")
     return _shift_right_jit(x, s, rounding, allow_left, saturation_grad)
 
@@ -277,10 +274,7 @@ def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int
     V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
     x = V.as_array(x, "x")
     m = V.as_array(m, "m")
-    try:
-        jnp.broadcast_shapes(x.shape, m.shape)
-    except ValueError as e:
-        raise ShapeError(f"m of shape {m.shape} does not broadcast against x of shape {x.shape}") from e
+    V.check_broadcast(x, "x", m, "m")
     symmetric = V.check_flag(symmetric, "symmetric")
     checked_int(x, "x")
     checked_int(m, "m")

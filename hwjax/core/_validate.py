@@ -245,6 +245,16 @@ def int_scalar(value: Any, lo: int, hi: int, name: str, *, label: str | None = N
     return jnp.asarray(a, jnp.int32)
 
 
+def check_broadcast(x: Any, x_name: str, y: Any, y_name: str) -> None:
+    """Raises :class:`ShapeError` naming ``y`` unless the shapes of ``y`` and ``x``
+    broadcast against each other."""
+    try:
+        jnp.broadcast_shapes(np.shape(x), np.shape(y))
+    except ValueError:
+        raise ShapeError(f"{y_name} of shape {tuple(np.shape(y))} does not broadcast against {x_name} of shape "
+                         f"{tuple(np.shape(x))}") from None
+
+
 def check_choice(value: Any, choices: tuple, name: str) -> Any:
     """``value`` if it is one of ``choices`` (strings compare by value, anything else by
     identity, so an array or a number is never mistaken for a choice); else

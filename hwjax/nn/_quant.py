@@ -153,10 +153,7 @@ def quantize_weights(w: jax.Array, scales: jax.Array) -> jax.Array:
     V.kind(w, "w")
     V.kind(scales, "scales")
     V.check_positive(scales, "scales")
-    try:
-        jnp.broadcast_shapes(w.shape, scales.shape)
-    except ValueError:
-        raise ShapeError(f"scales of shape {scales.shape} does not broadcast against w of shape {w.shape}") from None
+    V.check_broadcast(w, "w", scales, "scales")
     return exact_forward(weights_int(w, scales), w / scales)
 
 

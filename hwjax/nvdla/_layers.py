@@ -178,10 +178,7 @@ def sdp_x(v, *, alu_op=None, alu_shift=0, alu_algo: str = "sum", mul_op=None, mu
     sh_m = _register(mul_shift, 0, 63, "mul_shift")
     for a, name in ((op, "alu_op"), (m, "mul_op")):
         if a is not None:
-            try:
-                jnp.broadcast_shapes(x.shape, a.shape)
-            except ValueError:
-                raise ShapeError(f"{name} of shape {a.shape} does not broadcast against v of shape {x.shape}") from None
+            V.check_broadcast(x, "v", a, name)
     return _sdp_x_kernel(x, op, sh_a, m, sh_m, algo=alu_algo, relu=relu)
 
 

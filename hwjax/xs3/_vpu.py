@@ -539,10 +539,7 @@ def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware",
     mode, variant = _check_mode(mode), _check_variant(variant)
     xv = _checked_lanes(x, "x", mode, float_ok=True)
     s = _checked(shr, "shr", -(2**31), 2**31 - 1)
-    try:
-        jnp.broadcast_shapes(xv.shape, s.shape)
-    except ValueError as e:
-        raise ShapeError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
+    V.check_broadcast(xv, "x", s, "shr")
     return _vlashr_impl(xv, s, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
@@ -552,10 +549,7 @@ def _vlashr_impl(x, shr, *, mode, variant, saturation_grad):
     b = mode
     xv = _lanes(x, "x", b, float_ok=True)
     s = _int_operand(shr, "shr", -(2**31), 2**31 - 1)
-    try:
-        jnp.broadcast_shapes(xv.shape, s.shape)
-    except ValueError as e:
-        raise ShapeError(f"shr of shape {s.shape} does not broadcast against x of shape {xv.shape}") from e
+    V.check_broadcast(xv, "x", s, "shr")
 
     def forward(xv, s):
         xi = xv.astype(_I32)
