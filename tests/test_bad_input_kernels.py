@@ -316,7 +316,7 @@ CASES = [
     ("add_jax", "p", dict(p={}), A), ("add_jax", "x2", dict(x2=np.ones((2, 5), I32)), S),
     ("requant_recipe", "runtime", dict(runtime="x"), R), ("requant_recipe", "s_in", dict(s_in=0.0), R),
     ("requant_recipe", "s_out", dict(s_out=NAN), R),
-    ("requant_jax", "x", dict(x=_with(X8, 0, 200)), R), ("requant_jax", "p", dict(p=_drop(RQ_REC, "zin")), A),
+    ("requant_jax", "x", dict(x=_with(X8, 0, 256)), R), ("requant_jax", "p", dict(p=_drop(RQ_REC, "zin")), A),
     ("requant_jax", "runtime", dict(runtime="reference"), R),
 ]
 
@@ -353,7 +353,7 @@ INT_ARRAYS = [
     ("mean_mbqm", "x", -128, 127), ("mean_float", "x", -128, 127), ("mul_mbqm", "x2", -128, 127),
     ("mul_lanes", "x1", -128, 127), ("mul_float", "x2", -128, 127), ("square_lut", "x", -128, 127),
     ("dequantize_exact", "x", -128, 127), ("dequantize_lanes", "x", -128, 127), ("add_jax", "x2", -128, 127),
-    ("requant_jax", "x", -128, 127), ("pad_int", "x", -128, 127), ("fully_connected", "x", -128, 127),
+    ("requant_jax", "x", -128, 255), ("pad_int", "x", -128, 255), ("fully_connected", "x", -128, 127),
 ]
 
 
@@ -421,6 +421,19 @@ def test_traced_values_are_not_checked(fname, args):
     xs = [kw[a] for a in args]
     same(jax.jit(f)(*xs), want)
     same(jax.vmap(f)(*[np.stack([x, x]) for x in xs]), np.stack([np.asarray(want)] * 2))
+
+
+def test_jit_with_every_array_and_parameter_argument_traced():
+    """Every array and parameter-dict argument traced at once (the TFLite target's form):
+    the checks let tracers through and the result is the eager one."""
+    for name, (fn, kw) in FUNCS.items():
+        traced = {k: v for k, v in kw.items()
+                  if isinstance(v, (np.ndarray, dict)) or (name, k) == ("concat_int", "xs")}
+        static = {k: v for k, v in kw.items() if k not in traced}
+        if not traced:
+            continue
+        got = jax.jit(lambda a, fn=fn, static=static: fn(**static, **a))(traced)
+        jax.tree_util.tree_map(same, got, call(name))
 
 
 def test_errors_are_hwjax_errors():

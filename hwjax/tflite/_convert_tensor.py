@@ -503,8 +503,8 @@ def _check_mul(x1, x2, p, keys):
 
 def pad_int(x, paddings, value):
     """``x`` (batch, ...) padded per example by ``paddings`` with ``value``."""
-    x = _check_batch(x)
-    check_zero_point(value, "value", -128, 127)
+    x = _check_batch(x, "x", -128, 255)  # PAD keeps the quantisation: int8 or uint8
+    check_zero_point(value, "value", -128, 255)
     try:
         pads = np.asarray(paddings) if not isinstance(paddings, (str, bytes)) else None
     except (TypeError, ValueError):

@@ -266,7 +266,7 @@ def requant_jax(x, p, runtime: str):
     with ``m, e, zin, zout`` (LiteRT) and, for ``"xnnpack"``, ``cvt_mult`` and ``xnn``
     (1 where the delegate takes the node)."""
     V.check_choice(runtime, _RUNTIMES, "runtime")
-    x = check_int_array(x, "x")
+    x = check_int_array(x, "x", -128, 255)  # a QUANTIZE may read a uint8 tensor
     if x.ndim < 1:
         raise ShapeError(f"x must have a leading batch axis, got shape {x.shape}")
     check_params(p, "p", ("m", "e", "zin", "zout") + (("cvt_mult", "xnn") if runtime == "xnnpack" else ()))
