@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
-from hwjax.errors import RangeError, ShapeError
+from hwjax.errors import RangeError
 
 
 def div_rn(a, b) -> jax.Array:
