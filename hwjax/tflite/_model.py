@@ -34,10 +34,13 @@ class Model:
       graph: the portable :class:`hwjax.graph.Graph` (its nodes keep the file's int8
         weights, int32 biases and float32 scales).
       inputs, outputs: :class:`TensorInfo` of the file's inputs and outputs.
+      metadata: the file's metadata entries, ``{name: bytes}`` (e.g. xformer's
+        ``xcoreSharedConfig``), which :func:`hwjax.tflite.save` copies.
     """
 
-    def __init__(self, graph: Graph, inputs, outputs):
+    def __init__(self, graph: Graph, inputs, outputs, metadata=None):
         self.graph, self.inputs, self.outputs = graph, tuple(inputs), tuple(outputs)
+        self.metadata: dict[str, bytes] = dict(metadata or {})
         self._lowered: dict[Any, Graph] = {}
 
     def __repr__(self):
@@ -146,4 +149,21 @@ def load(path_or_bytes) -> Model:
         if isinstance(e, (FormatError, UnsupportedOpError, ShapeError)):
             raise
         raise FormatError(f"corrupt TFLite flatbuffer: {type(e).__name__}: {e}") from None
-    return Model(graph, ins, outs)
+    return Model(graph, ins, outs, _metadata(data))
+
+
+def _metadata(data: bytes) -> dict[str, bytes]:
+    """The file's metadata entries ``{name: buffer bytes}`` (``{}`` where unreadable)."""
+    from hwjax.tflite import _flatbuffer as fb
+
+    try:
+        model = fb.root(data)
+        buffers = model.tables(4)
+        out = {}
+        for md in model.tables(6):
+            i = md.scalar(1, "I", 0)
+            raw = buffers[i].array(0, np.uint8) if i < len(buffers) else None
+            out[md.string(0)] = b"" if raw is None else raw.tobytes()
+        return out
+    except (FormatError, IndexError, ValueError):
+        return {}

@@ -19,9 +19,16 @@ parameters of ``load(f)``.
 Writers are registered for the op kinds the importer produces from builtin operators
 (this module: the linear ops, pools, ADD, the clamping activations, QUANTIZE, RESHAPE;
 :mod:`hwjax.tflite._convert_tensor` and :mod:`hwjax.tflite._convert_nonlinear`: the
-writer of each of their op kinds next to its converter). xformer's ``xc_*`` op kinds
-have none: they are custom operators of an xformer-compiled file, which :func:`save`
-refuses with UnsupportedOpError naming them.
+writer of each of their op kinds next to its converter) and for xformer's ``xc_*`` op
+kinds (:mod:`hwjax.tflite._xcore`: each written back as its ``XC_*`` custom operator,
+options as a flexbuffer map, weights and parameters in the layouts xformer writes).
+
+Model metadata: :func:`save` of a :class:`hwjax.tflite.Model` copies the file's
+metadata entries (``Model.metadata``; xformer's ``xcoreSharedConfig``, which the xcore
+runtime reads, and ``min_runtime_version``) except those that index the file's tensors
+(:data:`DROPPED_METADATA`: ``OfflineMemoryAllocation``, an arena plan of the original
+tensor numbering; the runtime then plans the arena itself). Saving a bare Graph writes
+no metadata.
 
 Writing needs the ``flatbuffers`` package and ``ai_edge_litert`` (its flatbuffer object
 API ``schema_py_generated``), imported on first use.
@@ -43,6 +50,8 @@ from hwjax.tflite._import import PRE_ACTIVATION
 ACTIVATION_CODES = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 _TENSOR_TYPES = {"float32": "FLOAT32", "int32": "INT32", "uint8": "UINT8", "int8": "INT8", "int16": "INT16"}
 _RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2 ** 31), 2 ** 31 - 1)}
+#: metadata entries :func:`save` does not copy: they refer to the original file's tensor indices
+DROPPED_METADATA = ("OfflineMemoryAllocation",)
 
 
 def _schema():
@@ -133,8 +142,9 @@ class FileBuilder:
     :meth:`const`, operators with :meth:`op`.
     """
 
-    def __init__(self, graph: Graph, fused: dict[str, Node]):
+    def __init__(self, graph: Graph, fused: dict[str, Node], metadata: Optional[dict] = None):
         self.graph, self.fused = graph, fused
+        self.metadata = {str(k): bytes(v) for k, v in (metadata or {}).items() if k not in DROPPED_METADATA}
         self.schema, self._fb = _schema()
         self.buffers = [self.schema.BufferT()]  # buffer 0: the empty buffer of computed tensors
         self.tensors: list = []
@@ -198,6 +208,11 @@ class FileBuilder:
         self.buffers.append(b)
         return self._add(name, arr.shape, dtype, len(self.buffers) - 1, scale, zero_point, axis)
 
+    def scratch(self, name: str, size: int, dtype: str = "int8") -> int:
+        """A computed 1-D tensor of ``size`` elements without quantisation (an operator's
+        scratch memory, e.g. xformer's im2col buffers): the runtime allocates it."""
+        return self._add(name, (int(size),), dtype, 0)
+
     def output(self, node: Node) -> tuple[int, int]:
         """``(file tensor, activation code)`` of ``node``'s output: the fused activation
         node's output and function where the plan fuses one, else the node's own output
@@ -244,6 +259,15 @@ class FileBuilder:
         m = s.ModelT()
         m.version, m.description = 3, "hwjax.tflite.save"
         m.subgraphs, m.buffers = [sg], self.buffers
+        m.metadata = []
+        for name, data in self.metadata.items():
+            buf = s.BufferT()
+            buf.data = np.frombuffer(data, np.uint8)
+            self.buffers.append(buf)
+            md = s.MetadataT()
+            md.name, md.buffer = name, len(self.buffers) - 1
+            m.metadata.append(md)
+        m.metadata = m.metadata or None
         m.operatorCodes = []
         for (code, custom), (_, version) in sorted(self.codes.items(), key=lambda kv: kv[1][0]):
             c = s.OperatorCodeT()
@@ -423,8 +447,9 @@ def _reshape(b: FileBuilder, node: Node) -> None:
 # ---------------------------------------------------------------------------- save
 
 
-def to_bytes(graph: Graph) -> bytes:
-    """The ``.tflite`` bytes of portable ``graph`` (see :func:`save`)."""
+def to_bytes(graph: Graph, metadata: Optional[dict] = None) -> bytes:
+    """The ``.tflite`` bytes of portable ``graph`` (see :func:`save`); ``metadata``:
+    ``{name: bytes}`` entries to write (less :data:`DROPPED_METADATA`)."""
     if not isinstance(graph, Graph):
         raise TypeError(f"expected a hwjax.graph.Graph, got {type(graph).__name__}")
     if graph.target is not None:
@@ -432,17 +457,11 @@ def to_bytes(graph: Graph) -> bytes:
                           "(graph.target is None), e.g. Model.graph")
     graph.validate()
     missing = sorted({n.op for n in graph.nodes} - set(_WRITERS))
-    xc = [k for k in missing if k.startswith("xc_")]
-    if xc:
-        raise UnsupportedOpError(f"graph op kinds {xc} are xformer (xcore) custom operators: hwjax.tflite.save "
-                                 "writes builtin TFLite operators only, so an xformer-compiled graph cannot be "
-                                 "saved (save the graph of the original .tflite and compile it with xformer); "
-                                 f"writable: {list(writable_ops())}")
     if missing:
         raise UnsupportedOpError(f"graph op kinds {missing} have no TFLite writer; writable: {list(writable_ops())}")
     plan = fusion_plan(graph)
     skip = {a.name for a in plan.values()}
-    b = FileBuilder(graph, plan)
+    b = FileBuilder(graph, plan, metadata)
     for t in graph.inputs:
         b.tensor(t)
     for node in graph.nodes:
@@ -463,6 +482,9 @@ def save(model_or_graph: Any, path=None) -> bytes:
     product), weight scales per channel (a conv/depthwise node whose scales are all
     equal gets one per-tensor scale, as :func:`load` broadcasts it back). ReLU6 and
     RELU_N1_TO_1 the importer split off are fused back (module docstring).
+    xformer's ``xc_*`` nodes become their ``XC_*`` custom operators, and a Model's
+    metadata is copied (less :data:`DROPPED_METADATA`), so an xformer-compiled file
+    saves to a file the xcore runtime runs.
 
     Args:
       model_or_graph: a Model or a portable Graph (``graph.target is None``).
@@ -470,16 +492,15 @@ def save(model_or_graph: Any, path=None) -> bytes:
     Returns:
       The file's bytes.
     Raises:
-      UnsupportedOpError: an op kind without a writer (xformer's ``xc_*`` kinds
-        among them), or a configuration TFLite cannot express (padding neither SAME
-        nor VALID, per-channel activations, a LOGISTIC output scale other than 1/256,
-        ...).
+      UnsupportedOpError: an op kind without a writer, or a configuration TFLite
+        cannot express (padding neither SAME nor VALID, per-channel activations, a
+        LOGISTIC output scale other than 1/256, ...).
       RangeError / ShapeError / FormatError: parameters outside int8/int32, of the
         wrong shape, or a malformed graph (each naming the node).
       ImportError: ``flatbuffers`` / ``ai-edge-litert`` are not installed.
     """
     graph = getattr(model_or_graph, "graph", model_or_graph)
-    data = to_bytes(graph)
+    data = to_bytes(graph, getattr(model_or_graph, "metadata", None) if graph is not model_or_graph else None)
     if path is not None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")

@@ -10,6 +10,11 @@ graph nodes (:mod:`hwjax.graph.ops.xcore`; ``xc_concat``, ``xc_mul`` and ``xc_so
 are registered below). Anything they do not understand raises
 :class:`hwjax.errors.UnsupportedOpError` or :class:`hwjax.errors.FormatError` naming the
 operator.
+
+The writers at the end (registered with :func:`hwjax.tflite._save.writes`) do the
+reverse for :func:`hwjax.tflite.save`: each ``xc_*`` node becomes its ``XC_*`` custom
+operator, its options encoded by :func:`flex_dumps` and its structs and blobs rebuilt
+from the node as xformer 1.4.2 lays them out.
 """
 
 from __future__ import annotations
@@ -523,3 +528,274 @@ def _softmax(b: Builder, op: OpContext) -> None:
         raise UnsupportedOpError(f"{where}: only int8 -> int8 softmax is supported")
     table = np.asarray(t.data, np.float32).reshape(256)
     b.node("xc_softmax", (x,), o, {"out_shape": _out_shape(b, o)}, {"table": jnp.asarray(table)}, None, where)
+
+
+# ------------------------------------------------------------------ the writer side
+#
+# hwjax.tflite.save writes every xc_* node back as the XC custom operator it was read
+# from (:mod:`hwjax.tflite._save`'s registry): the custom options as a flexbuffer map
+# with the keys and value types xformer 1.4.2 writes (lib_nn's parameter structs as raw
+# bytes in flexbuffer strings, rebuilt from the node's geometry), the weights and
+# parameter blobs in the layouts the converters above read back. The parts of an
+# xformer file the graph does not keep are written as a single-threaded deployment
+# (one kernel region covering the whole output) with freshly sized scratch tensors.
+
+from hwjax.tflite._save import FileBuilder, integer_param, where, writes  # noqa: E402
+from hwjax.xs3 import reorder_kernel_weights, serialise_output_transform  # noqa: E402
+
+
+class F32(float):
+    """A float written as a 4-byte indirect flexbuffer float (xformer's ``XC_mean``)."""
+
+
+def flex_dumps(options: dict) -> bytes:
+    """Encodes ``options`` as a flexbuffer map (keys sorted, 4-byte slots): ``bool`` ->
+    BOOL, ``int`` -> INT, :class:`F32` -> INDIRECT_FLOAT (float32), ``bytes`` -> STRING
+    holding those raw bytes (how xformer stores lib_nn's structs), a list of ``bytes`` ->
+    VECTOR of STRING, a list of ``int`` -> VECTOR of INT. :func:`flex_loads` reads it
+    back; so does lib_tflite_micro's flexbuffers reader (``AsString``, ``AsVector``,
+    ``AsInt32``, ``AsFloat``, ``AsBool``)."""
+    w = 4
+    buf = bytearray()
+
+    def align(n: int) -> None:
+        buf.extend(b"\0" * (-len(buf) % n))
+
+    def uint(v: int) -> None:
+        buf.extend(int(v).to_bytes(w, "little", signed=False))
+
+    def sint(v: int) -> None:
+        if not -(2 ** 31) <= v < 2 ** 31:
+            raise FormatError(f"flexbuffer integer {v} does not fit 32 bits")
+        buf.extend(int(v).to_bytes(w, "little", signed=True))
+
+    def string(raw: bytes) -> int:
+        align(w)
+        uint(len(raw))
+        at = len(buf)
+        buf.extend(bytes(raw) + b"\0")
+        return at
+
+    def vector(slots: list) -> int:
+        """``slots``: ``(type, value)``, value an int (inline) or a target position."""
+        align(w)
+        uint(len(slots))
+        at = len(buf)
+        for t, v in slots:
+            if t in (1, 26):
+                sint(int(v))
+            else:
+                uint(len(buf) - v)
+        buf.extend(bytes((t << 2) | 2 for t, _ in slots))
+        return at
+
+    keys = sorted(options)
+    key_at = {}
+    for k in keys:
+        key_at[k] = len(buf)
+        buf.extend(k.encode("ascii") + b"\0")
+    slots = []
+    for k in keys:
+        v = options[k]
+        if isinstance(v, bool):
+            slots.append((26, int(v)))
+        elif isinstance(v, F32):
+            align(4)
+            slots.append((8, len(buf)))
+            buf.extend(struct.pack("<f", v))
+        elif isinstance(v, (int, np.integer)):
+            slots.append((1, int(v)))
+        elif isinstance(v, (bytes, bytearray)):
+            slots.append((5, string(v)))
+        elif isinstance(v, list) and all(isinstance(e, (bytes, bytearray)) for e in v):
+            slots.append((10, vector([(5, string(e)) for e in v])))
+        elif isinstance(v, list) and all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in v):
+            slots.append((10, vector([(1, int(e)) for e in v])))
+        else:
+            raise TypeError(f"flex_dumps: option {k!r} = {v!r} has no flexbuffer encoding here")
+    align(w)
+    uint(len(keys))
+    keys_vec = len(buf)
+    for k in keys:
+        uint(len(buf) - key_at[k])
+    align(w)
+    uint(len(buf) - keys_vec)  # the keys vector, relative to this slot
+    uint(w)  # the keys' byte width
+    root = vector(slots)
+    at = len(buf)
+    uint(at - root)
+    buf.extend(bytes(((9 << 2) | 2, w)))
+    return bytes(buf)
+
+
+def _pair(v) -> tuple[int, int]:
+    a, b = (int(i) for i in v)
+    return a, b
+
+
+def _replicated_word(value: int) -> int:
+    """The int32 whose four bytes are the int8 ``value`` (xformer's pad values)."""
+    return int.from_bytes(bytes([int(value) & 0xFF] * 4), "little", signed=True)
+
+
+def _s32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >> 31 else v
+
+
+def _round32(n: int) -> int:
+    return -(-n // 32) * 32
+
+
+def _regions(out_h: int, out_w: int, channels: int) -> list[bytes]:
+    """One ``abstract_kernel_params_t`` covering the whole output with all channel groups
+    (a one-thread deployment), with the two trailing bytes xformer writes."""
+    return [struct.pack("<10i", 0, out_h, 0, out_w, 0, -(-channels // 16), 0, 0, channels, 0) + b"00"]
+
+
+def _scratch(b: FileBuilder, node, size: int) -> int:
+    return b.scratch(f"{node.name}/scratch", size) if size else -1
+
+
+@writes("xc_conv2d")
+def _write_conv2d(b: FileBuilder, node) -> None:
+    a = node.attrs
+    kind, transform = a["kernel_type"], a["transform"]
+    k = {v: key for key, v in KERNEL_TYPES.items()}.get(kind)
+    t = {v: key for key, v in OUTPUT_TRANSFORMS.items()}.get(transform)
+    if k is None or t is None:
+        raise UnsupportedOpError(f"{where(node)}: kernel type {kind!r} / transform {transform!r} cannot be written")
+    H, W, C = (int(v) for v in a["in_shape"])
+    kh, kw = _pair(a["kernel_size"])
+    sr, sc = _pair(a["stride"])
+    dr, dc = _pair(a["dilation"])
+    out_shape = tuple(int(v) for v in a["out_shape"])
+    OH, OW, CO = (1, 1, out_shape[0]) if len(out_shape) == 1 else out_shape
+    row = W * C
+    if kind == "indirect":  # im_to_col_valid + mat_mul: lib_nn's ImToColValid params
+        copied = _round32(C)
+        mask = (1 << (C & 31)) - 1 if C & 31 else 0xFFFFFFFF
+        mp = struct.pack("<10i", row * sr, C * sc, kh - 1, kw - 1, copied // 32 - 1, copied - C - 32,
+                         C * dc - copied, row * dr - kw * C * dc, _s32(mask), 0)
+        agg = struct.pack("<2i", CO, kh * kw * C)
+        scratch = _round32(kh * kw * C) + 32
+    elif kind == "direct":
+        if C % 32:
+            raise UnsupportedOpError(f"{where(node)}: a direct kernel needs a multiple of 32 input channels, got {C}")
+        mp = struct.pack("<2i", row * sr, C * sc)
+        agg = struct.pack("<6i", kh * kw * C * 16, kh - 1, kw - 1, C // 32 - 1, C * (dc - 1), row * dr - kw * C * dc)
+        scratch = 0
+    else:
+        mp = struct.pack("<2i", row * sr, C * sc)
+        agg = struct.pack("<5i", kh * kw * 16, kh - 1, kw - 1, C * dc, row * dr - kw * C * dc)
+        scratch = 0
+    if transform == "group":
+        ot = struct.pack("<ihh", CO, int(a["initial_shift"]), int(a["final_shr"]))
+    else:
+        ot = struct.pack("<ihh", CO, int(a["final_shr"]), 0)
+    if kind == "depthwise":
+        groups = -(-C // 16)
+        kern = integer_param(node, "kernel", (kh, kw, C))
+        kern = np.pad(kern, ((0, 0), (0, 0), (0, groups * 16 - C))).reshape(kh, kw, groups, 16)
+        blob = np.concatenate([kern.transpose(2, 0, 1, 3).reshape(-1), np.zeros(16, np.int64)])
+    else:
+        blob = np.asarray(reorder_kernel_weights(np.asarray(integer_param(node, "kernel", (CO, kh, kw, C)), np.int8)))
+    leading = None
+    if transform == "channelwise":
+        leading = np.asarray(integer_param(node, "shifts", (CO,)))
+    mb = serialise_output_transform(integer_param(node, "multipliers", (CO,)), integer_param(node, "biases", (CO,)),
+                                    leading=leading)
+    opts = {"k": k, "t": t, "mp": mp, "a": agg, "o": ot, "p": _regions(OH, OW, CO), "s": scratch}
+    ins = [b.tensor(node.inputs[0]), b.const(f"{node.name}/weights", blob, "int8"),
+           b.const(f"{node.name}/multipliers_biases", mb, "int16"), -1, _scratch(b, node, scratch)]
+    b.op("CUSTOM(XC_conv2d_v2)", ins, [b.tensor(node.outputs[0])], custom_options=flex_dumps(opts))
+
+
+def _aligned(*sizes) -> bool:
+    return all(int(s) % 4 == 0 for s in sizes)
+
+
+@writes("xc_pad")
+def _write_pad(b: FileBuilder, node) -> None:
+    a = node.attrs
+    s, p, n, l, e = (int(a[k]) for k in ("start", "pad", "copies", "length", "end"))
+    opts = {"s": s, "p": p, "l": l, "n": n, "e": e, "z": _replicated_word(a["value"]), "v": _aligned(s, p, l, e)}
+    b.op("CUSTOM(XC_pad)", [b.tensor(node.inputs[0])], [b.tensor(node.outputs[0])], custom_options=flex_dumps(opts))
+
+
+@writes("xc_pad_3_to_4")
+def _write_pad_3_to_4(b: FileBuilder, node) -> None:
+    b.op("CUSTOM(XC_pad_3_to_4)", [b.tensor(node.inputs[0])], [b.tensor(node.outputs[0])],
+         custom_options=flex_dumps({"pv": _replicated_word(node.attrs["value"])}))
+
+
+@writes("xc_slice")
+def _write_slice(b: FileBuilder, node) -> None:
+    a = node.attrs
+    s, o, l, n = (int(a[k]) for k in ("start", "stride", "length", "copies"))
+    opts = {"s": s, "o": o, "l": l, "n": n, "v": _aligned(s, o, l)}
+    b.op("CUSTOM(XC_slice)", [b.tensor(node.inputs[0])], [b.tensor(node.outputs[0])], custom_options=flex_dumps(opts))
+
+
+@writes("xc_lookup")
+def _write_lookup(b: FileBuilder, node) -> None:
+    table = integer_param(node, "table", (256,))
+    t = b.const(f"{node.name}/table", table.astype(np.int8).view(np.uint8), "uint8")
+    b.op("CUSTOM(XC_lookup)", [b.tensor(node.inputs[0]), t], [b.tensor(node.outputs[0])], custom_options=b"")
+
+
+@writes("xc_add")
+def _write_add(b: FileBuilder, node) -> None:
+    a = node.attrs
+    opts = {"m1": int(a["multiplier1"]), "m2": int(a["multiplier2"]), "bias": int(a["bias"]), "shift": int(a["shift"])}
+    b.op("CUSTOM(XC_add)", [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])], [b.tensor(node.outputs[0])],
+         custom_options=flex_dumps(opts))
+
+
+@writes("xc_mean")
+def _write_mean(b: FileBuilder, node) -> None:
+    a = node.attrs
+    opts = {"s": int(a["outer"]), "m": int(a["reduced"]), "e": int(a["inner"]), "i": F32(a["in_zero_point"]),
+            "o": F32(a["out_zero_point"]), "sm": F32(a["scale"])}
+    b.op("CUSTOM(XC_mean)", [b.tensor(node.inputs[0])], [b.tensor(node.outputs[0])], custom_options=flex_dumps(opts))
+
+
+@writes("xc_maxpool2d")
+def _write_maxpool(b: FileBuilder, node) -> None:
+    H, W, C = b.graph.tensor(node.inputs[0]).shape
+    kh, kw = _pair(node.attrs["window"])
+    sr, sc = _pair(node.attrs["stride"])
+    OH, OW, _ = (int(v) for v in node.attrs["out_shape"])
+    scratch = max(kh * kw * 16, _round32(kh * kw * C) + 32)  # xformer: 64 for a 2x2 window on 8 channels
+    opts = {"mp": struct.pack("<2i", W * C * sr, C * sc), "a": struct.pack("<5i", kh * kw * 16, kh - 1, kw - 1, C,
+                                                                         W * C - kw * C),
+            "o": struct.pack("<2i", C, 0), "p": _regions(OH, OW, C), "s": scratch}
+    b.op("CUSTOM(XC_maxpool2d)", [b.tensor(node.inputs[0]), _scratch(b, node, scratch)], [b.tensor(node.outputs[0])],
+         custom_options=flex_dumps(opts))
+
+
+@writes("xc_concat")
+def _write_concat(b: FileBuilder, node) -> None:
+    sizes = [int(s) for s in node.attrs["sizes"]]
+    opts = {"i": len(sizes), "n": int(node.attrs["copies"]), "s": sizes, "v": _aligned(*sizes)}
+    b.op("CUSTOM(XC_concat)", [b.tensor(i) for i in node.inputs], [b.tensor(node.outputs[0])],
+         custom_options=flex_dumps(opts))
+
+
+@writes("xc_mul")
+def _write_mul(b: FileBuilder, node) -> None:
+    a = node.attrs
+    mp = struct.pack("<bbhhh", *(int(a[k]) for k in ("in1_zero_point", "in2_zero_point", "bias", "scalar",
+                                                     "vlashr_shr")))
+    b.op("CUSTOM(XC_mul)", [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])], [b.tensor(node.outputs[0])],
+         custom_options=flex_dumps({"mp": mp}))
+
+
+@writes("xc_softmax")
+def _write_softmax(b: FileBuilder, node) -> None:
+    try:
+        table = np.asarray(node.params["table"], np.float32).reshape(256)
+    except (KeyError, TypeError, ValueError):
+        raise FormatError(f"{where(node)}: parameter 'table' must hold 256 float32 values") from None
+    t = b.const(f"{node.name}/table", table, "float32")
+    b.op("CUSTOM(XC_softmax)", [b.tensor(node.inputs[0]), t], [b.tensor(node.outputs[0])], custom_options=b"")
