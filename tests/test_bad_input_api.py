@@ -1,4 +1,4 @@
-"""Bad inputs to the public functions of hwjax.nn, hwjax.graph and the top-level API.
+"""Bad inputs to the public functions of hwjax.nn, hwjax.graph, hwjax.targets and the top-level API.
 
 Each case must raise an :class:`hwjax.errors.HwjaxError` whose message names the
 argument (never an error from inside JAX, Flax or NumPy, never a silent result); the
@@ -56,6 +56,21 @@ CASES = [
     (lambda: hwjax.evaluate("m", np.zeros((2, 3), F)), ArgTypeError, "model"),
     (lambda: hwjax.export("m", "unused"), ArgTypeError, "model"),
     (lambda: hwjax.checked(3), ArgTypeError, "fn"),
+    (lambda: T.get("nochip"), RangeError, "nochip"),
+    (lambda: T.get(3), RangeError, "target"),
+    (lambda: T.get("xs3", variant="v9"), RangeError, "variant"),
+    (lambda: T.get("xs3", colour="red"), RangeError, "colour"),
+    (lambda: T.resolve(3), ArgTypeError, "target"),
+    (lambda: T.register("", lambda: None), ArgTypeError, "target name"),
+    (lambda: T.lut_function("relu9"), RangeError, "LUT function"),
+    (lambda: T.lut_table("tanh", s_in=0.0, z_in=0, s_out=0.1, z_out=0), RangeError, "s_in"),
+    (lambda: T.lut_table("tanh", s_in=0.1, z_in=300, s_out=0.1, z_out=0), RangeError, "z_in"),
+    (lambda: T.lut_table("tanh", s_in=0.1, z_in=0, s_out=np.nan, z_out=0), RangeError, "s_out"),
+    (lambda: T.xs3_bso(np.ones((4, 3), np.int8), np.ones(4, np.int32), s_in=0.0, z_in=0,
+                       s_w=np.full(4, 0.01, F), s_out=0.1, z_out=0), RangeError, "s_in"),
+    (lambda: T.xs3_add_params(s1=0.0, z1=0, s2=0.1, z2=0, s_out=0.1, z_out=0), RangeError, "s1"),
+    (lambda: T.xs3_add_params(s1=0.1, z1=0, s2=0.1, z2=999, s_out=0.1, z_out=0), RangeError, "z2"),
+    (lambda: T.check_xformer_lowering("g"), ArgTypeError, "graph"),
 ]
 
 

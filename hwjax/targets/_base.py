@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import ConvGeometry  # noqa: F401  (re-exported: hwjax.targets.ConvGeometry)
-from hwjax.errors import UnsupportedOpError
+from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, HwjaxError, RangeError, UnsupportedOpError
 from hwjax.graph import OpImpl, get_op, ops as registered_ops
 
 LUT_FUNCTIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -25,7 +26,7 @@ LUT_FUNCTIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 def lut_function(name: str) -> Callable[[jax.Array], jax.Array]:
     """The float function of a LUT activation name (``"sigmoid"``, ``"tanh"``)."""
     if name not in LUT_FUNCTIONS:
-        raise ValueError(f"LUT function must be one of {tuple(LUT_FUNCTIONS)}, got {name!r}")
+        raise RangeError(f"LUT function must be one of {tuple(LUT_FUNCTIONS)}, got {name!r}")
     return LUT_FUNCTIONS[name]
 
 
@@ -47,6 +48,10 @@ def lut_table(fn: str, *, s_in, z_in, s_out, z_out) -> jax.Array:
     calibrated layer called eagerly, a graph being lowered), through one
     ``jax.pure_callback`` per call when they are traced. Returns int32 (256,)."""
     lut_function(fn)  # validates the name
+    for v, name in ((s_in, "s_in"), (s_out, "s_out")):
+        V.check_positive(V.as_array(v, name), name)
+    for v, name in ((z_in, "z_in"), (z_out, "z_out")):
+        V.check_range(V.as_array(v, name), -128, 127, name)
     if not any(isinstance(a, jax.core.Tracer) for a in (s_in, z_in, s_out, z_out)):
         return jnp.asarray(_host_lut_table(fn, *(np.asarray(a) for a in (s_in, z_in, s_out, z_out))))
     args = [jnp.asarray(a, d) for a, d in ((s_in, jnp.float32), (z_in, jnp.int32), (s_out, jnp.float32),
@@ -112,7 +117,7 @@ class Target:
         """Registers ``impl`` as this target class's implementation of op kind ``op``."""
         get_op(op)  # the op kind must exist
         if not isinstance(impl, OpImpl):
-            raise TypeError(f"impl must be a hwjax.graph.OpImpl, got {type(impl).__name__}")
+            raise ArgTypeError(f"impl must be a hwjax.graph.OpImpl, got {type(impl).__name__}")
         cls._impls[op] = impl
 
     @classmethod
@@ -206,9 +211,9 @@ def register(name: str, factory: Callable[..., Target], *, replace: bool = False
     """Adds a target under ``name``: ``factory(**options)`` builds one (a Target subclass
     works). ValueError if the name is taken (unless ``replace``)."""
     if not isinstance(name, str) or not name:
-        raise ValueError(f"target name must be a non-empty string, got {name!r}")
+        raise ArgTypeError(f"target name must be a non-empty string, got {name!r}")
     if name in _REGISTRY and not replace:
-        raise ValueError(f"target {name!r} is already registered")
+        raise RangeError(f"target {name!r} is already registered")
     _REGISTRY[name] = factory
 
 
@@ -222,12 +227,14 @@ def get(name: str, **options: Any) -> Target:
 
     ValueError names the registered targets for an unknown name, and the problem for
     bad options."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown target {name!r}; available: {list(available())}")
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise RangeError(f"unknown target {name!r}; available: {list(available())}")
     try:
         return _REGISTRY[name](**options)
+    except HwjaxError:
+        raise
     except TypeError as e:
-        raise ValueError(f"target {name!r} does not take the options {options}: {e}") from None
+        raise RangeError(f"target {name!r} does not take the options {options}: {e}") from None
 
 
 def resolve(target: Any) -> Target:
@@ -238,7 +245,7 @@ def resolve(target: Any) -> Target:
         return get(target)
     if isinstance(target, dict) and "name" in target:
         return get(target["name"], **{k: v for k, v in target.items() if k != "name"})
-    raise TypeError(f"target must be a hwjax.targets.Target, a registered name {list(available())} or a "
+    raise ArgTypeError(f"target must be a hwjax.targets.Target, a registered name {list(available())} or a "
                     f"describe() dict, got {target!r}")
 
 

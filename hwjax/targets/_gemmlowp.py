@@ -18,7 +18,7 @@ import numpy as np
 
 import hwjax.gemmlowp as gl
 from hwjax.core import div_rn, extract_patches, window_taps
-from hwjax.errors import RangeError
+from hwjax.errors import ArgTypeError, FormatError, RangeError
 from hwjax.graph import geometry, pool_geometry
 from hwjax.targets._base import Target, no_acc, pytree, register, static
 
@@ -107,7 +107,7 @@ class Gemmlowp(Target):
         for field in ("lhs_bits", "rhs_bits"):
             v = getattr(self, field)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{field} must be an int in [1, 8], got {v!r}")
+                raise ArgTypeError(f"{field} must be an int in [1, 8], got {v!r}")
             if not 1 <= int(v) <= 8:
                 raise RangeError(f"{field} must lie in [1, 8], got {v}")
             object.__setattr__(self, field, int(v))
@@ -284,13 +284,13 @@ def _linear_export(op: str):
 
 def _int(v, lo: int, hi: int, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {v!r}")
+        raise FormatError(f"{what} must be an integer in [{lo}, {hi}], got {v!r}")
     return v
 
 
 def _int_list(v, n: int, lo: int, hi: int, what: str) -> np.ndarray:
     if not isinstance(v, list) or len(v) != n:
-        raise ValueError(f"{what} must be a list of {n} integers, got {v!r}")
+        raise FormatError(f"{what} must be a list of {n} integers, got {v!r}")
     return np.asarray([_int(i, lo, hi, what) for i in v], np.int32)
 
 
@@ -298,21 +298,21 @@ def _linear_load(op: str):
     def load(target, attrs, tensors, meta) -> GemmlowpLinearParams:
         shape = tuple(int(d) for d in meta["kernel_shape"])
         if len(shape) != (2 if op == "dense" else 4) or min(shape) < 1:
-            raise ValueError(f"kernel_shape {list(shape)} does not fit a {op} kernel")
+            raise FormatError(f"kernel_shape {list(shape)} does not fit a {op} kernel")
         o, k = shape[0], int(np.prod(shape[1:]))
         w = np.asarray(tensors["weights"])
         if w.dtype != np.uint8 or w.shape != (o, k):
-            raise ValueError(f"weights must be uint8 of shape {(o, k)}, got {w.dtype}{list(w.shape)}")
+            raise FormatError(f"weights must be uint8 of shape {(o, k)}, got {w.dtype}{list(w.shape)}")
         b = np.asarray(tensors["bias"])
         if b.dtype != np.int32 or b.shape != (o,):
-            raise ValueError(f"bias must be int32 of shape {(o,)}, got {b.dtype}{list(b.shape)}")
+            raise FormatError(f"bias must be int32 of shape {(o,)}, got {b.dtype}{list(b.shape)}")
         st = meta["output_stages"]
         if not isinstance(st, list) or [s.get("stage") if isinstance(s, dict) else None for s in st] != list(
                 _STAGE_NAMES):
-            raise ValueError(f"output_stages must be the pipeline {list(_STAGE_NAMES)}")
+            raise FormatError(f"output_stages must be the pipeline {list(_STAGE_NAMES)}")
         if st[0].get("shape") != "col" or st[1].get("shape") != "col" or \
                 st[1].get("shift_left_overflow") != "saturate":
-            raise ValueError("the gemmlowp target's stages are column-shaped (per output channel) with a "
+            raise FormatError("the gemmlowp target's stages are column-shaped (per output channel) with a "
                              "saturating left shift")
         i32 = (-2**31, _INT32_MAX)
         m = _int_list(st[1]["result_fixedpoint_multiplier"], o, *i32, "result_fixedpoint_multiplier")

@@ -16,7 +16,7 @@ import numpy as np
 
 import hwjax.nvdla as nvdla_pkg
 from hwjax.core import div_rn, shift_right
-from hwjax.errors import UnsupportedOpError
+from hwjax.errors import FormatError, UnsupportedOpError
 from hwjax.targets._base import Target, float_exponent, no_acc, pytree, register, static
 
 
@@ -199,14 +199,14 @@ def _conv_load(op: str):
     def load(target, attrs, tensors, meta) -> NVDLAConvParams:
         shape = tuple(int(v) for v in meta["kernel_shape"])
         if len(shape) != (3 if op == "depthwise_conv" else 4):
-            raise ValueError(f"kernel_shape {list(shape)} does not fit a {op} kernel")
+            raise FormatError(f"kernel_shape {list(shape)} does not fit a {op} kernel")
         if op == "depthwise_conv":
             kh, kw, c = shape
             kcrs = np.asarray(nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (c, c, kh, kw),
                                                           dtype=jnp.int8))
             diag = kcrs[np.arange(c), np.arange(c)]
             if np.count_nonzero(kcrs) != np.count_nonzero(diag):
-                raise ValueError("depthwise weights have non-zero taps outside their own channel")
+                raise FormatError("depthwise weights have non-zero taps outside their own channel")
             kernel = jnp.asarray(np.transpose(diag, (1, 2, 0)), jnp.int8)
             c_out = c
         else:
@@ -324,10 +324,10 @@ def _lut_export(target, attrs, params: NVDLALutParams):
 def _lut_load(target, attrs, tensors, meta) -> NVDLALutParams:
     cfg = nvdla_lut_config(meta["fn"])
     if meta["registers"] != {k: (v if isinstance(v, (str, int)) else int(v)) for k, v in cfg.registers().items()}:
-        raise ValueError(f"LUT registers differ from this hwjax's {meta['fn']} preset")
+        raise FormatError(f"LUT registers differ from this hwjax's {meta['fn']} preset")
     for t, n in (("le_table", 65), ("lo_table", 257)):
         if np.asarray(tensors[t]).shape != (n,):
-            raise ValueError(f"{t} must have {n} entries, got shape {np.asarray(tensors[t]).shape}")
+            raise FormatError(f"{t} must have {n} entries, got shape {np.asarray(tensors[t]).shape}")
     return NVDLALutParams(*(jnp.int32(meta[k]) for k in ("m_in", "sh_in", "m_out", "sh_out")),
                           jnp.asarray(tensors["le_table"], jnp.int16), jnp.asarray(tensors["lo_table"], jnp.int16),
                           meta["fn"])

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import div_rn
-from hwjax.errors import UnsupportedOpError
+from hwjax.errors import RangeError, UnsupportedOpError
 from hwjax.graph import OpImpl, geometry, pool_geometry
 from hwjax.graph.ops.basic import QUANTIZE_RANGES
 from hwjax.graph.ops.tflite import padded_pool_geometry
@@ -72,7 +72,7 @@ def verified_on(op: str, *runtimes: str) -> None:
     the others. Op kinds never declared are taken to run the same on every runtime."""
     bad = [r for r in runtimes if r not in RUNTIMES]
     if bad:
-        raise ValueError(f"runtimes must be among {RUNTIMES}, got {bad}")
+        raise RangeError(f"runtimes must be among {RUNTIMES}, got {bad}")
     _VERIFIED[op] = tuple(runtimes)
 
 
@@ -106,7 +106,7 @@ class TFLite(Target):
 
     def __post_init__(self):
         if self.runtime not in RUNTIMES:
-            raise ValueError(f"runtime must be one of {RUNTIMES}, got {self.runtime!r}")
+            raise RangeError(f"runtime must be one of {RUNTIMES}, got {self.runtime!r}")
 
     def requant(self, op: str) -> str:
         return _REQUANT[self.runtime][op]

@@ -18,7 +18,8 @@ import numpy as np
 
 import hwjax.xs3 as xs3
 from hwjax.core import div_rn
-from hwjax.errors import UnsupportedOpError
+from hwjax.core import validate as V
+from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import geometry, pool_geometry
 from hwjax.targets._base import Target, float_exponent, lut_table, no_acc, pytree, register
 
@@ -91,7 +92,7 @@ class XS3(Target):
     def __post_init__(self):
         variants = ("hardware", "host", "v2021")
         if self.variant not in variants:
-            raise ValueError(f"variant must be one of {variants}, got {self.variant!r}")
+            raise RangeError(f"variant must be one of {variants}, got {self.variant!r}")
 
 
 # ------------------------------------------------------------------ linear ops
@@ -169,7 +170,7 @@ def _xs3_linear_export(op: str):
         shift leaves the range the chip's assembly supports."""
         ish, fsh = int(params.initial_shift), int(params.final_shr)
         if not (-16 <= ish <= 16 and -16 <= fsh <= 15):
-            raise ValueError(f"initial_shift={ish} / final_shr={fsh} outside the XS3 otfn_int8 assembly's "
+            raise RangeError(f"initial_shift={ish} / final_shr={fsh} outside the XS3 otfn_int8 assembly's "
                              f"ranges [-16, 16] / [-16, 15]: this layer cannot be exported for the chip")
         k = np.asarray(params.kernel, np.int8)
         weights = (np.ascontiguousarray(np.transpose(k, (1, 2, 0))) if op == "depthwise_conv"
@@ -189,11 +190,11 @@ def _xs3_linear_load(op: str):
         if op == "depthwise_conv":
             w = np.asarray(tensors["weights"])
             if len(shape) != 3 or w.shape != (shape[1], shape[2], shape[0]):
-                raise ValueError(f"depthwise weights have shape {w.shape}, kernel_shape {list(shape)}")
+                raise FormatError(f"depthwise weights have shape {w.shape}, kernel_shape {list(shape)}")
             k = jnp.asarray(np.transpose(w, (2, 0, 1)))
         else:
             if len(shape) != 4:
-                raise ValueError(f"kernel_shape must have 4 entries, got {list(shape)}")
+                raise FormatError(f"kernel_shape must have 4 entries, got {list(shape)}")
             k = xs3.reorder_kernel_weights_inverse(jnp.asarray(tensors["weights"]), shape)
         ot = xs3.deserialise_output_transform(tensors["output_transform"], shape[0])
         return XS3ConvParams(k.astype(jnp.int8), jnp.asarray(ot["multipliers"], jnp.int32),
@@ -240,6 +241,10 @@ def xs3_add_params(*, s1, z1, s2, z2, s_out, z_out) -> dict:
     2**shift)``. A fused ReLU needs no parameter: its output range starts at 0, so
     ``z_out = -128`` and the int8 clamp is the ReLU.
     """
+    for v, name in ((s1, "s1"), (s2, "s2"), (s_out, "s_out")):
+        V.check_positive(V.as_array(v, name), name)
+    for v, name in ((z1, "z1"), (z2, "z2"), (z_out, "z_out")):
+        V.check_range(V.as_array(v, name), -128, 127, name)
     r1, r2 = div_rn(s1, s_out), div_rn(s2, s_out)
     big = jnp.maximum(jnp.abs(r1), jnp.abs(r2))
     e = jnp.clip(14 - float_exponent(big), 0, 24)
@@ -268,7 +273,7 @@ def _add_export(target, attrs, params):
 def _add_load(target, attrs, tensors, meta) -> dict:
     p = np.asarray(tensors["params"], np.int32)
     if p.shape != (5, 16):
-        raise ValueError(f"add params must have shape (5, 16), got {p.shape}")
+        raise FormatError(f"add params must have shape (5, 16), got {p.shape}")
     bias = (p[3, 0] << 16) + (p[4, 0] & 0xFFFF)
     return {"m1": jnp.int32(p[0, 0]), "m2": jnp.int32(p[1, 0]), "bias": jnp.int32(bias), "shift": jnp.int32(p[2, 0])}
 
@@ -297,7 +302,7 @@ def _lut_export(target, attrs, params):
 def _lut_load(target, attrs, tensors, meta) -> dict:
     t = np.asarray(tensors["table"]).astype(np.int32)
     if t.shape != (256,):
-        raise ValueError(f"a LUT table must have 256 entries, got shape {t.shape}")
+        raise FormatError(f"a LUT table must have 256 entries, got shape {t.shape}")
     return {"table": jnp.asarray(np.where(t > 127, t - 256, t), jnp.int32)}
 
 
@@ -326,6 +331,10 @@ def xs3_bso(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out, channel_axis: in
     traced or concrete inputs: :func:`hwjax.xs3.derive_bso_fields` (host NumPy, float64)
     (directly on concrete inputs, through ``jax.pure_callback`` on traced ones), packed by
     :func:`hwjax.xs3.make_bso`. No gradient."""
+    for v, name in ((s_in, "s_in"), (s_w, "s_w"), (s_out, "s_out")):
+        V.check_positive(V.as_array(v, name), name)
+    for v, name in ((z_in, "z_in"), (z_out, "z_out")):
+        V.check_range(V.as_array(v, name), -128, 127, name)
     c = kernel_q.shape[channel_axis]
     raw = (bias_q, kernel_q, s_in, z_in, s_w, s_out, z_out)
     if not any(isinstance(a, jax.core.Tracer) for a in raw):
@@ -436,11 +445,11 @@ def _legacy_load(op: str):
         shape = tuple(int(v) for v in meta["kernel_shape"])
         k = np.asarray(tensors["weights"])
         if int(np.prod(k.shape)) != int(np.prod(shape)):
-            raise ValueError(f"weights hold {k.size} values, kernel_shape {list(shape)} needs {int(np.prod(shape))}")
+            raise FormatError(f"weights hold {k.size} values, kernel_shape {list(shape)} needs {int(np.prod(shape))}")
         c_out = shape[-1] if op == "depthwise_conv" else shape[0]
         bso = np.asarray(tensors["bso"])
         if bso.shape != (-(-c_out // 16), 7, 16):
-            raise ValueError(f"bso has shape {bso.shape}, expected {(-(-c_out // 16), 7, 16)}")
+            raise FormatError(f"bso has shape {bso.shape}, expected {(-(-c_out // 16), 7, 16)}")
         return XS3LegacyParams(jnp.asarray(k.reshape(shape), jnp.int8), jnp.asarray(bso),
                                jnp.int32(meta["pad_value"]))
 

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax import xs3
-from hwjax.errors import UnsupportedOpError
+from hwjax.errors import ArgTypeError, RangeError, UnsupportedOpError
 from hwjax.graph import geometry
 from hwjax.targets._base import Target, no_acc, register
 from hwjax.targets._tflite import TFLite, host_recipe
@@ -56,9 +56,9 @@ class XS3Runtime(TFLite):
 
     def __post_init__(self):
         if self.runtime != "tflm":
-            raise ValueError(f"XS3Runtime runs builtins as TFLM does: runtime must be 'tflm', got {self.runtime!r}")
+            raise RangeError(f"XS3Runtime runs builtins as TFLM does: runtime must be 'tflm', got {self.runtime!r}")
         if self.variant not in xs3.VARIANTS:
-            raise ValueError(f"variant must be one of {xs3.VARIANTS}, got {self.variant!r}")
+            raise RangeError(f"variant must be one of {xs3.VARIANTS}, got {self.variant!r}")
 
     def lowering(self, op: str):
         """Op kinds this class implements itself run their XS3 lowering; the others are
@@ -843,6 +843,11 @@ def check_xformer_lowering(graph) -> None:
     activation, MEAN over contiguous axes), and a linear layer that keeps the group
     transform must have its shifts in the assembly's ranges, and one that xformer leaves
     as a TFLM op must be one :class:`hwjax.targets.TFLite` ``("tflm")`` runs."""
+    from hwjax.graph import Graph
+
+    if not isinstance(graph, Graph):
+        raise ArgTypeError(f"graph must be a hwjax.graph.Graph (an original model's, e.g. "
+                           f"hwjax.tflite.load(path).graph), got {type(graph).__name__}")
     for node in graph.nodes:
         if node.op not in COMPILED_OPS:
             raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
