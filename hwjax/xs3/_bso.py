@@ -140,11 +140,57 @@ _SHIFT_ADJUSTMENT = 7
 _MAX_POST_SHIFT = 22 + _SHIFT_ADJUSTMENT - 8  # 21
 
 
-def _host_array(value, name: str) -> np.ndarray:
+def _host_array(value, name: str, what: str = "derive_bso_fields") -> np.ndarray:
+    """A concrete numeric NumPy array (host-side recipes); :class:`ArgTypeError` for a
+    tracer, a string, None, a bool or a ragged list."""
     if isinstance(value, jax.core.Tracer):
-        raise ArgTypeError(f"{name}: derive_bso_fields is a host-side (NumPy, float64) conversion "
-                        f"and cannot be traced; call it outside jit")
-    return np.asarray(value)
+        raise ArgTypeError(f"{name}: {what} is a host-side (NumPy, float64) conversion "
+                           f"and cannot be traced; call it outside jit")
+    if value is None or isinstance(value, (str, bytes, dict, set, bool, np.bool_)):
+        raise ArgTypeError(f"{name} must be a number or a numeric array, got {value!r}")
+    try:
+        a = np.asarray(value)
+    except (ValueError, TypeError, OverflowError):
+        raise ArgTypeError(f"{name} must be a number or a numeric array of one shape, got {value!r}") from None
+    if a.dtype.kind not in "iuf":
+        raise ArgTypeError(f"{name} must be a number or a numeric array, got dtype {a.dtype}")
+    return a
+
+
+def _host_ints(value, name: str, lo: int, hi: int, what: str = "derive_bso_fields") -> np.ndarray:
+    """Concrete integer values in [lo, hi] (a float array holding integers too), as int64."""
+    a = _host_array(value, name, what)
+    V.check_integral(a, name)
+    V.check_range(a, lo, hi, name)
+    return a.astype(np.int64)
+
+
+def _host_int_scalar(value, name: str, lo: int, hi: int, what: str = "derive_bso_fields") -> int:
+    """A concrete integer scalar in [lo, hi] (a 0-d or one-element array too)."""
+    a = _host_ints(value, name, lo, hi, what)
+    if a.size != 1:
+        raise ShapeError(f"{name} must be a scalar, got shape {a.shape}")
+    return int(a.reshape(()))
+
+
+def _host_scale(value, name: str, what: str = "derive_bso_fields") -> float:
+    """A concrete finite scale > 0 (a 0-d or one-element array too)."""
+    a = _host_array(value, name, what)
+    if a.size != 1:
+        raise ShapeError(f"{name} must be a scalar, got shape {a.shape}")
+    V.check_positive(a, name)
+    return float(a.reshape(()))
+
+
+def _host_scales(value, name: str, c_out: int, what: str = "derive_bso_fields") -> np.ndarray:
+    """Concrete finite scales >= 0, a scalar or one per channel, broadcast to (c_out,) float64."""
+    a = _host_array(value, name, what)
+    if a.shape not in ((), (1,), (c_out,)):
+        raise ShapeError(f"{name} must be a scalar or have shape ({c_out},) (one per channel), got {a.shape}")
+    V.check_finite(a, name)
+    if a.size and (a < 0).any():
+        raise RangeError(f"{name} must be >= 0; found {a.min()}")
+    return np.broadcast_to(a, (c_out,))
 
 
 def derive_bso_fields(bias_q, weights, *, input_scale: float, input_zero_point: int,
@@ -174,13 +220,20 @@ def derive_bso_fields(bias_q, weights, *, input_scale: float, input_zero_point: 
     Returns:
       :class:`BsoFields` (NumPy int32 arrays), ready for :func:`make_bso`.
     """
-    w = _host_array(weights, "weights").astype(np.int64)
-    b = _host_array(bias_q, "bias_q").astype(np.int64).reshape(-1)
+    w = _host_ints(weights, "weights", -128, 127)
+    b = _host_ints(bias_q, "bias_q", -(2**31), 2**31 - 1).reshape(-1)
+    if w.ndim < 1:
+        raise ShapeError(f"weights must have at least one axis (the output channels), got shape {w.shape}")
+    channel_axis = V.check_static_int(channel_axis, -w.ndim, w.ndim - 1, "channel_axis")
     w = np.moveaxis(w, channel_axis, 0).reshape(w.shape[channel_axis], -1)
     c_out = w.shape[0]
     if b.shape[0] != c_out:
         raise ShapeError(f"bias_q has {b.shape[0]} channels, weights have {c_out}")
-    ws = np.broadcast_to(np.asarray(_host_array(weight_scales, "weight_scales"), np.float64), (c_out,))
+    ws = np.asarray(_host_scales(weight_scales, "weight_scales", c_out), np.float64)
+    input_scale = _host_scale(input_scale, "input_scale")
+    output_scale = _host_scale(output_scale, "output_scale")
+    input_zero_point = _host_int_scalar(input_zero_point, "input_zero_point", -128, 127)
+    output_zero_point = _host_int_scalar(output_zero_point, "output_zero_point", -128, 127)
     m = np.float64(input_scale) * ws / np.float64(output_scale)
     if not np.all(np.isfinite(m)) or np.any(m < 0):
         raise RangeError("input_scale, weight_scales, output_scale: scales must be finite and non-negative")

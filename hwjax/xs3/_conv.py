@@ -86,7 +86,7 @@ def im2col(x, kernel_hw: Sequence[int], *, stride: Sequence[int], pad_top_left: 
     ``x``'s dtype (the chip's trailing 32 zero bytes are not materialised). Built by
     :func:`hwjax.core.extract_patches` (static strided slices, no gathers).
     """
-    x = jnp.asarray(x)
+    x = V.as_array(x, "x")
     if x.ndim < 3:
         raise ShapeError(f"x must have shape (..., H, W, C), got {x.shape}")
     geom = _geometry(x.shape[-3:-1], kernel_hw, stride, pad_top_left, out_hw, dilation)
@@ -139,7 +139,8 @@ def reorder_kernel_weights(k_ohwi, *, pad_value: int = 0) -> jax.Array:
       1-D int8 array (traceable: a static gather).
     """
     k = _check_kernel(k_ohwi)
-    V.check_range(np.asarray(pad_value), -128, 127, "pad_value")
+    pad_value = V.int_scalar(pad_value, -128, 127, "pad_value") if isinstance(pad_value, jax.core.Tracer) \
+        else V.check_static_int(pad_value, -128, 127, "pad_value")
     c_out, patch = k.shape[0], int(np.prod(k.shape[1:]))
     idx = _reorder_index(c_out, patch)
     flat = k.reshape(-1)
@@ -150,6 +151,9 @@ def reorder_kernel_weights(k_ohwi, *, pad_value: int = 0) -> jax.Array:
 def reorder_kernel_weights_inverse(reordered, kernel_shape: Sequence[int]) -> jax.Array:
     """Recovers the (C_out, K_h, K_w, C_in) kernel from :func:`reorder_kernel_weights`'s
     stream (padding ignored). ``kernel_shape`` is static."""
+    if isinstance(kernel_shape, (str, bytes)) or not hasattr(kernel_shape, "__iter__"):
+        raise ArgTypeError(f"kernel_shape must be a sequence of 4 static ints (C_out, K_h, K_w, C_in), "
+                           f"got {kernel_shape!r}")
     shape = tuple(V.check_static_int(s, 1, 2**30, "kernel_shape[i]") for s in kernel_shape)
     if len(shape) != 4:
         raise ShapeError(f"kernel_shape must be (C_out, K_h, K_w, C_in), got {kernel_shape!r}")

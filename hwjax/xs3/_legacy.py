@@ -112,7 +112,10 @@ def _pair(v, name: str, lo: int | None = None) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _variant(variant: str) -> str:
+def _variant(variant: str, **flags) -> str:
+    """Checks ``variant`` and the static bool ``flags`` (``symmetric``, ``return_stats``)."""
+    for name, value in flags.items():
+        V.check_flag(value, name)
     return V.check_choice(variant, VARIANTS, "variant")
 
 
@@ -176,7 +179,8 @@ def _check_inside(win: ConvGeometry) -> None:
     if not win.inside:
         (h, w), (r0, c0) = win.in_hw, win.window_start
         raise ShapeError(f"pooling windows must lie inside the {h}x{w} image (no padding): "
-                         f"start {(r0, c0)}, shape {win.kernel}, stride {win.stride}, out {win.out_hw}")
+                         f"window_start {(r0, c0)}, window_shape {win.kernel}, window_stride {win.stride}, "
+                         f"out_shape {win.out_hw}")
 
 
 def _row_sequence(oy: int, win: ConvGeometry, h: int) -> tuple[int, ...]:
@@ -387,7 +391,7 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
               variant, return_stats, saturation_grad, order_for, check_kernel=None):
     """Shared BSO convolution driver: validation, then :func:`_bso_kernel` on the jitted
     :func:`_conv_acc`."""
-    _variant(variant)
+    _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xb, lead = _image(x, float_ok=True)
     k = _int8(k, "k", float_ok=True)
     if k.ndim != 4:
@@ -555,7 +559,7 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     Gradient (float ``x``/``k``): as :func:`conv2d_deep` with the real depthwise
     convolution ``bias[c] + sum_taps x_tap[c] * k[kh, kw, c]`` as the accumulator.
     """
-    _variant(variant)
+    _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xb, lead = _image(x, float_ok=True)
     k = _int8(k, "k", float_ok=True)
     if k.ndim != 3:
@@ -608,7 +612,7 @@ def _fc_operands(x, w, *, n_multiple: int, float_ok: bool = False):
 
 
 def _fully_connected(x, w, bso, *, out_bits, symmetric, variant, return_stats, saturation_grad):
-    _variant(variant)
+    _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xa, wa = _fc_operands(x, w, n_multiple=4, float_ok=True)
     f = _checked_fields(bso, wa.shape[0], variant)
     return _bso_kernel(functools.partial(_fc_acc, tail_first=True), _fc_real_acc, (xa, wa), f, (),
@@ -664,7 +668,7 @@ def fully_connected_16(x, w, bso, *, variant: str = "hardware", return_stats: bo
 
 
 def _fc_deepin(x, w, bias, shift, scale, *, out_bits, variant, return_stats):
-    _variant(variant)
+    _variant(variant, return_stats=return_stats)
     xa, wa = _fc_operands(x, w, n_multiple=LANES)
     c_out = wa.shape[0]
     if c_out > 16:
@@ -764,6 +768,9 @@ def _pool_geometry(x, window_shape, window_start, window_stride, out_shape):
         if min(start) < 0:
             raise RangeError(f"pooling windows must lie inside the image (no padding): window_start "
                              f"{start} is negative")
+        if any(st + k > n for st, k, n in zip(start, kshape, xb.shape[1:3])):
+            raise ShapeError(f"no pooling window of window_shape {kshape} starting at window_start {start} "
+                             f"fits inside the {xb.shape[1]}x{xb.shape[2]} image")
         out_shape = pool_out_hw(xb.shape[1:3], kshape, _pair(stride, "window_stride", 1), start)
     win = _window(xb.shape[1:3], window_shape, window_start, stride, out_shape)
     _check_inside(win)
@@ -778,7 +785,7 @@ def maxpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_s
     ``out_shape`` to the most windows that fit. Returns int8 (..., H_out, W_out, C)
     [, LegacyStats (all zero)].
     """
-    _variant(variant)
+    _variant(variant, return_stats=return_stats)
     xb, lead, win = _pool_geometry(x, window_shape, window_start, window_stride, out_shape)
     y = _maxpool_core(xb, win=win)
     return _result(y.reshape(lead + y.shape[1:]), return_stats)
@@ -798,7 +805,7 @@ def avgpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_s
     ``window_stride`` defaults to ``window_shape``, ``out_shape`` to the most windows
     that fit. Returns int8 (..., H_out, W_out, C) [, LegacyStats: output clips].
     """
-    _variant(variant)
+    _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xb, lead, win = _pool_geometry(x, window_shape, window_start, window_stride, out_shape)
     _multiple_of(xb.shape[-1], 4, "C")
     y, out = _avgpool_core(xb, win=win, symmetric=bool(symmetric))
@@ -828,7 +835,7 @@ def avgpool2d_global(x, bias, scale, shift, *, symmetric: bool = False,
     Returns:
       int8 (..., C) [, LegacyStats: accumulator saturations and output clips].
     """
-    _variant(variant)
+    _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xb, lead = _image(x)
     b = _scalar(bias, "bias", -(2**31), 2**31 - 1)
     sc = _scalar(scale, "scale", -128, 127)
@@ -871,7 +878,7 @@ def add_elementwise(x0, x1, *, shr0: int, multiplier0, shr1: int, multiplier1, b
     Returns:
       int8 array of the input shape [, LegacyStats per last-axis element: output clips].
     """
-    _variant(variant)
+    _variant(variant, symmetric=symmetric, return_stats=return_stats)
     a0, a1 = _int8(x0, "x0"), _int8(x1, "x1")
     if a0.shape != a1.shape:
         raise ShapeError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
@@ -904,7 +911,7 @@ def requantize_16_to_8(x, *, symmetric: bool = False, variant: str = "hardware",
     ([-127, 127] if ``symmetric``.) ``x`` int16 values, any shape; returns int8
     [, LegacyStats per last-axis element: output clips].
     """
-    _variant(variant)
+    _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xa = _int_values(x, "x", -(2**15), 2**15 - 1, jnp.int16)
     y, out = _requantize_core(xa, symmetric=bool(symmetric))
     return _result(y, return_stats, out=out, channels=xa.shape[-1:])
@@ -923,7 +930,7 @@ def lookup8(x, lut, *, variant: str = "hardware", return_stats: bool = False):
     ``x``: int8 or uint8 values (int8 values index by their byte ``x & 0xFF``);
     ``lut``: (256,) uint8 values. Returns uint8 of x's shape [, zero LegacyStats].
     """
-    _variant(variant)
+    _variant(variant, return_stats=return_stats)
     xa = _int_values(x, "x", -128, 255, _I32)
     t = _int_values(lut, "lut", 0, 255, jnp.uint8)
     if t.shape != (256,):
@@ -938,7 +945,7 @@ def argmax_16(x, *, variant: str = "hardware", return_stats: bool = False):
     ``x`` (..., N) int16 values, N >= 1 (lib_nn writes nothing for N <= 0; here that is
     a ValueError). Returns int32 (...) [, zero LegacyStats of shape ()].
     """
-    _variant(variant)
+    _variant(variant, return_stats=return_stats)
     xa = _int_values(x, "x", -(2**15), 2**15 - 1, jnp.int16)
     if xa.ndim < 1 or xa.shape[-1] < 1:
         raise ShapeError(f"x must have shape (..., N) with N >= 1, got {xa.shape}")
@@ -982,6 +989,7 @@ def certify_no_saturation(k, bias, input_range: tuple[int, int], *, channel_axis
     w = _int8(k, "k")
     if w.ndim < 1:
         raise ShapeError("k must have at least one axis (the output channels)")
+    channel_axis = V.check_static_int(channel_axis, -w.ndim, w.ndim - 1, "channel_axis")
     w2 = jnp.moveaxis(w, channel_axis, 0)
     w2 = w2.reshape(w2.shape[0], -1)
     if w2.shape[1] >= 2**20:

@@ -33,6 +33,7 @@ import numpy as np
 from hwjax.core import validate as V
 from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
+from hwjax.xs3 import _bso
 from hwjax.xs3 import _vpu as vpu
 from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import Variant
@@ -302,7 +303,8 @@ def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _checked_int8_operands(acc, multipliers, biases, float_ok=True)
     return _otfn_int8_impl(a, mul, bias, initial_shift, final_shr, variant=variant,
-                           return_stats=bool(return_stats), saturation_grad=saturation_grad)
+                           return_stats=V.check_flag(return_stats, "return_stats"),
+                           saturation_grad=saturation_grad)
 
 
 @functools.partial(jax.jit, static_argnames=('variant', 'return_stats', 'saturation_grad'))
@@ -348,7 +350,8 @@ def otfn_int8_channelwise(acc, shifts, multipliers, biases, *, final_shr: int,
     mul = _checked_channel_param(multipliers, "multipliers", c, float_ok=True)
     bias = _checked_channel_param(biases, "biases", c, float_ok=True)
     return _otfn_int8_channelwise_impl(a, sh, mul, bias, final_shr, variant=variant,
-                                       return_stats=bool(return_stats), saturation_grad=saturation_grad)
+                                       return_stats=V.check_flag(return_stats, "return_stats"),
+                                       saturation_grad=saturation_grad)
 
 
 @functools.partial(jax.jit, static_argnames=('variant', 'return_stats', 'saturation_grad'))
@@ -403,7 +406,7 @@ def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, 
     mul = _checked_channel_param(multipliers, "multipliers", c)
     bias = _checked_channel_param(biases, "biases", c)
     return _otfn_int8_clamped_impl(a, off, mul, bias, initial_shift, final_shr, variant=variant,
-                                   return_stats=bool(return_stats))
+                                   return_stats=V.check_flag(return_stats, "return_stats"))
 
 
 @functools.partial(jax.jit, static_argnames=('variant', 'return_stats'))
@@ -513,11 +516,13 @@ def serialise_output_transform(multipliers, biases, *, leading=None, pad_value: 
             raise ShapeError(f"{name} must be 1-D (one value per output channel), got shape {a.shape}")
         V.check_range(a, -(2**15), 2**16 - 1 if name == "leading" else 2**15 - 1, name)
         arrays.append(a.astype(np.int64))
-    c = arrays[0].size
-    if any(a.size != c for a in arrays):
-        raise ShapeError(f"all parameter arrays must have the same length; got "
-                         f"{[a.size for a in arrays]}")
-    V.check_range(np.asarray(pad_value), -(2**15), 2**15 - 1, "pad_value")
+    c = arrays[-1].size
+    for (name, _), a in zip(cols, arrays):
+        if a.size != c:
+            raise ShapeError(f"all parameter arrays must have the same length: {name} has {a.size} "
+                             f"values, biases {c}")
+    pad_value = V.check_static_int(pad_value, -(2**15), 2**15 - 1, "pad_value")
+    pad_final_access = V.check_flag(pad_final_access, "pad_final_access")
     parts = [a[g:g + EPV16] for g in range(0, c, EPV16) for a in arrays]
     out = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     if pad_final_access:
@@ -532,7 +537,13 @@ def deserialise_output_transform(memory, channels: int, *, with_leading: bool = 
     NumPy int16 arrays of length ``channels``.
     """
     channels = V.check_static_int(channels, 0, 2**31 - 1, "channels")
-    mem = np.asarray(memory)
+    with_leading = V.check_flag(with_leading, "with_leading")
+    if isinstance(memory, jax.core.Tracer):
+        raise ArgTypeError("memory must be concrete: deserialisation reads a memory image")
+    mem = np.asarray(V.as_array(memory, "memory"))
+    if not np.issubdtype(mem.dtype, np.integer):
+        raise ArgTypeError(f"memory must be an integer array (int16 values), got dtype {mem.dtype}")
+    V.check_range(mem, -(2**15), 2**15 - 1, "memory")
     names = (["leading"] if with_leading else []) + ["multipliers", "biases"]
     k = len(names)
     if mem.size < k * channels:
@@ -672,24 +683,26 @@ def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out:
       dict with ``multipliers``, ``biases`` (NumPy int16, (C_out,)), ``initial_shift``,
       ``final_shr`` (ints) and the exponents ``A``, ``M``, ``B``.
     """
-    w = np.asarray(weights)
+    what = "otfn_params_from_scales"
+    w = _bso._host_array(weights, "weights", what)
     if not np.issubdtype(w.dtype, np.integer) or w.ndim < 1:
         raise ArgTypeError(f"weights must be an integer array (C_out, ...) of int8 values, got {w.dtype}")
     V.check_range(w, -128, 127, "weights (int8 values)")
     c_out = w.shape[0]
     w2 = w.reshape(c_out, -1).astype(np.int64)
-    bq = np.asarray(bias_q)
-    if not np.issubdtype(bq.dtype, np.integer) or bq.shape != (c_out,):
-        raise ShapeError(f"bias_q must be an integer array of shape ({c_out},), got {bq.dtype} {bq.shape}")
+    bq = _bso._host_array(bias_q, "bias_q", what)
+    if not np.issubdtype(bq.dtype, np.integer):
+        raise ArgTypeError(f"bias_q must be an integer array of shape ({c_out},), got dtype {bq.dtype}")
+    if bq.shape != (c_out,):
+        raise ShapeError(f"bias_q must be an integer array of shape ({c_out},), got shape {bq.shape}")
     V.check_range(bq, -(2**31), 2**31 - 1, "bias_q (int32)")
-    for v, name in ((z_in, "z_in"), (z_out, "z_out")):
-        V.check_range(np.asarray(v), -128, 127, f"{name} (int8 zero point)")
-    sw = np.broadcast_to(np.asarray(s_w, np.float32), (c_out,))
-    if not (np.all(sw >= 0) and s_in > 0 and s_out > 0):
-        raise RangeError("scales s_in and s_out must be positive and s_w >= 0 (a zero weight scale, as xformer "
-                         "gives its pad channels, makes a constant channel)")
+    z_in = _bso._host_int_scalar(z_in, "z_in", -128, 127, what)
+    z_out = _bso._host_int_scalar(z_out, "z_out", -128, 127, what)
+    s_in, s_out = _bso._host_scale(s_in, "s_in", what), _bso._host_scale(s_out, "s_out", what)
+    sw = np.asarray(_bso._host_scales(s_w, "s_w", c_out, what), np.float32)
     m = (np.float32(s_in) * sw / np.float32(s_out)).astype(np.float32)
     if multiplier_factor is not None:
+        multiplier_factor = _bso._host_scale(multiplier_factor, "multiplier_factor", what)
         m = np.minimum(m, np.float32(m.min() * np.float32(multiplier_factor)))
     m = m.astype(np.float64)
     beta = (bq.astype(np.float64) - float(z_in) * w2.sum(axis=1)) * m + float(z_out)

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from hwjax.core import compute_once, div_rn, shift_right
+from hwjax.core import validate as V
+from hwjax.errors import ShapeError
 from hwjax.core import wide as W
 
 
@@ -38,7 +40,40 @@ def _sig_bits(v: jax.Array) -> jax.Array:
     return 33 - jax.lax.clz(jnp.where(v >= 0, v, ~v))
 
 
-@jax.jit
+def _check_args(kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out):
+    """The public-boundary checks of :func:`otfn_params` (values checked when concrete;
+    traced values pass as they are)."""
+    kernel_q = V.as_array(kernel_q, "kernel_q")
+    if V.kind(kernel_q, "kernel_q") == "float":
+        V.check_integral(kernel_q, "kernel_q")
+    V.check_range(kernel_q, -128, 127, "kernel_q")
+    if kernel_q.ndim < 1:
+        raise ShapeError(f"kernel_q must have shape (C, ...) (output channel first), got {kernel_q.shape}")
+    c = kernel_q.shape[0]
+    bias_q = V.as_array(bias_q, "bias_q")
+    V.to_int32(bias_q, "bias_q")
+    if bias_q.shape != (c,):
+        raise ShapeError(f"bias_q must have shape ({c},) (one bias per output channel), got {bias_q.shape}")
+    out = [kernel_q, bias_q]
+    for name, v in (("s_in", s_in), ("z_in", z_in), ("s_w", s_w), ("s_out", s_out), ("z_out", z_out)):
+        a = V.as_array(v, name)
+        if name == "s_w":
+            if a.shape not in ((), (1,), (c,)):
+                raise ShapeError(f"s_w must be a scalar or have shape ({c},) (one per channel), got {a.shape}")
+            V.check_finite(a, name)
+            V.check_range(a, 0, float("inf"), name)
+        elif a.size != 1:
+            raise ShapeError(f"{name} must be a scalar, got shape {a.shape}")
+        elif name.startswith("s_"):
+            V.check_positive(a, name)
+        else:
+            if V.kind(a, name) == "float":
+                V.check_integral(a, name)
+            V.check_range(a, -128, 127, name)
+        out.append(v)
+    return out
+
+
 def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     """xformer's group-wise ``otfn_int8`` parameters (spec xs3.md §4.5), jittable and exact.
 
@@ -65,6 +100,12 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
       the assembly's ranges; here they are returned as found and checked by callers
       when concrete, e.g. :func:`hwjax.export`.)
     """
+    kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out = _check_args(kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out)
+    return _otfn_params_impl(kernel_q, bias_q, s_in=s_in, z_in=z_in, s_w=s_w, s_out=s_out, z_out=z_out)
+
+
+@jax.jit
+def _otfn_params_impl(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     c = kernel_q.shape[0]
     w = kernel_q.reshape(c, -1).astype(jnp.int32)
     f32 = jnp.float32

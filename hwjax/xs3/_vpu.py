@@ -129,6 +129,21 @@ def _checked_acc40(acc: AccLike, name: str = "acc"):
     return _checked(acc, name, -(2**31), 2**31 - 1)
 
 
+def _check_broadcast(*named) -> None:
+    """:class:`ShapeError` naming the first operand (``(array, name)`` pairs; a Wide or
+    ``(hi, lo)`` accumulator by its parts) whose shape does not broadcast against the
+    shapes of the operands before it."""
+    shape, names = None, []
+    for a, name in named:
+        parts = ([(a.hi, f"{name}.hi"), (a.lo, f"{name}.lo")] if isinstance(a, W.Wide) else
+                 [(a[0], f"{name}.hi"), (a[1], f"{name}.lo")] if isinstance(a, tuple) else [(a, name)])
+        for p, pname in parts:
+            if shape is not None:
+                V.check_broadcast(np.empty(shape, np.int8), " and ".join(names), p, pname)
+            shape = jnp.broadcast_shapes(() if shape is None else shape, np.shape(p))
+            names.append(pname)
+
+
 def _int_only_in_32bit_mode(mode: int, what: str, *arrays) -> None:
     """32-bit-mode accumulators are 40/64-bit: float operands are not supported there."""
     if mode == 32 and S.has_float(*arrays):
@@ -195,6 +210,7 @@ def as_acc40(acc: AccLike, name: str = "acc") -> W.Wide:
             raise ShapeError(f"{name} must be a Wide or an (hi, lo) pair, got a tuple of {len(acc)}")
         hi = _int_operand(acc[0], f"{name}.hi", -(2**31), 2**31 - 1)
         lo = _bits_u32(acc[1], f"{name}.lo")
+        V.check_broadcast(hi, f"{name}.hi", lo, f"{name}.lo")
         hi, lo = jnp.broadcast_arrays(hi, lo)
         return W.Wide(hi, lo)
     return W.from_int32(_int_operand(acc, name, -(2**31), 2**31 - 1))
@@ -204,6 +220,7 @@ def acc40_from_registers(vd, vr) -> W.Wide:
     """§1.4: ``acc40 = int8(vD & 0xFF) * 2**32 + u32(vR)`` for 32-bit mode lanes."""
     vd = _checked(vd, "vd", -(2**31), 2**31 - 1)
     vr = _checked_u32(vr, "vr")
+    V.check_broadcast(vd, "vd", vr, "vr")
     return _acc40_from_registers_impl(vd, vr)
 
 
@@ -284,6 +301,7 @@ def vlmacc(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
         a = _checked_acc40(acc, "acc")
     else:
         a = _checked(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
+    _check_broadcast((c, "vc"), (m, "mem"), (a, "acc"))
     return _vlmacc_impl(a, c, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
@@ -617,6 +635,7 @@ def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware",
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
     x, m = _checked_lanes(x, "x", mode, float_ok=True), _checked_lanes(m, "m", mode, float_ok=True)
+    V.check_broadcast(x, "x", m, "m")
     return _vlmul_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
@@ -746,6 +765,7 @@ def vladd(vr, mem, *, mode: Mode, variant: Variant = "hardware",
     mode = _check_mode(mode)
     _check_variant(variant)
     x, m = _checked_lanes(vr, "vr", mode, float_ok=True), _checked_lanes(mem, "mem", mode, float_ok=True)
+    V.check_broadcast(x, "vr", m, "mem")
     return _vladd_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
@@ -780,6 +800,7 @@ def vlsub(vr, mem, *, mode: Mode, variant: Variant = "hardware",
     """
     mode, variant = _check_mode(mode), _check_variant(variant)
     x, m = _checked_lanes(vr, "vr", mode, float_ok=True), _checked_lanes(mem, "mem", mode, float_ok=True)
+    V.check_broadcast(x, "vr", m, "mem")
     return _vlsub_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
