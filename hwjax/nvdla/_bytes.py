@@ -191,10 +191,12 @@ def check_image(image: Any, min_size: int, name: str = "image") -> jax.Array:
 
 def check_shape(shape: Any, ndim: int | tuple[int, ...], name: str) -> tuple[int, ...]:
     """Validates a static shape: a tuple of positive Python ints of the given rank(s)."""
-    try:
-        shape = tuple(int(s) for s in shape)
-    except TypeError as e:
-        raise ArgTypeError(f"{name} must be a tuple of ints, got {shape!r}") from e
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ArgTypeError(f"{name} must be a tuple of ints, got {shape!r}")
+    shape = tuple(shape)
+    if any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) for s in shape):
+        raise ArgTypeError(f"{name} must be a tuple of ints, got {shape!r}")
+    shape = tuple(int(s) for s in shape)
     ranks = (ndim,) if isinstance(ndim, int) else ndim
     if len(shape) not in ranks:
         raise ShapeError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {shape}")

@@ -62,7 +62,7 @@ def sign_extend(value: Any, bits: int):
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         v = int(value) & ((1 << bits) - 1)
         return v - (1 << bits) if v >> (bits - 1) else v
-    x = jax.device_put(value) if isinstance(value, (np.ndarray, np.generic)) else jnp.asarray(value)
+    x = V.as_array(value, "value")
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise ArgTypeError(f"value must be an integer array, got {x.dtype}")
     return _sign_extend_jit(x, bits)
@@ -333,8 +333,8 @@ def cvt_unit(unit: str, x: Any, *, offset: Any, scale: Any, shift: Any,
     ``out_bits`` defaults to the unit's only output where it has one. Concrete operands
     outside the unit's widths raise ValueError. See :func:`cvt` for semantics and flags.
     """
-    if unit not in CONVERTORS:
-        raise RangeError(f"unit must be one of {tuple(CONVERTORS)}, got {unit!r}")
+    V.check_choice(unit, tuple(CONVERTORS), "unit")
+    V.check_flag(return_flags, "return_flags")
     spec = CONVERTORS[unit]
     if out_bits is None:
         if len(spec.outputs) != 1:
@@ -369,19 +369,18 @@ def valid_precision_conversions(unit: str) -> dict[str, tuple[str, ...]]:
     ``"image_uint8"``, ``"image_int16"``, ``"image_uint16"``, ``"image_fp16"`` (pixel
     formats); the convolution's output precision is its pipeline (and weight) precision.
     """
-    if unit not in _VALID:
-        raise RangeError(f"unit must be one of {tuple(_VALID)}, got {unit!r}")
+    V.check_choice(unit, tuple(_VALID), "unit")
     return dict(_VALID[unit])
 
 
 def check_precision_conversion(unit: str, input_precision: str, output_precision: str) -> None:
     """Raises ValueError unless ``input_precision -> output_precision`` is valid for ``unit`` (5.3)."""
     table = valid_precision_conversions(unit)
-    if input_precision not in table:
+    if not isinstance(input_precision, str) or input_precision not in table:
         raise RangeError(f"input_precision for unit {unit!r} must be one of {tuple(table)}, "
                          f"got {input_precision!r}")
     allowed = table[input_precision]
-    if output_precision not in allowed:
+    if not isinstance(output_precision, str) or output_precision not in allowed:
         raise RangeError(f"{unit}: {input_precision} input cannot produce {output_precision!r} "
                          f"output; allowed output_precision: {allowed}")
 
@@ -419,14 +418,14 @@ def fp16_input(x: Any, *, unit: str, nan_to_zero: bool = False) -> jax.Array:
       x: float16 array, or uint16 array of fp16 bit patterns.
       unit: a key of ``INF_REPLACEMENT``.
     """
-    if unit not in INF_REPLACEMENT:
-        raise RangeError(f"unit must be one of {tuple(INF_REPLACEMENT)}, got {unit!r}")
-    return _fp16_input_jit(_fp16_dtype_checked(x, "x"), unit=unit, nan_to_zero=bool(nan_to_zero))
+    V.check_choice(unit, tuple(INF_REPLACEMENT), "unit")
+    nan_to_zero = V.check_flag(nan_to_zero, "nan_to_zero")
+    return _fp16_input_jit(_fp16_dtype_checked(x, "x"), unit=unit, nan_to_zero=nan_to_zero)
 
 
 def _fp16_dtype_checked(x: Any, name: str) -> jax.Array:
     """The dtype check of :func:`_fp16_array` (the bitcast runs inside the jitted program)."""
-    x = jax.device_put(x) if isinstance(x, (np.ndarray, np.generic)) else jnp.asarray(x)
+    x = V.as_array(x, name)
     if x.dtype not in (jnp.uint16, jnp.float16):
         raise ArgTypeError(f"{name} must be float16 (or uint16 fp16 bit patterns), got {x.dtype}")
     return x
@@ -450,7 +449,7 @@ def fp16_output(x: Any) -> jax.Array:
     ``x`` is converted to float32 first (NVDLA's internal format), so the result is the same
     with ``jax_enable_x64`` on or off. Differentiable (straight-through inside the range).
     """
-    x = jax.device_put(x) if isinstance(x, (np.ndarray, np.generic)) else jnp.asarray(x)
+    x = V.as_array(x, "x")
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ArgTypeError(f"x must be a float array, got {x.dtype}")
     return _fp16_output_jit(x)

@@ -157,6 +157,7 @@ def pack_feature(x: Any, *, dtype: Any = None, line_stride: Optional[int] = None
       uint8 image.
     """
     x = B.as_elements(x, dtype, "x")
+    B.check_shape(x.shape, (3, 4), "x.shape (NCHW or CHW)")
     p = _feature_placement(x.shape, x.dtype, line_stride, surf_stride, batch_stride, atom_bytes)
     return B.place(x.reshape(p.shape), p)
 
@@ -205,7 +206,7 @@ def _dc_builder(shape_kcrs, bpe, kpg, cpb, cbuf):
 
 
 def _dc_placement(shape_kcrs, dtype, atomic_k, atomic_c, cbuf_width):
-    shape_kcrs = B.check_shape(shape_kcrs, 4, "shape (KCRS)")
+    shape_kcrs = B.check_shape(shape_kcrs, 4, "shape_kcrs (KCRS)")
     bpe = B.element_bytes(dtype)
     kpg, cpb, cbuf = _check_atomics(atomic_k, atomic_c, cbuf_width, bpe)
     return B.cached_placement(_dc_builder, shape_kcrs, bpe, kpg, cpb, cbuf)
@@ -241,6 +242,7 @@ def pack_dc_weights(w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K,
       uint8 image of ``round_up(K*C*R*S*bpe, cbuf_width)`` bytes.
     """
     w = B.as_elements(w, dtype, "w")
+    B.check_shape(w.shape, 4, "w.shape (KCRS)")
     return B.place(w, _dc_placement(w.shape, w.dtype, atomic_k, atomic_c, cbuf_width))
 
 
@@ -266,7 +268,7 @@ def pre_extend_image_weights(w: Any, *, input_channels: int) -> jax.Array:
     Returns:
       ``(K, S*Cin, R, 1)`` array of ``w``'s dtype.
     """
-    w = jnp.asarray(w)
+    w = V.as_array(w, "w")
     K, C, R, S = B.check_shape(w.shape, 4, "w.shape (KCRS)")
     cin = _static_int(input_channels, C, 1 << 16, "input_channels (>= the weights' C)")
     return _pre_extend(w, cin)
@@ -284,7 +286,7 @@ def unextend_image_weights(w_pre: Any, *, channels: int, kernel_width: int) -> j
 
     Drops the zero-padding channels ``C .. Cin-1``.
     """
-    w_pre = jnp.asarray(w_pre)
+    w_pre = V.as_array(w_pre, "w_pre")
     K, CP, R, one = B.check_shape(w_pre.shape, 4, "w_pre.shape")
     S = _static_int(kernel_width, 1, CP, "kernel_width")
     if one != 1 or CP % S:
@@ -315,6 +317,7 @@ def image_post_extension_factor(*, input_channels: int, kernel_width: int, kerne
     R = _static_int(kernel_height, 1, 1 << 16, "kernel_height")
     sx = _static_int(stride_x, 1, 1 << 16, "stride_x")
     ac = _static_int(atomic_c, 1, 1 << 12, "atomic_c")
+    compiler_rule = V.check_flag(compiler_rule, "compiler_rule")
     cp = S * cin
     if sx > S:
         return 1
@@ -351,7 +354,7 @@ def _image_builder(shape_pre, bpe, kpg, cpb, cbuf, f):
 
 def _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k,
                  atomic_c, cbuf_width):
-    K, C, R, S = B.check_shape(shape_kcrs, 4, "shape (KCRS)")
+    K, C, R, S = B.check_shape(shape_kcrs, 4, "shape_kcrs (KCRS)")
     cin = _static_int(input_channels, C, 1 << 16, "input_channels (>= the weights' C)")
     bpe = B.element_bytes(dtype)
     kpg, cpb, cbuf = _check_atomics(atomic_k, atomic_c, cbuf_width, bpe)
@@ -414,7 +417,7 @@ def unpack_image_weights(image: Any, shape_kcrs, *, input_channels: int, dtype: 
                          atomic_k: int = ATOMIC_K, atomic_c: int = ATOMIC_C,
                          cbuf_width: int = CBUF_WIDTH) -> jax.Array:
     """Inverse of :func:`pack_image_weights`: the original ``(K, C, R, S)`` weights."""
-    K, C, R, S = B.check_shape(shape_kcrs, 4, "shape (KCRS)")
+    K, C, R, S = B.check_shape(shape_kcrs, 4, "shape_kcrs (KCRS)")
     p, _ = _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k,
                         atomic_c, cbuf_width)
     return unextend_image_weights(B.gather(image, p, dtype), channels=C, kernel_width=S)
@@ -480,7 +483,7 @@ def _sdp_builder(shape_chw, ncomp, cb, epa, line_stride, surf_stride):
 
 
 def _sdp_placement(shape_chw, ncomp, dtype, proc_precision, line_stride, surf_stride):
-    shape_chw = B.check_shape(shape_chw, 3, "shape (CHW)")
+    shape_chw = B.check_shape(shape_chw, 3, "shape_chw (CHW)")
     if proc_precision not in _PROC_EPA:
         raise RangeError(f"proc_precision must be one of {tuple(_PROC_EPA)}, got {proc_precision!r}")
     bpa = _PROC_EPA[proc_precision] * ncomp * B.element_bytes(dtype)
@@ -568,15 +571,16 @@ def check_alignment(kind: str, **values: int) -> None:
       values: any of ``address``, ``line_stride``, ``surf_stride``, ``cube_stride``, ``size``
         (bytes).
     """
-    if kind not in ALIGNMENT:
-        raise RangeError(f"kind must be one of {tuple(ALIGNMENT)}, got {kind!r}")
+    V.check_choice(kind, tuple(ALIGNMENT), "kind")
     for field, value in values.items():
         if field not in _ALIGN_FIELDS:
             raise ArgTypeError(f"unknown alignment field {field!r}; use one of {_ALIGN_FIELDS}")
         req = ALIGNMENT[kind][_ALIGN_FIELDS.index(field)]
         if req is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise ArgTypeError(f"{field} must be a non-negative int, got {value!r}")
+        if value < 0:
+            raise RangeError(f"{field} must be a non-negative int, got {value}")
         if value % req:
             raise RangeError(f"{kind} {field} must be a multiple of {req} bytes, got {value}")

@@ -448,9 +448,21 @@ def pdp_recip_kernel(k: int) -> int:
     return (1 << 16) // k
 
 
+def _pdp_pair(v: Any, hi: int, name: str) -> None:
+    """A PDP window or stride: an int or a pair of static ints, each in [1, hi]."""
+    vs = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if len(vs) not in (1, 2):
+        raise ShapeError(f"{name} must be an int or a pair of ints, got {v!r}")
+    for e, axis in zip(vs * (3 - len(vs)), ("height", "width")):
+        V.check_static_int(e, 1, hi, f"{name} {axis}")
+
+
 def _pdp_geometry(x: jax.Array, window, stride, padding) -> ConvGeometry:
     if x.ndim < 3:
         raise ShapeError(f"x must be (..., H, W, C), got shape {x.shape}")
+    _pdp_pair(window, _PDP_MAX_KERNEL, "window")
+    if stride is not None:
+        _pdp_pair(stride, _PDP_MAX_STRIDE, "stride")
     geom = ConvGeometry.make(x.shape[-3:-1], window, window if stride is None else stride, padding)
     for i, axis in enumerate(("height", "width")):
         kk, s = geom.kernel[i], geom.stride[i]

@@ -625,6 +625,7 @@ def _run(kernel, params, x, cfg, return_details: bool, accept_wide: bool):
     reshapes run as one jitted program (:func:`_run_jit`), compiled once per input
     shape, dtype and LE function.
     """
+    V.check_flag(return_details, "return_details")
     exp_mode, p = params(tuple(sorted(cfg.registers().items())))
     if not (accept_wide and isinstance(x, wide.Wide)):
         x = V.as_array(x, "x")
@@ -864,6 +865,7 @@ def cdp_sqsum(v, normalz_len: int, *, axis: int = -1) -> wide.Wide:
     """
     normalz_len = V.check_static_int(normalz_len, 0, 3, "normalz_len")
     v = _checked_int32(v, "v")
+    V.check_range(v, -(2**16), 2**16 - 1, "v (int17 convertor output)")
     axis = V.check_static_int(axis, -v.ndim, v.ndim - 1, "axis") % v.ndim
     return _sqsum(v, np.int32(normalz_len + 1), axis)
 
@@ -894,7 +896,11 @@ def cdp_lrn(v, cfg: CdpLutConfig, *, normalz_len: int, sqsum_bypass: bool = Fals
     """
     if not isinstance(cfg, CdpLutConfig):
         raise ArgTypeError(f"cfg must be a CdpLutConfig, got {type(cfg).__name__}")
+    sqsum_bypass = V.check_flag(sqsum_bypass, "sqsum_bypass")
+    mul_bypass = V.check_flag(mul_bypass, "mul_bypass")
+    V.check_flag(return_details, "return_details")
     v = _checked_int32(v, "v")
+    V.check_range(v, -(2**16), 2**16 - 1, "v (int17 convertor output)")
     if not sqsum_bypass:
         normalz_len = V.check_static_int(normalz_len, 0, 3, "normalz_len")
         axis = V.check_static_int(axis, -v.ndim, v.ndim - 1, "axis") % v.ndim

@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import validate as V
 from hwjax.core import wide
-from hwjax.errors import ArgTypeError, RangeError
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nvdla._lut import (
     LE,
     LE_DEPTH,
@@ -33,6 +34,38 @@ from hwjax.nvdla._lut import (
 )
 
 Fn = Callable[[np.ndarray], Any]
+
+
+def _real(v: Any, name: str, *, positive: bool = False) -> float:
+    """A finite real scalar argument (a Python or NumPy number, not a bool); ``positive``: > 0."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ArgTypeError(f"{name} must be a real number, got {v!r}")
+    f = float(v)
+    if not math.isfinite(f) or (positive and not f > 0):
+        raise RangeError(f"{name} must be finite{' and > 0' if positive else ''}, got {v!r}")
+    return f
+
+
+def _range(x_range: Any, name: str = "x_range") -> tuple[float, float]:
+    """A ``(lo, hi)`` pair of finite reals."""
+    if isinstance(x_range, (str, bytes)) or not isinstance(x_range, (tuple, list, np.ndarray)):
+        raise ArgTypeError(f"{name} must be a pair (lo, hi) of real numbers, got {x_range!r}")
+    if len(x_range) != 2:
+        raise ShapeError(f"{name} must be a pair (lo, hi) of real numbers, got {x_range!r}")
+    a, b = (_real(v, name) for v in x_range)
+    return a, b
+
+
+def _fn(fn: Any, name: str = "fn") -> Any:
+    if not callable(fn):
+        raise ArgTypeError(f"{name} must be a callable (a NumPy-callable real function), got {fn!r}")
+    return fn
+
+
+def _cfg(cfg: Any, name: str = "cfg") -> Any:
+    if not isinstance(cfg, (SdpLutConfig, CdpLutConfig)):
+        raise ArgTypeError(f"{name} must be an SdpLutConfig or CdpLutConfig, got {type(cfg).__name__}")
+    return cfg
 _UNITS = {"sdp": (SdpLutConfig, 32, (-128, 32)), "cdp": (CdpLutConfig, 38, (-24, 30))}
 
 
@@ -80,7 +113,13 @@ def _eval(fn: Fn, x: np.ndarray) -> np.ndarray:
 
 def quantize_entries(values: np.ndarray) -> np.ndarray:
     """``sat_16(round_half_away(values))`` as int16 (NaN becomes 0, +-inf saturates)."""
-    v = np.nan_to_num(np.asarray(values, np.float64), nan=0.0, posinf=2**15, neginf=-(2**16))
+    try:
+        a = np.asarray(values)
+    except (ValueError, TypeError):
+        a = None
+    if a is None or a.dtype.kind not in "iuf":
+        raise ArgTypeError(f"values must be a real array (or a list of numbers), got {values!r}")
+    v = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=2**15, neginf=-(2**16))
     return np.clip(_round_half_away(v), -(2**15), 2**15 - 1).astype(np.int16)
 
 
@@ -91,6 +130,9 @@ def slope_registers(slope: float, input_scale: float, output_scale: float) -> tu
     ``shift`` in -16..15 with ``|round(s * 2**shift)| <= 32767`` (saturating at
     shift -16); ``s = 0`` gives ``(0, 0)``.
     """
+    slope = _real(slope, "slope")
+    input_scale = _real(input_scale, "input_scale", positive=True)
+    output_scale = _real(output_scale, "output_scale", positive=True)
     s = output_scale * float(slope) / input_scale
     if not math.isfinite(s):
         raise RangeError(f"slope {slope} is not finite")
@@ -113,7 +155,14 @@ def linear_layout(x_range: tuple[float, float], input_scale: float, depth: int,
     or ``select_range``) with ``START + (depth - 1) * 2**sel >= x_max * input_scale``;
     ``END = START + (depth - 1) * 2**sel``.
     """
-    lo, hi = sorted(float(v) for v in x_range)
+    lo, hi = sorted(_range(x_range))
+    input_scale = _real(input_scale, "input_scale", positive=True)
+    depth = V.check_static_int(depth, 2, 1 << 16, "depth")
+    bits = V.check_static_int(bits, 2, 64, "bits")
+    if isinstance(select_range, (str, bytes)) or not isinstance(select_range, (tuple, list)) or \
+            len(select_range) != 2:
+        raise ArgTypeError(f"select_range must be a pair of ints, got {select_range!r}")
+    select_range = tuple(V.check_static_int(v, -256, 256, "select_range") for v in select_range)
     start = int(_round_half_away(np.float64(lo * input_scale)))
     width = hi * input_scale - start
     sel = max(select_range[0], 0)
@@ -152,7 +201,10 @@ def sweep(x_range: tuple[float, float], input_scale: float, num_points: int = 65
     at most ``num_points``, else ``num_points`` evenly spaced ones; with ``geometric``
     half of them are instead spaced geometrically in the offset from ``x_min`` (for
     EXPONENT tables, whose segments grow by octaves)."""
-    lo, hi = sorted(float(v) for v in x_range)
+    lo, hi = sorted(_range(x_range))
+    input_scale = _real(input_scale, "input_scale", positive=True)
+    num_points = V.check_static_int(num_points, 1, 2**31 - 1, "num_points")
+    geometric = V.check_flag(geometric, "geometric")
     a = int(_round_half_away(np.float64(lo * input_scale)))
     b = int(_round_half_away(np.float64(hi * input_scale)))
     if b - a + 1 <= num_points:
@@ -189,6 +241,10 @@ def _report(y: np.ndarray, target: np.ndarray, output_scale: float) -> LutReport
 def lut_error(cfg, fn: Fn, *, input_scale: float, output_scale: float,
               x_range: tuple[float, float], num_points: int = 65537, geometric: bool = False) -> LutReport:
     """Max and mean absolute error of the exact LUT against ``fn`` over :func:`sweep`."""
+    _cfg(cfg)
+    _fn(fn)
+    input_scale = _real(input_scale, "input_scale", positive=True)
+    output_scale = _real(output_scale, "output_scale", positive=True)
     x = sweep(x_range, input_scale, num_points, geometric)
     target = output_scale * _eval(fn, x / input_scale)
     return _report(evaluate(cfg, x).astype(np.float64), target, output_scale)
@@ -269,14 +325,25 @@ def program_lut(fn: Fn, *, input_scale: float, output_scale: float | None = None
     Returns:
       The configuration, or ``(cfg, report)``.
     """
-    if le_mode not in ("linear", "exponent"):
-        raise RangeError(f"le_mode must be 'linear' or 'exponent', got {le_mode!r}")
-    if unit not in _UNITS:
-        raise RangeError(f"unit must be 'sdp' or 'cdp', got {unit!r}")
-    if not input_scale > 0:
-        raise RangeError(f"input_scale must be positive, got {input_scale}")
+    _fn(fn)
+    V.check_choice(le_mode, ("linear", "exponent"), "le_mode")
+    V.check_choice(unit, tuple(_UNITS), "unit")
+    input_scale = _real(input_scale, "input_scale", positive=True)
+    if output_scale is not None:
+        output_scale = _real(output_scale, "output_scale", positive=True)
+    if density_range is not None:
+        density_range = _range(density_range, "density_range")
+    le_index_offset = V.check_static_int(le_index_offset, -128, 127, "le_index_offset")
+    for name, slope in (("uflow_slope", uflow_slope), ("oflow_slope", oflow_slope)):
+        if not (isinstance(slope, str) and slope == "auto"):
+            _real(slope, name)
+    if not (isinstance(hybrid_priority, str) and hybrid_priority == "auto"):
+        V.check_static_int(hybrid_priority, 0, 1, "hybrid_priority")
+    V.check_choice(precision, ("INT16", "INT8"), "precision")
+    V.check_static_int(num_points, 1, 2**31 - 1, "num_points")
+    V.check_flag(return_report, "return_report")
     cls, bits, sel_range = _UNITS[unit]
-    lo_x, hi_x = sorted(float(v) for v in x_range)
+    lo_x, hi_x = sorted(_range(x_range))
     if output_scale is None:
         peak = np.nanmax(np.abs(_eval(fn, np.linspace(lo_x, hi_x, 4097))))
         output_scale = (2**15 - 1) / peak if peak > 0 else 1.0
@@ -328,6 +395,7 @@ def program_lut(fn: Fn, *, input_scale: float, output_scale: float | None = None
 
 
 def _preset(fn: Fn, x_range, input_frac_bits: int, **kw):
+    input_frac_bits = V.check_static_int(input_frac_bits, -64, 64, "input_frac_bits")
     return program_lut(fn, input_scale=2.0**input_frac_bits, x_range=x_range, **kw)
 
 
@@ -362,6 +430,8 @@ def lrn_lut(*, k: float = 2.0, alpha: float = 1e-4, beta: float = 0.75, n: int =
     EXPONENT raw LE table from ``s = 0`` (as NVDLA's compiler does), LINEAR density LO
     table for small sums; CDP configuration by default.
     """
+    k, alpha, beta = _real(k, "k"), _real(alpha, "alpha"), _real(beta, "beta")
+    n = V.check_static_int(n, 1, 1 << 16, "n")
     kw.setdefault("le_mode", "exponent")
     kw.setdefault("oflow_slope", 0.0)
     return _preset(lambda s: (k + alpha / n * s) ** -beta, x_range, input_frac_bits,
@@ -413,8 +483,13 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     """
     import optax
 
+    _fn(fn)
     if not isinstance(cfg, SdpLutConfig):
-        raise ArgTypeError("fit_lut optimises SdpLutConfig tables")
+        raise ArgTypeError(f"cfg: fit_lut optimises SdpLutConfig tables, got {type(cfg).__name__}")
+    input_scale = _real(input_scale, "input_scale", positive=True)
+    output_scale = _real(output_scale, "output_scale", positive=True)
+    steps = V.check_static_int(steps, 0, 1 << 31, "steps")
+    learning_rate = _real(learning_rate, "learning_rate", positive=True)
     x_np = sweep(x_range, input_scale, num_points)
     x = jnp.asarray(x_np.astype(np.int32))
     target = jnp.asarray(output_scale * _eval(fn, x_np / input_scale), jnp.float32)
@@ -479,6 +554,8 @@ def plot_lut(cfg, fn: Fn, path, *, input_scale: float = 1.0, output_scale: float
     output LSBs); ``x_range`` defaults to the span of both tables plus a margin, so the
     extrapolation is visible.
     """
+    _cfg(cfg)
+    _fn(fn)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -55,10 +55,10 @@ def _nonzero(seq: jax.Array) -> jax.Array:
 
 
 def _check_groups(group_elements, n: int) -> tuple[int, ...]:
-    try:
-        groups = tuple(int(g) for g in group_elements)
-    except TypeError as e:
-        raise ArgTypeError(f"group_elements must be a sequence of ints, got {group_elements!r}") from e
+    if isinstance(group_elements, (str, bytes)) or not hasattr(group_elements, "__iter__") or any(
+            isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) for g in group_elements):
+        raise ArgTypeError(f"group_elements must be a sequence of ints, got {group_elements!r}")
+    groups = tuple(int(g) for g in group_elements)
     if not groups or any(g < 1 for g in groups) or sum(groups) != n:
         raise RangeError(f"group_elements must be positive and sum to the sequence length {n}; "
                          f"got {groups}")
@@ -258,7 +258,7 @@ def _layout_kernels(layout, shape, dtype_name, input_channels, stride_x, post_ex
 
 def wgs_image(wgs: Any, *, cbuf_width: int = F.CBUF_WIDTH) -> jax.Array:
     """Memory image of the WGS sizes: little-endian uint32 words, zero-padded to 128 bytes."""
-    wgs = jnp.asarray(wgs)
+    wgs = V.as_array(wgs, "wgs")
     if wgs.ndim != 1 or not jnp.issubdtype(wgs.dtype, jnp.integer):
         raise ArgTypeError(f"wgs must be a 1-D integer array, got {wgs.dtype} {wgs.shape}")
     V.check_range(wgs, 0, 2**32 - 1, "wgs")

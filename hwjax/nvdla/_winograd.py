@@ -29,7 +29,12 @@ _FP16_LIMIT = 65536.0  # fp32 values at or beyond this truncate to INF in fp16
 
 def winograd_padded_channels(channels: int, dtype: Any, atom_bytes: int = 32) -> int:
     """Channels after zero padding to a multiple of one 32-byte atom (32 int8, 16 int16/fp16)."""
-    return B.round_up(int(channels), atom_bytes // B.element_bytes(dtype))
+    channels = V.check_static_int(channels, 1, 1 << 16, "channels")
+    atom_bytes = V.check_static_int(atom_bytes, 1, 1 << 12, "atom_bytes")
+    bpe = B.element_bytes(dtype)
+    if atom_bytes % bpe:
+        raise RangeError(f"atom_bytes must be a multiple of the element size {bpe}, got {atom_bytes}")
+    return B.round_up(channels, atom_bytes // bpe)
 
 
 def _matmul_in_order(a: jax.Array, b: np.ndarray, a_axis: int) -> jax.Array:
@@ -83,7 +88,7 @@ def winograd_transform(w: Any, *, dtype: Any = None, atom_bytes: int = 32) -> ja
     w = B.as_elements(w, dtype, "w")
     K, C, R, S = B.check_shape(w.shape, 4, "w.shape (KCRS)")
     if (R, S) != (3, 3):
-        raise ShapeError(f"Winograd weights must be 3x3 kernels, got R x S = {R} x {S}")
+        raise ShapeError(f"w: Winograd weights must be 3x3 kernels, got R x S = {R} x {S}")
     v = _transform_fp32(w, winograd_padded_channels(C, w.dtype, atom_bytes))
     if V.is_concrete(v):
         a = np.asarray(v)
@@ -134,11 +139,11 @@ def _wg_builder(shape_kc44, bpe, kpg, cbuf):
     return elem * bpe, bpe, B.round_up(K * CP * 16 * bpe, cbuf)
 
 
-def _wg_placement(shape_kc44, dtype, atomic_k, cbuf_width):
-    shape = B.check_shape(shape_kc44, 4, "shape (K, Cp, 4, 4)")
+def _wg_placement(shape_kc44, dtype, atomic_k, cbuf_width, name="shape_kc44"):
+    shape = B.check_shape(shape_kc44, 4, f"{name} (K, Cp, 4, 4)")
     bpe = B.element_bytes(dtype)
     if shape[2:] != (4, 4) or shape[1] % 4:
-        raise ShapeError(f"transformed Winograd weights must have shape (K, Cp, 4, 4) with Cp a "
+        raise ShapeError(f"{name}: transformed Winograd weights must have shape (K, Cp, 4, 4) with Cp a "
                          f"multiple of 4; got {shape}")
     kpg, _, cbuf = _check_atomics(atomic_k, 1, cbuf_width, bpe)
     return B.cached_placement(_wg_builder, shape, bpe, kpg, cbuf)
@@ -163,7 +168,7 @@ def pack_winograd_transformed(w4: Any, *, dtype: Any = None, atomic_k: int = ATO
     ``cbuf_width`` (128) bytes.
     """
     w4 = B.as_elements(w4, dtype, "w4")
-    return B.place(w4, _wg_placement(w4.shape, w4.dtype, atomic_k, cbuf_width))
+    return B.place(w4, _wg_placement(w4.shape, w4.dtype, atomic_k, cbuf_width, "w4"))
 
 
 def pack_winograd_weights(w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K,
