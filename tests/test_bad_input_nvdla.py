@@ -262,6 +262,13 @@ CASES = [
     ("pack_sdp_per_element", "proc_precision", dict(proc_precision=None), R),
     ("pack_sdp_per_element", "alu", dict(alu=[[1, 2], [3]]), A),
     ("unpack_sdp_per_element", "image", dict(image=np.zeros(3, np.uint8)), RS),
+    ("unpack_sdp_per_element", "proc_precision", dict(proc_precision=["INT8"]), R),
+    ("sdp_per_element_offsets", "proc_precision", dict(proc_precision={"a": 1}), R),
+    *[(f, arg, {arg: [[1, 2], [3]]}, A) for f, arg in (
+        ("pack_feature", "x"), ("unpack_feature", "image"), ("pack_dc_weights", "w"), ("unpack_dc_weights", "image"),
+        ("unpack_image_weights", "image"), ("unpack_sdp_per_channel", "image"), ("compress_weights", "w"),
+        ("decompress_weights", "weight"), ("decompress_weights", "wmb"), ("compress_sequence", "seq"),
+        ("decompress_sequence", "wmb"), ("unpack_winograd_weights", "image"))],
     ("unpack_sdp_per_element", "shape_chw", dict(shape_chw=(3, 2, -2)), RS),
     ("check_alignment", "kind", dict(kind="tensor"), R), ("check_alignment", "line_stride", dict(line_stride=48), R),
     ("check_alignment", "line_stride", dict(line_stride="64"), A),
@@ -403,7 +410,7 @@ def test_every_function_is_covered_and_runs_on_canonical_arguments():
 
 # (function, argument, lo, hi): every form of a valid value gives the canonical result
 INT_ARRAYS = [
-    ("sdp_lut", "x", -(2**31), 2**31 - 1), ("cdp_sqsum", "v", -(2**16), 2**16), ("cdp_lrn", "v", -(2**16), 2**16),
+    ("sdp_lut", "x", -(2**31), 2**31 - 1), ("cdp_sqsum", "v", -(2**16), 2**16 - 1), ("cdp_lrn", "v", -(2**16), 2**16 - 1),
     ("sign_extend", "value", -(2**31), 2**31 - 1), ("int_to_fp16", "x", -(2**24), 2**24),
     ("cvt_unit", "x", -(2**16), 2**16 - 1), ("sdp_x", "v", -(2**31), 2**31 - 1), ("sdp_x", "alu_op", -(2**15), 2**15 - 1),
     ("sdp_x1", "acc", -(2**31), 2**31 - 1), ("sdp_x1", "bias16", -(2**15), 2**15 - 1),
@@ -427,6 +434,21 @@ def test_valid_arrays_in_other_forms_give_the_canonical_result(case, data):
     want = call(fname, **{arg: v.astype(canonical.dtype)})
     form = data.draw(st.sampled_from(["list", "int64"]), label="form")
     _tree_same(call(fname, **{arg: v.tolist() if form == "list" else v}), want)
+
+
+@SETTINGS
+@given(st.sampled_from([c for c in INT_ARRAYS if c[0] != "wgs_image"]), st.data())
+def test_array_arguments_out_of_range_in_every_form(case, data):
+    fname, arg, lo, hi = case
+    canonical = FUNCS[fname][1][arg]
+    big = data.draw(st.one_of(st.integers(hi + 1, 2**40), st.integers(-(2**40), lo - 1))
+                    if lo > -(2**31) else st.integers(hi + 1, 2**40), label="value")
+    v = _with(canonical, data.draw(st.integers(0, np.size(canonical) - 1)), big, np.int64)
+    form = data.draw(st.sampled_from(["list", "np.int64", "int32"]), label="form")
+    if form == "int32" and not -(2**31) <= big < 2**31:
+        form = "np.int64"
+    bad = v.tolist() if form == "list" else v if form == "np.int64" else v.astype(np.int32)
+    expect_error(lambda: call(fname, **{arg: bad}), arg, R)
 
 
 @pytest.mark.parametrize("fname,arg,value", [

@@ -53,6 +53,22 @@ def element_bytes(dtype: Any) -> int:
     return _ELEMENT_TYPES[element_type(dtype).name][1]
 
 
+def _host_array(x: Any, name: str) -> Any:
+    """``x`` if it is a JAX array (or tracer), else ``np.asarray(x)``; a ragged list, a
+    string or an object raises :class:`ArgTypeError` naming ``name``."""
+    if isinstance(x, jax.Array):
+        return x
+    if x is None or isinstance(x, (str, bytes)):
+        raise ArgTypeError(f"{name} must be an array, got {x!r}")
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError, OverflowError):
+        raise ArgTypeError(f"{name} must be an array or a (nested) list of numbers of one shape") from None
+    if a.dtype == object or a.dtype.kind in "USV":
+        raise ArgTypeError(f"{name} must be an array of numbers, got dtype {a.dtype}")
+    return a
+
+
 def as_elements(x: Any, dtype: Any, name: str) -> jax.Array:
     """Converts ``x`` to the element type, checking the values when they are concrete.
 
@@ -68,7 +84,7 @@ def as_elements(x: Any, dtype: Any, name: str) -> jax.Array:
                             "or give an array of one of those dtypes")
         return jnp.asarray(x)
     dt = element_type(dtype)
-    arr = x if isinstance(x, jax.Array) else np.asarray(x)  # jax.Array includes tracers
+    arr = _host_array(x, name)  # jax.Array includes tracers
     if arr.dtype == dt:
         return jnp.asarray(arr)
     if dt == np.float16:
@@ -179,7 +195,7 @@ def elements_image(x: jax.Array, size: int) -> jax.Array:
 
 def check_image(image: Any, min_size: int, name: str = "image") -> jax.Array:
     """Checks that ``image`` is a 1-D uint8 array of at least ``min_size`` bytes."""
-    image = image if isinstance(image, jax.Array) else np.asarray(image)
+    image = _host_array(image, name)
     if image.dtype != np.uint8:
         raise ArgTypeError(f"{name} must be a uint8 byte image, got dtype {image.dtype}")
     if image.ndim != 1:

@@ -484,7 +484,7 @@ def _sdp_builder(shape_chw, ncomp, cb, epa, line_stride, surf_stride):
 
 def _sdp_placement(shape_chw, ncomp, dtype, proc_precision, line_stride, surf_stride):
     shape_chw = B.check_shape(shape_chw, 3, "shape_chw (CHW)")
-    if proc_precision not in _PROC_EPA:
+    if not isinstance(proc_precision, str) or proc_precision not in _PROC_EPA:
         raise RangeError(f"proc_precision must be one of {tuple(_PROC_EPA)}, got {proc_precision!r}")
     bpa = _PROC_EPA[proc_precision] * ncomp * B.element_bytes(dtype)
     if bpa < 32:
