@@ -340,7 +340,8 @@ def cvt_unit(unit: str, x: Any, *, offset: Any, scale: Any, shift: Any,
         if len(spec.outputs) != 1:
             raise RangeError(f"unit {unit!r} needs out_bits= (one of {spec.outputs})")
         out_bits = spec.outputs[0]
-    if out_bits not in spec.outputs:
+    if not any(out_bits is o or (isinstance(out_bits, (str, int, np.integer)) and not isinstance(
+            out_bits, (bool, np.bool_)) and out_bits == o) for o in spec.outputs):
         raise RangeError(f"out_bits for unit {unit!r} must be one of {spec.outputs}, got {out_bits!r}")
     _check_wide_range(x, spec.x_bits, "x")
     _check_wide_range(offset, spec.offset_bits, "offset")
