@@ -21,9 +21,14 @@ def files(tmp_path_factory):
     add, add_shape = T.add_model(rng, shape=(4, 4, 3), activation="relu6")
     (d / "chain.tflite").write_bytes(chain)
     (d / "add.tflite").write_bytes(add)
-    fc, fc_shape = T.linear_model(rng, "FULLY_CONNECTED", in_shape=(21,), out_ch=7)  # per channel: not on tflm
+    fc, fc_shape = T.linear_model(rng, "FULLY_CONNECTED", in_shape=(21,), out_ch=7)
     (d / "fc.tflite").write_bytes(fc)
     np.save(d / "x_fc.npy", rng.integers(-128, 128, (5, *fc_shape)).astype(np.int8))
+    mb = T.ModelBuilder()  # LOGISTIC writing zero point 0: TFLite Micro refuses it
+    a, b = T.act_tensor(mb, rng, (16,)), T.act_tensor(mb, rng, (16,), scale=1 / 256, zp=0)
+    mb.op("LOGISTIC", [a], [b])
+    (d / "logistic.tflite").write_bytes(mb.finish([a], [b]))
+    np.save(d / "x_logistic.npy", rng.integers(-128, 128, (5, 16)).astype(np.int8))
     x = rng.integers(-128, 128, (6, *shape)).astype(np.int8)
     x[0], x[1] = -128, 127
     np.save(d / "x.npy", x)
@@ -120,17 +125,21 @@ def test_compare_counts_match_litert_where_runtimes_differ(wide_conv):
 
 
 def test_compare_table(files, capsys):
-    """The table through main: header, one row per tensor in graph order, the runtime that
-    cannot run the model (TFLM: per-channel FULLY_CONNECTED) listed as n/a with the reason."""
+    """The table through main: header, one row per tensor in graph order; a runtime that
+    cannot run the model (TFLM: LOGISTIC writing zero point 0) listed as n/a with the reason."""
     d, _, _ = files
     assert main(["compare", str(d / "fc.tflite"), "--input", str(d / "x_fc.npy")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["tensor", "op", "optimized", "vs", "reference", "xnnpack", "vs", "reference"]
+    assert lines[0].split() == ["tensor", "op", "optimized", "vs", "reference", "xnnpack", "vs", "reference",
+                                "tflm", "vs", "reference"]
     model = _cli.read_model(d / "fc.tflite")
     rows = lines[2:2 + len(model.graph.nodes)]
     assert [ln.split()[:2] for ln in rows] == [[n.outputs[0], n.op] for n in model.graph.nodes]
-    assert len(lines) == 3 + len(model.graph.nodes)
-    assert lines[-1].startswith("tflm: n/a (") and "per-channel" in lines[-1] and lines[-1].endswith(")")
+    assert len(lines) == 2 + len(model.graph.nodes)
+    assert main(["compare", str(d / "logistic.tflite"), "--input", str(d / "x_logistic.npy")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["tensor", "op", "optimized", "vs", "reference", "xnnpack", "vs", "reference"]
+    assert lines[-1].startswith("tflm: n/a (") and "zero point" in lines[-1] and lines[-1].endswith(")")
 
 
 @pytest.mark.parametrize("case", ["no_model", "not_tflite", "no_input", "bad_npy", "shape", "dtype", "range",
