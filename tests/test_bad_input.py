@@ -46,6 +46,29 @@ def _raised_in_hwjax(err: BaseException) -> bool:
     return "site-packages" not in f and os.sep + "hwjax" + os.sep in f
 
 
+def table_caller(funcs):
+    """``call(name, **override)``: the function ``funcs[name] = (fn, canonical kwargs)`` with
+    some arguments replaced (the bad-input tables of the other test_bad_input_* files)."""
+    def call(fname, **override):
+        fn, kw = funcs[fname]
+        return fn(**{**kw, **override})
+
+    return call
+
+
+def with_value(a, pos, v, dtype=None):
+    """A copy of array ``a`` with the flat element ``pos`` set to ``v`` (which may lie outside
+    ``a``'s dtype: the copy is then of ``dtype``)."""
+    b = np.array(a, np.int64 if dtype is None else dtype)
+    b.flat[pos] = v
+    return b if dtype is not None else b.astype(np.asarray(a).dtype)
+
+
+def case_id(c) -> str:
+    """Test id of a table case ``(function, argument, ...)``."""
+    return f"{c[0]}-{c[1]}"
+
+
 def expect_error(call, arg: str, kinds=(HwjaxError,), *, strict: bool = True):
     """``call()`` must raise an HwjaxError of ``kinds`` whose message names ``arg``.
 

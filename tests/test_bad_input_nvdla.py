@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import hwjax.nvdla as N
 from hwjax.errors import RangeError, ShapeError
 
-from tests.test_bad_input import SETTINGS, expect_error, same
+from tests.test_bad_input import SETTINGS, case_id, expect_error, same, table_caller, with_value
 
 R, S, A = (RangeError,), (ShapeError,), (TypeError,)  # the error classes a case accepts
 RS = (RangeError, ShapeError)
@@ -148,15 +148,10 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
 CANONICAL_SKIP = {"plot_lut"}  # needs matplotlib
 
 
-def call(fname, **override):
-    fn, kw = FUNCS[fname]
-    return fn(**{**kw, **override})
+call = table_caller(FUNCS)
 
 
-def _with(a, pos, v, dtype=None):
-    b = np.array(a, np.int64 if dtype is None else dtype)
-    b.flat[pos] = v
-    return b if dtype is not None else b.astype(np.asarray(a).dtype)
+_with = with_value
 
 
 BADTYPES = ("abc", None, [[1, 2], [3]])
@@ -385,8 +380,7 @@ CASES = [
 ]
 
 
-def _case_id(c):
-    return f"{c[0]}-{c[1]}"
+_case_id = case_id
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=_case_id(c)) for c in CASES])

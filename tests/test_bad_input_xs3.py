@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hwjax import xs3
 from hwjax.errors import RangeError, ShapeError
 
-from tests.test_bad_input import SETTINGS, WRONG_TYPES, expect_error, same
+from tests.test_bad_input import SETTINGS, WRONG_TYPES, case_id, expect_error, same, table_caller, with_value
 
 R, S, A = (RangeError,), (ShapeError,), (TypeError,)  # the error classes a case accepts
 NAN, INF = float("nan"), float("inf")
@@ -122,15 +122,10 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
 }
 
 
-def call(fname, **override):
-    fn, kw = FUNCS[fname]
-    return fn(**{**kw, **override})
+call = table_caller(FUNCS)
 
 
-def _with(a, pos, v, dtype=None):
-    b = np.array(a, np.int64 if dtype is None else dtype)
-    b.flat[pos] = v
-    return b if dtype is not None else b.astype(np.asarray(a).dtype)
+_with = with_value
 
 
 def _f(a, v=0.5):
@@ -320,8 +315,7 @@ CASES = [
 ]
 
 
-def _case_id(c):
-    return f"{c[0]}-{c[1]}"
+_case_id = case_id
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=_case_id(c)) for c in CASES])

@@ -488,10 +488,7 @@ def _check_multiplier(p):
 def _check_mul(x1, x2, p, keys):
     x1 = _check_batch(x1, "x1")
     x2 = _check_batch(x2, "x2")
-    try:
-        jnp.broadcast_shapes(x1.shape, x2.shape)
-    except ValueError:
-        raise ShapeError(f"x2 of shape {x2.shape} does not broadcast against x1 of shape {x1.shape}") from None
+    V.check_broadcast(x1, "x1", x2, "x2")
     check_params(p, "p", keys)
     if "shift" in keys:
         _check_multiplier(p)

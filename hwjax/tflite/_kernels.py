@@ -259,10 +259,7 @@ def check_add_operands(x1, x2):
     """Two int8-valued integer arrays of shapes that broadcast (ShapeError naming ``x2``)."""
     x1 = check_int_array(x1, "x1")
     x2 = check_int_array(x2, "x2")
-    try:
-        jnp.broadcast_shapes(x1.shape, x2.shape)
-    except ValueError:
-        raise ShapeError(f"x2 of shape {x2.shape} does not broadcast against x1 of shape {x1.shape}") from None
+    V.check_broadcast(x1, "x1", x2, "x2")
     return x1, x2
 
 
