@@ -33,7 +33,7 @@ from hwjax.errors import ArgTypeError, RangeError, UnsupportedOpError
 from hwjax.graph import geometry
 from hwjax.targets._base import Target, no_acc, register
 from hwjax.targets._tflite import TFLite, host_recipe
-from hwjax.tflite._arith import activation_range
+from hwjax.tflite import activation_range
 
 _I32 = jnp.int32
 
@@ -921,7 +921,7 @@ def _check_activations(graph, xc_linear: set) -> None:
     its clamp is the whole int8 range (then dropping it changes nothing). Also a RELU after
     a CONV_2D between different quantisations, which xformer merges into the conv
     (``TFLPatterns.td``), which is not emulated."""
-    from hwjax.tflite._import import PRE_ACTIVATION
+    from hwjax.tflite import PRE_ACTIVATION
 
     producer = {t: n for n in graph.nodes for t in n.outputs}
     for node in graph.nodes:

@@ -70,9 +70,10 @@ from hwjax.tflite._xnnpack import (  # noqa: E402
     requant_recipe,
 )
 from hwjax.tflite._cli import COMMANDS as CLI_COMMANDS  # noqa: E402
+from hwjax.tflite._import import PRE_ACTIVATION  # noqa: E402  (suffix of a fused activation's input tensor)
 
 __all__ = [
-    "ACTIVATIONS", "Model", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d",
+    "ACTIVATIONS", "Model", "PRE_ACTIVATION", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d",
     "conv_geometry", "depthwise_conv2d",
     "fully_connected", "multiply_by_quantized_multiplier", "quantize_multiplier", "requant_params", "requantize",
     "load", "add_int", "add_params", "avgpool_int", "conv_int", "depthwise_int", "fc_int", "maxpool_int",

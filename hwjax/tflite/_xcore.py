@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.errors import FormatError, UnsupportedOpError
-from hwjax.graph._ops import OpSpec, register_op
+from hwjax.graph import OpSpec, register_op
 from hwjax.graph.ops.xcore import _XcOp
 from hwjax.tflite._import import Builder, OpContext, converts
 from hwjax.xs3 import deserialise_output_transform, reorder_kernel_weights_inverse
