@@ -12,7 +12,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from hwjax.errors import ArgTypeError
+from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.errors import RangeError, ShapeError
 from hwjax.nn import QArray
 
@@ -208,11 +208,11 @@ def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
     x_sharding = None
     if mesh is not None:
         if not isinstance(mesh, Mesh):
-            raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+            raise ArgTypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
         names = tuple(mesh.axis_names) if axis is None else ((axis,) if isinstance(axis, str) else tuple(axis))
         bad = [a for a in names if a not in mesh.axis_names]
         if bad:
-            raise ValueError(f"axis {bad} not in mesh axes {mesh.axis_names}")
+            raise ShapeError(f"axis {bad} not in mesh axes {mesh.axis_names}")
         n_dev = int(np.prod([mesh.shape[a] for a in names]))
         batch_size = -(-batch_size // n_dev) * n_dev
         x_sharding = NamedSharding(mesh, P(names))

@@ -185,7 +185,7 @@ def _model_target(model):
 
     found = {m.target for _, m in nnx.iter_modules(model) if isinstance(m, HwLayer)}
     if len(found) != 1:
-        raise ValueError(f"pass target=: the model's layers use {len(found)} targets")
+        raise RangeError(f"pass target=: the model's layers use {len(found)} targets")
     return found.pop()
 
 
@@ -195,7 +195,7 @@ def _node_entry(graph: Graph, node: Node, folder: Path) -> dict[str, Any]:
     try:
         tensors, meta = impl.export(graph.target, node.attrs, node.params) if impl.export else ({}, {})
     except ValueError as e:
-        raise ValueError(f"layer {node.name}: {e}") from None
+        raise RangeError(f"layer {node.name}: {e}") from None
     return {"name": node.name, "op": node.op, "inputs": list(node.inputs), "outputs": list(node.outputs),
             "attrs": {k: _json(v) for k, v in node.attrs.items()}, "meta": meta,
             "tensors": {role: _write_blob(folder, f"{node.name}.{role}.bin", arr) for role, arr in tensors.items()}}

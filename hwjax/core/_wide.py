@@ -135,7 +135,7 @@ def round_increment(rounding: str, negative: jax.Array, round_bit: jax.Array,
     elif rounding == "trunc":
         inc = negative & (round_bit | sticky)
     else:  # pragma: no cover - validated by callers
-        raise ValueError(rounding)
+        raise RangeError(rounding)
     return inc & shifted
 
 

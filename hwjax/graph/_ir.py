@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import FormatError
+from hwjax.errors import ArgTypeError, FormatError
 
 INT_DTYPES = ("int8", "uint8", "int16", "int32")
 DTYPES = INT_DTYPES + ("float32",)
@@ -60,7 +60,7 @@ class Attrs(Mapping[str, Any]):
             try:
                 hash(v)
             except TypeError:
-                raise TypeError(f"attribute {k!r} must be hashable (use tuples, not lists), got {v!r}") from None
+                raise ArgTypeError(f"attribute {k!r} must be hashable (use tuples, not lists), got {v!r}") from None
         self._items = tuple(sorted(d.items()))
 
     def __getitem__(self, key: str) -> Any:

@@ -84,16 +84,16 @@ class OpSpec:
     def check(self, node, ins: Sequence) -> None:
         """Validates the node's arity and attribute names (ValueError naming the problem)."""
         if len(node.inputs) != self.num_inputs:
-            raise ValueError(f"takes {self.num_inputs} inputs, got {len(node.inputs)}")
+            raise RangeError(f"takes {self.num_inputs} inputs, got {len(node.inputs)}")
         unknown = set(node.attrs) - set(self.attrs)
         if unknown:
-            raise ValueError(f"unknown attributes {sorted(unknown)}; {self.name} takes {sorted(self.attrs)}")
+            raise RangeError(f"unknown attributes {sorted(unknown)}; {self.name} takes {sorted(self.attrs)}")
         for k, v in self.attrs.items():
             if v is OpSpec.REQUIRED and k not in node.attrs:
-                raise ValueError(f"attribute {k!r} is required")
+                raise RangeError(f"attribute {k!r} is required")
         for k, allowed in self.choices.items():
             if self.attr(node, k) not in allowed:
-                raise ValueError(f"{k} must be one of {allowed}, got {self.attr(node, k)!r}")
+                raise RangeError(f"{k} must be one of {allowed}, got {self.attr(node, k)!r}")
 
     def infer(self, node, ins: Sequence) -> list[tuple[int, ...]]:
         """Output shapes (per example) from the input tensors (:class:`hwjax.graph.Tensor`)."""

@@ -28,12 +28,12 @@ def _resolve_target(graph: Graph, target):
     _check_graph(graph)
     if target is None:
         if graph.target is None:
-            raise ValueError("this graph holds portable parameters: pass the target to run it on "
+            raise RangeError("this graph holds portable parameters: pass the target to run it on "
                              "(e.g. hwjax.targets.get('xs3'))")
         return graph.target
     target = resolve(target)
     if graph.target is not None and target != graph.target:
-        raise ValueError(f"this graph was lowered for {graph.target!r}; it cannot run on {target!r}")
+        raise RangeError(f"this graph was lowered for {graph.target!r}; it cannot run on {target!r}")
     return target
 
 
@@ -96,14 +96,14 @@ def _batched(graph: Graph, inputs) -> tuple[list[jax.Array], bool]:
     if isinstance(inputs, Mapping):
         missing = [t for t in graph.inputs if t not in inputs]
         if missing:
-            raise ValueError(f"inputs lack the graph inputs {missing}")
+            raise RangeError(f"inputs lack the graph inputs {missing}")
         xs = [inputs[t] for t in graph.inputs]
     elif isinstance(inputs, (tuple, list)):
         xs = list(inputs)
     else:
         xs = [inputs]
     if len(xs) != len(graph.inputs):
-        raise ValueError(f"the graph takes {len(graph.inputs)} inputs {list(graph.inputs)}, got {len(xs)}")
+        raise RangeError(f"the graph takes {len(graph.inputs)} inputs {list(graph.inputs)}, got {len(xs)}")
     out, single = [], None
     for t, x in zip(graph.inputs, xs):
         x = jnp.asarray(x)
@@ -209,7 +209,7 @@ def _jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise RangeError(f"jit_run: chunk must be a positive int (examples per chunk) or None, got {chunk!r}")
     if intermediates or return_stats:
-        raise ValueError("jit_run: chunk cannot be combined with intermediates or return_stats")
+        raise ShapeError("jit_run: chunk cannot be combined with intermediates or return_stats")
     xs, single = _batched(graph, inputs)
     n = xs[0].shape[0]
     if single or n <= chunk:

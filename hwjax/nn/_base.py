@@ -29,7 +29,7 @@ def check_mode(mode: Any) -> str:
 
 def check_activation(activation: Any) -> Activation:
     if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        raise RangeError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     return activation
 
 
@@ -139,7 +139,7 @@ class HwLayer(nnx.Module):
         try:
             target = resolve_target(target)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"target must be a hwjax.targets.Target or a registered target name: {e}") from None
+            raise ArgTypeError(f"target must be a hwjax.targets.Target or a registered target name: {e}") from None
         target.check_op(self.kind, **cfg)
         self.target = target
         self.mode = check_mode(mode)
@@ -150,7 +150,7 @@ class HwLayer(nnx.Module):
             if self.learn_scale:
                 self.scale_factor = ScaleFactor(jnp.ones((), jnp.float32))
         elif learn_scale:
-            raise ValueError(f"{type(self).__name__} keeps its input's scale: learn_scale is not available")
+            raise RangeError(f"{type(self).__name__} keeps its input's scale: learn_scale is not available")
 
     # ------------------------------------------------------------ the graph op
 
@@ -263,7 +263,7 @@ class HwLayer(nnx.Module):
 
     def _require_q(self, x, name: str = "x") -> QArray:
         if not isinstance(x, QArray):
-            raise TypeError(f"{type(self).__name__} in hardware mode needs a QArray input for {name} "
+            raise ArgTypeError(f"{type(self).__name__} in hardware mode needs a QArray input for {name} "
                             f"(start the model with hwjax.nn.Quantize), got {type(x).__name__}")
         return x
 

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence, Union
 
 from flax import nnx
 
-from hwjax.errors import ArgTypeError, RangeError, UnsupportedOpError
+from hwjax.errors import ArgTypeError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.nn._base import HwLayer, check_mode
 from hwjax.nn._layers import Add
 
@@ -30,12 +30,12 @@ class Sequential(nnx.Module):
             [(f"{type(l).__name__.lower()}{i}", l) for i, l in enumerate(layers)]
         names = [n for n, _ in items]
         if len(set(names)) != len(names):
-            raise ValueError(f"layer names must be unique, got {names}")
+            raise RangeError(f"layer names must be unique, got {names}")
         for n, l in items:
             if not isinstance(n, str) or not n.isidentifier():
-                raise ValueError(f"layer name {n!r} must be a Python identifier")
+                raise RangeError(f"layer name {n!r} must be a Python identifier")
             if not isinstance(l, (HwLayer, Sequential, Residual)):
-                raise TypeError(f"layer {n!r} must be a hwjax.nn layer or container, got {type(l).__name__}")
+                raise ArgTypeError(f"layer {n!r} must be a hwjax.nn layer or container, got {type(l).__name__}")
         self.names = tuple(names)
         self.layers = nnx.List([l for _, l in items])
 
@@ -68,9 +68,9 @@ class Residual(nnx.Module):
 
     def __init__(self, body: Sequential, add: Add):
         if not isinstance(body, Sequential):
-            raise TypeError(f"body must be a hwjax.nn.Sequential, got {type(body).__name__}")
+            raise ArgTypeError(f"body must be a hwjax.nn.Sequential, got {type(body).__name__}")
         if not isinstance(add, Add):
-            raise TypeError(f"add must be a hwjax.nn.Add, got {type(add).__name__}")
+            raise ArgTypeError(f"add must be a hwjax.nn.Add, got {type(add).__name__}")
         self.body = body
         self.add = add
 
@@ -205,13 +205,13 @@ def to_graph(model, input_shape=None):
         raise RangeError(f"layers {bad} are not calibrated (run the model in 'calibrate' mode first)")
     first = next(iter(model.layers), None)  # (a GraphModel's first node)
     if getattr(first, "kind", None) != "quantize":
-        raise ValueError("the model's first layer must be a hwjax.nn.Quantize")
+        raise RangeError("the model's first layer must be a hwjax.nn.Quantize")
     targets = {m.target for _, m in layers}
     if len(targets) != 1:
-        raise ValueError(f"the model's layers use several targets {sorted(map(repr, targets))}; use one")
+        raise ShapeError(f"the model's layers use several targets {sorted(map(repr, targets))}; use one")
     nodes: list = []
     tensors = {INPUT: Tensor(INPUT, shape, "float32", None)}
     out = model.emit(nodes, tensors, "", "", [tensors[INPUT]])
     if len(tensors) != len(nodes) + 1:
-        raise ValueError(f"layer names collide with the graph input name {INPUT!r}")
+        raise RangeError(f"layer names collide with the graph input name {INPUT!r}")
     return Graph(tensors, tuple(nodes), (INPUT,), (out.name,)).validate()

@@ -35,7 +35,7 @@ from hwjax.nn._quant import (
 )
 from hwjax.core import ConvGeometry, div_rn
 from hwjax.core import validate as V
-from hwjax.errors import ArgTypeError
+from hwjax.errors import ArgTypeError, RangeError
 from hwjax.errors import RangeError, ShapeError
 from hwjax.graph import Attrs, Quant, geometry
 from hwjax.targets import LUT_FUNCTIONS, lut_function
@@ -89,15 +89,15 @@ def _check_input(layer, x, *, ndim: int, channels: int | None = None, name: str 
 def _check_padding(padding: Padding) -> Padding:
     if isinstance(padding, str):
         if padding not in ("SAME", "VALID"):
-            raise ValueError(f"padding must be 'SAME', 'VALID', an int or ((top, bottom), (left, right)), got {padding!r}")
+            raise RangeError(f"padding must be 'SAME', 'VALID', an int or ((top, bottom), (left, right)), got {padding!r}")
         return padding
     if isinstance(padding, int):
         if padding < 0:
-            raise ValueError(f"padding must be >= 0, got {padding}")
+            raise RangeError(f"padding must be >= 0, got {padding}")
         return ((padding, padding), (padding, padding))
     p = tuple(tuple(int(a) for a in q) for q in padding)
     if len(p) != 2 or any(len(q) != 2 or min(q) < 0 for q in p):
-        raise ValueError(f"padding must be ((top, bottom), (left, right)) of non-negative ints, got {padding!r}")
+        raise RangeError(f"padding must be ((top, bottom), (left, right)) of non-negative ints, got {padding!r}")
     return p
 
 
@@ -238,7 +238,7 @@ class _Linear(HwLayer):
                 self.record(y)
             return y, self.float_stats(y, relu=self.activation == "relu")
         if self.mode != "hardware":
-            raise TypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
+            raise ArgTypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
         s_out, z_out = self.out_qparams()
         args = (kernel, self._bias(), x.q, x.scale, x.zero_point, s_out, z_out, self.w_pin[...])
         cfg = dict(target=self.target, op=self.kind, attrs=self.node_attrs(x.shape[1:]), return_stats=return_stats)
@@ -670,7 +670,7 @@ class LutActivation(HwLayer):
 
     def __init__(self, fn: str, *, target, mode: Mode = "float", learn_scale: bool = False):
         if fn not in LUT_FUNCTIONS:
-            raise ValueError(f"fn must be one of {tuple(LUT_FUNCTIONS)}, got {fn!r}")
+            raise RangeError(f"fn must be one of {tuple(LUT_FUNCTIONS)}, got {fn!r}")
         self.fn = fn
         super().__init__(target, mode=mode, learn_scale=learn_scale, fn=fn)
         q = Quant.of(jnp.float32(1.0), jnp.int32(0))
@@ -748,7 +748,7 @@ class _Unary(HwLayer):
                 self.record(y)
             return _ret(y, self.float_stats(y, relu=relu), return_stats)
         if self.mode != "hardware":
-            raise TypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
+            raise ArgTypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
         s_out, z_out = self.out_qparams()
         attrs = self.node_attrs()
         params = self.op_params(attrs, None, [Quant.of(sg(x.scale), x.zero_point)], Quant.of(sg(s_out), z_out))
@@ -780,7 +780,7 @@ class Activation(_Unary):
 
     def __init__(self, fn: str, *, target, mode: Mode = "float", learn_scale: bool = False):
         if fn not in _CLAMPS:
-            raise ValueError(f"fn must be one of {tuple(_CLAMPS)}, got {fn!r}")
+            raise RangeError(f"fn must be one of {tuple(_CLAMPS)}, got {fn!r}")
         self.fn = fn
         super().__init__(target, mode=mode, learn_scale=learn_scale, fn=fn)
 
@@ -874,13 +874,13 @@ class Pool(HwLayer):
 
     def __init__(self, fn: str, window, *, strides=None, padding=((0, 0), (0, 0)), target, mode: Mode = "float"):
         if fn not in ("avg", "max"):
-            raise ValueError(f"fn must be 'avg' or 'max', got {fn!r}")
+            raise RangeError(f"fn must be 'avg' or 'max', got {fn!r}")
         self.fn = fn
         self.window = _pair(window, "window", "Pool")
         self.strides = _pair(strides if strides is not None else self.window, "strides", "Pool")
         p = _check_padding(padding)
         if isinstance(p, str):
-            raise ValueError(f"Pool: padding must be explicit ((top, bottom), (left, right)), got {padding!r}")
+            raise RangeError(f"Pool: padding must be explicit ((top, bottom), (left, right)), got {padding!r}")
         self.padding = p
         super().__init__(target, mode=mode)
 

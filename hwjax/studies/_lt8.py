@@ -41,6 +41,7 @@ import jax
 import numpy as np
 
 import hwjax.gemmlowp as G
+from hwjax.errors import RangeError
 
 _BITS = {"L7R5": (7, 5), "L5R5": (5, 5), "L4R4": (4, 4), "L6R6": (6, 6), "L3R3": (3, 3)}
 
@@ -104,7 +105,7 @@ def make_data(kind: str, n: int, rows: int, depth: int, cols: int, seed: int):
         lhs = np.clip(np.round(rng.normal(140.0, 6.0, (n, rows, depth))), 0, 255)
         rhs = np.clip(np.round(rng.normal(120.0, 6.0, (n, depth, cols))), 0, 255)
         return lhs.astype(np.uint8), rhs.astype(np.uint8), -128, -128
-    raise ValueError(f"unknown data set {kind!r}")
+    raise RangeError(f"unknown data set {kind!r}")
 
 
 def run(kinds, pairs, modes, depths, rows, cols, seeds, seed):

@@ -286,7 +286,7 @@ def exp_on_negative_values(a, integer_bits: int = 5) -> jax.Array:
     Exact int32 arithmetic; jittable. (LiteRT's softmax uses n = 5, TFLM's LOGISTIC and
     TANH n = 4.)"""
     if not 1 <= integer_bits <= 5:
-        raise ValueError(f"integer_bits must lie in [1, 5], got {integer_bits}")
+        raise RangeError(f"integer_bits must lie in [1, 5], got {integer_bits}")
     f = 31 - integer_bits
     a = jnp.asarray(a, _I32)
     r = jnp.bitwise_and(a, jnp.int32((1 << (f - 2)) - 1)) - jnp.int32(1 << (f - 2))

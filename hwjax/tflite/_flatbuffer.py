@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from hwjax.errors import FormatError
+from hwjax.errors import ArgTypeError, FormatError
 
 
 class _Buf:
@@ -90,7 +90,7 @@ class Table:
 def root(data: bytes) -> Table:
     """The ``Model`` table of a TFLite file (FormatError for anything else)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"expected bytes, got {type(data).__name__}")
+        raise ArgTypeError(f"expected bytes, got {type(data).__name__}")
     data = bytes(data)
     if len(data) < 8:
         raise FormatError(f"not a TFLite model: {len(data)} bytes is too short for a flatbuffer")

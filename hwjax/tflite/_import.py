@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import Graph, Node, Quant, Tensor
 from hwjax.tflite import _flatbuffer as fb
 from hwjax.tflite._kernels import conv_geometry
@@ -167,7 +167,7 @@ def converts(*names: str) -> Callable[[Converter], Converter]:
     def deco(fn: Converter) -> Converter:
         for n in names:
             if n in _CONVERTERS:
-                raise ValueError(f"TFLite operator {n!r} already has a converter")
+                raise RangeError(f"TFLite operator {n!r} already has a converter")
             _CONVERTERS[n] = fn
         return fn
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.errors import FormatError, ShapeError, UnsupportedOpError
+from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, jit_run, lower
 from hwjax.tflite import _convert, _convert_nonlinear, _convert_tensor, _xcore  # noqa: F401  (register converters)
 from hwjax.tflite._import import NP as _NP
@@ -63,7 +63,7 @@ class Model:
                     self._xs3 = get("xs3-xformer", variant="host")
             return self._xs3
         if runtime not in RUNTIMES:
-            raise ValueError(f"runtime must be one of {RUNTIMES} or a hwjax.targets.Target, got {runtime!r}")
+            raise RangeError(f"runtime must be one of {RUNTIMES} or a hwjax.targets.Target, got {runtime!r}")
         return get("tflite", runtime=runtime)
 
     def lowered(self, runtime="reference") -> Graph:
@@ -96,11 +96,11 @@ class Model:
         g = self.lowered(runtime)
         xs = list(x) if isinstance(x, (tuple, list)) else [x]
         if len(xs) != len(self.inputs):
-            raise ValueError(f"the model takes {len(self.inputs)} inputs, got {len(xs)}")
+            raise RangeError(f"the model takes {len(self.inputs)} inputs, got {len(xs)}")
         arrays = []
         for info, a in zip(self.inputs, xs):
             if info.dtype == "float32" and getattr(a, "dtype", None) == np.float64:
-                raise TypeError(f"input {info.name!r} is float32: pass a float32 array, got float64 (round it "
+                raise ArgTypeError(f"input {info.name!r} is float32: pass a float32 array, got float64 (round it "
                                 "explicitly with astype(np.float32))")
             a = jnp.asarray(a)
             per = tuple(info.shape[1:])
@@ -109,17 +109,17 @@ class Model:
                                  f"got {tuple(a.shape)}")
             if info.dtype == "float32":
                 if not jnp.issubdtype(a.dtype, jnp.floating) or a.dtype.itemsize > 4:
-                    raise TypeError(f"input {info.name!r} is float32: pass a float32 (or float16/bfloat16) array, "
+                    raise ArgTypeError(f"input {info.name!r} is float32: pass a float32 (or float16/bfloat16) array, "
                                     f"got {a.dtype}")
                 a = a.astype(jnp.float32)
                 V.check_finite(a, f"input {info.name!r}")
                 arrays.append(a)
                 continue
             if not jnp.issubdtype(a.dtype, jnp.integer):
-                raise TypeError(f"input {info.name!r} must be an integer array ({info.dtype} values), got {a.dtype}")
+                raise ArgTypeError(f"input {info.name!r} must be an integer array ({info.dtype} values), got {a.dtype}")
             lo, hi = (-128, 127) if info.dtype == "int8" else (0, 255)
             if not isinstance(a, jax.core.Tracer) and a.size and (int(a.min()) < lo or int(a.max()) > hi):
-                raise ValueError(f"input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
+                raise RangeError(f"input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
             arrays.append(a.astype(jnp.int32))
         res = jit_run(g, tuple(arrays), intermediates=intermediates, chunk=None if intermediates else BATCH_CHUNK)
         out = res[0] if intermediates else res
@@ -142,7 +142,7 @@ def load(path_or_bytes) -> Model:
         with open(path_or_bytes, "rb") as f:
             data = f.read()
     else:
-        raise TypeError(f"load takes a path or bytes, got {type(path_or_bytes).__name__}")
+        raise ArgTypeError(f"load takes a path or bytes, got {type(path_or_bytes).__name__}")
     try:
         graph, ins, outs = read(data)
     except (IndexError, UnicodeDecodeError, ValueError) as e:

@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
+from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, Node, Quant
 from hwjax.tflite._import import PRE_ACTIVATION
 
@@ -93,7 +93,7 @@ def writes(*kinds: str, fuses: tuple[str, ...] = ()) -> Callable[[WriterFn], Wri
     def deco(fn: WriterFn) -> WriterFn:
         for k in kinds:
             if k in _WRITERS:
-                raise ValueError(f"graph op kind {k!r} already has a TFLite writer")
+                raise RangeError(f"graph op kind {k!r} already has a TFLite writer")
             _WRITERS[k] = _Entry(fn, tuple(fuses))
         return fn
 
@@ -451,7 +451,7 @@ def to_bytes(graph: Graph, metadata: Optional[dict] = None) -> bytes:
     """The ``.tflite`` bytes of portable ``graph`` (see :func:`save`); ``metadata``:
     ``{name: bytes}`` entries to write (less :data:`DROPPED_METADATA`)."""
     if not isinstance(graph, Graph):
-        raise TypeError(f"expected a hwjax.graph.Graph, got {type(graph).__name__}")
+        raise ArgTypeError(f"expected a hwjax.graph.Graph, got {type(graph).__name__}")
     if graph.target is not None:
         raise FormatError(f"the graph is lowered for {graph.target.name}; save needs a portable graph "
                           "(graph.target is None), e.g. Model.graph")
@@ -503,7 +503,7 @@ def save(model_or_graph: Any, path=None) -> bytes:
     data = to_bytes(graph, getattr(model_or_graph, "metadata", None) if graph is not model_or_graph else None)
     if path is not None:
         if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+            raise ArgTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         with open(path, "wb") as f:
             f.write(data)
     return data

@@ -25,7 +25,7 @@ import struct
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import OpSpec, register_op
 from hwjax.graph.ops.xcore import _XcOp
 from hwjax.tflite._import import Builder, OpContext, converts
@@ -424,16 +424,16 @@ class XcConcat(_XcOp):
 
     def check(self, node, ins):
         if len(node.inputs) != len(node.attrs.get("sizes", ())) or not node.inputs:
-            raise ValueError(f"takes one input per size, got {len(node.inputs)} inputs")
+            raise RangeError(f"takes one input per size, got {len(node.inputs)} inputs")
         unknown = set(node.attrs) - set(self.attrs)
         if unknown:
-            raise ValueError(f"unknown attributes {sorted(unknown)}; xc_concat takes {sorted(self.attrs)}")
+            raise RangeError(f"unknown attributes {sorted(unknown)}; xc_concat takes {sorted(self.attrs)}")
 
     def infer(self, node, ins):
         n, sizes = node.attrs["copies"], node.attrs["sizes"]
         if any(math.prod(t.shape) != n * s for t, s in zip(ins, sizes)) or \
                 n * sum(sizes) != math.prod(node.attrs["out_shape"]):
-            raise ValueError(f"concat of {n} rows of {sizes} bytes does not map {[tuple(t.shape) for t in ins]} "
+            raise ShapeError(f"concat of {n} rows of {sizes} bytes does not map {[tuple(t.shape) for t in ins]} "
                              f"to {node.attrs['out_shape']}")
         return super().infer(node, ins)
 
@@ -612,7 +612,7 @@ def flex_dumps(options: dict) -> bytes:
         elif isinstance(v, list) and all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in v):
             slots.append((10, vector([(1, int(e)) for e in v])))
         else:
-            raise TypeError(f"flex_dumps: option {k!r} = {v!r} has no flexbuffer encoding here")
+            raise ArgTypeError(f"flex_dumps: option {k!r} = {v!r} has no flexbuffer encoding here")
     align(w)
     uint(len(keys))
     keys_vec = len(buf)

@@ -3,6 +3,7 @@ activation ``fn``)."""
 
 from __future__ import annotations
 
+from hwjax.errors import ShapeError
 from hwjax.graph._ops import OpSpec, register_op
 from hwjax.graph.ops.linear import ACTIVATIONS
 
@@ -21,7 +22,7 @@ class Add(OpSpec):
     def check(self, node, ins):
         super().check(node, ins)
         if len(ins) == 2 and tuple(ins[0].shape) != tuple(ins[1].shape):
-            raise ValueError(f"inputs have shapes {tuple(ins[0].shape)} and {tuple(ins[1].shape)}")
+            raise ShapeError(f"inputs have shapes {tuple(ins[0].shape)} and {tuple(ins[1].shape)}")
 
 
 class Lut(OpSpec):

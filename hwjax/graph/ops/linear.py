@@ -10,6 +10,7 @@ quantisation into its own integer parameters.
 from __future__ import annotations
 
 from hwjax.core import ConvGeometry
+from hwjax.errors import RangeError, ShapeError
 from hwjax.graph._ops import OpSpec, register_op
 
 ACTIVATIONS = (None, "relu")
@@ -18,7 +19,7 @@ ACTIVATIONS = (None, "relu")
 def _pair(v, what: str) -> tuple[int, int]:
     t = tuple(int(i) for i in v)
     if len(t) != 2 or min(t) < 1:
-        raise ValueError(f"{what} must be a pair of positive ints, got {v!r}")
+        raise RangeError(f"{what} must be a pair of positive ints, got {v!r}")
     return t  # type: ignore[return-value]
 
 
@@ -28,7 +29,7 @@ def geometry(attrs, in_shape) -> ConvGeometry:
     if len(in_shape) == 4:
         in_shape = in_shape[1:]
     if len(in_shape) != 3:
-        raise ValueError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
+        raise ShapeError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
     a = attrs
     return ConvGeometry.make(tuple(in_shape[:2]), _pair(a["kernel_size"], "kernel_size"),
                              _pair(a.get("stride", (1, 1)), "stride"), a.get("padding", ((0, 0), (0, 0))),
@@ -68,7 +69,7 @@ class DepthwiseConv(_Linear):
     def infer(self, node, ins):
         mult = int(self.attr(node, "depth_multiplier"))
         if mult < 1:
-            raise ValueError(f"depth_multiplier must be a positive int, got {mult}")
+            raise ShapeError(f"depth_multiplier must be a positive int, got {mult}")
         return [(*geometry(node.attrs, ins[0].shape).out_hw, ins[0].shape[-1] * mult)]
 
 
@@ -80,7 +81,7 @@ class Dense(_Linear):
 
     def infer(self, node, ins):
         if len(ins[0].shape) != 1:
-            raise ValueError(f"dense needs a flat (N,) input, got shape {tuple(ins[0].shape)}")
+            raise ShapeError(f"dense needs a flat (N,) input, got shape {tuple(ins[0].shape)}")
         return [(int(node.attrs["features"]),)]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from hwjax.errors import RangeError, ShapeError
 from hwjax.graph._ops import OpSpec, register_op
 
 
@@ -30,9 +31,9 @@ class Softmax(OpSpec):
         super().check(node, ins)
         beta = self.attr(node, "beta")
         if isinstance(beta, bool) or not (isinstance(beta, numbers.Real) and math.isfinite(beta) and beta > 0):
-            raise ValueError(f"beta must be a positive finite number, got {beta!r}")
+            raise ShapeError(f"beta must be a positive finite number, got {beta!r}")
         if ins and len(ins[0].shape) < 1:
-            raise ValueError("softmax needs at least one axis per example")
+            raise RangeError("softmax needs at least one axis per example")
 
 
 register_op(Softmax())

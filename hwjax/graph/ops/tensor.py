@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+from hwjax.errors import RangeError, ShapeError
 from hwjax.graph._ops import OpSpec, register_op
 
 MUL_ACTIVATIONS = (None, "relu", "relu6", "relu_n1_to_1")
@@ -38,7 +39,7 @@ def _ints(v, what: str) -> tuple[int, ...]:
     try:
         return tuple(int(i) for i in v)
     except TypeError:
-        raise ValueError(f"{what} must be a sequence of ints, got {v!r}") from None
+        raise RangeError(f"{what} must be a sequence of ints, got {v!r}") from None
 
 
 class Pad(OpSpec):
@@ -52,7 +53,7 @@ class Pad(OpSpec):
         pads = tuple(_ints(p, "paddings entry") for p in node.attrs["paddings"])
         shape = tuple(ins[0].shape)
         if len(pads) != len(shape) or any(len(p) != 2 or min(p) < 0 for p in pads):
-            raise ValueError(f"paddings must hold one non-negative (before, after) pair per axis of {shape}, "
+            raise ShapeError(f"paddings must hold one non-negative (before, after) pair per axis of {shape}, "
                              f"got {pads}")
         return [tuple(d + a + b for d, (a, b) in zip(shape, pads))]
 
@@ -67,22 +68,22 @@ class Concat(OpSpec):
 
     def check(self, node, ins):
         if len(node.inputs) < 1:
-            raise ValueError("takes at least 1 input")
+            raise RangeError("takes at least 1 input")
         unknown = set(node.attrs) - set(self.attrs)
         if unknown:
-            raise ValueError(f"unknown attributes {sorted(unknown)}; concat takes ['axis']")
+            raise RangeError(f"unknown attributes {sorted(unknown)}; concat takes ['axis']")
         if "axis" not in node.attrs:
-            raise ValueError("attribute 'axis' is required")
+            raise RangeError("attribute 'axis' is required")
 
     def infer(self, node, ins):
         axis = int(node.attrs["axis"])
         shapes = [tuple(t.shape) for t in ins]
         rank = len(shapes[0])
         if not 0 <= axis < rank:
-            raise ValueError(f"axis {axis} is outside the inputs' {rank} axes")
+            raise ShapeError(f"axis {axis} is outside the inputs' {rank} axes")
         rest = {s[:axis] + s[axis + 1:] for s in shapes}
         if len(rest) != 1 or any(len(s) != rank for s in shapes):
-            raise ValueError(f"inputs {shapes} differ outside axis {axis}")
+            raise ShapeError(f"inputs {shapes} differ outside axis {axis}")
         out = list(shapes[0])
         out[axis] = sum(s[axis] for s in shapes)
         return [tuple(out)]
@@ -101,10 +102,10 @@ class Mean(OpSpec):
         axes = _ints(node.attrs["axes"], "axes")
         shape = tuple(ins[0].shape)
         if not axes or list(axes) != sorted(set(axes)) or axes[0] < 0 or axes[-1] >= len(shape):
-            raise ValueError(f"axes must be distinct sorted axes of {shape}, got {axes}")
+            raise ShapeError(f"axes must be distinct sorted axes of {shape}, got {axes}")
         count = math.prod(shape[i] for i in axes)
         if int(node.attrs["count"]) != count:
-            raise ValueError(f"count is {node.attrs['count']}, the axes {axes} of {shape} hold {count} elements")
+            raise ShapeError(f"count is {node.attrs['count']}, the axes {axes} of {shape} hold {count} elements")
         if self.attr(node, "keep_dims"):
             return [tuple(1 if i in axes else d for i, d in enumerate(shape))]
         return [tuple(d for i, d in enumerate(shape) if i not in axes)]
@@ -117,7 +118,7 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     out = []
     for x, y in zip(a, b):
         if x != y and 1 not in (x, y):
-            raise ValueError(f"shapes {a} and {b} do not broadcast")
+            raise ShapeError(f"shapes {a} and {b} do not broadcast")
         out.append(max(x, y))
     return tuple(out)
 
@@ -147,7 +148,7 @@ class MulConst(OpSpec):
     def infer(self, node, ins):
         value = (node.params or {}).get("value")
         if value is None:
-            raise ValueError("the portable parameter 'value' is required")
+            raise ShapeError("the portable parameter 'value' is required")
         return [broadcast_shape(tuple(ins[0].shape), tuple(value.shape))]
 
 

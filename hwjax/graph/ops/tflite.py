@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from hwjax.core import ConvGeometry
+from hwjax.errors import ShapeError
 from hwjax.graph._ops import OpSpec, register_op
 
 ACTIVATION_FUNCTIONS = ("relu", "relu6", "relu_n1_to_1")
@@ -47,14 +48,14 @@ class Reshape(OpSpec):
     def infer(self, node, ins):
         shape = tuple(int(v) for v in node.attrs["shape"])
         if math.prod(shape) != math.prod(ins[0].shape) or min(shape, default=1) < 1:
-            raise ValueError(f"cannot reshape {tuple(ins[0].shape)} to {shape}")
+            raise ShapeError(f"cannot reshape {tuple(ins[0].shape)} to {shape}")
         return [shape]
 
 
 def padded_pool_geometry(attrs, in_shape) -> ConvGeometry:
     """The window geometry of a ``pool`` node for a per-example (H, W, C) input shape."""
     if len(in_shape) != 3:
-        raise ValueError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
+        raise ShapeError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
     return ConvGeometry.make(tuple(in_shape[:2]), tuple(attrs["window"]), tuple(attrs["strides"]),
                              attrs.get("padding", ((0, 0), (0, 0))))
 

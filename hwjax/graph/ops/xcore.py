@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 
+from hwjax.errors import ShapeError
 from hwjax.graph._ops import OpSpec, register_op
 
 
@@ -75,7 +76,7 @@ class XcPad(_XcOp):
         a = node.attrs
         n = a["start"] + (a["copies"] + 1) * a["length"] + a["copies"] * a["pad"] + a["end"]
         if n != math.prod(a["out_shape"]) or (a["copies"] + 1) * a["length"] != math.prod(ins[0].shape):
-            raise ValueError(f"pad layout {dict(a)} does not map {tuple(ins[0].shape)} to {a['out_shape']}")
+            raise ShapeError(f"pad layout {dict(a)} does not map {tuple(ins[0].shape)} to {a['out_shape']}")
         return super().infer(node, ins)
 
 
