@@ -69,6 +69,18 @@ def case_id(c) -> str:
     return f"{c[0]}-{c[1]}"
 
 
+def table_params(cases) -> list:
+    """The table cases as ``pytest.param``s with readable ids."""
+    return [pytest.param(c, id=case_id(c)) for c in cases]
+
+
+def expect_table_error(call, case) -> None:
+    """A table case ``(function, argument, bad kwargs, error classes)``: the call with the
+    bad keyword arguments raises one of the classes, naming the argument."""
+    fname, arg, bad, kinds = case
+    expect_error(lambda: call(fname, **bad), arg, kinds)
+
+
 def expect_error(call, arg: str, kinds=(HwjaxError,), *, strict: bool = True):
     """``call()`` must raise an HwjaxError of ``kinds`` whose message names ``arg``.
 

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from hwjax import xs3
 from hwjax.errors import RangeError, ShapeError
 
-from tests.test_bad_input import SETTINGS, WRONG_TYPES, case_id, expect_error, same, table_caller, with_value
+from tests.test_bad_input import (SETTINGS, WRONG_TYPES, expect_error, expect_table_error,
+                                    same, table_caller, table_params, with_value)
 
 R, S, A = (RangeError,), (ShapeError,), (TypeError,)  # the error classes a case accepts
 NAN, INF = float("nan"), float("inf")
@@ -315,13 +316,9 @@ CASES = [
 ]
 
 
-_case_id = case_id
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, id=_case_id(c)) for c in CASES])
+@pytest.mark.parametrize("case", table_params(CASES))
 def test_bad_arguments_raise_named_hwjax_errors(case):
-    fname, arg, bad, kinds = case
-    expect_error(lambda: call(fname, **bad), arg, kinds)
+    expect_table_error(call, case)
 
 
 def test_every_function_is_covered_and_runs_on_canonical_arguments():
