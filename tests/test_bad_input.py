@@ -123,6 +123,8 @@ FUNCS = {
     "quantize_affine": (lambda **k: core.quantize_affine(**k),
                         dict(x=np.array([0.5, -3.25, 1e3], np.float32), scale=np.float32(0.25), zero_point=3), {}),
     "div_rn": (lambda **k: core.div_rn(**k), dict(a=np.float32([1.0, 3.0]), b=np.float32([3.0, 7.0])), {}),
+    "int_dot": (lambda **k: core.int_dot(**k), dict(x=X8, w=W8, dimension_numbers=(((1,), (1,)), ((), ()))), {}),
+    "to_float16": (lambda **k: core.to_float16(**k), dict(x=np.float32([1.5, -2.25, 7e4])), {}),
 }
 
 # every argument of each function that takes an array or a number
@@ -219,7 +221,7 @@ NON_FINITE = st.sampled_from([np.nan, np.inf, -np.inf, 1.5, -0.25])
 
 
 @SETTINGS
-@given(st.sampled_from([c for c in ARRAY_ARGS if c[0] not in ("div_rn",)]), NON_FINITE, st.integers(0, 3),
+@given(st.sampled_from([c for c in ARRAY_ARGS if c[0] not in ("div_rn", "to_float16")]), NON_FINITE, st.integers(0, 3),
        st.sampled_from([np.float32, np.float16, "bfloat16"]))
 def test_non_finite_and_non_integer_floats(case, bad, pos, dtype):
     fname, arg = case

@@ -104,21 +104,35 @@ def _conv2d_section(batches: list[int], size: int, c_in: int, c_out: int, k: int
         x = jnp.asarray(rng.integers(-128, 128, (b, size, size, c_in)), jnp.int8)
         pv = jnp.asarray(pad_value, jnp.int32)
         y, acc = xs3_both(x, kern, pv)
+        # the reference accumulators: the integer patches dot on the CPU (the test suite's ground)
+        cpu = jax.devices("cpu")[0]
+        want = np.asarray(baselines["extract_patches + int8 dot"](*jax.device_put((x, kern, pv), cpu)))
         exact = bool(np.array_equal(np.asarray(y), np.asarray(otfn_int8(acc, mul, bias, **shifts))))
-        for f in baselines.values():
-            exact &= bool(np.array_equal(np.asarray(f(x, kern, pv)), np.asarray(acc)))
-        cands = {**{n: (f, (x, kern, pv)) for n, f in baselines.items()}, "xs3.conv2d (jit)": (xs3_conv, (x, kern, pv))}
+        exact &= bool(np.array_equal(np.asarray(acc), want))
+        usable = {}
+        for n, f in baselines.items():  # a baseline this backend cannot run, or runs inexactly, is left out
+            try:
+                same = np.array_equal(np.asarray(f(x, kern, pv)), want)
+            except Exception as e:  # noqa: BLE001 (e.g. cuDNN has no int8 -> int32 convolution)
+                print(f"    baseline {n}: not available on {jax.default_backend()} ({type(e).__name__})")
+                continue
+            if not same:
+                print(f"    baseline {n}: NOT exact on {jax.default_backend()} (left out of the comparison)")
+                continue
+            usable[n] = f
+        cands = {**{n: (f, (x, kern, pv)) for n, f in usable.items()}, "xs3.conv2d (jit)": (xs3_conv, (x, kern, pv))}
         t = _timed_rounds(cands, repeats, 0.1)
-        fastest = min(baselines, key=lambda n: t[n][0])
+        fastest = min(usable, key=lambda n: t[n][0])
         speed = t[fastest][0] / t["xs3.conv2d (jit)"][0]
-        speed_med = min(t[n][1] for n in baselines) / t["xs3.conv2d (jit)"][1]
+        speed_med = min(t[n][1] for n in usable) / t["xs3.conv2d (jit)"][1]
         print(f"  batch {b}:")
         for n, (best, med) in t.items():
             print(f"    {n:<32} best {best * 1e3:8.3f} ms  median {med * 1e3:8.3f} ms")
         print(f"    speed of conv2d relative to the fastest plain path ({fastest}): {speed:.2f}x "
               f"(target >= {TARGET_SPEED}x: {'met' if speed >= TARGET_SPEED else 'NOT met'}); "
               f"from the medians: {speed_med:.2f}x")
-        print(f"    accumulators equal to every baseline, output = otfn_int8(acc): {'yes' if exact else 'NO'}")
+        print(f"    accumulators equal to the CPU integer reference, output = otfn_int8(acc): "
+              f"{'yes' if exact else 'NO'}")
         ok &= exact
     return ok
 
@@ -148,8 +162,15 @@ def _deep_section(batch: int, size: int, c: int, repeats: int, seed: int) -> boo
     geometry = dict(window_start=(-1, -1), window_stride=(1, 1), out_shape=(size, size))
     deep = jax.jit(functools.partial(conv2d_deep, **geometry))
 
+    on_gpu = jax.default_backend() == "gpu"  # cuDNN has no int8 -> int32 convolution
+
     def plain_acc(x, kern):
         xp = jax.lax.pad(x, jnp.int8(zp), [(0, 0, 0), (1, 1, 0), (1, 1, 0), (0, 0, 0)])
+        if on_gpu:  # float32 at HIGHEST: exact, every partial sum below 9 * c * 2**14 < 2**24
+            assert ks * ks * c * 2**14 < 2**24
+            return jax.lax.conv_general_dilated(xp.astype(jnp.float32), kern.astype(jnp.float32), (1, 1), "VALID",
+                                                dimension_numbers=_DN,
+                                                precision=jax.lax.Precision.HIGHEST).astype(jnp.int32)
         return jax.lax.conv_general_dilated(xp, kern, window_strides=(1, 1), padding="VALID",
                                             dimension_numbers=_DN, preferred_element_type=jnp.int32)
 

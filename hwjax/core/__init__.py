@@ -8,7 +8,8 @@ from hwjax.core import _surrogate as surrogate  # the surrogate-gradient mechani
 from hwjax.core import _validate as validate  # argument validators shared by every package
 from hwjax.core import _wide as wide
 from hwjax.core._checked import checked
-from hwjax.core._float import div_rn, quantize_affine
+from hwjax.core._dot import int_dot
+from hwjax.core._float import div_rn, quantize_affine, to_float16
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_taps
 from hwjax.core._mac import mac, mac_reference
 from hwjax.core._program import compute_once
@@ -37,6 +38,7 @@ __all__ = [
     "extract_patches",
     "fixed_mul",
     "int_bounds",
+    "int_dot",
     "mac",
     "mac_reference",
     "magnitude_bits",
@@ -44,6 +46,7 @@ __all__ = [
     "saturate",
     "shift_right",
     "surrogate",
+    "to_float16",
     "validate",
     "wide",
     "window_taps",

@@ -7,6 +7,8 @@ backend, and ``jnp.exp2`` is not exact on CPU, so such recipes use these instead
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,3 +119,79 @@ def quantize_affine(x, scale, zero_point, *, lo: int = -128, hi: int = 127) -> j
     x = jax.lax.stop_gradient(x.astype(jnp.float32))
     z = zero_point.astype(jnp.float32)
     return jnp.clip(jnp.round(_div_rn_jit(x, scale) + z), lo, hi)
+
+
+FP16_ROUNDINGS = ("nearest_even", "toward_zero")
+
+
+def to_float16(x, *, rounding: str = "nearest_even") -> jax.Array:
+    """float32 -> IEEE float16, rounded in integer arithmetic on the float32 bits.
+
+    ``rounding="nearest_even"`` equals ``x.astype(float16)`` (IEEE round to nearest, ties
+    to even; magnitudes from 65520 up give a signed infinity); ``"toward_zero"``
+    truncates the magnitude (finite inputs never become infinite: from 65504 up they
+    give +-65504). fp16 subnormals are produced exactly; float32 zeros and denormals
+    give a signed zero; a NaN gives a NaN and an infinity the same infinity.
+
+    Why not ``astype``: XLA may drop a float32 -> float16 -> float32 round trip on GPU
+    (``xla_allow_excess_precision``, on by default), so code that rounds to fp16 and
+    reads the value back would see the unrounded float32 there. Here the float16 comes
+    from a bitcast of integer results, which no compiler pass removes. Gradient: straight-through
+    (``d/dx = 1``, the tangent cast to float16). Works under ``jit``, ``vmap`` and ``grad``.
+
+    Args:
+      x: float array or number (converted to float32; ArgTypeError for other types).
+      rounding: ``"nearest_even"`` or ``"toward_zero"``.
+    """
+    x = V.as_array(x, "x")
+    if V.kind(x, "x") != "float":
+        raise V.ArgTypeError(f"x must be a float array, got {x.dtype}")
+    V.check_choice(rounding, FP16_ROUNDINGS, "rounding")
+    return _to_float16_jit(x.astype(jnp.float32), rounding)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _to_float16_jit(x: jax.Array, rounding: str) -> jax.Array:
+    return _to_float16_st(x, rounding)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _to_float16_st(x: jax.Array, rounding: str) -> jax.Array:
+    return jax.lax.bitcast_convert_type(fp16_bits(x, rounding), jnp.float16)
+
+
+@_to_float16_st.defjvp
+def _to_float16_st_jvp(rounding, primals, tangents):
+    return _to_float16_st(primals[0], rounding), tangents[0].astype(jnp.float16)
+
+
+def fp16_bits(x: jax.Array, rounding: str) -> jax.Array:
+    """The uint16 bit pattern of :func:`to_float16` of a float32 array (no checks)."""
+    u = jax.lax.bitcast_convert_type(jax.lax.stop_gradient(x.astype(jnp.float32)), jnp.uint32)
+    sign = (u >> 16) & jnp.uint32(0x8000)
+    a = u & jnp.uint32(0x7FFFFFFF)
+    e = (a >> 23).astype(jnp.int32)  # biased float32 exponent
+    m = a & jnp.uint32(0x7FFFFF)
+    nearest = rounding == "nearest_even"
+    # normal fp16 (e >= 113): exponent e - 112, top 10 mantissa bits, 13 bits dropped
+    q_n = ((jnp.clip(e - 112, 0, 31).astype(jnp.uint32)) << 10) | (m >> 13)
+    r_n = m & jnp.uint32(0x1FFF)
+    up_n = (r_n > 0x1000) | ((r_n == 0x1000) & ((q_n & 1) == 1))
+    # subnormal fp16 (1 <= e <= 112): (2**23 + m) units of 2**(e - 150) in units of 2**-24
+    s = jnp.clip(126 - e, 14, 31).astype(jnp.uint32)
+    full = m | jnp.uint32(0x800000)
+    q_s = jnp.where(e >= 102, full >> s, jnp.uint32(0))  # e < 102: below half of 2**-24
+    r_s = jnp.where(e >= 102, full & ((jnp.uint32(1) << s) - 1), full)
+    half = jnp.where(e >= 102, jnp.uint32(1) << (s - 1), jnp.uint32(0xFFFFFFFF))
+    up_s = (r_s > half) | ((r_s == half) & ((q_s & 1) == 1))
+    normal = e >= 113
+    q = jnp.where(normal, q_n, q_s)
+    if nearest:
+        q = q + jnp.where(normal, up_n, up_s).astype(jnp.uint32)
+        big = jnp.uint32(0x7C00)  # overflow rounds to infinity
+    else:
+        big = jnp.uint32(0x7BFF)  # toward zero: the largest finite value
+    q = jnp.where((e == 0), jnp.uint32(0), q)
+    q = jnp.where((e >= 143) | (q > big), big, q)  # |x| >= 65536 (or rounded past 65504)
+    q = jnp.where(e == 255, jnp.where(m == 0, jnp.uint32(0x7C00), jnp.uint32(0x7E00) | (m >> 13)), q)
+    return (sign | q).astype(jnp.uint16)

@@ -53,15 +53,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
+from hwjax.core._dot import Route, default_route, exact_dot
 from hwjax.core._ops import _SAT_GRADS, unbroadcast, int_bounds, magnitude_bits
 from hwjax.errors import RangeError, ShapeError
 
 Order = Union[None, Sequence[int], np.ndarray, Callable[[int], Sequence[int]]]
-Route = Literal["auto", "int", "float"]
 
 _I32 = jnp.int32
-_F32_EXACT = 2**24  # every integer of magnitude <= 2**24 is exact in float32
-_FLOAT_PROD_BITS = 24  # the float route needs every product exact in float32
 _UNROLL = 32  # terms per loop body in _walk
 _WALK_SPAN = 2**30  # _walk clamps |acc - acc_in| here; a block's sum |products| stays below it
 
@@ -114,27 +112,12 @@ def _dtype_for(a: jax.Array, declared, name: str):
 
 
 def _bdot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
-    """Exact int32 batched dot: x (B, G, K), w (N, G, K) -> (G, B, N).
+    """Exact int32 batched dot: x (B, G, K), w (N, G, K) -> (G, B, N) (:func:`exact_dot`).
 
     The group axis sits in the middle so the operands need no transpose (XLA:CPU's
     integer batched dot is fast in this layout).
-
-    ``route="float"`` splits K into pieces of at most ``2**24 >> prod_bits`` products,
-    so every float32 partial sum is an exactly representable integer, computes them at
-    ``precision=HIGHEST`` and adds the pieces in int32. Products wider than 24 bits
-    always use the integer route.
     """
-    dims = (((2,), (2,)), ((1,), (1,)))
-    if route == "int" or prod_bits > _FLOAT_PROD_BITS:
-        return jax.lax.dot_general(x, w, dims, preferred_element_type=_I32)
-    k = x.shape[-1]
-    kb = max(1, _F32_EXACT >> prod_bits)
-    out = None
-    for s0 in range(0, max(k, 1), kb):
-        part = jax.lax.dot_general(x[..., s0:s0 + kb].astype(jnp.float32), w[..., s0:s0 + kb].astype(jnp.float32),
-                                   dims, precision=jax.lax.Precision.HIGHEST).astype(_I32)
-        out = part if out is None else out + part
-    return out
+    return exact_dot(x, w, (((2,), (2,)), ((1,), (1,))), route, prod_bits)
 
 
 def _dot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
@@ -524,11 +507,7 @@ def _acc0_2d(acc0: jax.Array, out_shape: tuple[int, ...]) -> jax.Array:
 _check_flag = V.check_flag
 
 
-def _default_route(route: str) -> str:
-    V.check_choice(route, ("auto", "int", "float"), "route")
-    if route == "auto":
-        return "float" if jax.default_backend() == "gpu" else "int"
-    return route
+_default_route = default_route
 
 
 @functools.lru_cache(maxsize=None)

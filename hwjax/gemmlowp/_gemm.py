@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import int_dot
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.gemmlowp._fixedpoint import INT32_MAX, INT32_MIN
@@ -51,8 +52,8 @@ def check_offset(x: Any, length: int, name: str, per: str) -> jax.Array:
 
 
 def _dot_i8(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Exact int32 ``a @ b`` for int8 operands (integer dot, int32 accumulation)."""
-    return jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=_I32)
+    """Exact int32 ``a @ b`` for int8 operands (:func:`hwjax.core.int_dot`)."""
+    return int_dot(a, b, (((1,), (0,)), ((), ())))
 
 
 def _to_int8(x: jax.Array, xmax: int) -> tuple[jax.Array, int]:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import to_float16
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
@@ -90,7 +91,7 @@ def as_elements(x: Any, dtype: Any, name: str) -> jax.Array:
     if dt == np.float16:
         if not np.issubdtype(arr.dtype, np.floating):
             raise ArgTypeError(f"{name} must be a float array for dtype float16, got {arr.dtype}")
-        return jnp.asarray(arr.astype(np.float16)) if isinstance(arr, np.ndarray) else arr.astype(jnp.float16)
+        return jnp.asarray(arr.astype(np.float16)) if isinstance(arr, np.ndarray) else to_float16(arr)
     info = np.iinfo(dt)
     if np.issubdtype(arr.dtype, np.floating):
         V.check_integral(arr, name)

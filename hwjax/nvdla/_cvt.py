@@ -26,7 +26,7 @@ import numpy as np
 
 from hwjax.core import validate as V
 from hwjax.core import wide
-from hwjax.core import float0_zeros, int_bounds, unbroadcast
+from hwjax.core import float0_zeros, int_bounds, to_float16, unbroadcast
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 __all__ = [
@@ -83,7 +83,7 @@ def _in_pm1(a: wide.Wide) -> jax.Array:
 
 def _int17_to_fp16(v: jax.Array) -> jax.Array:
     """Integer (|v| <= 2**24) to fp16, nearest-even, clipped to +-65504 (no INF output)."""
-    return jnp.clip(v.astype(jnp.float32), -FP16_MAX, FP16_MAX).astype(jnp.float16)
+    return to_float16(jnp.clip(v.astype(jnp.float32), -FP16_MAX, FP16_MAX))
 
 
 def int_to_fp16(x: Any) -> jax.Array:
@@ -458,7 +458,7 @@ def fp16_output(x: Any) -> jax.Array:
 
 @jax.jit
 def _fp16_output_jit(x):
-    return jnp.clip(x.astype(jnp.float32), -FP16_MAX, FP16_MAX).astype(jnp.float16)
+    return to_float16(jnp.clip(x.astype(jnp.float32), -FP16_MAX, FP16_MAX))
 
 
 def fp16_to_int16(x: Any) -> jax.Array:

@@ -23,7 +23,8 @@ Notation as in the spec: ``sat_n`` clamps to n-bit two's complement, ``rshift_rh
 divides by ``2**s`` rounding half away from zero. All arithmetic is exact integer
 arithmetic (two-word integers from :mod:`hwjax.core.wide` where it exceeds 32 bits), so
 results do not depend on ``jax_enable_x64``; the convolutions' int8 x int8 products are
-summed by an integer ``dot_general`` with int32 results (never a float matmul). Every
+summed exactly by :func:`hwjax.core.int_dot` (an integer dot on CPU, exact float32
+pieces on GPU; never a rounding float matmul). Every
 function is jittable and vmappable; register values that are arrays may be traced (their
 ranges are then the caller's contract; concrete values are checked). Integer inputs
 only: these kernels have no float/gradient path.
@@ -49,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import ConvGeometry, extract_patches, shift_right, wide, window_taps
+from hwjax.core import ConvGeometry, extract_patches, int_dot, shift_right, wide, window_taps
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nvdla._cvt import cvt, sign_extend
@@ -298,7 +299,7 @@ def conv2d_int8(x, kernel_ohwi, *, stride=1, padding="VALID", dilation=1, pad_va
     ``acc[..., oy, ox, o] = sat_32(rshift_rhaz(sum_{i, j, c} x[..., r, s, c] *
     kernel_ohwi[o, i, j, c], cacc_truncate))`` with ``r``, ``s`` the window positions of
     :class:`hwjax.core.ConvGeometry` (padded taps read ``pad_value``); the sum is exact
-    (one integer ``dot_general`` with int32 results over the (kh, kw, c) patch, at most
+    (one :func:`hwjax.core.int_dot` with int32 results over the (kh, kw, c) patch, at most
     :data:`MAX_CONV_PRODUCTS` products, so no saturation can occur before the delivery).
     Then ``y = sdp_x1(acc, ...)`` per output channel.
 
@@ -329,7 +330,7 @@ def _conv_kernel(x, k, pad_value, truncate, regs, *, geom, relu):
     truncate, regs = _i32((truncate, regs))
     patches = extract_patches(x, geom, pad_value=pad_value)  # (..., OH, OW, kh*kw*C_in), (i, j, c) order
     w = k.reshape(k.shape[0], -1)
-    acc = jax.lax.dot_general(patches, w, (((patches.ndim - 1,), (1,)), ((), ())), preferred_element_type=_I32)
+    acc = int_dot(patches, w, (((patches.ndim - 1,), (1,)), ((), ())))
     acc = _cacc_deliver(acc, truncate)
     return _x1(acc, regs, relu), acc
 

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import to_float16
 from hwjax.core import validate as V
 from hwjax.errors import RangeError, ShapeError
 from hwjax.nvdla import _bytes as B
@@ -51,16 +52,6 @@ def _matmul_in_order(a: jax.Array, b: np.ndarray, a_axis: int) -> jax.Array:
             acc = acc + t * jnp.float32(b[n, p])
         cols.append(acc)
     return jnp.stack(cols, axis=a_axis)
-
-
-def _fp32_to_fp16_toward_zero(v: jax.Array) -> jax.Array:
-    """fp32 -> fp16 rounding toward zero (finite inputs with ``|v| < 65536``)."""
-    h = v.astype(jnp.float16)  # round to nearest even
-    hb = jax.lax.bitcast_convert_type(h, jnp.uint16)
-    too_far = jnp.abs(h.astype(jnp.float32)) > jnp.abs(v)
-    # one ulp toward zero: decrement the magnitude bits (sign bit unchanged)
-    hb = jnp.where(too_far, hb - jnp.uint16(1), hb)
-    return jax.lax.bitcast_convert_type(hb, jnp.float16)
 
 
 def winograd_transform(w: Any, *, dtype: Any = None, atom_bytes: int = 32) -> jax.Array:
@@ -123,7 +114,7 @@ def _transform_fp32(w: jax.Array, cp: int) -> jax.Array:
 def _to_weight_type(v: jax.Array, dtype_name: str) -> jax.Array:
     """Truncation toward zero to the weight type."""
     if dtype_name == "float16":
-        return _fp32_to_fp16_toward_zero(v)
+        return to_float16(v, rounding="toward_zero")  # exact bit arithmetic (no f32->f16->f32 trip)
     return jnp.trunc(v).astype(jnp.int32).astype(dtype_name)
 
 

@@ -4,8 +4,8 @@ convention of each runtime.
 
 Public kernels take the tensors' quantisation as concrete numbers (the recipe runs on
 the host in float64, as TFLite's does); the arrays may be traced (``jit``, ``vmap``).
-The accumulators are exact int32 integer dots (``jax.lax.dot_general`` with int32
-accumulation): no float matmul anywhere. Fully connected and convolution run their dot
+The accumulators are exact int32 dots (:func:`hwjax.core.int_dot`: an integer dot on
+CPU, exact float32 pieces on GPU): no rounding float matmul anywhere. Fully connected and convolution run their dot
 on int8 operands (the activations shifted into int8, the input zero point folded into
 the bias, see :func:`_int8_operand`), which XLA runs several times faster than an int32
 dot and which is exact for every input (int8 x int8 products summed in int32, wrapping
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import ConvGeometry, extract_patches, window_taps
+from hwjax.core import ConvGeometry, extract_patches, int_dot, window_taps
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
@@ -80,8 +80,7 @@ def _int8_operand(x, zin):
 
 def _dot8(a: jax.Array, b: jax.Array) -> jax.Array:
     """Exact int32 ``a @ b.T`` over the last axes of int8 ``a`` and ``b`` (int32 accumulation)."""
-    return jax.lax.dot_general(a, b.astype(jnp.int8), (((a.ndim - 1,), (1,)), ((), ())),
-                               preferred_element_type=_I32)
+    return int_dot(a, b.astype(jnp.int8), (((a.ndim - 1,), (1,)), ((), ())))
 
 
 def _folded_bias(kernel2d, bias, zin, c):

@@ -1,0 +1,126 @@
+"""core.int_dot (the one exact integer dot) and core.to_float16 (exact fp16 rounding).
+
+Both exist for the GPU: XLA's int8 dot there returned twice the true sums (jax 0.11.2,
+H100), and XLA may drop a float32 -> float16 -> float32 round trip there. On CPU the
+routes are forced, so the float route that GPUs take is checked here too.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwjax import core
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
+
+DIMS = (((2,), (2,)), ((0,), (0,)))  # x (G, B, K) . w (G, N, K) -> (G, B, N)
+
+
+def _model(x, w):
+    """int64 einsum wrapped to int32, the documented result."""
+    v = np.einsum("gbk,gnk->gbn", x.astype(np.int64), w.astype(np.int64))
+    return ((v + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+@pytest.mark.parametrize("route", ["int", "float", "auto"])
+@pytest.mark.parametrize("dts", [(np.int8, np.int8), (np.uint8, np.int8), (np.int16, np.int8),
+                                 (np.int16, np.int16), (np.int32, np.int8)])
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_int_dot_equals_the_integer_model(route, dts, seed):
+    rng = np.random.default_rng(seed)
+    k = 1500  # more than one float piece for 8 x 8 bits (1024 products per piece)
+
+    def draw(dt, shape):
+        info = np.iinfo(dt)
+        lo, hi = (info.min, info.max) if dt != np.int32 else (-(2**20), 2**20)
+        return rng.integers(lo, hi, shape, endpoint=True).astype(dt)
+
+    x, w = draw(dts[0], (2, 3, k)), draw(dts[1], (2, 4, k))
+    got = jax.jit(lambda a, b: core.int_dot(a, b, DIMS, route=route))(x, w)
+    assert got.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(got), _model(x, w))
+
+
+def test_int_dot_extremes_wrap_as_int32():
+    x = np.full((1, 1, 70000), -128, np.int8)
+    w = np.full((1, 1, 70000), -128, np.int8)
+    for route in ("int", "float"):  # 70000 * 2**14 = 1146880000 fits; 2 * that wraps
+        np.testing.assert_array_equal(np.asarray(core.int_dot(x, w, DIMS, route=route)), _model(x, w))
+        xx = np.concatenate([x, x], axis=2)
+        np.testing.assert_array_equal(np.asarray(core.int_dot(xx, xx, DIMS, route=route)), _model(xx, xx))
+
+
+def test_int_dot_under_vmap_and_plain_layouts():
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (5, 7, 33)).astype(np.int8)
+    w = rng.integers(-128, 128, (9, 33)).astype(np.int8)
+    f = jax.vmap(lambda a: core.int_dot(a, w, (((1,), (1,)), ((), ())), route="float"))
+    want = np.einsum("vbk,nk->vbn", x.astype(np.int64), w.astype(np.int64)).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(f(x)), want)
+    got = core.int_dot(x[0].tolist(), np.int64(w).T, (((1,), (0,)), ((), ())))  # lists and int64 arrays
+    np.testing.assert_array_equal(np.asarray(got), want[0])
+
+
+def test_int_dot_rejects_bad_arguments():
+    x8 = np.zeros((2, 3), np.int8)
+    with pytest.raises(ArgTypeError, match="x must be an int8"):
+        core.int_dot(x8.astype(np.float32), x8, (((1,), (1,)), ((), ())))
+    with pytest.raises(ArgTypeError, match="w must be an int8"):
+        core.int_dot(x8, x8.astype(np.uint32), (((1,), (1,)), ((), ())))
+    with pytest.raises(RangeError, match="w"):
+        core.int_dot(x8, np.full((2, 3), 2**40), (((1,), (1,)), ((), ())))
+    with pytest.raises(ShapeError, match="dimension_numbers"):
+        core.int_dot(x8, x8, (((1,), (0,)), ((), ())))
+    with pytest.raises(ShapeError, match="dimension_numbers"):
+        core.int_dot(x8, x8, "rows")
+    with pytest.raises(ShapeError, match="dimension_numbers"):
+        core.int_dot(x8, x8, (((5,), (1,)), ((), ())))
+    with pytest.raises(ValueError, match="route"):
+        core.int_dot(x8, x8, (((1,), (1,)), ((), ())), route="fast")
+
+
+def _fp16_models(x):
+    """numpy's correctly rounded conversion, and toward zero derived from it."""
+    with np.errstate(all="ignore"):
+        rne = x.astype(np.float16)
+    bits = rne.view(np.uint16).copy()
+    too_far = np.isfinite(x) & (np.abs(rne.astype(np.float32)) > np.abs(x))
+    bits[too_far] -= 1
+    bits[np.isfinite(x) & (np.abs(x) >= 65504)] = (np.signbit(x[np.isfinite(x) & (np.abs(x) >= 65504)])
+                                                   .astype(np.uint16) << 15) | 0x7BFF
+    return rne, bits.view(np.float16)
+
+
+@settings(max_examples=30)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=64, max_size=64))
+def test_to_float16_equals_ieee_rounding(words):
+    u = np.array(words, np.uint32)
+    u[:32] = (u[:32] % 0x18000000) + 0x30000000  # half of them in and around fp16's range
+    x = u.view(np.float32)
+    rne, rz = _fp16_models(x)
+    got = np.asarray(jax.jit(core.to_float16)(x))
+    nan = np.isnan(x)
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(got.view(np.uint16)[~nan], rne.view(np.uint16)[~nan])
+    got_rz = np.asarray(core.to_float16(x, rounding="toward_zero"))
+    np.testing.assert_array_equal(got_rz.view(np.uint16)[~nan], rz.view(np.uint16)[~nan])
+
+
+def test_to_float16_edges_vmap_and_grad():
+    x = np.float32([0.0, -0.0, 2.0**-25, 2.0**-25 * 1.5, 2.0**-24, 65504.0, 65519.0, 65520.0, 1e30, -np.inf, 3e-39])
+    rne, rz = _fp16_models(x)
+    got = np.asarray(jax.vmap(core.to_float16)(x))
+    np.testing.assert_array_equal(got.view(np.uint16), rne.view(np.uint16))
+    got_rz = np.asarray(core.to_float16(x, rounding="toward_zero"))
+    np.testing.assert_array_equal(got_rz.view(np.uint16)[:-2], rz.view(np.uint16)[:-2])
+    g = jax.grad(lambda v: jnp.sum(core.to_float16(v).astype(jnp.float32)))(jnp.float32([1.3, -7.1]))
+    np.testing.assert_array_equal(np.asarray(g), [1.0, 1.0])
+    with pytest.raises(ArgTypeError, match="x must be a float"):
+        core.to_float16(np.int32([1]))
+    with pytest.raises(ValueError, match="rounding"):
+        core.to_float16(np.float32([1]), rounding="up")
