@@ -33,7 +33,8 @@ def _model(x, w):
 @given(seed=st.integers(0, 2**32 - 1))
 def test_int_dot_equals_the_integer_model(route, dts, seed):
     rng = np.random.default_rng(seed)
-    k = 1500  # more than one float piece for 8 x 8 bits (1024 products per piece)
+    # 8 x 8 bits: more than one float piece (1024 products each); wider products: 4 per piece
+    k = 1500 if max(np.dtype(d).itemsize for d in dts) == 1 else 18
 
     def draw(dt, shape):
         info = np.iinfo(dt)
@@ -46,13 +47,12 @@ def test_int_dot_equals_the_integer_model(route, dts, seed):
     np.testing.assert_array_equal(np.asarray(got), _model(x, w))
 
 
-def test_int_dot_extremes_wrap_as_int32():
-    x = np.full((1, 1, 70000), -128, np.int8)
-    w = np.full((1, 1, 70000), -128, np.int8)
-    for route in ("int", "float"):  # 70000 * 2**14 = 1146880000 fits; 2 * that wraps
-        np.testing.assert_array_equal(np.asarray(core.int_dot(x, w, DIMS, route=route)), _model(x, w))
-        xx = np.concatenate([x, x], axis=2)
-        np.testing.assert_array_equal(np.asarray(core.int_dot(xx, xx, DIMS, route=route)), _model(xx, xx))
+def test_int_dot_extremes_and_int32_wrapping():
+    x = np.full((1, 1, 3000), -128, np.int8)  # every float piece at its largest partial sum, 2**24
+    for route in ("int", "float"):
+        np.testing.assert_array_equal(np.asarray(core.int_dot(x, x, DIMS, route=route)), _model(x, x))
+    big = np.full((1, 1, 4), -(2**31), np.int32)  # 4 * 2**62 wraps to 0 modulo 2**32
+    np.testing.assert_array_equal(np.asarray(core.int_dot(big, big + 1, DIMS)), _model(big, big + 1))
 
 
 def test_int_dot_under_vmap_and_plain_layouts():
