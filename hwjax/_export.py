@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.errors import FormatError, RangeError, ShapeError
+from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError
 from hwjax.graph import Graph, Node, Quant, Tensor, jit_run, lower
 
 FORMAT = "hwjax.export"
@@ -405,6 +405,8 @@ def load(path) -> LoadedModel:
     truncated, over-long or modified blob (byte count and sha256); a tensor or node
     that does not fit the graph (links, attributes, inferred shapes).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgTypeError(f"path must be a str or os.PathLike (an export folder), got {type(path).__name__}")
     folder = Path(path)
     m = _read_manifest(folder)
     target = _target_from(m.get("target"))

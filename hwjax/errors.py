@@ -28,6 +28,12 @@ class ArgTypeError(HwjaxError, TypeError):
     """An argument has a type or dtype the function does not take (the message names it)."""
 
 
+class FileError(HwjaxError, FileNotFoundError):
+    """A file a public function was asked to read is missing or unreadable, or one it was
+    asked to write cannot be written (the message names the argument and the path; also a
+    FileNotFoundError, hence an OSError)."""
+
+
 class UnsupportedOpError(HwjaxError, NotImplementedError):
     """An op kind (or an op configuration) that a target or file reader does not support."""
 
@@ -39,5 +45,5 @@ class UnknownOpError(UnsupportedOpError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-__all__ = ["ArgTypeError", "FormatError", "HwjaxError", "RangeError", "ShapeError", "UnknownOpError",
+__all__ = ["ArgTypeError", "FileError", "FormatError", "HwjaxError", "RangeError", "ShapeError", "UnknownOpError",
            "UnsupportedOpError"]

@@ -7,6 +7,8 @@ valid alternative forms (a list for an array) give the canonical result.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ import hwjax
 import hwjax.graph as hg
 import hwjax.nn as hn
 from hwjax import targets as T
-from hwjax.errors import ArgTypeError, HwjaxError, RangeError, ShapeError, UnknownOpError
+from hwjax.errors import ArgTypeError, FileError, FormatError, HwjaxError, RangeError, ShapeError, UnknownOpError
 
 F = np.float32
 
@@ -71,7 +73,20 @@ CASES = [
     (lambda: T.xs3_add_params(s1=0.0, z1=0, s2=0.1, z2=0, s_out=0.1, z_out=0), RangeError, "s1"),
     (lambda: T.xs3_add_params(s1=0.1, z1=0, s2=0.1, z2=999, s_out=0.1, z_out=0), RangeError, "z2"),
     (lambda: T.check_xformer_lowering("g"), ArgTypeError, "graph"),
+    (lambda: hwjax.load(3), ArgTypeError, "path"),
+    (lambda: hwjax.load("no/such/export/folder"), FormatError, "no/such/export/folder"),
+    (lambda: _tflite().load("no/such/model.tflite"), FileError, "path_or_bytes"),
+    (lambda: _tflite().load(os.path.dirname(__file__)), FileError, "path_or_bytes"),
+    (lambda: _tflite().save(_tflite().load(_TFLITE), "no/such/folder/m.tflite"), FileError, "path"),
 ]
+
+
+def _tflite():
+    import hwjax.tflite
+    return hwjax.tflite
+
+
+_TFLITE = os.path.join(os.path.dirname(__file__), "data", "tflm", "add.tflite")
 
 
 @pytest.mark.parametrize("i", range(len(CASES)))
@@ -95,3 +110,6 @@ def test_valid_alternative_forms_give_the_canonical_result():
     # an unknown op kind is also a KeyError, as registry lookups are
     with pytest.raises(KeyError):
         hg.get_op("nonsense")
+    # a missing file is also the builtin FileNotFoundError
+    with pytest.raises(FileNotFoundError):
+        _tflite().load("no/such/model.tflite")

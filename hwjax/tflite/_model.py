@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError, UnsupportedOpError
+from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, jit_run, lower
 from hwjax.tflite import _convert, _convert_nonlinear, _convert_tensor, _xcore  # noqa: F401  (register converters)
 from hwjax.tflite._import import NP as _NP
@@ -132,15 +132,21 @@ class Model:
 def load(path_or_bytes) -> Model:
     """Reads an int8 ``.tflite`` model (a path or the file's bytes) into a :class:`Model`.
 
-    Raises :class:`hwjax.errors.FormatError` for a file that is not a TFLite flatbuffer,
+    Raises :class:`hwjax.errors.FileError` (also a FileNotFoundError) for a path that is
+    not a readable file, :class:`hwjax.errors.FormatError` for a file that is not a TFLite flatbuffer,
     is truncated, or is a float model, and :class:`hwjax.errors.UnsupportedOpError`
     naming the first operator (index and name) outside :data:`SUPPORTED_OPS`.
     """
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
     elif isinstance(path_or_bytes, (str, os.PathLike)):
-        with open(path_or_bytes, "rb") as f:
-            data = f.read()
+        if not os.path.isfile(path_or_bytes):
+            raise FileError(f"path_or_bytes {os.fspath(path_or_bytes)!r}: no such file")
+        try:
+            with open(path_or_bytes, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise FileError(f"path_or_bytes {os.fspath(path_or_bytes)!r}: cannot be read ({e.strerror})") from None
     else:
         raise ArgTypeError(f"load takes a path or bytes, got {type(path_or_bytes).__name__}")
     try:

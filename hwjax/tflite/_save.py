@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError, UnsupportedOpError
+from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, Node, Quant
 from hwjax.tflite._import import PRE_ACTIVATION
 
@@ -497,6 +497,7 @@ def save(model_or_graph: Any, path=None) -> bytes:
         LOGISTIC output scale other than 1/256, ...).
       RangeError / ShapeError / FormatError: parameters outside int8/int32, of the
         wrong shape, or a malformed graph (each naming the node).
+      FileError: ``path`` cannot be written (its folder is missing, no permission).
       ImportError: ``flatbuffers`` / ``ai-edge-litert`` are not installed.
     """
     graph = getattr(model_or_graph, "graph", model_or_graph)
@@ -504,6 +505,9 @@ def save(model_or_graph: Any, path=None) -> bytes:
     if path is not None:
         if not isinstance(path, (str, os.PathLike)):
             raise ArgTypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        with open(path, "wb") as f:
-            f.write(data)
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise FileError(f"path {os.fspath(path)!r}: cannot be written ({e.strerror})") from None
     return data
