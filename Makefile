@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 # Test workers (pytest-xdist processes); TEST_WORKERS=0 runs the tests in one process.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test test-full bench clean
 
