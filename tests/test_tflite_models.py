@@ -173,11 +173,13 @@ def test_uint8_outputs_of_int8_op_kinds_are_refused():
 def test_large_batches_run_in_chunks_with_the_same_bits(cases):
     """Batches above Model.run's chunk size run as padded chunks in one program: every
     example equals LiteRT's, also in the last, partial chunk."""
-    from hwjax.tflite._model import BATCH_CHUNK
+    from hwjax.tflite._model import batch_chunk
 
     name, data, x, want = next(c for c in cases if c[0] == "conv_same_s2_relu")
+    chunk = batch_chunk(tfl.load(data).lowered("reference"))
+    assert 8 <= chunk <= 1024
     rng = np.random.default_rng(5)
-    xb = rng.integers(-128, 128, (2 * BATCH_CHUNK + 7, *x.shape[1:])).astype(np.int8)
+    xb = rng.integers(-128, 128, (2 * chunk + 7, *x.shape[1:])).astype(np.int8)
     for rt in ("reference", "xnnpack"):
         np.testing.assert_array_equal(np.asarray(tfl.load(data).run(xb, runtime=rt)), T.run_litert(data, xb, rt))
     g = tfl.load(data).lowered("reference")
