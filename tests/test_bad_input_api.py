@@ -78,6 +78,7 @@ CASES = [
     (lambda: _tflite().load("no/such/model.tflite"), FileError, "path_or_bytes"),
     (lambda: _tflite().load(os.path.dirname(__file__)), FileError, "path_or_bytes"),
     (lambda: _tflite().save(_tflite().load(_TFLITE), "no/such/folder/m.tflite"), FileError, "path"),
+    (lambda: _tflite().batch_chunk("g"), ArgTypeError, "graph"),
 ]
 
 

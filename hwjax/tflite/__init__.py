@@ -33,7 +33,7 @@ from hwjax.tflite._kernels import (  # the integer kernels (the *_int forms are 
     fully_connected,
     maxpool_int,
 )
-from hwjax.tflite._model import RUNTIMES, SUPPORTED_OPS, Model, TensorInfo, load
+from hwjax.tflite._model import CHUNK_BYTES, RUNTIMES, SUPPORTED_OPS, Model, TensorInfo, batch_chunk, load
 from hwjax.tflite._save import save
 # the runtime kernels and recipes the TFLite target (hwjax.targets) composes
 from hwjax.tflite._convert_nonlinear import (  # noqa: E402
@@ -73,8 +73,8 @@ from hwjax.tflite._cli import COMMANDS as CLI_COMMANDS  # noqa: E402
 from hwjax.tflite._import import PRE_ACTIVATION  # noqa: E402  (suffix of a fused activation's input tensor)
 
 __all__ = [
-    "ACTIVATIONS", "Model", "PRE_ACTIVATION", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d",
-    "conv_geometry", "depthwise_conv2d",
+    "ACTIVATIONS", "CHUNK_BYTES", "Model", "PRE_ACTIVATION", "REQUANT", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "activation_range", "conv2d",
+    "batch_chunk", "conv_geometry", "depthwise_conv2d",
     "fully_connected", "multiply_by_quantized_multiplier", "quantize_multiplier", "requant_params", "requantize",
     "load", "add_int", "add_params", "avgpool_int", "conv_int", "depthwise_int", "fc_int", "maxpool_int",
     "mbqm_double", "save", "CLI_COMMANDS",

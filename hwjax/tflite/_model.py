@@ -38,6 +38,9 @@ def batch_chunk(graph: Graph) -> int:
     10.4k / 5.6k, the deep conv net 2.09k / 1.83k / 1.76k / 1.48k, the MLP 35.8k / 55.8k /
     64.9k / 89.9k. Chunking changes no value: every example is computed alone.
     """
+    if not isinstance(graph, Graph):
+        raise ArgTypeError(f"graph must be a hwjax.graph.Graph (e.g. Model.lowered(runtime)), got "
+                           f"{type(graph).__name__}")
     biggest = max((math.prod(t.shape) for t in graph.tensors.values()), default=1)
     chunk = 1024
     while chunk > 8 and chunk * biggest * 4 > CHUNK_BYTES:
