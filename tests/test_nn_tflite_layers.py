@@ -23,6 +23,7 @@ import hwjax.graph as hg
 import hwjax.nn as hn
 import hwjax.tflite as tfl
 from hwjax.graph import Graph, Node, Tensor
+from hwjax.errors import RangeError, ShapeError
 from hwjax.targets import TFLite
 
 
@@ -214,3 +215,83 @@ def test_chain_model_on_other_runtimes(setup, runtime):
     layers = hn.from_graph(_with_quantize(model.graph), TFLite(runtime))
     y = np.asarray(layers(_qarray(model.graph, x)).q, np.int64)
     assert np.array_equal(y, np.asarray(model.run(x, runtime=runtime), np.int64))
+
+
+def _pad_concat_mean_bytes(seed: int = 3) -> bytes:
+    """conv 3x3 -> PAD -> CONCATENATION (of the pad with itself) -> PADV2 -> MEAN (H, W) -> FULLY_CONNECTED."""
+    from hwjax.tflite.testing import ModelBuilder
+
+    rng = np.random.default_rng(seed)
+    mb = ModelBuilder()
+    s_in, c = np.float32(0.02), 3
+    x = mb.tensor((1, 6, 6, 2), "int8", s_in, -4, name="input")
+    s_w = rng.uniform(0.004, 0.01, c).astype(np.float32)
+    w = mb.tensor((c, 3, 3, 2), "int8", s_w, np.zeros(c), rng.integers(-127, 128, (c, 3, 3, 2)))
+    b = mb.tensor((c,), "int32", s_in * s_w, np.zeros(c), rng.integers(-300, 300, c))
+    h = mb.tensor((1, 4, 4, c), "int8", np.float32(0.03), 5, name="conv")
+    mb.op("CONV_2D", [x, w, b], [h], ("Conv2DOptions", {"padding": 1, "strideH": 1, "strideW": 1,
+                                                         "fusedActivationFunction": 0}))
+
+    def i32(v, name):
+        v = np.asarray(v, np.int32)
+        return mb.tensor(v.shape, "int32", data=v, name=name)
+
+    p = mb.tensor((1, 6, 5, c), "int8", np.float32(0.03), 5, name="pad")
+    mb.op("PAD", [h, i32([[0, 0], [1, 1], [0, 1], [0, 0]], "paddings")], [p])
+    cc = mb.tensor((1, 6, 5, 2 * c), "int8", np.float32(0.03), 5, name="concat")
+    mb.op("CONCATENATION", [p, p], [cc], ("ConcatenationOptions", {"axis": 3}))
+    cv = mb.tensor((), "int8", np.float32(0.03), 5, data=np.array(40, np.int8), name="pad_value")
+    p2 = mb.tensor((1, 7, 5, 2 * c), "int8", np.float32(0.03), 5, name="padv2")
+    mb.op("PADV2", [cc, i32([[0, 0], [0, 1], [0, 0], [0, 0]], "paddings2"), cv], [p2])
+    m = mb.tensor((1, 2 * c), "int8", np.float32(0.011), -7, name="mean")
+    mb.op("MEAN", [p2, i32([1, 2], "axes")], [m], ("ReducerOptions", {"keepDims": False}))
+    w2 = mb.tensor((4, 2 * c), "int8", np.float32([0.01]), np.zeros(1), rng.integers(-127, 128, (4, 2 * c)))
+    b2 = mb.tensor((4,), "int32", np.float32(0.011 * 0.01), np.zeros(1), rng.integers(-200, 200, 4))
+    y = mb.tensor((1, 4), "int8", np.float32(0.05), 1, name="logits")
+    mb.op("FULLY_CONNECTED", [m, w2, b2], [y], ("FullyConnectedOptions", {"fusedActivationFunction": 0}))
+    return mb.finish([x], [y])
+
+
+@pytest.mark.parametrize("runtime", ["reference", "optimized"])
+def test_pad_concat_and_mean_layers_are_exact_and_train(runtime):
+    """from_graph of a model with PAD, PADV2, CONCATENATION and MEAN: hardware mode equals
+    Model.run and LiteRT; a training step reaches the conv through the new layers; to_graph
+    of the layers runs the same integers."""
+    from hwjax.tflite.testing import run_litert
+
+    data = _pad_concat_mean_bytes()
+    model = tfl.load(data)
+    assert [n.op for n in model.graph.nodes] == ["conv", "pad", "concat", "pad", "mean", "dense"]
+    x = np.random.default_rng(4).integers(-128, 128, (16, 6, 6, 2)).astype(np.int8)
+    target = TFLite(runtime)
+    layers = hn.from_graph(_with_quantize(model.graph), target)
+    assert [type(l) for l in layers.layers][2:6] == [hn.Pad, hn.Concat, hn.Pad, hn.Mean]
+    xq = _qarray(model.graph, x)
+    got = np.asarray(nnx.jit(lambda m, v: m(v).q)(layers, xq), np.int64)
+    assert np.array_equal(got, np.asarray(model.run(x, runtime=runtime), np.int64))
+    assert np.array_equal(got, run_litert(data, x, runtime).astype(np.int64))
+    assert len(np.unique(got)) > 3
+
+    labels = jnp.asarray(np.random.default_rng(2).integers(0, 4, len(x)))
+    grads = nnx.grad(lambda m: optax.softmax_cross_entropy_with_integer_labels(m(xq).dequantize(), labels).mean())(
+        layers)
+    assert np.abs(np.asarray(grads.layers[1].kernel[...])).sum() > 0  # the conv, behind pad/concat/mean
+
+    g2 = hn.to_graph(layers, input_shape=(6, 6, 2))
+    again = np.asarray(hg.run(g2, xq.dequantize(), target))
+    assert np.array_equal(np.asarray(again, np.int64), got)
+
+
+def test_pad_concat_mean_float_modes_and_bad_arguments():
+    x = np.random.default_rng(0).normal(size=(2, 3, 4, 5)).astype(np.float32)
+    t = TFLite("reference")
+    np.testing.assert_array_equal(np.asarray(hn.Pad(((1, 0), (0, 2), (0, 0)), target=t)(x)),
+                                  np.pad(x, ((0, 0), (1, 0), (0, 2), (0, 0))))
+    np.testing.assert_array_equal(np.asarray(hn.Concat(2, target=t)(x, x)), np.concatenate([x, x], axis=3))
+    np.testing.assert_allclose(np.asarray(hn.Mean((0, 1), target=t)(x)), x.mean(axis=(1, 2)), rtol=1e-6)
+    with pytest.raises(RangeError, match="non-negative"):
+        hn.Pad(((1, -1),), target=t)
+    with pytest.raises(ShapeError):
+        hn.Pad(((1, 0),), target=t)(x)
+    with pytest.raises(RangeError):
+        hn.Mean((1, 0), target=t)

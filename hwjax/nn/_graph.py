@@ -105,7 +105,7 @@ class GraphModel(nnx.Module):
         for n in graph.nodes:
             cls = HwLayer.LAYERS.get(n.op)
             if cls is None:
-                raise NotImplementedError(f"node {n.name!r}: no hwjax.nn layer runs op {n.op!r} "
+                raise UnsupportedOpError(f"node {n.name!r}: no hwjax.nn layer runs op {n.op!r} "
                                           f"(layers exist for {sorted(HwLayer.LAYERS)})")
             layers.append(cls.from_node(n, [graph.tensors[t] for t in n.inputs], graph.tensors[n.outputs[0]],
                                         target))

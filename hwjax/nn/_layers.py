@@ -750,7 +750,7 @@ class _Unary(HwLayer):
         if self.mode != "hardware":
             raise ArgTypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
         s_out, z_out = self.out_qparams()
-        attrs = self.node_attrs()
+        attrs = self.node_attrs(tuple(x.q.shape[1:]))
         params = self.op_params(attrs, None, [Quant.of(sg(x.scale), x.zero_point)], Quant.of(sg(s_out), z_out))
         x_int = sg(x.q).astype(jnp.int32)
         y_int = compute_once(lambda v, p: self.op_run(attrs, p, v), (x_int, params), z_out)
