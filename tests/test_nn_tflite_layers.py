@@ -295,3 +295,61 @@ def test_pad_concat_mean_float_modes_and_bad_arguments():
         hn.Pad(((1, 0),), target=t)(x)
     with pytest.raises(RangeError):
         hn.Mean((1, 0), target=t)
+    np.testing.assert_allclose(np.asarray(hn.Mul(activation="relu6", target=t)(x, x[:, :1])),
+                               np.clip(x * x[:, :1], 0, 6), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(hn.Softmax(beta=0.5, target=t)(x)),
+                               np.asarray(jax.nn.softmax(0.5 * x, axis=-1)), rtol=1e-6)
+    with pytest.raises(RangeError, match="activation"):
+        hn.Mul(activation="tanh", target=t)
+    with pytest.raises(RangeError, match="beta"):
+        hn.Softmax(beta=0.0, target=t)
+
+
+def _mul_softmax_bytes(seed: int = 5) -> bytes:
+    """FULLY_CONNECTED a, b (two branches) -> MUL (relu6) -> FULLY_CONNECTED -> SOFTMAX."""
+    from hwjax.tflite.testing import ModelBuilder
+
+    rng = np.random.default_rng(seed)
+    mb = ModelBuilder()
+    s_in = np.float32(0.02)
+    x = mb.tensor((1, 12), "int8", s_in, 6, name="input")
+
+    def fc(inp, s, n_in, n_out, s_out, z_out, name):
+        w = mb.tensor((n_out, n_in), "int8", np.float32([0.01]), np.zeros(1), rng.integers(-127, 128, (n_out, n_in)))
+        b = mb.tensor((n_out,), "int32", np.float32(s * 0.01), np.zeros(1), rng.integers(-300, 300, n_out))
+        y = mb.tensor((1, n_out), "int8", np.float32(s_out), z_out, name=name)
+        mb.op("FULLY_CONNECTED", [inp, w, b], [y], ("FullyConnectedOptions", {"fusedActivationFunction": 0}))
+        return y
+
+    a = fc(x, s_in, 12, 8, 0.02, -3, "a")
+    b = fc(x, s_in, 12, 8, 0.025, 4, "b")
+    m = mb.tensor((1, 8), "int8", np.float32(0.004), -20, name="mul")
+    mb.op("MUL", [a, b], [m], ("MulOptions", {"fusedActivationFunction": 3}))  # RELU6
+    logits = fc(m, np.float32(0.004), 8, 5, 0.08, 2, "logits")
+    y = mb.tensor((1, 5), "int8", np.float32(1 / 256), -128, name="probs")
+    mb.op("SOFTMAX", [logits], [y], ("SoftmaxOptions", {"beta": 1.0}))
+    return mb.finish([x], [y])
+
+
+@pytest.mark.parametrize("runtime", ["reference", "optimized"])
+def test_mul_and_softmax_layers_are_exact_and_train(runtime):
+    from hwjax.tflite.testing import run_litert
+
+    data = _mul_softmax_bytes()
+    model = tfl.load(data)
+    assert [n.op for n in model.graph.nodes] == ["dense", "dense", "mul", "dense", "softmax"]
+    x = np.random.default_rng(6).integers(-128, 128, (32, 12)).astype(np.int8)
+    target = TFLite(runtime)
+    layers = hn.from_graph(_with_quantize(model.graph), target)
+    assert [type(l) for l in layers.layers][3:] == [hn.Mul, hn.Dense, hn.Softmax]
+    xq = _qarray(model.graph, x)
+    got = np.asarray(nnx.jit(lambda m, v: m(v).q)(layers, xq), np.int64)
+    assert np.array_equal(got, np.asarray(model.run(x, runtime=runtime), np.int64))
+    assert np.array_equal(got, run_litert(data, x, runtime).astype(np.int64))
+    assert len(np.unique(got)) > 3
+
+    labels = jnp.asarray(np.random.default_rng(2).integers(0, 5, len(x)))
+    grads = nnx.grad(lambda m: -jnp.mean(jnp.log(m(xq).dequantize()[jnp.arange(len(x)), labels] + 1e-3)))(layers)
+    assert np.abs(np.asarray(grads.layers[1].kernel[...])).sum() > 0  # the first branch, behind mul/softmax
+    g2 = hn.to_graph(layers, input_shape=(12,))
+    assert np.array_equal(np.asarray(hg.run(g2, xq.dequantize(), target), np.int64), got)

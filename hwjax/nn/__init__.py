@@ -34,7 +34,7 @@ from hwjax.nn._layers import (
     Requantize,
     Reshape,
 )
-from hwjax.nn._tensor_layers import Concat, Mean, Pad
+from hwjax.nn._tensor_layers import Concat, Mean, Mul, Pad, Softmax
 from hwjax.nn._qarray import QArray, as_float
 from hwjax.nn._quant import act_qparams, exact_forward, quantize_act, quantize_weights, weight_scales
 
@@ -42,5 +42,5 @@ __all__ = [
     "MODES", "Activation", "Add", "AvgPool", "Calibration", "Conv", "Derived", "Dense", "DepthwiseConv", "Flatten", "HwLayer",
     "LayerStats", "LutActivation", "MaxPool", "Pinned", "QArray", "Quantize", "Residual", "ScaleFactor", "Sequential",
     "act_qparams", "as_float", "exact_forward", "get_mode", "quantize_act", "quantize_weights", "set_mode",
-    "to_graph", "weight_scales", "GraphModel", "from_graph", "Pool", "Requantize", "Reshape", "Pad", "Concat", "Mean",
+    "to_graph", "weight_scales", "GraphModel", "from_graph", "Pool", "Requantize", "Reshape", "Pad", "Concat", "Mean", "Mul", "Softmax",
 ]

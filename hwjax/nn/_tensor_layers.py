@@ -13,9 +13,9 @@ from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.graph import Attrs, Quant
 from hwjax.nn._base import HwLayer, Mode, make_stats
-from hwjax.nn._layers import _ret, _Unary
+from hwjax.nn._layers import _clamp_fn, _ret, _Unary
 from hwjax.nn._qarray import QArray
-from hwjax.nn._quant import compute_once, exact_forward
+from hwjax.nn._quant import clip_int8, compute_once, exact_forward
 
 sg = jax.lax.stop_gradient
 
@@ -179,4 +179,94 @@ class Mean(_Unary):
         return {"axes": tuple(node.attrs["axes"]), "keep_dims": bool(node.attrs.get("keep_dims", False))}
 
 
-__all__ = ["Concat", "Mean", "Pad"]
+MUL_ACTIVATIONS = (None, "relu", "relu6", "relu_n1_to_1")
+
+
+class Mul(HwLayer):
+    """Element-wise product of two tensors (numpy broadcasting per example), an optional
+    clamping ``activation``, requantised to its own output scale (graph op ``mul``:
+    TFLite's MUL).
+
+    ``activation``: None, ``"relu"``, ``"relu6"`` or ``"relu_n1_to_1"``. Float modes:
+    ``act(x1 * x2)`` (calibrate mode records its range). Hardware mode: the target's exact
+    integer product with both inputs' and the output's quantisation. Gradient (surrogate):
+    that of ``clip(act(real(x1) real(x2)) / s_out + z_out, -128, 127)``.
+    """
+
+    kind = "mul"
+    requantizes = True
+
+    def __init__(self, *, activation=None, target, mode: Mode = "float", learn_scale: bool = False):
+        if activation not in MUL_ACTIVATIONS:
+            raise RangeError(f"Mul: activation must be one of {MUL_ACTIVATIONS}, got {activation!r}")
+        self.activation = activation
+        super().__init__(target, mode=mode, learn_scale=learn_scale, activation=activation)
+
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"activation": self.activation})
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return {"activation": node.attrs.get("activation")}
+
+    def to_node(self, name: str, inputs):
+        from hwjax.graph import Node, Tensor, get_op
+
+        node = Node(self.kind, tuple(t.name for t in inputs), (name,), self.node_attrs(), None, name)
+        shape = get_op(self.kind).infer(node, inputs)[0]
+        return node, Tensor(name, tuple(shape), "int8", Quant.of(*self.out_qparams()))
+
+    def _act(self, v):
+        return v if self.activation is None else _clamp_fn(self.activation)(v)
+
+    def __call__(self, x1, x2, *, return_stats: bool = False):
+        relu = self.activation is not None
+        if not (isinstance(x1, QArray) and isinstance(x2, QArray)):
+            if self.mode == "hardware":
+                self._require_q(x1, "x1")
+                self._require_q(x2, "x2")
+            y = self._act(V.as_array(x1, "Mul input x1") * V.as_array(x2, "Mul input x2"))
+            if self.mode == "calibrate":
+                self.record(y)
+            return _ret(y, self.float_stats(y, relu), return_stats)
+        s_out, z_out = self.out_qparams()
+        attrs = self.node_attrs()
+        params = self.op_params(attrs, None, [Quant.of(sg(x1.scale), x1.zero_point),
+                                              Quant.of(sg(x2.scale), x2.zero_point)], Quant.of(sg(s_out), z_out))
+        a, b = sg(x1.q).astype(jnp.int32), sg(x2.q).astype(jnp.int32)
+        y_int = compute_once(lambda u, v, p: self.op_run(attrs, p, u, v), (a, b, params), z_out)
+        y_sur = clip_int8(self._act(x1.dequantize() * x2.dequantize()) / s_out + z_out.astype(jnp.float32))
+        return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=relu), return_stats)
+
+
+class Softmax(_Unary):
+    """``softmax(beta * x)`` along the last axis, requantised to its own output scale (graph
+    op ``softmax``: TFLite's SOFTMAX, whose int8 output is 1/256 at -128).
+
+    Float modes: ``jax.nn.softmax(beta * x)`` (calibrate mode records its range).
+    Hardware mode: the target's exact integer softmax (TFLite: per runtime). Gradient
+    (straight-through surrogate): that of ``clip(softmax(beta real(x)) / s_out + z_out,
+    -128, 127)``.
+    """
+
+    kind = "softmax"
+
+    def __init__(self, *, beta: float = 1.0, target, mode: Mode = "float", learn_scale: bool = False):
+        beta = float(beta)
+        if not np.isfinite(beta) or beta <= 0:
+            raise RangeError(f"Softmax: beta must be a positive finite number, got {beta}")
+        self.beta = beta
+        super().__init__(target, mode=mode, learn_scale=learn_scale)
+
+    def real_fn(self, v):
+        return jax.nn.softmax(self.beta * v, axis=-1)
+
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"beta": self.beta, "axis": -1})
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return {"beta": float(node.attrs.get("beta", 1.0))}
+
+
+__all__ = ["Concat", "Mean", "Mul", "Pad", "Softmax"]
