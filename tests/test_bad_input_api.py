@@ -79,6 +79,17 @@ CASES = [
     (lambda: _tflite().load(os.path.dirname(__file__)), FileError, "path_or_bytes"),
     (lambda: _tflite().save(_tflite().load(_TFLITE), "no/such/folder/m.tflite"), FileError, "path"),
     (lambda: _tflite().batch_chunk("g"), ArgTypeError, "graph"),
+    (lambda: hn.Pad("ab", target="tflite"), ArgTypeError, "paddings"),
+    (lambda: hn.Pad(((1, -1),), target="tflite"), RangeError, "paddings"),
+    (lambda: hn.Pad(((1, 1),), value=300, target="tflite"), RangeError, "Pad value"),
+    (lambda: hn.Concat(-1, target="tflite"), RangeError, "Concat axis"),
+    (lambda: hn.Concat(1, target="tflite")(), ShapeError, "Concat"),
+    (lambda: hn.Mean("ab", target="tflite"), ArgTypeError, "axes"),
+    (lambda: hn.Mean((2, 1), target="tflite"), RangeError, "axes"),
+    (lambda: hn.Mean((1,), keep_dims="yes", target="tflite"), ArgTypeError, "keep_dims"),
+    (lambda: hn.Mul(activation="tanh", target="tflite"), RangeError, "activation"),
+    (lambda: hn.Softmax(beta="x", target="tflite"), ArgTypeError, "beta"),
+    (lambda: hn.Softmax(beta=-1.0, target="tflite"), RangeError, "beta"),
 ]
 
 

@@ -22,8 +22,10 @@ sg = jax.lax.stop_gradient
 
 def _axes(v, what: str, layer: str) -> tuple[int, ...]:
     try:
+        if isinstance(v, (str, bytes)):
+            raise TypeError
         out = tuple(int(a) for a in v)
-    except TypeError:
+    except (TypeError, ValueError):
         raise ArgTypeError(f"{layer}: {what} must be a sequence of ints, got {v!r}") from None
     if not out or list(out) != sorted(set(out)) or out[0] < 0:
         raise RangeError(f"{layer}: {what} must be distinct, sorted, non-negative per-example axes, got {v!r}")
@@ -46,6 +48,8 @@ class Pad(HwLayer):
 
     def __init__(self, paddings, *, value=None, fill: float = 0.0, target, mode: Mode = "float"):
         try:
+            if isinstance(paddings, (str, bytes)):
+                raise TypeError
             self.paddings = tuple((int(a), int(b)) for a, b in paddings)
         except (TypeError, ValueError):
             raise ArgTypeError(f"Pad: paddings must be (before, after) pairs of ints, got {paddings!r}") from None
@@ -252,6 +256,8 @@ class Softmax(_Unary):
     kind = "softmax"
 
     def __init__(self, *, beta: float = 1.0, target, mode: Mode = "float", learn_scale: bool = False):
+        if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
+            raise ArgTypeError(f"Softmax: beta must be a positive finite number, got {beta!r}")
         beta = float(beta)
         if not np.isfinite(beta) or beta <= 0:
             raise RangeError(f"Softmax: beta must be a positive finite number, got {beta}")
