@@ -272,13 +272,15 @@ def test_pad_concat_and_mean_layers_are_exact_and_train(runtime):
     assert np.array_equal(got, run_litert(data, x, runtime).astype(np.int64))
     assert len(np.unique(got)) > 3
 
+    if runtime != "reference":
+        return  # training and the round trip do not depend on the runtime's rounding
     labels = jnp.asarray(np.random.default_rng(2).integers(0, 4, len(x)))
     grads = nnx.grad(lambda m: optax.softmax_cross_entropy_with_integer_labels(m(xq).dequantize(), labels).mean())(
         layers)
     assert np.abs(np.asarray(grads.layers[1].kernel[...])).sum() > 0  # the conv, behind pad/concat/mean
 
     g2 = hn.to_graph(layers, input_shape=(6, 6, 2))
-    again = np.asarray(hg.run(g2, xq.dequantize(), target))
+    again = np.asarray(hg.jit_run(g2, xq.dequantize(), target))
     assert np.array_equal(np.asarray(again, np.int64), got)
 
 
@@ -348,8 +350,10 @@ def test_mul_and_softmax_layers_are_exact_and_train(runtime):
     assert np.array_equal(got, run_litert(data, x, runtime).astype(np.int64))
     assert len(np.unique(got)) > 3
 
+    if runtime != "reference":
+        return  # training and the round trip do not depend on the runtime's rounding
     labels = jnp.asarray(np.random.default_rng(2).integers(0, 5, len(x)))
     grads = nnx.grad(lambda m: -jnp.mean(jnp.log(m(xq).dequantize()[jnp.arange(len(x)), labels] + 1e-3)))(layers)
     assert np.abs(np.asarray(grads.layers[1].kernel[...])).sum() > 0  # the first branch, behind mul/softmax
     g2 = hn.to_graph(layers, input_shape=(12,))
-    assert np.array_equal(np.asarray(hg.run(g2, xq.dequantize(), target), np.int64), got)
+    assert np.array_equal(np.asarray(hg.jit_run(g2, xq.dequantize(), target), np.int64), got)
