@@ -101,13 +101,36 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
       when concrete, e.g. :func:`hwjax.export`.)
     """
     kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out = _check_args(kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out)
-    return _otfn_params_impl(kernel_q, bias_q, s_in=s_in, z_in=z_in, s_w=s_w, s_out=s_out, z_out=z_out)
+    c = kernel_q.shape[0]
+    # Only three per-channel sums of the kernel enter the recipe; they are taken first (a
+    # small program per kernel shape), and the recipe itself runs on channels padded to a
+    # power of two (pad channels masked out of every decision and sliced off), so that
+    # layers of similar width share one compiled recipe instead of one per kernel shape.
+    sp, sn, b, sw = _channel_inputs(kernel_q, bias_q, s_w)
+    cb = max(4, 1 << (c - 1).bit_length())
+    pad = ((0, cb - c),)
+    mul, bias, shifts = _otfn_params_impl(jnp.pad(sp, pad), jnp.pad(sn, pad), jnp.pad(b, pad), jnp.pad(sw, pad),
+                                          jnp.arange(cb) < c, s_in=s_in, z_in=z_in, s_out=s_out, z_out=z_out)
+    return mul[:c], bias[:c], shifts
 
 
 @jax.jit
-def _otfn_params_impl(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
+def _channel_inputs(kernel_q, bias_q, s_w):
+    """Per output channel: the sums of the positive and of the negative weights (int32), the
+    bias (int32) and the weight scale (float32, broadcast)."""
     c = kernel_q.shape[0]
     w = kernel_q.reshape(c, -1).astype(jnp.int32)
+    sp = jnp.where(w > 0, w, 0).sum(axis=1, dtype=jnp.int32)
+    sn = jnp.where(w < 0, w, 0).sum(axis=1, dtype=jnp.int32)
+    sw = jnp.broadcast_to(jnp.asarray(s_w, jnp.float32).reshape(-1), (c,))
+    return sp, sn, jnp.asarray(bias_q).astype(jnp.int32), sw
+
+
+@jax.jit
+def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, s_in, z_in, s_out, z_out):
+    """The recipe on per-channel kernel sums ``sp`` (positive weights) and ``sn`` (negative
+    weights); channels where ``valid`` is False are padding: they take no part in the
+    exponent search."""
     f32 = jnp.float32
     z_in, z_out = jnp.asarray(z_in, jnp.int32), jnp.asarray(z_out, jnp.int32)
 
@@ -122,12 +145,12 @@ def _otfn_params_impl(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     m, exp, mant, k = compute_once(multiplier, (jnp.asarray(s_in, f32), jnp.asarray(s_w, f32),
                                                 jnp.asarray(s_out, f32)), z_out)
 
-    def narrow(w, bias_q, z_in, z_out, m, mant, k):
+    def narrow(sp, sn, bias_q, z_in, z_out, m, mant, k):
         """§4.5 step 2 and the exact offset ``t``."""
-        i32 = jnp.int32  # explicit accumulation types: results must not depend on jax_enable_x64
-        bq = bias_q.astype(i32) - z_in * w.sum(axis=1, dtype=i32)
-        amax = jnp.where(w > 0, 127 * w, -128 * w).sum(axis=1, dtype=i32)
-        amin = jnp.where(w > 0, -128 * w, 127 * w).sum(axis=1, dtype=i32)
+        i32 = jnp.int32  # explicit int32: results must not depend on jax_enable_x64
+        bq = bias_q.astype(i32) - z_in * (sp + sn)
+        amax = 127 * sp - 128 * sn  # the largest and smallest accumulator over int8 inputs
+        amin = -128 * sp + 127 * sn
 
         def shl(v, s):  # int32 v * 2**s as Wide
             return W.shift_left(W.from_int32(v), s)
@@ -160,7 +183,7 @@ def _otfn_params_impl(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
         return t, mant, amin, amax
 
     # computed once, on materialised inputs, like the multiplier
-    t, mant, amin, amax = compute_once(narrow, (w, bias_q, z_in, z_out, m, mant, k), z_out)
+    t, mant, amin, amax = compute_once(narrow, (sp, sn, bias_q, z_in, z_out, m, mant, k), z_out)
 
     # §4.5 step 3: the exponent search
     def bitlen(v):
@@ -200,7 +223,7 @@ def _otfn_params_impl(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
         p_lo = shift_right(jnp.clip(e_lo, -(2**15), 2**15) * m16c, 14, rounding="half_up")
         p_hi = shift_right(jnp.clip(e_hi, -(2**15), 2**15) * m16c, 14, rounding="half_up")
         fail_o = ~(fits16(p_lo) & fits16(p_hi) & fits16(p_lo + b) & fits16(p_hi + b) & fits16(b))
-        kind = jnp.where(fail_a, 1, jnp.where(fail_m, 2, jnp.where(fail_o, 3, 0)))
+        kind = jnp.where(valid, jnp.where(fail_a, 1, jnp.where(fail_m, 2, jnp.where(fail_o, 3, 0))), 0)
         first = jnp.where(trivial, 0, kind[jnp.argmax(kind != 0)])  # the first failing channel decides
         dec_a = (first == 1) | ((first == 3) & ((A >= 0) | (ab > mb)))
         dec_m = (first == 2) | ((first == 3) & ~((A >= 0) | (ab > mb)))
