@@ -217,6 +217,25 @@ def test_chain_model_on_other_runtimes(setup, runtime):
     assert np.array_equal(y, np.asarray(model.run(x, runtime=runtime), np.int64))
 
 
+def _layers_equal_the_runtime(data: bytes, x, runtime: str, ops, kinds):
+    """from_graph of the model ``data`` (op kinds ``ops``, layer classes ``kinds`` after the
+    input quantiser) in hardware mode equals Model.run and LiteRT on ``runtime``; returns the
+    layers, the input QArray, their int8 output and the target."""
+    from hwjax.tflite.testing import run_litert
+
+    model = tfl.load(data)
+    assert [n.op for n in model.graph.nodes] == ops
+    target = TFLite(runtime)
+    layers = hn.from_graph(_with_quantize(model.graph), target)
+    assert [type(l) for l in layers.layers][1:] == kinds
+    xq = _qarray(model.graph, x)
+    got = np.asarray(nnx.jit(lambda m, v: m(v).q)(layers, xq), np.int64)
+    assert np.array_equal(got, np.asarray(model.run(x, runtime=runtime), np.int64))
+    assert np.array_equal(got, run_litert(data, x, runtime).astype(np.int64))
+    assert len(np.unique(got)) > 3
+    return layers, xq, got, target
+
+
 def _pad_concat_mean_bytes(seed: int = 3) -> bytes:
     """conv 3x3 -> PAD -> CONCATENATION (of the pad with itself) -> PADV2 -> MEAN (H, W) -> FULLY_CONNECTED."""
     from hwjax.tflite.testing import ModelBuilder
@@ -257,20 +276,10 @@ def test_pad_concat_and_mean_layers_are_exact_and_train(runtime):
     """from_graph of a model with PAD, PADV2, CONCATENATION and MEAN: hardware mode equals
     Model.run and LiteRT; a training step reaches the conv through the new layers; to_graph
     of the layers runs the same integers."""
-    from hwjax.tflite.testing import run_litert
-
-    data = _pad_concat_mean_bytes()
-    model = tfl.load(data)
-    assert [n.op for n in model.graph.nodes] == ["conv", "pad", "concat", "pad", "mean", "dense"]
     x = np.random.default_rng(4).integers(-128, 128, (16, 6, 6, 2)).astype(np.int8)
-    target = TFLite(runtime)
-    layers = hn.from_graph(_with_quantize(model.graph), target)
-    assert [type(l) for l in layers.layers][2:6] == [hn.Pad, hn.Concat, hn.Pad, hn.Mean]
-    xq = _qarray(model.graph, x)
-    got = np.asarray(nnx.jit(lambda m, v: m(v).q)(layers, xq), np.int64)
-    assert np.array_equal(got, np.asarray(model.run(x, runtime=runtime), np.int64))
-    assert np.array_equal(got, run_litert(data, x, runtime).astype(np.int64))
-    assert len(np.unique(got)) > 3
+    layers, xq, got, target = _layers_equal_the_runtime(
+        _pad_concat_mean_bytes(), x, runtime, ["conv", "pad", "concat", "pad", "mean", "dense"],
+        [hn.Conv, hn.Pad, hn.Concat, hn.Pad, hn.Mean, hn.Dense])
 
     if runtime != "reference":
         return  # training and the round trip do not depend on the runtime's rounding
@@ -335,20 +344,11 @@ def _mul_softmax_bytes(seed: int = 5) -> bytes:
 
 @pytest.mark.parametrize("runtime", ["reference", "optimized"])
 def test_mul_and_softmax_layers_are_exact_and_train(runtime):
-    from hwjax.tflite.testing import run_litert
 
-    data = _mul_softmax_bytes()
-    model = tfl.load(data)
-    assert [n.op for n in model.graph.nodes] == ["dense", "dense", "mul", "dense", "softmax"]
     x = np.random.default_rng(6).integers(-128, 128, (32, 12)).astype(np.int8)
-    target = TFLite(runtime)
-    layers = hn.from_graph(_with_quantize(model.graph), target)
-    assert [type(l) for l in layers.layers][3:] == [hn.Mul, hn.Dense, hn.Softmax]
-    xq = _qarray(model.graph, x)
-    got = np.asarray(nnx.jit(lambda m, v: m(v).q)(layers, xq), np.int64)
-    assert np.array_equal(got, np.asarray(model.run(x, runtime=runtime), np.int64))
-    assert np.array_equal(got, run_litert(data, x, runtime).astype(np.int64))
-    assert len(np.unique(got)) > 3
+    layers, xq, got, target = _layers_equal_the_runtime(
+        _mul_softmax_bytes(), x, runtime, ["dense", "dense", "mul", "dense", "softmax"],
+        [hn.Dense, hn.Dense, hn.Mul, hn.Dense, hn.Softmax])
 
     if runtime != "reference":
         return  # training and the round trip do not depend on the runtime's rounding

@@ -624,22 +624,31 @@ class Add(HwLayer):
         s1, s2 = ((v.q if isinstance(v, QArray) else v).shape for v in (x1, x2))
         if s1 != s2:
             raise ShapeError(f"Add: inputs x1 and x2 must have the same shape, got {s1} and {s2}")
-        if not (isinstance(x1, QArray) and isinstance(x2, QArray)):
-            if self.mode == "hardware":
-                self._require_q(x1, "x1")
-                self._require_q(x2, "x2")
-            y = _relu(x1 + x2, self.activation)
-            if self.mode == "calibrate":
-                self.record(y)
-            return _ret(y, self.float_stats(y, relu), return_stats)
-        s_out, z_out = self.out_qparams()
-        attrs = self.node_attrs()
-        params = self.op_params(attrs, None, [Quant.of(sg(x1.scale), x1.zero_point),
-                                              Quant.of(sg(x2.scale), x2.zero_point)], Quant.of(sg(s_out), z_out))
-        a, b = sg(x1.q).astype(jnp.int32), sg(x2.q).astype(jnp.int32)
-        y_int = compute_once(lambda u, v, p: self.op_run(attrs, p, u, v), (a, b, params), z_out)
-        y_sur = clip_int8((x1.dequantize() + x2.dequantize()) / s_out + z_out.astype(jnp.float32))
-        return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=relu), return_stats)
+        return binary_forward(self, x1, x2, lambda a, b: _relu(a + b, self.activation), relu, return_stats)
+
+
+def binary_forward(layer: HwLayer, x1, x2, real_fn, relu: bool, return_stats: bool):
+    """The forward of a requantising two-input layer (:class:`Add`, :class:`hwjax.nn.Mul`):
+    float modes ``real_fn(x1, x2)`` (calibrate mode records its range); hardware mode the
+    target's integer op on both inputs' integers with their and the output's quantisation,
+    with the straight-through surrogate ``clip(real_fn(real(x1), real(x2)) / s_out + z_out,
+    -128, 127)``."""
+    if not (isinstance(x1, QArray) and isinstance(x2, QArray)):
+        if layer.mode == "hardware":
+            layer._require_q(x1, "x1")
+            layer._require_q(x2, "x2")
+        y = real_fn(x1, x2)
+        if layer.mode == "calibrate":
+            layer.record(y)
+        return _ret(y, layer.float_stats(y, relu), return_stats)
+    s_out, z_out = layer.out_qparams()
+    attrs = layer.node_attrs()
+    params = layer.op_params(attrs, None, [Quant.of(sg(x1.scale), x1.zero_point),
+                                           Quant.of(sg(x2.scale), x2.zero_point)], Quant.of(sg(s_out), z_out))
+    a, b = sg(x1.q).astype(jnp.int32), sg(x2.q).astype(jnp.int32)
+    y_int = compute_once(lambda u, v, p: layer.op_run(attrs, p, u, v), (a, b, params), z_out)
+    y_sur = clip_int8(real_fn(x1.dequantize(), x2.dequantize()) / s_out + z_out.astype(jnp.float32))
+    return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=relu), return_stats)
 
 
 class LutActivation(HwLayer):

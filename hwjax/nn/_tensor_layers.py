@@ -13,9 +13,9 @@ from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.graph import Attrs, Quant
 from hwjax.nn._base import HwLayer, Mode, make_stats
-from hwjax.nn._layers import _clamp_fn, _ret, _Unary
+from hwjax.nn._layers import _clamp_fn, _ret, _Unary, binary_forward
 from hwjax.nn._qarray import QArray
-from hwjax.nn._quant import clip_int8, compute_once, exact_forward
+from hwjax.nn._quant import compute_once, exact_forward
 
 sg = jax.lax.stop_gradient
 
@@ -224,23 +224,10 @@ class Mul(HwLayer):
         return v if self.activation is None else _clamp_fn(self.activation)(v)
 
     def __call__(self, x1, x2, *, return_stats: bool = False):
-        relu = self.activation is not None
-        if not (isinstance(x1, QArray) and isinstance(x2, QArray)):
-            if self.mode == "hardware":
-                self._require_q(x1, "x1")
-                self._require_q(x2, "x2")
-            y = self._act(V.as_array(x1, "Mul input x1") * V.as_array(x2, "Mul input x2"))
-            if self.mode == "calibrate":
-                self.record(y)
-            return _ret(y, self.float_stats(y, relu), return_stats)
-        s_out, z_out = self.out_qparams()
-        attrs = self.node_attrs()
-        params = self.op_params(attrs, None, [Quant.of(sg(x1.scale), x1.zero_point),
-                                              Quant.of(sg(x2.scale), x2.zero_point)], Quant.of(sg(s_out), z_out))
-        a, b = sg(x1.q).astype(jnp.int32), sg(x2.q).astype(jnp.int32)
-        y_int = compute_once(lambda u, v, p: self.op_run(attrs, p, u, v), (a, b, params), z_out)
-        y_sur = clip_int8(self._act(x1.dequantize() * x2.dequantize()) / s_out + z_out.astype(jnp.float32))
-        return _ret(QArray(exact_forward(y_int, y_sur), s_out, z_out), make_stats(y_int, relu=relu), return_stats)
+        x1 = x1 if isinstance(x1, QArray) else V.as_array(x1, "Mul input x1")
+        x2 = x2 if isinstance(x2, QArray) else V.as_array(x2, "Mul input x2")
+        return binary_forward(self, x1, x2, lambda a, b: self._act(a * b), self.activation is not None,
+                              return_stats)
 
 
 class Softmax(_Unary):
