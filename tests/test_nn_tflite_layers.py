@@ -344,7 +344,6 @@ def _mul_softmax_bytes(seed: int = 5) -> bytes:
 
 @pytest.mark.parametrize("runtime", ["reference", "optimized"])
 def test_mul_and_softmax_layers_are_exact_and_train(runtime):
-
     x = np.random.default_rng(6).integers(-128, 128, (32, 12)).astype(np.int8)
     layers, xq, got, target = _layers_equal_the_runtime(
         _mul_softmax_bytes(), x, runtime, ["dense", "dense", "mul", "dense", "softmax"],
