@@ -20,8 +20,9 @@ BENCH_SECS=${2:-50}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/hwjax_site .whl/*.whl \
-    && export PYTHONPATH=/tmp/hwjax_site${PYTHONPATH:+:$PYTHONPATH}
+  SITE=$(mktemp -d)
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+    && export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 fi
 # hwjax.models and hwjax.train live in models/ and train/ (pyproject's package-dir); without
 # an install, copy them where the import system finds them.

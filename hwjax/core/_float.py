@@ -150,11 +150,6 @@ def to_float16(x, *, rounding: str = "nearest_even") -> jax.Array:
     return _to_float16_jit(x.astype(jnp.float32), rounding)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _to_float16_jit(x: jax.Array, rounding: str) -> jax.Array:
-    return _to_float16_st(x, rounding)
-
-
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _to_float16_st(x: jax.Array, rounding: str) -> jax.Array:
     return jax.lax.bitcast_convert_type(fp16_bits(x, rounding), jnp.float16)
@@ -163,6 +158,9 @@ def _to_float16_st(x: jax.Array, rounding: str) -> jax.Array:
 @_to_float16_st.defjvp
 def _to_float16_st_jvp(rounding, primals, tangents):
     return _to_float16_st(primals[0], rounding), tangents[0].astype(jnp.float16)
+
+
+_to_float16_jit = jax.jit(_to_float16_st, static_argnums=1)
 
 
 def fp16_bits(x: jax.Array, rounding: str) -> jax.Array:

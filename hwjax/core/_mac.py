@@ -507,9 +507,6 @@ def _acc0_2d(acc0: jax.Array, out_shape: tuple[int, ...]) -> jax.Array:
 _check_flag = V.check_flag
 
 
-_default_route = default_route
-
-
 @functools.lru_cache(maxsize=None)
 def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturation_grad, clipped):
     idx = np.frombuffer(idx_bytes, np.int32).reshape(idx_shape)
@@ -607,7 +604,7 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
     batches keep the single-dot fast path; with ``w`` mapped, both paths run and the
     result is selected (same values, slower).
     """
-    route = _default_route(route)
+    route = default_route(route)
     clipped = _check_flag(return_clipped, "return_clipped")
     # acc0's values when known now (a NumPy or Python constant stays known inside jit,
     # where any jnp operation on it would make it a tracer): they can prove the fast path

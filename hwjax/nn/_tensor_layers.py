@@ -137,9 +137,9 @@ class Concat(HwLayer):
             raise ArgTypeError("Concat in hardware mode takes QArray inputs only")
         first = xs[0]
         for i, x in enumerate(xs[1:], 1):
-            same = [V.is_concrete(a) and V.is_concrete(b) and not np.array_equal(np.asarray(a), np.asarray(b))
-                    for a, b in ((x.scale, first.scale), (x.zero_point, first.zero_point))]
-            if any(same):
+            differs = [V.is_concrete(a) and V.is_concrete(b) and not np.array_equal(np.asarray(a), np.asarray(b))
+                       for a, b in ((x.scale, first.scale), (x.zero_point, first.zero_point))]
+            if any(differs):
                 raise RangeError(f"Concat input {i} is quantised differently from input 0 (scale, zero point)")
         attrs = self.node_attrs()
         ints = tuple(sg(x.q).astype(jnp.int32) for x in xs)
