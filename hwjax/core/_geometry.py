@@ -20,6 +20,8 @@ that stop before its end); :meth:`ConvGeometry.make` accepts only padding >= 0.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
@@ -222,7 +224,7 @@ def _pad_scalar(pad_value: Any, dtype) -> jax.Array:
                             f"got dtype {a.dtype}")
         info = jnp.iinfo(dtype)
         V.check_range(a, int(info.min), int(info.max), f"pad_value (for x of dtype {np.dtype(dtype)})")
-    return jnp.asarray(a).astype(dtype)
+    return a.astype(dtype) if isinstance(a, jax.core.Tracer) else np.asarray(a).astype(np.dtype(dtype))
 
 
 def _check_image(x: Any, geom: ConvGeometry) -> jax.Array:
@@ -252,14 +254,19 @@ def window_taps(x, geom: ConvGeometry, *, pad_value) -> list[jax.Array]:
         (checked when concrete).
     """
     x = _check_image(x, geom)
+    pad = _pad_scalar(pad_value, x.dtype)  # validated even where no tap reads it
+    return list(_window_taps_jit(x, pad, geom))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _window_taps_jit(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> tuple[jax.Array, ...]:
+    """The taps of :func:`window_taps` as one compiled program (not one per slice when
+    called eagerly)."""
     (pt, pb), (pl, pr) = geom.padding
     lead = x.ndim - 3
     grow = (max(0, pt), max(0, pb), max(0, pl), max(0, pr))
     if any(grow):
-        pad = _pad_scalar(pad_value, x.dtype)
         x = jax.lax.pad(x, pad, [(0, 0, 0)] * lead + [(grow[0], grow[1], 0), (grow[2], grow[3], 0), (0, 0, 0)])
-    else:
-        _pad_scalar(pad_value, x.dtype)  # validated even when unused
     (oh, ow), (sv, sh), (dv, dh) = geom.out_hw, geom.stride, geom.dilation
     r0, c0 = max(0, -pt), max(0, -pl)  # first window row/column in the grown array
     taps = []
@@ -269,7 +276,7 @@ def window_taps(x, geom: ConvGeometry, *, pad_value) -> list[jax.Array]:
             start = (0,) * lead + (r, c, 0)
             limit = x.shape[:lead] + (r + (oh - 1) * sv + 1, c + (ow - 1) * sh + 1, x.shape[-1])
             taps.append(jax.lax.slice(x, start, limit, (1,) * lead + (sv, sh, 1)))
-    return taps
+    return tuple(taps)
 
 
 def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
@@ -281,5 +288,11 @@ def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
     (static slices and one concatenation, no gathers). Same arguments as
     :func:`window_taps`; the result has ``x``'s dtype.
     """
-    taps = window_taps(x, geom, pad_value=pad_value)
+    x = _check_image(x, geom)
+    return _patches_jit(x, _pad_scalar(pad_value, x.dtype), geom)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _patches_jit(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> jax.Array:
+    taps = _window_taps_jit(x, pad, geom)
     return taps[0] if len(taps) == 1 else jnp.concatenate(taps, axis=-1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -103,6 +104,13 @@ def make_stats(y_int: jax.Array | None, *, relu: bool, acc: dict | None = None,
                y_float: jax.Array | None = None, bounds: tuple | None = None) -> LayerStats:
     """Counts for :class:`LayerStats` from an integer output (hardware) or a float
     output and its representable real ``bounds`` (float modes)."""
+    return _make_stats(y_int, y_float, bounds, acc, relu=bool(relu))
+
+
+@functools.partial(jax.jit, static_argnames="relu")
+def _make_stats(y_int, y_float, bounds, acc, *, relu: bool) -> LayerStats:
+    """:func:`make_stats` as one program (an eager layer call compiles it once per shape,
+    not one program per comparison and sum)."""
     if y_int is not None:
         low, high, n = (y_int <= INT8_MIN).sum(), (y_int >= INT8_MAX).sum(), y_int.size
     elif bounds is not None:
@@ -111,6 +119,12 @@ def make_stats(y_int: jax.Array | None, *, relu: bool, acc: dict | None = None,
         low, high, n = 0, 0, y_float.size
     acc_n, acc_sat = (0, 0) if acc is None else (acc["count"], acc["saturated"])  # the OpImpl's statistic
     return LayerStats(_i32(n), _i32(0 if relu else low), _i32(high), _i32(acc_n), _i32(acc_sat))
+
+
+@jax.jit
+def _widened(r: jax.Array, y: jax.Array) -> jax.Array:
+    """The range ``r = [lo, hi]`` widened to cover ``y`` (one program)."""
+    return jnp.stack([jnp.minimum(r[0], jnp.min(y)), jnp.maximum(r[1], jnp.max(y))])
 
 
 class HwLayer(nnx.Module):
@@ -198,8 +212,7 @@ class HwLayer(nnx.Module):
 
     def record(self, y: jax.Array) -> None:
         """Calibrate mode: widens the recorded output range to cover ``y``."""
-        r = self.out_range[...]
-        self.out_range[...] = jnp.stack([jnp.minimum(r[0], jnp.min(y)), jnp.maximum(r[1], jnp.max(y))])
+        self.out_range[...] = _widened(self.out_range[...], y)
 
     def out_qparams(self) -> tuple[jax.Array, jax.Array]:
         """(scale, zero_point) of the output: :func:`hwjax.nn.act_qparams` of the recorded

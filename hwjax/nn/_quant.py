@@ -96,9 +96,13 @@ def exact_forward(exact: jax.Array, surrogate: jax.Array) -> jax.Array:
         raise ArgTypeError(f"surrogate must be a float array (it carries the gradient), got {surrogate.dtype}")
     if exact.shape != surrogate.shape:
         raise ShapeError(f"exact and surrogate must have the same shape, got {exact.shape} and {surrogate.shape}")
-    exact = exact.astype(surrogate.dtype)
+    return _exact_forward(exact, surrogate)
+
+
+@jax.jit
+def _exact_forward(exact: jax.Array, surrogate: jax.Array) -> jax.Array:
     d = surrogate - sg(surrogate)
-    return exact + jnp.where(jnp.isfinite(d), d, 0.0)
+    return exact.astype(surrogate.dtype) + jnp.where(jnp.isfinite(d), d, 0.0)
 
 
 def act_int(x: jax.Array, scale: jax.Array, zero_point: jax.Array) -> jax.Array:

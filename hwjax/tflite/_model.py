@@ -6,6 +6,7 @@ register themselves when their module is imported below.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any
@@ -125,7 +126,12 @@ class Model:
             if info.dtype == "float32" and getattr(a, "dtype", None) == np.float64:
                 raise ArgTypeError(f"input {info.name!r} is float32: pass a float32 array, got float64 (round it "
                                 "explicitly with astype(np.float32))")
-            a = jnp.asarray(a)
+            # host data stays a NumPy array (checked here, converted inside the compiled
+            # run): no eager device program per input shape and dtype
+            if not isinstance(a, (jax.Array, np.ndarray, np.generic)):  # a list: Python floats are float32
+                a = np.asarray(a)
+                a = a.astype(np.float32) if a.dtype == np.float64 else a
+            a = a if isinstance(a, jax.Array) else np.asarray(a)
             per = tuple(info.shape[1:])
             if a.ndim != len(per) + 1 or tuple(a.shape[1:]) != per:
                 raise ShapeError(f"input {info.name!r} must have shape (batch, {', '.join(map(str, per))}), "
@@ -134,22 +140,37 @@ class Model:
                 if not jnp.issubdtype(a.dtype, jnp.floating) or a.dtype.itemsize > 4:
                     raise ArgTypeError(f"input {info.name!r} is float32: pass a float32 (or float16/bfloat16) array, "
                                     f"got {a.dtype}")
-                a = a.astype(jnp.float32)
                 V.check_finite(a, f"input {info.name!r}")
                 arrays.append(a)
                 continue
             if not jnp.issubdtype(a.dtype, jnp.integer):
                 raise ArgTypeError(f"input {info.name!r} must be an integer array ({info.dtype} values), got {a.dtype}")
             lo, hi = (-128, 127) if info.dtype == "int8" else (0, 255)
-            if not isinstance(a, jax.core.Tracer) and a.size and (int(a.min()) < lo or int(a.max()) > hi):
-                raise RangeError(f"input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
-            arrays.append(a.astype(jnp.int32))
-        res = jit_run(g, tuple(arrays), intermediates=intermediates, chunk=None if intermediates else batch_chunk(g))
+            if not isinstance(a, jax.core.Tracer) and a.size:
+                amin, amax = (a.min(), a.max()) if isinstance(a, np.ndarray) else _min_max(a)
+                if int(amin) < lo or int(amax) > hi:
+                    raise RangeError(f"input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
+            arrays.append(a)
+        kinds = tuple(info.dtype for info in self.inputs)
+        res = _run_file(g, tuple(arrays), in_dtypes=kinds, out_dtypes=tuple(info.dtype for info in self.outputs),
+                        intermediates=intermediates, chunk=None if intermediates else batch_chunk(g))
         out = res[0] if intermediates else res
-        outs = out if isinstance(out, tuple) else (out,)
-        outs = tuple(o.astype(_NP[info.dtype]) for o, info in zip(outs, self.outputs))
-        y = outs[0] if len(outs) == 1 else outs
+        y = out[0] if len(out) == 1 else out
         return (y, res[1]) if intermediates else y
+
+
+_min_max = jax.jit(lambda a: (jnp.min(a), jnp.max(a)))
+
+
+@functools.partial(jax.jit, static_argnames=("in_dtypes", "out_dtypes", "intermediates", "chunk"))
+def _run_file(g: Graph, arrays: tuple, *, in_dtypes: tuple, out_dtypes: tuple, intermediates: bool, chunk):
+    """:func:`hwjax.graph.jit_run` with the file's input conversion (float32, or int32 values)
+    and output dtypes, all in one program; outputs as a tuple."""
+    xs = tuple(a.astype(jnp.float32 if dt == "float32" else jnp.int32) for a, dt in zip(arrays, in_dtypes))
+    res = jit_run(g, xs, intermediates=intermediates, chunk=chunk)
+    out = res[0] if intermediates else res
+    outs = tuple(o.astype(_NP[dt]) for o, dt in zip(out if isinstance(out, tuple) else (out,), out_dtypes))
+    return (outs, res[1]) if intermediates else outs
 
 
 def load(path_or_bytes) -> Model:
