@@ -83,15 +83,15 @@ def as_elements(x: Any, dtype: Any, name: str) -> jax.Array:
         if dt_in is None or np.dtype(dt_in).name not in _ELEMENT_TYPES:
             raise ArgTypeError(f"{name} has dtype {dt_in}; pass dtype= (one of {ELEMENT_TYPES}) "
                             "or give an array of one of those dtypes")
-        return jnp.asarray(x)
+        return _device(x)
     dt = element_type(dtype)
     arr = _host_array(x, name)  # jax.Array includes tracers
     if arr.dtype == dt:
-        return jnp.asarray(arr)
+        return _device(arr)
     if dt == np.float16:
         if not np.issubdtype(arr.dtype, np.floating):
             raise ArgTypeError(f"{name} must be a float array for dtype float16, got {arr.dtype}")
-        return jnp.asarray(arr.astype(np.float16)) if isinstance(arr, np.ndarray) else to_float16(arr)
+        return _device(arr.astype(np.float16)) if isinstance(arr, np.ndarray) else to_float16(arr)
     info = np.iinfo(dt)
     if np.issubdtype(arr.dtype, np.floating):
         V.check_integral(arr, name)
@@ -99,8 +99,14 @@ def as_elements(x: Any, dtype: Any, name: str) -> jax.Array:
         raise ArgTypeError(f"{name} must hold integers for dtype {dt.name}, got dtype {arr.dtype}")
     V.check_range(arr, int(info.min), int(info.max), name)
     if isinstance(arr, np.ndarray):
-        return jnp.asarray(arr.astype(dt))
+        return _device(arr.astype(dt))
     return arr.astype(dt)
+
+
+def _device(x) -> jax.Array:
+    """``x`` as a JAX array: a JAX array (traced too) as it is, host data transferred
+    (``jnp.asarray`` would compile a copy program per shape and dtype)."""
+    return x if isinstance(x, jax.Array) else jax.device_put(np.asarray(x))
 
 
 def to_bytes(x: jax.Array) -> jax.Array:
@@ -203,7 +209,7 @@ def check_image(image: Any, min_size: int, name: str = "image") -> jax.Array:
         raise ShapeError(f"{name} must be 1-D (a byte image), got shape {image.shape}")
     if image.shape[0] < min_size:
         raise ShapeError(f"{name} has {image.shape[0]} bytes; this layout needs at least {min_size}")
-    return jnp.asarray(image)
+    return _device(image)
 
 
 def check_shape(shape: Any, ndim: int | tuple[int, ...], name: str) -> tuple[int, ...]:

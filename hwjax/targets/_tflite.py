@@ -84,7 +84,7 @@ def host_recipe(fn, *args):
     """``fn(*numpy args) -> dict of numpy arrays``, on concrete arguments directly, else
     through ``jax.pure_callback`` (the output shapes come from a call on ones)."""
     if _is_concrete(args):
-        return jax.tree.map(jnp.asarray, fn(*[np.asarray(a) for a in args]))
+        return jax.tree.map(jax.device_put, fn(*[np.asarray(a) for a in args]))
     dummy = fn(*[np.ones(np.shape(a), a.dtype) for a in args])
     spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype), dummy)
     return jax.pure_callback(lambda *a: jax.tree.map(np.asarray, fn(*[np.asarray(v) for v in a])), spec,

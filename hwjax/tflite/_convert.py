@@ -3,7 +3,7 @@ and QUANTIZE (int8 -> int8, float32 -> int8/uint8) into graph nodes (registered 
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from hwjax.errors import FormatError, UnsupportedOpError
@@ -30,8 +30,8 @@ def _fully_connected(b: Builder, op: OpContext) -> None:
         raise UnsupportedOpError(f"{where}: input {b.ft[ins[0]].shape} and filter {w.data.shape}: only (1, I) "
                                  "inputs are supported")
     n = w.data.shape[0]
-    params = {"kernel": jnp.asarray(w.data, jnp.int8), "bias": jnp.asarray(bias_vector(bias, n, where)),
-              "w_scale": jnp.asarray(w_scales(w, n, 0, where))}  # (1,) per tensor: TFLite's float32 product
+    params = jax.device_put({"kernel": np.asarray(w.data, np.int8), "bias": np.asarray(bias_vector(bias, n, where)),
+                            "w_scale": np.asarray(w_scales(w, n, 0, where))})  # (1,) per tensor: TFLite's float32 product
     fused, separate = _split_act(act)
     b.node("dense", (x,), o, {"features": n, "activation": fused}, params, separate, where)
 
@@ -72,8 +72,8 @@ def _conv(b: Builder, op: OpContext) -> None:
     ks = tuple(kern.shape[:2]) if dw else tuple(kern.shape[1:3])
     pads = explicit_padding(in_shape[:2], ks, stride, padding, dil)
     s = w_scales(w, n, axis, where)
-    params = {"kernel": jnp.asarray(kern, jnp.int8), "bias": jnp.asarray(bias_vector(bias, n, where)),
-              "w_scale": jnp.asarray(np.broadcast_to(s, (n,)).astype(np.float32))}
+    params = jax.device_put({"kernel": np.asarray(kern, np.int8), "bias": np.asarray(bias_vector(bias, n, where)),
+                            "w_scale": np.broadcast_to(s, (n,)).astype(np.float32)})
     fused, separate = _split_act(act)
     attrs = {"kernel_size": ks, "stride": stride, "padding": pads, "activation": fused}
     if dil != (1, 1):

@@ -56,7 +56,7 @@ def _pair(v, name: str, lo: int) -> tuple[int, int]:
 def _int8_operand(x, name: str, *, float_ok: bool = False) -> jax.Array:
     """int8 values as int8, or (``float_ok``) a float array holding them."""
     a = S.operand(x, name, -128, 127, differentiable=float_ok, what=" holding int8 values",
-                  label=f"{name} (int8 values)")
+                  label=f"{name} (int8 values)", to_int32=False)
     return a if S.is_float(a) else a.astype(jnp.int8)
 
 
@@ -143,9 +143,7 @@ def reorder_kernel_weights(k_ohwi, *, pad_value: int = 0) -> jax.Array:
         else V.check_static_int(pad_value, -128, 127, "pad_value")
     c_out, patch = k.shape[0], int(np.prod(k.shape[1:]))
     idx = _reorder_index(c_out, patch)
-    flat = k.reshape(-1)
-    vals = jnp.take(flat, jnp.asarray(np.maximum(idx, 0)), axis=0) if flat.size else jnp.zeros(idx.size, jnp.int8)
-    return jnp.where(jnp.asarray(idx >= 0), vals, jnp.int8(pad_value))
+    return _reorder_apply(k, np.maximum(idx, 0), idx >= 0, pad_value)
 
 
 def reorder_kernel_weights_inverse(reordered, kernel_shape: Sequence[int]) -> jax.Array:
@@ -164,7 +162,21 @@ def reorder_kernel_weights_inverse(reordered, kernel_shape: Sequence[int]) -> ja
     inverse = np.empty(int(np.prod(shape)), np.int64)
     valid = np.nonzero(idx >= 0)[0]
     inverse[idx[valid]] = valid
-    return jnp.take(r, jnp.asarray(inverse), axis=0).reshape(shape)
+    return _reorder_inverse_apply(r, inverse, shape)
+
+
+@jax.jit
+def _reorder_apply(k: jax.Array, idx: np.ndarray, valid: np.ndarray, pad_value) -> jax.Array:
+    """The reordered stream: ``k`` flattened, read at ``idx``, ``pad_value`` where not
+    ``valid`` (one program per kernel shape)."""
+    flat = k.reshape(-1)
+    vals = flat[idx] if flat.size else jnp.zeros(idx.shape, jnp.int8)
+    return jnp.where(valid, vals, jnp.asarray(pad_value).astype(jnp.int8))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _reorder_inverse_apply(r: jax.Array, inverse: np.ndarray, shape: tuple) -> jax.Array:
+    return r[inverse].reshape(shape)
 
 
 # -------------------------------------------------------------------------- conv2d
