@@ -11,6 +11,8 @@ element-wise arithmetic by definition.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -450,6 +452,14 @@ def requantize(acc, params: dict[str, Any], requant: str, *, output_zero_point, 
     check_ints(act_max, "act_max")
     if not (_traced(act_min) or _traced(act_max)) and np.any(np.asarray(act_min) > np.asarray(act_max)):
         raise RangeError(f"act_min={np.asarray(act_min)} must not exceed act_max={np.asarray(act_max)}")
+    if requant not in REQUANT:
+        raise RangeError(f"requant must be one of {tuple(REQUANT)}, got {requant!r}")
+    return _requantize(acc, params, output_zero_point, act_min, act_max, requant)
+
+
+@functools.partial(jax.jit, static_argnums=5)
+def _requantize(acc, params, output_zero_point, act_min, act_max, requant: str) -> jax.Array:
+    """:func:`requantize` after its checks, as one program."""
     acc = jnp.asarray(acc, _I32)
     if requant == "double":
         v = _mbqm_double(acc, jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32))

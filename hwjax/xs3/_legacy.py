@@ -82,7 +82,7 @@ class LegacyStats(NamedTuple):
 def _int_values(x, name: str, lo: int, hi: int, dtype, *, float_ok: bool = False) -> jax.Array:
     """Integer array holding values in [lo, hi] (checked when concrete), cast to ``dtype``;
     with ``float_ok`` a float array holding such values is returned unchanged."""
-    a = S.operand(x, name, lo, hi, differentiable=float_ok, what=f" (values in [{lo}, {hi}])")
+    a = S.operand(x, name, lo, hi, differentiable=float_ok, what=f" (values in [{lo}, {hi}])", to_int32=False)
     return a if S.is_float(a) else a.astype(dtype)
 
 
