@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 
 _SENTINEL = -2147483647  # a trigger value that never occurs (zero points are int8)
@@ -30,12 +31,16 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
     if not any(isinstance(a, jax.core.Tracer) for a in leaves):
         return fn(*operands)
     n = 1 + (jnp.asarray(trigger, jnp.int32) == _SENTINEL).astype(jnp.int32)
-    shapes = jax.eval_shape(fn, *operands)
+    # fn is traced once (its shapes and its program); the loop body replays the program
+    # rather than tracing fn a second time
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*operands)
+    replay = jax.extend.core.jaxpr_as_fun(closed)
+    out_tree = jax.tree.structure(shapes)
     init = (jnp.int32(0), jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes))
 
     def body(c):
         live = c[0] < n  # always true inside the loop; unknown to the compiler
-        ops = jax.tree.map(lambda a: jnp.where(live, a, jnp.zeros_like(a)), operands)
-        return c[0] + 1, fn(*ops)
+        ops = [jnp.where(live, a, jnp.zeros_like(a)) for a in jax.tree.leaves(operands)]
+        return c[0] + 1, jax.tree.unflatten(out_tree, replay(*ops))
 
     return jax.lax.while_loop(lambda c: c[0] < n, body, init)[1]
