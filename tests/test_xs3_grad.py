@@ -22,7 +22,7 @@ M32 = 2**31 - 1
 
 
 def f32(a):
-    return jnp.asarray(np.asarray(a), jnp.float32)
+    return jax.device_put(np.asarray(a, np.float32))  # a transfer, not a compiled conversion
 
 
 def assert_same_ints(y_float, y_int):
@@ -51,8 +51,9 @@ def lane_max(bits):
 
 
 def grads(fn, *args, g):
-    """Gradients of ``sum(fn(*args) * g)`` with respect to every argument."""
-    return jax.grad(lambda *a: jnp.sum(fn(*a) * g), argnums=tuple(range(len(args))))(*args)
+    """Gradients of ``sum(fn(*args) * g)`` with respect to every argument (one compiled
+    program, not one per operation)."""
+    return jax.jit(jax.grad(lambda *a: jnp.sum(fn(*a) * g), argnums=tuple(range(len(args)))))(*args)
 
 
 def both(mask):
