@@ -345,6 +345,12 @@ def softmax_reference(x, m, ls, diff_min) -> jax.Array:
     check_ints(m, "m", _I32_MIN, _I32_MAX)
     check_ints(ls, "ls", 0, 31)
     check_ints(diff_min, "diff_min", _I32_MIN, 0)
+    return _softmax_reference(x, m, ls, diff_min)
+
+
+@jax.jit
+def _softmax_reference(x, m, ls, diff_min) -> jax.Array:
+    """:func:`softmax_reference` after its checks, as one program."""
     x = jnp.asarray(x, _I32)
     m, ls, diff_min = (jnp.asarray(v, _I32) for v in (m, ls, diff_min))
     d = x - jnp.max(x, axis=-1, keepdims=True)
@@ -394,6 +400,12 @@ def softmax_optimized(x, table, s_out, z_out) -> jax.Array:
     check_table(table, "table", 256, integer=False)
     check_scale(s_out, "s_out")
     check_zero_point(z_out, "z_out", -128, 127)
+    return _softmax_optimized(x, table, s_out, z_out)
+
+
+@jax.jit
+def _softmax_optimized(x, table, s_out, z_out) -> jax.Array:
+    """:func:`softmax_optimized` after its checks, as one program."""
     x = jnp.asarray(x, _I32)
     k = jnp.max(x, axis=-1, keepdims=True) - x
     e = jnp.take(jnp.asarray(table, jnp.float32), k, axis=0)
