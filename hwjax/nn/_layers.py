@@ -263,15 +263,9 @@ class _Linear(HwLayer):
         weights ``kernel * w_scale`` and biases ``bias * s_in * w_scale`` (exact round trip
         for |bias| < 2**24), the weight scales and the output quantisation pinned."""
         p = node.params
-        k = jnp.asarray(p["kernel"]).astype(jnp.float32)
-        s_w = jnp.asarray(p["w_scale"], jnp.float32)
-        hwio = {"conv": lambda v: jnp.transpose(v, (1, 2, 3, 0)), "dense": lambda v: v.T[None, None],
-                "depthwise_conv": lambda v: v[:, :, None, :]}[cls.kind](k)
         layer = cls(target=target, rngs=nnx.Rngs(0), **cls.node_kwargs(node, inputs))
-        layer.kernel[...] = hwio * s_w
-        s_in = jnp.asarray(inputs[0].quant.scale, jnp.float32)
-        layer.bias[...] = jnp.asarray(p["bias"]).astype(jnp.float32) * (s_in * s_w)
-        layer.w_pin[...] = s_w
+        kernel, bias, s_w = _float_weights(cls.kind, p["kernel"], p["w_scale"], p["bias"], inputs[0].quant.scale)
+        layer.kernel[...], layer.bias[...], layer.w_pin[...] = kernel, bias, s_w
         layer.pin_quant(output.quant.scale, output.quant.zero_point)
         return layer
 
@@ -415,6 +409,18 @@ def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, *, target, op:
     y_sur = jnp.clip(y_sur, z_out.astype(jnp.float32) if relu else -128.0, 127.0)
     stats = make_stats(y, relu=relu, acc=acc) if return_stats else None
     return exact_forward(y, y_sur), stats
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _float_weights(kind: str, kernel, w_scale, bias, s_in):
+    """Float HWIO weights ``kernel * w_scale``, biases ``bias * (s_in * w_scale)`` and the
+    float32 weight scales of a portable linear node (one program; float32 products)."""
+    k = jnp.asarray(kernel).astype(jnp.float32)
+    s_w = jnp.asarray(w_scale, jnp.float32)
+    hwio = {"conv": lambda v: jnp.transpose(v, (1, 2, 3, 0)), "dense": lambda v: v.T[None, None],
+            "depthwise_conv": lambda v: v[:, :, None, :]}[kind](k)
+    b = jnp.asarray(bias).astype(jnp.float32) * (jnp.asarray(s_in, jnp.float32) * s_w)
+    return hwio * s_w, b, s_w
 
 
 class Conv(_Linear):

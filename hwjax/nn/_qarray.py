@@ -43,7 +43,7 @@ class QArray:
 
     def dequantize(self) -> jax.Array:
         """``scale * (q - zero_point)`` in float32."""
-        return (self.q - self.zero_point.astype(self.q.dtype)) * self.scale
+        return _dequantize(self.q, self.zero_point, self.scale)
 
     def with_q(self, q: jax.Array) -> "QArray":
         return QArray(q, self.scale, self.zero_point)
@@ -55,3 +55,8 @@ def as_float(x) -> jax.Array:
     if isinstance(x, QArray):
         return x.dequantize()
     return V.as_array(x, "x")
+
+
+@jax.jit
+def _dequantize(q, zero_point, scale):
+    return (q - zero_point.astype(q.dtype)) * scale
