@@ -140,24 +140,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 # ------------------------------------------------------------ scheduling of test files
-# Seconds each file took on a cold cache (2-core VM, 2026-11-27, two xdist workers). Files
+# Seconds each file's tests took on a cold cache (2-core VM, 2026-11-27, two xdist workers). Files
 # are handed to the workers heaviest first (longest processing time first), so that no
 # worker ends the run alone on a heavy file; `make test` passes --no-loadscope-reorder so
 # that pytest-xdist keeps this order instead of sorting files by their number of tests.
 # Files not listed (new or light ones) come last, in collection order. Only the order
 # changes: every test still runs.
 _FILE_SECONDS = {
-    "test_nn_tflite_layers": 75, "test_tflite_keras_mcu": 63, "test_nn": 61, "test_xs3_grad": 51,
-    "test_train": 51, "test_gemmlowp_target": 44, "test_bad_input_kernels": 43, "test_core_mac": 43,
-    "test_graph": 42, "test_nvdla_lut": 42, "test_export": 41, "test_nvdla_formats": 40,
-    "test_xs3_current": 37, "test_evaluate": 36, "test_xs3_legacy": 32, "test_tflite_tflm": 29,
-    "test_tflite_save_xcore": 29, "test_tflite_models": 25, "test_nvdla_cvt": 24, "test_tflite_xnnpack": 23,
-    "test_tflite_xcore": 19, "test_tflite_xformer_act": 19, "test_tflite_keras": 19, "test_nvdla_layers": 18,
-    "test_gemmlowp_lt8": 18, "test_tflite_nonlinear": 18, "test_xs3_vpu": 16, "test_tflite_tensor_ops": 15,
-    "test_core_ops": 14, "test_nvdla_program": 13, "test_checked": 12, "test_gemmlowp": 11,
-    "test_bad_input_xs3": 11, "test_bad_input_nvdla": 11, "test_tflite_arith": 9, "test_core_dot": 9,
-    "test_tflite_cli": 8, "test_tflite_dilation": 7, "test_tflite_save_ops": 7, "test_tflite_save": 6,
-    "test_tflite_float_io": 6, "test_core_geometry": 4, "test_bad_input": 3,
+    "test_nn_tflite_layers": 51, "test_nn": 45, "test_tflite_keras_mcu": 43, "test_train": 43,
+    "test_nvdla_formats": 36, "test_graph": 36, "test_gemmlowp_target": 35, "test_nvdla_lut": 34,
+    "test_core_mac": 34, "test_xs3_grad": 33, "test_evaluate": 31, "test_xs3_legacy": 31, "test_export": 26,
+    "test_xs3_current": 25, "test_tflite_models": 21, "test_tflite_save_xcore": 21, "test_tflite_keras": 18,
+    "test_gemmlowp_lt8": 17, "test_bad_input_kernels": 17, "test_nvdla_layers": 15, "test_tflite_tflm": 15,
+    "test_tflite_xformer_act": 15, "test_tflite_nonlinear": 14, "test_nvdla_cvt": 14, "test_xs3_vpu": 11,
+    "test_tflite_xnnpack": 11, "test_nvdla_program": 11, "test_bad_input_xs3": 11, "test_checked": 9,
+    "test_tflite_xcore": 9, "test_bad_input_nvdla": 9, "test_gemmlowp": 8, "test_tflite_arith": 8,
+    "test_core_ops": 8, "test_tflite_tensor_ops": 8, "test_tflite_cli": 6, "test_tflite_save": 5,
+    "test_bad_input": 5, "test_tflite_dilation": 4, "test_tflite_float_io": 3, "test_core_dot": 3,
 }
 
 
