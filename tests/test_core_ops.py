@@ -270,3 +270,23 @@ def test_div_rn_on_arrays_and_zero():
     np.testing.assert_array_equal(np.asarray(div_rn(a, b)), a / b)
     np.testing.assert_array_equal(np.asarray(jax.vmap(div_rn)(a, b)), a / b)
     assert float(div_rn(np.float32(0), np.float32(3))) == 0.0
+
+
+def _py_rint_half_even(num: int, s: int) -> int:
+    """rint(num / 2**s), ties to even, with Python integers (s >= 0)."""
+    q, r = divmod(num, 1 << s)
+    return q + (2 * r > (1 << s) or (2 * r == (1 << s) and q % 2 == 1))
+
+
+@given(a=st.integers(-(2**62), 2**62), s=st.integers(0, 63), tie=st.booleans())
+def test_wide_rint_pair_matches_big_integers(a, s, tie):
+    """wide.rint_pair(a, s) = (rint(a / 2**s), rint(a / 2**s - 1)), ties to even, for
+    two-word a; ``tie`` makes a an exact tie (a = (2q + 1) 2**(s-1)), the case where the
+    two differ by 0 or 2."""
+    from hwjax.core import wide as W
+
+    if tie and s >= 1:
+        a = ((a >> s) * 2 + 1) << (s - 1)
+    r, r1 = jax.jit(W.rint_pair)(W.from_python([a]), jnp.int32(s))
+    assert [int(v) for v in W.to_python(r)] == [_py_rint_half_even(a, s)]
+    assert [int(v) for v in W.to_python(r1)] == [_py_rint_half_even(a - (1 << s), s)]

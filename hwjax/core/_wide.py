@@ -150,6 +150,21 @@ def shift_right(a: Wide, s: jax.Array, rounding: str) -> Wide:
     return add(q, Wide(jnp.zeros_like(q.hi), inc.astype(_U32)))
 
 
+def rint_pair(a: Wide, s: jax.Array) -> tuple[Wide, Wide]:
+    """``(rint(a / 2**s), rint(a / 2**s - 1))``, both rounded half to even, for
+    0 <= s <= 63, from one floor shift. (They differ by 1 except at a tie, where both
+    round to the even neighbour: by 0 or 2.)"""
+    s = jnp.asarray(s, _I32)
+    q = floor_shift(a, s)
+    rb = _bit(a, jnp.maximum(s - 1, 0)) & (s >= 1)
+    sticky = _low_bits_nonzero(a, jnp.maximum(s - 1, 0))
+    odd = (q.lo & 1) == 1
+    up = rb & (sticky | odd)  # rint of q + f: q + 1 when f > 1/2, or f = 1/2 and q odd
+    down = ~(rb & (sticky | ~odd))  # rint of (q - 1) + f: q - 1 unless it rounds up
+    minus_one = Wide(jnp.full_like(q.hi, -1), jnp.full_like(q.lo, 0xFFFFFFFF))
+    return add(q, Wide(jnp.zeros_like(q.hi), up.astype(_U32))), where(down, add(q, minus_one), q)
+
+
 def saturate_to_int32(a: Wide, lo: int, hi: int) -> tuple[jax.Array, jax.Array]:
     """Clamps ``a`` to [lo, hi] (a sub-range of int32); returns (int32 value, clipped)."""
     lo_i, hi_i = _I32(lo), _I32(hi)

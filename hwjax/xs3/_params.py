@@ -17,14 +17,6 @@ from hwjax.errors import ShapeError
 from hwjax.core import wide as W
 
 
-def _rint_wide(t, s) -> jax.Array:
-    """``rint(t / 2**s)`` (ties to even) saturated to int32, for Wide ``t`` and int32
-    ``s`` (negative ``s`` shifts left)."""
-    right = W.shift_right(t, jnp.clip(s, 0, 63), "half_even")
-    left = W.shift_left(t, jnp.clip(-s, 0, 62))
-    return W.saturate_to_int32(W.where(s >= 0, right, left), -(2**31), 2**31 - 1)[0]
-
-
 def _rint_int32(v, s) -> jax.Array:
     """``rint(v / 2**s)`` (ties to even) saturated to int32, for int32 ``v`` with
     ``|v| < 2**30`` and int32 ``s`` (negative ``s`` shifts left)."""
@@ -218,7 +210,11 @@ def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, s_in, z_in, s_out, z_out):
         m16 = mul16(M)
         fail_m = ~fits16(m16)
         B = A + M - 14
-        b = _rint_wide(t, k - B)  # rint(beta * 2**B)
+        s = k - B
+        # rint(beta * 2**B) and rint(beta * 2**B - 1), saturated to int32, from one shift
+        right, right1 = W.rint_pair(t, jnp.clip(s, 0, 63))
+        left = W.shift_left(t, jnp.clip(-s, 0, 62))
+        b = W.saturate_to_int32(W.where(s >= 0, right, left), -(2**31), 2**31 - 1)[0]
         m16c = jnp.clip(m16, -(2**15), 2**15 - 1)
         p_lo = shift_right(jnp.clip(e_lo, -(2**15), 2**15) * m16c, 14, rounding="half_up")
         p_hi = shift_right(jnp.clip(e_hi, -(2**15), 2**15) * m16c, 14, rounding="half_up")
@@ -230,10 +226,8 @@ def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, s_in, z_in, s_out, z_out):
         di, dm = dec_a.astype(jnp.int32), dec_m.astype(jnp.int32)
         # step 4: the bias is rint(beta 2**B - 1) for B >= 0 (not rint(beta 2**B) - 1: a
         # tie rounds to the other even neighbour), rint(beta 2**B) otherwise
-        s = k - B
-        one = W.shift_left(W.from_int32(jnp.ones_like(k)), jnp.clip(s, 0, 62))
-        b1 = _rint_wide(W.where(s >= 0, W.sub(t, one), t), s)
-        b1 = jnp.where(s >= 0, b1, jnp.maximum(b1, -(2**31) + 1) - 1)
+        b1 = jnp.where(s >= 0, W.saturate_to_int32(right1, -(2**31), 2**31 - 1)[0],
+                       jnp.maximum(b, -(2**31) + 1) - 1)
         bias = jnp.where(B >= 0, b1, b)
         return A - di, M - dm, ab - di, mb - dm, first == 0, it + 1, m16c, jnp.clip(bias, -(2**15), 2**15 - 1)
 
