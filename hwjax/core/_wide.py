@@ -139,13 +139,18 @@ def round_increment(rounding: str, negative: jax.Array, round_bit: jax.Array,
     return inc & shifted
 
 
-def shift_right(a: Wide, s: jax.Array, rounding: str) -> Wide:
-    """``a / 2**s`` rounded with ``rounding`` (see ``hwjax.core.shift_right``), 0 <= s <= 63."""
+def _floor_parts(a: Wide, s: jax.Array) -> tuple[Wide, jax.Array, jax.Array, jax.Array]:
+    """``(floor(a / 2**s), round bit, sticky, s >= 1)`` for 0 <= s <= 63 (see
+    :func:`round_increment`)."""
     s = jnp.asarray(s, _I32)
-    q = floor_shift(a, s)
     shifted = s >= 1
     rb = _bit(a, jnp.maximum(s - 1, 0)) & shifted
-    sticky = _low_bits_nonzero(a, jnp.maximum(s - 1, 0))
+    return floor_shift(a, s), rb, _low_bits_nonzero(a, jnp.maximum(s - 1, 0)), shifted
+
+
+def shift_right(a: Wide, s: jax.Array, rounding: str) -> Wide:
+    """``a / 2**s`` rounded with ``rounding`` (see ``hwjax.core.shift_right``), 0 <= s <= 63."""
+    q, rb, sticky, shifted = _floor_parts(a, s)
     inc = round_increment(rounding, lt_zero(a), rb, sticky, (q.lo & 1) == 1, shifted)
     return add(q, Wide(jnp.zeros_like(q.hi), inc.astype(_U32)))
 
@@ -154,15 +159,13 @@ def rint_pair(a: Wide, s: jax.Array) -> tuple[Wide, Wide]:
     """``(rint(a / 2**s), rint(a / 2**s - 1))``, both rounded half to even, for
     0 <= s <= 63, from one floor shift. (They differ by 1 except at a tie, where both
     round to the even neighbour: by 0 or 2.)"""
-    s = jnp.asarray(s, _I32)
-    q = floor_shift(a, s)
-    rb = _bit(a, jnp.maximum(s - 1, 0)) & (s >= 1)
-    sticky = _low_bits_nonzero(a, jnp.maximum(s - 1, 0))
+    q, rb, sticky, shifted = _floor_parts(a, s)
     odd = (q.lo & 1) == 1
-    up = rb & (sticky | odd)  # rint of q + f: q + 1 when f > 1/2, or f = 1/2 and q odd
-    down = ~(rb & (sticky | ~odd))  # rint of (q - 1) + f: q - 1 unless it rounds up
+    neg = lt_zero(a)  # (not read by half_even)
+    up = round_increment("half_even", neg, rb, sticky, odd, shifted)  # rint(q + f) = q + up
+    up1 = round_increment("half_even", neg, rb, sticky, ~odd, shifted)  # rint(q - 1 + f) = q - 1 + up1
     minus_one = Wide(jnp.full_like(q.hi, -1), jnp.full_like(q.lo, 0xFFFFFFFF))
-    return add(q, Wide(jnp.zeros_like(q.hi), up.astype(_U32))), where(down, add(q, minus_one), q)
+    return add(q, Wide(jnp.zeros_like(q.hi), up.astype(_U32))), where(up1, q, add(q, minus_one))
 
 
 def saturate_to_int32(a: Wide, lo: int, hi: int) -> tuple[jax.Array, jax.Array]:

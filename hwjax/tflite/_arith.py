@@ -452,9 +452,8 @@ def requantize(acc, params: dict[str, Any], requant: str, *, output_zero_point, 
     check_ints(act_max, "act_max")
     if not (_traced(act_min) or _traced(act_max)) and np.any(np.asarray(act_min) > np.asarray(act_max)):
         raise RangeError(f"act_min={np.asarray(act_min)} must not exceed act_max={np.asarray(act_max)}")
-    if requant not in REQUANT:
-        raise RangeError(f"requant must be one of {tuple(REQUANT)}, got {requant!r}")
-    return _requantize(acc, params, output_zero_point, act_min, act_max, requant)
+    used = {k: params[k] for k in REQUANT_KEYS[requant]}  # requant and its keys checked above
+    return _requantize(acc, used, output_zero_point, act_min, act_max, requant)
 
 
 @functools.partial(jax.jit, static_argnums=5)
