@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import re
 
+import jax
+import jax.monitoring
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,6 +46,33 @@ def _raised_in_hwjax(err: BaseException) -> bool:
         tb = tb.tb_next
     f = tb.tb_frame.f_code.co_filename if tb is not None else ""
     return "site-packages" not in f and os.sep + "hwjax" + os.sep in f
+
+
+_LOWERED = [0]  # programs traced and lowered for XLA in this process (in-memory cache misses)
+
+
+def _count_lowering(event: str, secs: float, **kw) -> None:
+    if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+        _LOWERED[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_lowering)
+
+
+def check_one_program(funcs, call, multi: dict[str, str]) -> None:
+    """Every function of a bad-input table, called eagerly on its canonical arguments,
+    compiles at most one XLA program (after its checks: one program, not one per
+    operation), except those named in ``multi`` (name -> what still compiles separately).
+    A program already compiled in this process counts 0, so the check can pass early for
+    a function listed in ``multi``, never fail for one that compiles at most one."""
+    over = {}
+    for name in funcs:
+        before = _LOWERED[0]
+        call(name)
+        if _LOWERED[0] - before > 1 and name not in multi:
+            over[name] = _LOWERED[0] - before
+    assert not over, f"eager calls compiling more than one program: {over}"
+    assert set(multi) <= set(funcs), set(multi) - set(funcs)
 
 
 def table_caller(funcs):
@@ -276,6 +305,10 @@ def test_flags_must_be_bools(case, bad):
 def test_choices(case, bad):
     fname, arg = case
     expect_error(lambda: call(fname, **{arg: bad}), arg, (RangeError,))
+
+
+def test_eager_calls_compile_one_program():
+    check_one_program(FUNCS, lambda name: FUNCS[name][0](**FUNCS[name][1]), {})
 
 
 def test_empty_and_zero_size_arrays():

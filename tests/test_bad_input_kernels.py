@@ -23,7 +23,7 @@ from hwjax import gemmlowp as G
 from hwjax import tflite as T
 from hwjax.errors import ArgTypeError, HwjaxError, RangeError, ShapeError
 
-from tests.test_bad_input import (SETTINGS, WRONG_TYPES, expect_error, expect_table_error,
+from tests.test_bad_input import (SETTINGS, check_one_program, WRONG_TYPES, expect_error, expect_table_error,
                                     same, table_caller, table_params, with_value)
 
 R, S, A = (RangeError,), (ShapeError,), (TypeError,)  # the error classes a case accepts
@@ -328,6 +328,15 @@ def test_every_function_is_covered_and_runs_on_canonical_arguments():
         call(name)
     covered = {f for f, *_ in CASES}
     assert covered == set(FUNCS), set(FUNCS) - covered
+
+
+# Public functions that still compile more than one program when called eagerly on a
+# new shape (remaining work; see tests/test_bad_input.py:check_one_program).
+MULTI_PROGRAM = {"nearest_offsets": "offsets built op by op"}
+
+
+def test_eager_calls_compile_one_program():
+    check_one_program(FUNCS, call, MULTI_PROGRAM)
 
 
 # -------------------------------------------------------------- hypothesis: every form

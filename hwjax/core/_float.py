@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
+from hwjax.core._program import eager_program
 from hwjax.errors import RangeError
 
 
@@ -116,6 +117,11 @@ def quantize_affine(x, scale, zero_point, *, lo: int = -128, hi: int = 127) -> j
         V.check_integral(host[2], "zero_point")
     for name, v in (("scale", scale), ("zero_point", zero_point)):
         V.check_broadcast(x, "x", v, name)
+    return _quantize_affine(x, scale, zero_point, lo, hi)
+
+
+@eager_program(static_argnames=("lo", "hi"))
+def _quantize_affine(x, scale, zero_point, lo: int, hi: int) -> jax.Array:
     x = jax.lax.stop_gradient(x.astype(jnp.float32))
     z = zero_point.astype(jnp.float32)
     return jnp.clip(jnp.round(_div_rn_jit(x, scale) + z), lo, hi)

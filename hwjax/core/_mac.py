@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
+from hwjax.core._program import eager_program
 from hwjax.core._dot import Route, default_route, exact_dot
 from hwjax.core._ops import _SAT_GRADS, unbroadcast, int_bounds, magnitude_bits
 from hwjax.errors import RangeError, ShapeError
@@ -613,21 +614,30 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
     k = w.shape[1]
-    batch = x.shape[:-1]
     idx = _block_layout(o, k, chunk, prod_bits)
-    x2 = x.reshape((-1, k))
-    a2 = _acc0_2d(acc0, out_shape)
     if "float" in (V.kind(x, "x"), V.kind(w, "w"), V.kind(acc0, "acc0")):
         f = _mac_float(idx.tobytes(), idx.shape, lo, hi, route, prod_bits,
                        xd, wd, saturation_grad, clipped)
-        return jax.tree.map(lambda t: t.reshape(out_shape), f(a2, x2, w))
-    a2 = V.to_int32(a2, "acc0")
+        return jax.tree.map(lambda t: t.reshape(out_shape), f(_acc0_2d(acc0, out_shape), x.reshape((-1, k)), w))
+    if np.dtype(acc0.dtype) == np.int64:  # (with jax_enable_x64 only)
+        V.check_range(acc0, -(2**31), 2**31 - 1, "acc0")
     total = k << prod_bits  # static bound on any prefix sum of products
     proved = acc0_known is not None and total <= hi and \
         int(np.abs(np.asarray(acc0_known, np.int64)).max(initial=0)) <= hi - total
-    y = _mac_int(a2, x2.astype(xd), w.astype(wd), idx, lo=lo, hi=hi, route=route,
+    return _mac_call(acc0, x, w, idx_bytes=idx.tobytes(), idx_shape=idx.shape, lo=lo, hi=hi, route=route,
+                     prod_bits=prod_bits, proved=proved, clipped=clipped, xd=xd, wd=wd)
+
+
+@eager_program(static_argnames=("idx_bytes", "idx_shape", "lo", "hi", "route", "prod_bits", "proved", "clipped",
+                                "xd", "wd"))
+def _mac_call(acc0, x, w, *, idx_bytes, idx_shape, lo, hi, route, prod_bits, proved, clipped, xd, wd):
+    """:func:`mac`'s integer path after its checks (one program when called eagerly)."""
+    k = w.shape[1]
+    a2 = _acc0_2d(acc0, x.shape[:-1] + (w.shape[0],))
+    idx = np.frombuffer(idx_bytes, np.int32).reshape(idx_shape)
+    y = _mac_int(a2.astype(_I32), x.reshape((-1, k)).astype(xd), w.astype(wd), idx, lo=lo, hi=hi, route=route,
                  prod_bits=prod_bits, proved=proved, contiguous=_is_contiguous(idx, k), clipped=clipped)
-    return jax.tree.map(lambda t: t.reshape(batch + (w.shape[0],)), y)
+    return jax.tree.map(lambda t: t.reshape(x.shape[:-1] + (w.shape[0],)), y)
 
 
 def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
@@ -645,11 +655,17 @@ def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: 
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
     k = w.shape[1]
-    a = V.to_int32(jnp.broadcast_to(acc0, out_shape), "acc0")
-    idx = jnp.asarray(np.where(o < 0, k, o), _I32)
-    acc, count = _reference_scan(a, x.astype(_I32), w.astype(_I32), idx, chunk=chunk, lo=lo, hi=hi,
-                                 clipped=clipped)
+    if V.kind(acc0, "acc0") == "float" or np.dtype(acc0.dtype) == np.int64:
+        V.check_range(acc0, -(2**31), 2**31 - 1, "acc0")
+    idx = np.where(o < 0, k, o).astype(np.int32)
+    acc, count = _reference_call(acc0, x, w, idx, out_shape=out_shape, chunk=chunk, lo=lo, hi=hi, clipped=clipped)
     return (acc, count) if clipped else acc
+
+
+@eager_program(static_argnames=("out_shape", "chunk", "lo", "hi", "clipped"))
+def _reference_call(acc0, x, w, idx, *, out_shape, chunk, lo, hi, clipped):
+    a = jnp.broadcast_to(acc0, out_shape).astype(_I32)
+    return _reference_scan(a, x.astype(_I32), w.astype(_I32), idx, chunk=chunk, lo=lo, hi=hi, clipped=clipped)
 
 
 @functools.partial(jax.jit, static_argnames=("chunk", "lo", "hi", "clipped"))

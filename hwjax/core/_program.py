@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import functools
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.extend
@@ -44,3 +45,30 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
         return c[0] + 1, jax.tree.unflatten(out_tree, replay(*ops))
 
     return jax.lax.while_loop(lambda c: c[0] < n, body, init)[1]
+
+
+def _concrete(tree) -> bool:
+    return not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree))
+
+
+def eager_program(fn: Callable[..., Any] | None = None, *, static_argnames: Sequence[str] = ()):
+    """Decorator for the body of a public primitive, after its argument checks: called on
+    concrete arrays (eagerly), the body runs as one compiled program per shape, dtype and
+    static option (``static_argnames``), not as one program per operation; called on
+    traced values it is traced into the caller's program, exactly as without the
+    decorator. The value is the same either way.
+
+    Eager JAX compiles every operation on a new shape as its own small program (tens of
+    milliseconds each on CPU), so a primitive of a dozen operations called on a new shape
+    would otherwise wait for a dozen compilations.
+    """
+    if fn is None:
+        return functools.partial(eager_program, static_argnames=tuple(static_argnames))
+    jitted = jax.jit(fn, static_argnames=tuple(static_argnames))
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return jitted(*args, **kwargs) if _concrete((args, kwargs)) else fn(*args, **kwargs)
+
+    call.jitted = jitted
+    return call

@@ -72,7 +72,17 @@ def operand(x: Any, name: str, lo: int, hi: int, *, differentiable: bool,
         V.check_range(a, lo, hi, label)
         return a
     V.check_range(a, lo, hi, label)
-    return a.astype(jnp.int32) if to_int32 else a
+    return host_cast(x, a, jnp.int32) if to_int32 else a
+
+
+def host_cast(x: Any, a: jax.Array, dtype) -> jax.Array:
+    """``a`` (``V.as_array(x)``) as ``dtype``: host data (NumPy, Python numbers) is cast on
+    the host and transferred, so an eager call compiles no conversion program per shape."""
+    if a.dtype == dtype:
+        return a
+    if isinstance(x, jax.Array):
+        return a.astype(dtype)
+    return jax.device_put(np.asarray(a).astype(dtype))
 
 
 def exp2(s: Any, like: Any) -> jax.Array:

@@ -65,9 +65,9 @@ def as_array(x: Any, name: str) -> jax.Array:
     if isinstance(x, int):
         if not -(2**31) <= x < 2**31:
             raise RangeError(f"{name}={x} is outside the int32 range [-2**31, 2**31-1]")
-        return jnp.asarray(x, dtype=jnp.int32)
+        return jax.device_put(np.int32(x))  # (jnp.asarray would compile a conversion program)
     if isinstance(x, float):
-        return jnp.asarray(x, dtype=jnp.float32)
+        return jax.device_put(np.float32(x))
     if isinstance(x, (np.ndarray, np.generic)):
         a = x
     elif hasattr(x, "__jax_array__") or (isinstance(x, (list, tuple)) and any(
@@ -242,7 +242,7 @@ def int_scalar(value: Any, lo: int, hi: int, name: str, *, label: str | None = N
         raise ArgTypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got "
                            f"{f'a traced {a.dtype}{list(a.shape)}' if traced else repr(value)}")
     check_range(a, lo, hi, name if label is None else label)
-    return jnp.asarray(a, jnp.int32)
+    return a.astype(jnp.int32) if traced else jax.device_put(a.astype(np.int32))  # host: no program
 
 
 def check_broadcast(x: Any, x_name: str, y: Any, y_name: str) -> None:

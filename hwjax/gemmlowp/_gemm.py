@@ -48,7 +48,7 @@ def check_offset(x: Any, length: int, name: str, per: str) -> jax.Array:
     V.check_range(a, INT32_MIN, INT32_MAX, name)
     if isinstance(a, jax.core.Tracer):
         return a.astype(_I32)
-    return jnp.asarray(np.asarray(a).astype(np.int32))
+    return jax.device_put(np.asarray(a).astype(np.int32))  # (jnp.asarray compiles a copy program)
 
 
 def _dot_i8(a: jax.Array, b: jax.Array) -> jax.Array:

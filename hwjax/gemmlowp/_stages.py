@@ -62,7 +62,7 @@ def _scalar(value: Any, lo: int, hi: int, name: str) -> jax.Array:
 def _to_i32(a) -> jax.Array:
     if isinstance(a, jax.core.Tracer):
         return a.astype(_I32)
-    return jnp.asarray(np.asarray(a).astype(np.int32))
+    return jax.device_put(np.asarray(a).astype(np.int32))  # (jnp.asarray compiles a copy program)
 
 
 def _vector(value: Any, length: int, lo: int, hi: int, name: str) -> jax.Array:

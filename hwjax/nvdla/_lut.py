@@ -84,7 +84,7 @@ def _check_table(unit: str, name: str, table: Any, depth: int) -> jax.Array:
     if a.size and (a.min() < -(2**15) or a.max() > 2**15 - 1):
         bad = a.min() if a.min() < -(2**15) else a.max()
         raise RangeError(f"{unit} {name} entry {int(bad)} outside int16 [-32768, 32767]")
-    return jnp.asarray(a.astype(np.int16))
+    return jax.device_put(a.astype(np.int16))  # host data: transferred, no copy program compiled
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -220,9 +220,8 @@ def sweep(x_range: tuple[float, float], input_scale: float, num_points: int = 65
 def _as_lut_input(x: np.ndarray, cfg) -> Any:
     """int32 array for the SDP; int32 or two-word array for the CDP's 38-bit inputs."""
     if isinstance(cfg, SdpLutConfig) or (x.min() >= -(2**31) and x.max() < 2**31):
-        return jnp.asarray(x.astype(np.int32))
-    return wide.Wide(jnp.asarray((x >> 32).astype(np.int32)),
-                     jnp.asarray((x & 0xFFFFFFFF).astype(np.uint32)))
+        return jax.device_put(x.astype(np.int32))  # host data: transferred, no copy program compiled
+    return wide.Wide(jax.device_put((x >> 32).astype(np.int32)), jax.device_put((x & 0xFFFFFFFF).astype(np.uint32)))
 
 
 def evaluate(cfg, x: np.ndarray) -> np.ndarray:
@@ -491,10 +490,11 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     steps = V.check_static_int(steps, 0, 1 << 31, "steps")
     learning_rate = _real(learning_rate, "learning_rate", positive=True)
     x_np = sweep(x_range, input_scale, num_points)
-    x = jnp.asarray(x_np.astype(np.int32))
-    target = jnp.asarray(output_scale * _eval(fn, x_np / input_scale), jnp.float32)
+    x = jax.device_put(x_np.astype(np.int32))
+    target = jax.device_put(np.asarray(output_scale * _eval(fn, x_np / input_scale), np.float32))
     opt = optimizer if optimizer is not None else optax.adam(learning_rate)
-    params = {"le": jnp.asarray(cfg.le_table, jnp.float32), "lo": jnp.asarray(cfg.lo_table, jnp.float32)}
+    params = {"le": jax.device_put(np.asarray(cfg.le_table, np.float32)),
+              "lo": jax.device_put(np.asarray(cfg.lo_table, np.float32))}
     state = opt.init(params)
 
     def loss(p):

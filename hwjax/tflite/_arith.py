@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import wide
+from hwjax.core import eager_program, wide
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
 _I32 = jnp.int32
@@ -229,10 +229,13 @@ def quantize_multiplier(real, *, single_rounding: bool = False):
 
 
 def _int32(x, name: str) -> jax.Array:
+    """``x`` checked to be an integer array of int32 values (not converted)."""
     a = V.as_array(x, name)
     if V.kind(a, name) != "int":
         raise ArgTypeError(f"{name} must be an integer array, got dtype {a.dtype}")
-    return V.to_int32(a, name)
+    if np.dtype(a.dtype) == np.int64:
+        V.check_range(a, INT32_MIN, INT32_MAX, name)
+    return a
 
 
 def multiply_by_quantized_multiplier(x, multiplier, shift, *, rounding: str = "double") -> jax.Array:
@@ -248,10 +251,17 @@ def multiply_by_quantized_multiplier(x, multiplier, shift, *, rounding: str = "d
     x, m, s = _int32(x, "x"), _int32(multiplier, "multiplier"), _int32(shift, "shift")
     if rounding == "double":
         V.check_range(s, -31, 31, "shift")
-        return _mbqm_double(x, m, s)
-    V.check_range(s, -31, 30, "shift")
-    V.check_range(m, 0, INT32_MAX, "multiplier")
-    return _mbqm_single(x, m, s)
+    else:
+        V.check_range(s, -31, 30, "shift")
+        V.check_range(m, 0, INT32_MAX, "multiplier")
+    return _mbqm(x, m, s, rounding)
+
+
+@eager_program(static_argnames=("rounding",))
+def _mbqm(x, m, s, rounding: str) -> jax.Array:
+    """:func:`multiply_by_quantized_multiplier` after its checks."""
+    x, m, s = (jnp.asarray(v).astype(_I32) for v in (x, m, s))
+    return _mbqm_double(x, m, s) if rounding == "double" else _mbqm_single(x, m, s)
 
 
 def mbqm_double(x, m, s):
@@ -261,7 +271,7 @@ def mbqm_double(x, m, s):
     x = check_int_array(x, "x", INT32_MIN, INT32_MAX)
     m = check_int_array(m, "m", INT32_MIN, INT32_MAX)
     s = check_int_array(s, "s", -31, 31)
-    return _mbqm_double(x, m, s)
+    return _mbqm(x, m, s, "double")
 
 
 # The per-element forms below are the spec's definitions written with the fewest int32

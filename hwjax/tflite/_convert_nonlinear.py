@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import eager_program
 from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.tflite import _save as S
 from hwjax.tflite._arith import (
@@ -159,6 +160,11 @@ def lut_lookup(x, table) -> jax.Array:
     """``table[u8(x)]`` for int32 ``x`` holding int8 values (an int32 gather). Jittable."""
     x = check_int_array(x, "x")
     check_table(table, "table", 256, integer=True)
+    return _lut_lookup(x, table)
+
+
+@eager_program
+def _lut_lookup(x, table) -> jax.Array:
     idx = jnp.bitwise_and(jnp.asarray(x, _I32), 255)
     return jnp.take(jnp.asarray(table, _I32), idx, axis=0)
 

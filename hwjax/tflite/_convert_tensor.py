@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import compute_once
+from hwjax.core import compute_once, eager_program
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import Node, Tensor
 from hwjax.tflite._arith import (
@@ -551,6 +551,11 @@ def mean_mbqm(x, axes, keep: bool, count: int, p):
     _check_multiplier(p)
     check_zero_point(p["zin"], "p['zin']")
     check_zero_point(p["zout"], "p['zout']")
+    return _mean_mbqm(x, axes, keep, count, {k: p[k] for k in ("multiplier", "shift", "zin", "zout")})
+
+
+@eager_program(static_argnames=("axes", "keep", "count"))
+def _mean_mbqm(x, axes, keep, count, p):
     s = _sum(x, axes, keep) - p["zin"] * count
     return requantize(s, p, "double", output_zero_point=p["zout"], act_min=-128, act_max=127)
 
@@ -567,6 +572,11 @@ def mean_lanes(x, axes, keep: bool, p, lanes: int):
     check_params(p, "p", ("multiplier", "shift", "bias"))
     _check_multiplier(p)
     check_ints(p["bias"], "p['bias']", INT32_MIN, INT32_MAX)
+    return _mean_lanes(x, axes, keep, {k: p[k] for k in ("multiplier", "shift", "bias")}, lanes)
+
+
+@eager_program(static_argnames=("axes", "keep", "lanes"))
+def _mean_lanes(x, axes, keep, p, lanes):
     s = _sum(x, axes, keep)
     lane = jnp.arange(s.shape[-1]) < lanes
     a = requantize(s, p, "ruy", output_zero_point=p["bias"], act_min=-128, act_max=127)
@@ -594,6 +604,11 @@ def mean_float(x, axes, keep: bool, p):
     check_scales(p["sm"], "p['sm']")
     if not _traced(p["zf"]) and not np.all(np.isfinite(np.asarray(p["zf"], np.float32))):
         raise RangeError(f"p['zf'] must be finite, got {p['zf']!r}")
+    return _mean_float(x, axes, keep, {k: p[k] for k in ("sm", "zf")})
+
+
+@eager_program(static_argnames=("axes", "keep"))
+def _mean_float(x, axes, keep, p):
     v = f32_product(_sum(x, axes, keep), p["sm"]) + p["zf"]
     return jnp.clip(jnp.round(v), -128, 127).astype(_I32)
 
@@ -610,6 +625,11 @@ def mul_mbqm(x1, x2, p):
     """TFLite int8 MUL (reference, and optimized for broadcasts bounded by
     :func:`mul_int16_safe`): ``clamp(MBQM(p, m, e) + z_out, act_min, act_max)``."""
     x1, x2 = _check_mul(x1, x2, p, _MUL_KEYS)
+    return _mul_mbqm(x1, x2, {k: p[k] for k in _MUL_KEYS})
+
+
+@eager_program
+def _mul_mbqm(x1, x2, p):
     prod = mul_product(x1, x2, p["z1"], p["z2"])
     return requantize(prod, p, "double", output_zero_point=p["zout"], act_min=p["act_min"], act_max=p["act_max"])
 
@@ -620,6 +640,11 @@ def mul_lanes(x1, x2, p):
     ``+ z_out`` wrapping in int16, saturated to int8, clamped); the rest the scalar int32
     path of :func:`mul_mbqm`."""
     x1, x2 = _check_mul(x1, x2, p, _MUL_KEYS)
+    return _mul_lanes(x1, x2, {k: p[k] for k in _MUL_KEYS})
+
+
+@eager_program
+def _mul_lanes(x1, x2, p):
     prod = mul_product(x1, x2, p["z1"], p["z2"])
     v = requantize(prod, p, "double", output_zero_point=0, act_min=-(2**30), act_max=2**30)
     v16 = jnp.clip(v, -(2**15), 2**15 - 1) + p["zout"]
@@ -636,6 +661,11 @@ def mul_float(x1, x2, p):
     """XNNPACK qs8 multiply: ``clamp(rint(fl32(fl32(p) scale)) + z_out, act_min, act_max)``."""
     x1, x2 = _check_mul(x1, x2, p, ("scale", "z1", "z2", "zout", "act_min", "act_max"))
     check_scales(p["scale"], "p['scale']")
+    return _mul_float(x1, x2, {k: p[k] for k in ("scale", "z1", "z2", "zout", "act_min", "act_max")})
+
+
+@eager_program
+def _mul_float(x1, x2, p):
     prod = mul_product(x1, x2, p["z1"], p["z2"]).astype(jnp.float32)
     v = jnp.round(jnp.clip(prod * p["scale"], -(2.0**24), 2.0**24)).astype(_I32)
     return jnp.clip(v + p["zout"], p["act_min"], p["act_max"])
@@ -651,6 +681,11 @@ def square_lut(x, p):
     if np.shape(p["table"]) != (256,):
         raise ShapeError(f"p['table'] must be a (256,) integer table, got shape {np.shape(p['table'])}")
     check_act_range(p["act_min"], p["act_max"], ("p['act_min']", "p['act_max']"))
+    return _square_lut(x, {k: p[k] for k in ("table", "act_min", "act_max")})
+
+
+@eager_program
+def _square_lut(x, p):
     y = jnp.take(p["table"], x + 128, mode="clip")
     return jnp.clip(y, p["act_min"], p["act_max"])
 
@@ -668,7 +703,11 @@ def _check_dequantize(x, p, keys):
 def dequantize_exact(x, p):
     """``fl32(scale * (x - z))`` (one rounding of the exact product: LiteRT reference and
     XNNPACK)."""
-    x = _check_dequantize(x, p, ("scale", "z"))
+    return _dequantize_exact(_check_dequantize(x, p, ("scale", "z")), {k: p[k] for k in ("scale", "z")})
+
+
+@eager_program
+def _dequantize_exact(x, p):
     return (x - p["z"]).astype(jnp.float32) * p["scale"]
 
 
@@ -676,8 +715,12 @@ def dequantize_lanes(x, p):
     """LiteRT's optimized int8 DEQUANTIZE: elements ``[0, 8 floor(N/8))`` of each example
     take ``fl32(fl32(x scale) + fl32(-z scale))`` (no fused multiply-add on x86); the rest
     :func:`dequantize_exact`."""
-    x = _check_dequantize(x, p, ("scale", "zs", "z"))
+    return _dequantize_lanes(_check_dequantize(x, p, ("scale", "zs", "z")), {k: p[k] for k in ("scale", "zs", "z")})
+
+
+@eager_program
+def _dequantize_lanes(x, p):
     n = math.prod(x.shape[1:])
     lane = f32_product(x, p["scale"]) + p["zs"]
     idx = jnp.arange(n).reshape(x.shape[1:])
-    return jnp.where(idx < 8 * (n // 8), lane, dequantize_exact(x, p))
+    return jnp.where(idx < 8 * (n // 8), lane, _dequantize_exact(x, p))

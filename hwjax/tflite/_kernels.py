@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import ConvGeometry, extract_patches, int_dot, window_taps
+from hwjax.core import ConvGeometry, eager_program, extract_patches, int_dot, window_taps
 from hwjax.core import validate as V
+from hwjax.core._surrogate import host_cast
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 from hwjax.tflite._arith import (
@@ -54,7 +55,7 @@ def _int_input(x, name: str, lo: int = -128, hi: int = 127) -> jax.Array:
     if V.kind(a, name) != "int":
         raise ArgTypeError(f"{name} must be an integer array (int8 values), got dtype {a.dtype}")
     V.check_range(a, lo, hi, name)
-    return a.astype(_I32)
+    return host_cast(x, a, _I32)
 
 
 def _int8_operand(x, zin):
@@ -152,6 +153,11 @@ def _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max,
 def fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max):
     """x (..., I) int32 holding int8 (or uint8) values, kernel (O, I) int8 values, bias (O,) -> (..., O)."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max)
+    return _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max)
+
+
+@eager_program(static_argnames=("requant",))
+def _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max):
     x8, _, c = _int8_operand(x, zin)
     acc = _dot8(x8, kernel) + _folded_bias(kernel, bias, jnp.asarray(zin, _I32), c)
     return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
@@ -161,6 +167,11 @@ def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: Co
     """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O): int8 im2col patches (padded taps
     read the input zero point) and one int8 dot."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom, "conv")
+    return _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom)
+
+
+@eager_program(static_argnames=("requant", "geom"))
+def _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
     k = kernel.reshape(kernel.shape[0], -1)
 
     def one(x):
@@ -177,6 +188,11 @@ def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geo
     """x (..., H, W, C), kernel (kh, kw, C) -> (..., OH, OW, C)."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom,
                                         "depthwise")
+    return _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom)
+
+
+@eager_program(static_argnames=("requant", "geom"))
+def _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
     k = kernel.reshape(-1, kernel.shape[-1]).astype(_I32)
 
     def one(x):
@@ -203,7 +219,11 @@ def tap_counts(geom: ConvGeometry) -> np.ndarray:
 def avgpool_int(x, geom: ConvGeometry, act_min, act_max):
     """TFLite int8 average pool: in-image taps summed, divided by their count rounding
     half away from zero (C integer division of ``acc +- count/2``)."""
-    x = _check_pool(x, geom, act_min, act_max)
+    return _avgpool_int(_check_pool(x, geom, act_min, act_max), geom, act_min, act_max)
+
+
+@eager_program(static_argnames=("geom",))
+def _avgpool_int(x, geom: ConvGeometry, act_min, act_max):
     taps = window_taps(x, geom, pad_value=0)
     acc = sum(taps[1:], taps[0])
     n = np.asarray(tap_counts(geom))[:, :, None]
@@ -224,7 +244,11 @@ def _check_pool(x, geom, act_min, act_max):
 
 def maxpool_int(x, geom: ConvGeometry, act_min, act_max):
     """TFLite int8 max pool: the largest in-image tap, clamped to ``[act_min, act_max]``."""
-    x = _check_pool(x, geom, act_min, act_max)
+    return _maxpool_int(_check_pool(x, geom, act_min, act_max), geom, act_min, act_max)
+
+
+@eager_program(static_argnames=("geom",))
+def _maxpool_int(x, geom: ConvGeometry, act_min, act_max):
     taps = window_taps(x, geom, pad_value=-(2**31))
     m = taps[0]
     for t in taps[1:]:
@@ -272,6 +296,11 @@ def add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
     for v, n in ((z1, "z1"), (z2, "z2"), (zout, "zout")):
         check_zero_point(v, n)
     check_act_range(act_min, act_max)
+    return _add_int(x1, x2, {k: p[k] for k in ADD_KEYS}, z1, z2, zout, act_min, act_max)
+
+
+@eager_program
+def _add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
     a = _mbqm_small((x1 - z1) * (1 << 20), p["m1"], p["e1"])
     b = _mbqm_small((x2 - z2) * (1 << 20), p["m2"], p["e2"])
     s = a + b
@@ -309,7 +338,7 @@ def _prepare(x, w, b, n_out, input_scale, input_zero_point, filter_scales, outpu
     lo, hi = activation_range(activation, _concrete(output_scale, "output_scale"), zout)
     x = _int_input(x, "x")
     w = _int_input(w, "w")
-    b = jnp.zeros((n_out,), _I32) if b is None else _int_input(b, "b", -(2**31), 2**31 - 1)
+    b = jax.device_put(np.zeros((n_out,), np.int32)) if b is None else _int_input(b, "b", -(2**31), 2**31 - 1)
     if b.shape != (n_out,):
         raise ShapeError(f"b must have shape ({n_out},), got {b.shape}")
     return x, w, b, zin, zout, rq, lo, hi

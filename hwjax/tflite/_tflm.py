@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import eager_program
 from hwjax.errors import UnsupportedOpError
 from hwjax.tflite._arith import check_int_array, check_ints, check_params, check_scale, check_zero_point, mbqm_double
 from hwjax.tflite._convert_nonlinear import (
@@ -76,15 +77,20 @@ def one_minus_x_over_one_plus_x_for_x_in_0_1(a) -> jax.Array:
     return _sat_shl(reciprocal_newton_q2_29(a) - jnp.int32(1 << 29), 2)
 
 
-def _q4_input(x, z_in, p):
-    """``(d, a)``: ``d = x - z_in`` and its Q4.27 value ``a = MBQM(d, m, ls)`` (double rounding).
-    Concrete arguments are checked (``x`` int8 values, ``p`` from :func:`sigmoid_tanh_params`)."""
+def _check_q4(x, z_in, p):
+    """``(x, p)`` checked when concrete (``x`` int8 values, ``z_in`` an int8 zero point, ``p``
+    from :func:`sigmoid_tanh_params`); ``p`` reduced to the keys used."""
     x = check_int_array(x, "x")
     check_zero_point(z_in, "z_in", -128, 127)
     check_params(p, "p", ("m", "ls", "radius"))
     check_ints(p["m"], "p['m']", 0, 2**31 - 1)
     check_ints(p["ls"], "p['ls']", 0, 31)
     check_ints(p["radius"], "p['radius']", 0, 2**31 - 1)
+    return x, {k: p[k] for k in ("m", "ls", "radius")}
+
+
+def _q4_input(x, z_in, p):
+    """``(d, a)``: ``d = x - z_in`` and its Q4.27 value ``a = MBQM(d, m, ls)`` (double rounding)."""
     d = jnp.asarray(x, _I32) - jnp.asarray(z_in, _I32)
     inside = jnp.abs(d) < p["radius"]
     a = mbqm_double(jnp.where(inside, d, 0), p["m"], p["ls"])  # outside: saturated below, value unused
@@ -103,6 +109,11 @@ def tflm_logistic(x, z_in, p) -> jax.Array:
     with gemmlowp ``logistic``: ``l = 1/(1 + exp(-|a|))`` (``one_over_one_plus_x`` of
     :func:`exp_on_negative_values` with 4 integer bits) for ``a > 0``, ``(2**31 - 1) - that`` for ``a < 0``,
     ``2**30`` for ``a == 0``. ``p`` from :func:`sigmoid_tanh_params`."""
+    return _logistic(*_check_q4(x, z_in, p), z_in)
+
+
+@eager_program
+def _logistic(x, p, z_in) -> jax.Array:
     d, a = _q4_input(x, z_in, p)
     pos = a > 0
     r = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(-jnp.where(pos, a, -a), integer_bits=4))
@@ -122,6 +133,11 @@ def tflm_tanh(x, z_in, p) -> jax.Array:
     with gemmlowp ``tanh``: for ``n = -|a|`` read as Q5.26 (gemmlowp's exact ``* 2``),
     ``u = one_minus_x_over_one_plus_x(exp_on_negative_values(n))`` = tanh|a|; ``t = u`` for
     ``a > 0``, ``-u`` for ``a < 0``, 0 for ``a == 0``. ``p`` from :func:`sigmoid_tanh_params`."""
+    return _tanh(*_check_q4(x, z_in, p), z_in)
+
+
+@eager_program
+def _tanh(x, p, z_in) -> jax.Array:
     d, a = _q4_input(x, z_in, p)
     neg = a < 0
     u = one_minus_x_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(jnp.where(neg, a, -a)))

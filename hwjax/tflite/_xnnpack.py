@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.errors import RangeError, ShapeError, UnsupportedOpError
+from hwjax.core import eager_program
 from hwjax.core import validate as V
 from hwjax.tflite._arith import (
     INT32_MAX, INT32_MIN, check_act_range, check_int_array, check_ints, check_params, check_scale,
@@ -274,6 +275,12 @@ def requant_jax(x, p, runtime: str):
     check_ints(p["e"], "p['e']", -31, 31)
     check_zero_point(p["zin"], "p['zin']")
     check_zero_point(p["zout"], "p['zout']")
+    keys = ("m", "e", "zin", "zout") + (("cvt_mult", "xnn") if runtime == "xnnpack" else ())
+    return _requant_jax(x, {k: p[k] for k in keys}, runtime)
+
+
+@eager_program(static_argnames=("runtime",))
+def _requant_jax(x, p, runtime: str):
     y = neon_requantize_int(x, p["m"], p["e"], p["zin"], p["zout"])
     if runtime == "xnnpack":
         y = jnp.where(p["xnn"] != 0, xnn_cvt_int(x, p["zin"], p["zout"], p["cvt_mult"]), y)
@@ -295,6 +302,12 @@ def add_jax(x1, x2, p, runtime: str):
     for k in ("z1", "z2", "zout"):
         check_zero_point(p[k], f"p['{k}']")
     check_act_range(p["act_min"], p["act_max"], ("p['act_min']", "p['act_max']"))
+    keys = ADD_KEYS + ("z1", "z2", "zout", "act_min", "act_max") + (xnn if runtime == "xnnpack" else ())
+    return _add_jax(x1, x2, {k: p[k] for k in keys}, runtime)
+
+
+@eager_program(static_argnames=("runtime",))
+def _add_jax(x1, x2, p, runtime: str):
     y = neon_add_int(x1, x2, p, p["z1"], p["z2"], p["zout"], p["act_min"], p["act_max"])
     if runtime == "xnnpack":
         q = {k[4:]: v for k, v in p.items() if k.startswith("xnn_")}

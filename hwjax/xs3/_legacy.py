@@ -83,7 +83,7 @@ def _int_values(x, name: str, lo: int, hi: int, dtype, *, float_ok: bool = False
     """Integer array holding values in [lo, hi] (checked when concrete), cast to ``dtype``;
     with ``float_ok`` a float array holding such values is returned unchanged."""
     a = S.operand(x, name, lo, hi, differentiable=float_ok, what=f" (values in [{lo}, {hi}])", to_int32=False)
-    return a if S.is_float(a) else a.astype(dtype)
+    return a if S.is_float(a) else S.host_cast(x, a, dtype)
 
 
 def _int8(x, name: str, *, float_ok: bool = False) -> jax.Array:
