@@ -76,13 +76,14 @@ def operand(x: Any, name: str, lo: int, hi: int, *, differentiable: bool,
 
 
 def host_cast(x: Any, a: jax.Array, dtype) -> jax.Array:
-    """``a`` (``V.as_array(x)``) as ``dtype``: host data (NumPy, Python numbers) is cast on
-    the host and transferred, so an eager call compiles no conversion program per shape."""
+    """``a`` (``V.as_array(x)``) as ``dtype``: a NumPy ``x`` is cast on the host and
+    transferred, so an eager call compiles no conversion program per shape (inside a trace
+    it is a constant either way)."""
     if a.dtype == dtype:
         return a
-    if isinstance(x, jax.Array):
-        return a.astype(dtype)
-    return jax.device_put(np.asarray(a).astype(dtype))
+    if isinstance(x, (np.ndarray, np.generic)):  # (as_array has checked an int64 array's range)
+        return jax.device_put(x.astype(dtype))
+    return a.astype(dtype)
 
 
 def exp2(s: Any, like: Any) -> jax.Array:
