@@ -336,11 +336,10 @@ _LEGACY = "legacy BSO pipeline: split_bso, accumulation and output stage are sep
 MULTI_PROGRAM = {
     **{n: _LEGACY for n in ("conv2d_1x1", "conv2d_deep", "conv2d_shallowin", "conv2d_depthwise", "fully_connected_8",
                            "fully_connected_16", "fc_deepin_shallowout_8", "fc_deepin_shallowout_16")},
-    **{n: "image reshaped before and after the jitted core" for n in ("maxpool2d", "avgpool2d", "avgpool2d_global")},
     "make_bso": "packed op by op", "split_bso": "unpacked op by op", "as_acc40": "two eager operations",
     "otfn_params": "kernel sums, channel padding and the recipe are separate programs",
     "add_int8": "operand conversions before the VPU programs", "reorder_kernel_weights": "a conversion before it",
-    "lookup8": "index masked before the gather", "certify_no_saturation": "axes moved before the proof",
+    "certify_no_saturation": "axes moved before the proof",
 }
 
 

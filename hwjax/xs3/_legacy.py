@@ -57,6 +57,7 @@ import numpy as np
 from hwjax.core import validate as V
 from hwjax.core import ConvGeometry, extract_patches, fixed_mul, mac, pool_out_hw, shift_right, window_taps
 from hwjax.core import wide as W
+from hwjax.core import eager_program
 from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.xs3._bso import BsoFields, check_bso, split_bso
@@ -124,12 +125,17 @@ def _multiple_of(n: int, m: int, what: str) -> None:
         raise RangeError(f"{what} must be a positive multiple of {m} (lib_nn constraint), got {n}")
 
 
-def _image(x, name: str = "x", *, float_ok: bool = False) -> tuple[jax.Array, tuple[int, ...]]:
-    """int8 image (..., H, W, C) -> (B, H, W, C) and the leading shape."""
+def _image(x, name: str = "x", *, float_ok: bool = False, batch: bool = True) -> tuple[jax.Array, tuple[int, ...]]:
+    """int8 image (..., H, W, C) -> (B, H, W, C) (as given with ``batch=False``, for
+    callers that reshape inside their program) and the leading shape."""
     a = _int8(x, name, float_ok=float_ok)
     if a.ndim < 3:
         raise ShapeError(f"{name} must have shape (H, W, C) or (..., H, W, C), got {a.shape}")
-    return a.reshape((-1,) + a.shape[-3:]), a.shape[:-3]
+    return (_batched(a) if batch else a), a.shape[:-3]
+
+
+def _batched(a: jax.Array) -> jax.Array:
+    return a.reshape((-1,) + a.shape[-3:])
 
 
 def _warn_undefined_shifts(variant: str, *shifts) -> None:
@@ -761,18 +767,20 @@ def avgpool2d_scale_shift(window_pixels: int) -> tuple[int, int]:
 
 
 def _pool_geometry(x, window_shape, window_start, window_stride, out_shape):
-    xb, lead = _image(x)
+    """The image as given (reshaped inside the pool's program), its leading shape and the
+    window geometry."""
+    xb, lead = _image(x, batch=False)
     stride = window_shape if window_stride is None else window_stride
     if out_shape is None:
         kshape, start = _pair(window_shape, "window_shape", 1), _pair(window_start, "window_start")
         if min(start) < 0:
             raise RangeError(f"pooling windows must lie inside the image (no padding): window_start "
                              f"{start} is negative")
-        if any(st + k > n for st, k, n in zip(start, kshape, xb.shape[1:3])):
+        if any(st + k > n for st, k, n in zip(start, kshape, xb.shape[-3:-1])):
             raise ShapeError(f"no pooling window of window_shape {kshape} starting at window_start {start} "
-                             f"fits inside the {xb.shape[1]}x{xb.shape[2]} image")
-        out_shape = pool_out_hw(xb.shape[1:3], kshape, _pair(stride, "window_stride", 1), start)
-    win = _window(xb.shape[1:3], window_shape, window_start, stride, out_shape)
+                             f"fits inside the {xb.shape[-3]}x{xb.shape[-2]} image")
+        out_shape = pool_out_hw(xb.shape[-3:-1], kshape, _pair(stride, "window_stride", 1), start)
+    win = _window(xb.shape[-3:-1], window_shape, window_start, stride, out_shape)
     _check_inside(win)
     return xb, lead, win
 
@@ -787,13 +795,13 @@ def maxpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_s
     """
     _variant(variant, return_stats=return_stats)
     xb, lead, win = _pool_geometry(x, window_shape, window_start, window_stride, out_shape)
-    y = _maxpool_core(xb, win=win)
+    return _maxpool_call(xb, win=win, lead=lead, return_stats=bool(return_stats))
+
+
+@eager_program(static_argnames=("win", "lead", "return_stats"))
+def _maxpool_call(x, *, win, lead, return_stats):
+    y = functools.reduce(jnp.maximum, window_taps(_batched(x), win, pad_value=0))
     return _result(y.reshape(lead + y.shape[1:]), return_stats)
-
-
-@functools.partial(jax.jit, static_argnames=("win",))
-def _maxpool_core(xb, *, win):
-    return functools.reduce(jnp.maximum, window_taps(xb, win, pad_value=0))
 
 
 def avgpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_shape=None,
@@ -808,11 +816,15 @@ def avgpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_s
     _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xb, lead, win = _pool_geometry(x, window_shape, window_start, window_stride, out_shape)
     _multiple_of(xb.shape[-1], 4, "C")
-    y, out = _avgpool_core(xb, win=win, symmetric=bool(symmetric))
+    return _avgpool_call(xb, win=win, lead=lead, symmetric=bool(symmetric), return_stats=bool(return_stats))
+
+
+@eager_program(static_argnames=("win", "lead", "symmetric", "return_stats"))
+def _avgpool_call(x, *, win, lead, symmetric, return_stats):
+    y, out = _avgpool_core(_batched(x), win=win, symmetric=symmetric)
     return _result(y.reshape(lead + y.shape[1:]), return_stats, out=out)
 
 
-@functools.partial(jax.jit, static_argnames=("win", "symmetric"))
 def _avgpool_core(xb, *, win, symmetric):
     scale, shift = avgpool2d_scale_shift(win.kernel[0] * win.kernel[1])
     acc = functools.reduce(jnp.add, (t.astype(_I32) for t in window_taps(xb, win, pad_value=0))) * scale
@@ -836,16 +848,19 @@ def avgpool2d_global(x, bias, scale, shift, *, symmetric: bool = False,
       int8 (..., C) [, LegacyStats: accumulator saturations and output clips].
     """
     _variant(variant, symmetric=symmetric, return_stats=return_stats)
-    xb, lead = _image(x)
+    xb, lead = _image(x, batch=False)
     b = _scalar(bias, "bias", -(2**31), 2**31 - 1)
     sc = _scalar(scale, "scale", -128, 127)
     sh = _scalar(shift, "shift", 0, 2**16 - 1)
-    y, hit, out = _avgpool_global_core(xb, b, sc, sh, symmetric=bool(symmetric),
-                                       stats=bool(return_stats))
+    return _avgpool_global_call(xb, b, sc, sh, lead=lead, symmetric=bool(symmetric), return_stats=bool(return_stats))
+
+
+@eager_program(static_argnames=("lead", "symmetric", "return_stats"))
+def _avgpool_global_call(x, b, sc, sh, *, lead, symmetric, return_stats):
+    y, hit, out = _avgpool_global_core(_batched(x), b, sc, sh, symmetric=symmetric, stats=return_stats)
     return _result(y.reshape(lead + y.shape[1:]), return_stats, hit, None, out)
 
 
-@functools.partial(jax.jit, static_argnames=("symmetric", "stats"))
 def _avgpool_global_core(xb, b, sc, sh, *, symmetric, stats):
     n, h, w, c = xb.shape
     pix = jnp.swapaxes(xb.reshape(n, h * w, c), 1, 2)  # (B, C, HW)
@@ -935,8 +950,12 @@ def lookup8(x, lut, *, variant: str = "hardware", return_stats: bool = False):
     t = _int_values(lut, "lut", 0, 255, jnp.uint8)
     if t.shape != (256,):
         raise ShapeError(f"lut must have shape (256,), got {t.shape}")
-    y = jnp.take(t, xa & 0xFF)
-    return _result(y, return_stats, channels=xa.shape[-1:])
+    return _lookup8(xa, t, return_stats=bool(return_stats))
+
+
+@eager_program(static_argnames=("return_stats",))
+def _lookup8(xa, t, *, return_stats):
+    return _result(jnp.take(t, xa & 0xFF), return_stats, channels=xa.shape[-1:])
 
 
 def argmax_16(x, *, variant: str = "hardware", return_stats: bool = False):
