@@ -56,7 +56,8 @@ def eager_program(fn: Callable[..., Any] | None = None, *, static_argnames: Sequ
     concrete arrays (eagerly), the body runs as one compiled program per shape, dtype and
     static option (``static_argnames``), not as one program per operation; called on
     traced values it is traced into the caller's program, exactly as without the
-    decorator. The value is the same either way.
+    decorator. The value is the same either way (the bodies hwjax decorates are the ones its
+    jitted graph programs run).
 
     Eager JAX compiles every operation on a new shape as its own small program (tens of
     milliseconds each on CPU), so a primitive of a dozen operations called on a new shape
@@ -70,5 +71,4 @@ def eager_program(fn: Callable[..., Any] | None = None, *, static_argnames: Sequ
     def call(*args, **kwargs):
         return jitted(*args, **kwargs) if _concrete((args, kwargs)) else fn(*args, **kwargs)
 
-    call.jitted = jitted
     return call
