@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from hwjax.core import _validate as V
+from hwjax.core._program import eager_program
 from hwjax.core._ops import magnitude_bits
 from hwjax.errors import ArgTypeError, ShapeError
 
@@ -113,8 +114,13 @@ def int_dot(x, w, dimension_numbers: DimensionNumbers, *, route: Route = "auto")
             [x.shape[i] for i in cx + bx] != [w.shape[i] for i in cw + bw]:
         raise ShapeError(f"dimension_numbers {dimension_numbers!r} pair axes of different sizes: x {x.shape}, "
                          f"w {w.shape}")
-    dims = ((cx, cw), (bx, bw))
-    return exact_dot(x, w, dims, default_route(route), bits[0] + bits[1])
+    return _int_dot(x, w, dims=((cx, cw), (bx, bw)), route=default_route(route), prod_bits=bits[0] + bits[1])
+
+
+@eager_program(static_argnames=("dims", "route", "prod_bits"))
+def _int_dot(x, w, *, dims, route: str, prod_bits: int) -> jax.Array:
+    """:func:`int_dot` after its checks (one program when called eagerly)."""
+    return exact_dot(x, w, dims, route, prod_bits)
 
 
 __all__ = ["int_dot", "default_route", "exact_dot", "F32_EXACT", "FLOAT_PROD_BITS"]
