@@ -619,8 +619,6 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
         f = _mac_float(idx.tobytes(), idx.shape, lo, hi, route, prod_bits,
                        xd, wd, saturation_grad, clipped)
         return jax.tree.map(lambda t: t.reshape(out_shape), f(_acc0_2d(acc0, out_shape), x.reshape((-1, k)), w))
-    if np.dtype(acc0.dtype) == np.int64:  # (with jax_enable_x64 only)
-        V.check_range(acc0, -(2**31), 2**31 - 1, "acc0")
     total = k << prod_bits  # static bound on any prefix sum of products
     proved = acc0_known is not None and total <= hi and \
         int(np.abs(np.asarray(acc0_known, np.int64)).max(initial=0)) <= hi - total
@@ -654,9 +652,7 @@ def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: 
     clipped = _check_flag(return_clipped, "return_clipped")
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
         acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
-    k = w.shape[1]
-    if V.kind(acc0, "acc0") == "float" or np.dtype(acc0.dtype) == np.int64:
-        V.check_range(acc0, -(2**31), 2**31 - 1, "acc0")
+    k = w.shape[1]  # (_prepare checked acc0's values: integers within the accumulator's range)
     idx = np.where(o < 0, k, o).astype(np.int32)
     acc, count = _reference_call(acc0, x, w, idx, out_shape=out_shape, chunk=chunk, lo=lo, hi=hi, clipped=clipped)
     return (acc, count) if clipped else acc

@@ -55,9 +55,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import ConvGeometry, extract_patches, fixed_mul, mac, pool_out_hw, shift_right, window_taps
+from hwjax.core import (ConvGeometry, eager_program, extract_patches, fixed_mul, mac, pool_out_hw, shift_right,
+                        window_taps)
 from hwjax.core import wide as W
-from hwjax.core import eager_program
 from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.xs3._bso import BsoFields, check_bso, split_bso
