@@ -338,8 +338,7 @@ MULTI_PROGRAM = {
                            "fully_connected_16", "fc_deepin_shallowout_8", "fc_deepin_shallowout_16")},
     "make_bso": "packed op by op", "split_bso": "unpacked op by op", "as_acc40": "two eager operations",
     "otfn_params": "kernel sums, channel padding and the recipe are separate programs",
-    "add_int8": "operand conversions before the VPU programs", "reorder_kernel_weights": "a conversion before it",
-    "certify_no_saturation": "axes moved before the proof",
+    "add_int8": "operand conversions before the VPU programs",
 }
 
 

@@ -57,7 +57,7 @@ def _int8_operand(x, name: str, *, float_ok: bool = False) -> jax.Array:
     """int8 values as int8, or (``float_ok``) a float array holding them."""
     a = S.operand(x, name, -128, 127, differentiable=float_ok, what=" holding int8 values",
                   label=f"{name} (int8 values)", to_int32=False)
-    return a if S.is_float(a) else a.astype(jnp.int8)
+    return a if S.is_float(a) else S.host_cast(x, a, jnp.int8)
 
 
 # --------------------------------------------------------------------------- im2col

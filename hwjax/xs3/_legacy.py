@@ -1008,20 +1008,21 @@ def certify_no_saturation(k, bias, input_range: tuple[int, int], *, channel_axis
     w = _int8(k, "k")
     if w.ndim < 1:
         raise ShapeError("k must have at least one axis (the output channels)")
-    channel_axis = V.check_static_int(channel_axis, -w.ndim, w.ndim - 1, "channel_axis")
-    w2 = jnp.moveaxis(w, channel_axis, 0)
-    w2 = w2.reshape(w2.shape[0], -1)
-    if w2.shape[1] >= 2**20:
-        raise ShapeError(f"certify_no_saturation supports fewer than 2**20 products per channel, got {w2.shape[1]}")
+    channel_axis = V.check_static_int(channel_axis, -w.ndim, w.ndim - 1, "channel_axis") % w.ndim
+    n_out = w.shape[channel_axis]
+    per_channel = int(np.prod([s for i, s in enumerate(w.shape) if i != channel_axis], dtype=np.int64))
+    if per_channel >= 2**20:
+        raise ShapeError(f"certify_no_saturation supports fewer than 2**20 products per channel, got {per_channel}")
     b = _int_values(bias, "bias", -(2**31), 2**31 - 1, _I32)
-    if b.shape != (w2.shape[0],):
-        raise ShapeError(f"bias must have shape ({w2.shape[0]},), got {b.shape}")
-    return _certify(w2, b, lo=lo, hi=hi)
+    if b.shape != (n_out,):
+        raise ShapeError(f"bias must have shape ({n_out},), got {b.shape}")
+    return _certify(w, b, channel_axis=channel_axis, lo=lo, hi=hi)
 
 
-@functools.partial(jax.jit, static_argnames=("lo", "hi"))
-def _certify(w2, b, *, lo, hi):
-    w2 = w2.astype(_I32)
+@functools.partial(jax.jit, static_argnames=("channel_axis", "lo", "hi"))
+def _certify(w, b, *, channel_axis, lo, hi):
+    w2 = jnp.moveaxis(w, channel_axis, 0)
+    w2 = w2.reshape(w2.shape[0], -1).astype(_I32)
     p_lo, p_hi = w2 * lo, w2 * hi
     pos = _exact_nonneg_sum(jnp.maximum(jnp.maximum(p_lo, p_hi), 0))
     neg = _exact_nonneg_sum(jnp.maximum(-jnp.minimum(p_lo, p_hi), 0))
