@@ -404,8 +404,6 @@ MULTI_PROGRAM = {
     **{n: "layout transform and packing are separate programs" for n in (
         "wgs_image", "pack_image_weights", "unpack_image_weights", "pack_sdp_per_channel", "unpack_sdp_per_channel",
         "pack_sdp_per_element", "unpack_sdp_per_element", "pack_winograd_weights", "winograd_transform")},
-    **{n: "compression kernel and the slicing of its result are separate programs" for n in (
-        "compress_weights", "decompress_weights", "compress_sequence", "decompress_sequence")},
     "fit_lut": "an optimisation loop: its step and the LUT evaluation are separate programs",
 }
 

@@ -101,7 +101,7 @@ def _trim(weight: jax.Array, wgs: jax.Array, cbuf: int) -> jax.Array:
     if not (V.is_concrete(weight) and V.is_concrete(wgs)):
         return weight
     size = B.round_up(int(np.asarray(wgs, np.int64).sum()), cbuf)
-    return jnp.asarray(np.asarray(weight)[:size])
+    return jax.device_put(np.asarray(weight)[:size])  # sliced on the host: no program per size
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -138,7 +138,7 @@ def _check_decompress_inputs(weight, wmb, n: int, bpe: int) -> None:
     wmb = B.check_image(wmb, -(-n // 8), "wmb")
     weight = B.check_image(weight, 0, "weight")
     if V.is_concrete(wmb) and V.is_concrete(weight):
-        bits = np.unpackbits(np.asarray(wmb[: -(-n // 8)]), bitorder="little")[:n]
+        bits = np.unpackbits(np.asarray(wmb)[: -(-n // 8)], bitorder="little")[:n]
         need = int(bits.sum()) * bpe
         if weight.shape[0] < need:
             raise ShapeError(f"weight has {weight.shape[0]} bytes but the mask selects {need}")
