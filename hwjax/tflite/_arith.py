@@ -160,6 +160,12 @@ def check_params(p, name: str, keys) -> Mapping:
     return p
 
 
+def params_used(p: Mapping, keys) -> dict:
+    """The entries ``keys`` of a checked parameter dict: what a compiled program receives
+    (its arguments then hold only the arrays it reads)."""
+    return {k: p[k] for k in keys}
+
+
 #: the parameter keys of each requantisation convention (:func:`requant_params`)
 REQUANT_KEYS = {"double": ("multiplier", "shift"), "single": ("multiplier", "shift"), "ruy": ("multiplier", "shift"),
                 "float64": ("eff_hi", "eff_lo"), "xnnpack": ("scale",)}
@@ -462,7 +468,7 @@ def requantize(acc, params: dict[str, Any], requant: str, *, output_zero_point, 
     check_ints(act_max, "act_max")
     if not (_traced(act_min) or _traced(act_max)) and np.any(np.asarray(act_min) > np.asarray(act_max)):
         raise RangeError(f"act_min={np.asarray(act_min)} must not exceed act_max={np.asarray(act_max)}")
-    used = {k: params[k] for k in REQUANT_KEYS[requant]}  # requant and its keys checked above
+    used = params_used(params, REQUANT_KEYS[requant])  # requant and its keys checked above
     return _requantize(acc, used, output_zero_point, act_min, act_max, requant)
 
 

@@ -37,7 +37,7 @@ from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import Node, Tensor
 from hwjax.tflite._arith import (
     INT32_MAX, INT32_MIN, _traced, check_act_range, check_int_array, check_ints, check_params, check_scales,
-    check_zero_point, requantize,
+    check_zero_point, params_used, requantize,
 )
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, ShapeError
@@ -551,7 +551,7 @@ def mean_mbqm(x, axes, keep: bool, count: int, p):
     _check_multiplier(p)
     check_zero_point(p["zin"], "p['zin']")
     check_zero_point(p["zout"], "p['zout']")
-    return _mean_mbqm(x, axes, keep, count, {k: p[k] for k in ("multiplier", "shift", "zin", "zout")})
+    return _mean_mbqm(x, axes, keep, count, params_used(p, ("multiplier", "shift", "zin", "zout")))
 
 
 @eager_program(static_argnames=("axes", "keep", "count"))
@@ -572,7 +572,7 @@ def mean_lanes(x, axes, keep: bool, p, lanes: int):
     check_params(p, "p", ("multiplier", "shift", "bias"))
     _check_multiplier(p)
     check_ints(p["bias"], "p['bias']", INT32_MIN, INT32_MAX)
-    return _mean_lanes(x, axes, keep, {k: p[k] for k in ("multiplier", "shift", "bias")}, lanes)
+    return _mean_lanes(x, axes, keep, params_used(p, ("multiplier", "shift", "bias")), lanes)
 
 
 @eager_program(static_argnames=("axes", "keep", "lanes"))
@@ -604,7 +604,7 @@ def mean_float(x, axes, keep: bool, p):
     check_scales(p["sm"], "p['sm']")
     if not _traced(p["zf"]) and not np.all(np.isfinite(np.asarray(p["zf"], np.float32))):
         raise RangeError(f"p['zf'] must be finite, got {p['zf']!r}")
-    return _mean_float(x, axes, keep, {k: p[k] for k in ("sm", "zf")})
+    return _mean_float(x, axes, keep, params_used(p, ("sm", "zf")))
 
 
 @eager_program(static_argnames=("axes", "keep"))
@@ -625,7 +625,7 @@ def mul_mbqm(x1, x2, p):
     """TFLite int8 MUL (reference, and optimized for broadcasts bounded by
     :func:`mul_int16_safe`): ``clamp(MBQM(p, m, e) + z_out, act_min, act_max)``."""
     x1, x2 = _check_mul(x1, x2, p, _MUL_KEYS)
-    return _mul_mbqm(x1, x2, {k: p[k] for k in _MUL_KEYS})
+    return _mul_mbqm(x1, x2, params_used(p, _MUL_KEYS))
 
 
 @eager_program
@@ -640,7 +640,7 @@ def mul_lanes(x1, x2, p):
     ``+ z_out`` wrapping in int16, saturated to int8, clamped); the rest the scalar int32
     path of :func:`mul_mbqm`."""
     x1, x2 = _check_mul(x1, x2, p, _MUL_KEYS)
-    return _mul_lanes(x1, x2, {k: p[k] for k in _MUL_KEYS})
+    return _mul_lanes(x1, x2, params_used(p, _MUL_KEYS))
 
 
 @eager_program
@@ -661,7 +661,7 @@ def mul_float(x1, x2, p):
     """XNNPACK qs8 multiply: ``clamp(rint(fl32(fl32(p) scale)) + z_out, act_min, act_max)``."""
     x1, x2 = _check_mul(x1, x2, p, ("scale", "z1", "z2", "zout", "act_min", "act_max"))
     check_scales(p["scale"], "p['scale']")
-    return _mul_float(x1, x2, {k: p[k] for k in ("scale", "z1", "z2", "zout", "act_min", "act_max")})
+    return _mul_float(x1, x2, params_used(p, ("scale", "z1", "z2", "zout", "act_min", "act_max")))
 
 
 @eager_program
@@ -681,7 +681,7 @@ def square_lut(x, p):
     if np.shape(p["table"]) != (256,):
         raise ShapeError(f"p['table'] must be a (256,) integer table, got shape {np.shape(p['table'])}")
     check_act_range(p["act_min"], p["act_max"], ("p['act_min']", "p['act_max']"))
-    return _square_lut(x, {k: p[k] for k in ("table", "act_min", "act_max")})
+    return _square_lut(x, params_used(p, ("table", "act_min", "act_max")))
 
 
 @eager_program
@@ -703,7 +703,7 @@ def _check_dequantize(x, p, keys):
 def dequantize_exact(x, p):
     """``fl32(scale * (x - z))`` (one rounding of the exact product: LiteRT reference and
     XNNPACK)."""
-    return _dequantize_exact(_check_dequantize(x, p, ("scale", "z")), {k: p[k] for k in ("scale", "z")})
+    return _dequantize_exact(_check_dequantize(x, p, ("scale", "z")), params_used(p, ("scale", "z")))
 
 
 @eager_program
@@ -715,7 +715,7 @@ def dequantize_lanes(x, p):
     """LiteRT's optimized int8 DEQUANTIZE: elements ``[0, 8 floor(N/8))`` of each example
     take ``fl32(fl32(x scale) + fl32(-z scale))`` (no fused multiply-add on x86); the rest
     :func:`dequantize_exact`."""
-    return _dequantize_lanes(_check_dequantize(x, p, ("scale", "zs", "z")), {k: p[k] for k in ("scale", "zs", "z")})
+    return _dequantize_lanes(_check_dequantize(x, p, ("scale", "zs", "z")), params_used(p, ("scale", "zs", "z")))
 
 
 @eager_program

@@ -20,13 +20,13 @@ import numpy as np
 
 from hwjax.core import ConvGeometry, eager_program, extract_patches, int_dot, window_taps
 from hwjax.core import validate as V
-from hwjax.core._surrogate import host_cast
+from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 from hwjax.tflite._arith import (
     INT32_MAX, INT32_MIN, REQUANT, activation_range, check_act_range, check_int_array, check_params,
-    check_requant_params, check_scale, check_scales, check_zero_point, quantize_multiplier, requant_params,
-    requantize,
+    check_requant_params, check_scale, check_scales, check_zero_point, params_used, quantize_multiplier,
+    requant_params, requantize,
 )
 
 _I32 = jnp.int32
@@ -55,7 +55,7 @@ def _int_input(x, name: str, lo: int = -128, hi: int = 127) -> jax.Array:
     if V.kind(a, name) != "int":
         raise ArgTypeError(f"{name} must be an integer array (int8 values), got dtype {a.dtype}")
     V.check_range(a, lo, hi, name)
-    return host_cast(x, a, _I32)
+    return S.host_cast(x, a, _I32)
 
 
 def _int8_operand(x, zin):
@@ -296,7 +296,7 @@ def add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
     for v, n in ((z1, "z1"), (z2, "z2"), (zout, "zout")):
         check_zero_point(v, n)
     check_act_range(act_min, act_max)
-    return _add_int(x1, x2, {k: p[k] for k in ADD_KEYS}, z1, z2, zout, act_min, act_max)
+    return _add_int(x1, x2, params_used(p, ADD_KEYS), z1, z2, zout, act_min, act_max)
 
 
 @eager_program

@@ -28,7 +28,9 @@ import numpy as np
 
 from hwjax.core import eager_program
 from hwjax.errors import UnsupportedOpError
-from hwjax.tflite._arith import check_int_array, check_ints, check_params, check_scale, check_zero_point, mbqm_double
+from hwjax.tflite._arith import (
+    check_int_array, check_ints, check_params, check_scale, check_zero_point, mbqm_double, params_used,
+)
 from hwjax.tflite._convert_nonlinear import (
     INT32_MAX,
     _sat_shl,
@@ -86,7 +88,7 @@ def _check_q4(x, z_in, p):
     check_ints(p["m"], "p['m']", 0, 2**31 - 1)
     check_ints(p["ls"], "p['ls']", 0, 31)
     check_ints(p["radius"], "p['radius']", 0, 2**31 - 1)
-    return x, {k: p[k] for k in ("m", "ls", "radius")}
+    return x, params_used(p, ("m", "ls", "radius"))
 
 
 def _q4_input(x, z_in, p):

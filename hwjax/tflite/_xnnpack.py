@@ -35,7 +35,7 @@ from hwjax.core import eager_program
 from hwjax.core import validate as V
 from hwjax.tflite._arith import (
     INT32_MAX, INT32_MIN, check_act_range, check_int_array, check_ints, check_params, check_scale,
-    check_zero_point, activation_range, quantize_multiplier,
+    check_zero_point, activation_range, params_used, quantize_multiplier,
 )
 from hwjax.tflite._kernels import ADD_KEYS, add_params, check_add_operands
 
@@ -276,7 +276,7 @@ def requant_jax(x, p, runtime: str):
     check_zero_point(p["zin"], "p['zin']")
     check_zero_point(p["zout"], "p['zout']")
     keys = ("m", "e", "zin", "zout") + (("cvt_mult", "xnn") if runtime == "xnnpack" else ())
-    return _requant_jax(x, {k: p[k] for k in keys}, runtime)
+    return _requant_jax(x, params_used(p, keys), runtime)
 
 
 @eager_program(static_argnames=("runtime",))
@@ -303,7 +303,7 @@ def add_jax(x1, x2, p, runtime: str):
         check_zero_point(p[k], f"p['{k}']")
     check_act_range(p["act_min"], p["act_max"], ("p['act_min']", "p['act_max']"))
     keys = ADD_KEYS + ("z1", "z2", "zout", "act_min", "act_max") + (xnn if runtime == "xnnpack" else ())
-    return _add_jax(x1, x2, {k: p[k] for k in keys}, runtime)
+    return _add_jax(x1, x2, params_used(p, keys), runtime)
 
 
 @eager_program(static_argnames=("runtime",))
