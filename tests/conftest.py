@@ -77,26 +77,36 @@ def golden_path(*parts: str) -> Path:
 # ---------------------------------------------------------------- compile statistics
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+#: the three stages of making a program, as jax.monitoring reports them (a trace nested in
+#: another's is reported too, so trace seconds may count twice)
+_STAGES = {"/jax/core/compile/jaxpr_trace_duration": 0, "/jax/core/compile/jaxpr_to_mlir_module_duration": 1,
+           _COMPILE_EVENT: 2}
 _stats = {"file": None, "test": None}
-_per_file = collections.defaultdict(lambda: [0, 0.0, 0, 0.0])  # compiles, secs, cache hits, wall
+_per_file = collections.defaultdict(lambda: [0, 0.0, 0, 0.0, 0.0, 0.0])  # compiles, secs, hits, wall, trace, lower
 _per_test = collections.Counter()
-_per_name = collections.defaultdict(lambda: [0, 0.0])  # compiled function name: count, secs
+_per_name = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # function name: compiles, compile, trace, lower s
 
 
 def pytest_addoption(parser):
     parser.addoption("--compile-stats", action="store_true", default=False,
-                     help="report XLA compilations per test file and the top tests by compile count")
+                     help="report XLA compilations (and trace/lowering time) per test file and the top tests "
+                          "and functions (use with -n 0: the workers' numbers are not collected)")
 
 
 def _on_duration(event, secs, **kw):
-    if event == _COMPILE_EVENT and _stats["file"] is not None:
-        rec = _per_file[_stats["file"]]
+    stage = _STAGES.get(event)
+    if stage is None or _stats["file"] is None:
+        return
+    rec, name = _per_file[_stats["file"]], _per_name[str(kw.get("fun_name", "?"))]
+    if stage == 2:
         rec[0] += 1
         rec[1] += secs
         _per_test[_stats["test"]] += 1
-        name = _per_name[str(kw.get("fun_name", "?"))]
         name[0] += 1
         name[1] += secs
+    else:
+        rec[4 + stage] += secs
+        name[1 + stage] += secs
 
 
 def _on_event(event, **kw):
@@ -126,17 +136,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     tr = terminalreporter
     tr.section("XLA compilations per test file")
-    tot = [0, 0.0, 0, 0.0]
-    for f, (n, s, hits, wall) in sorted(_per_file.items()):
-        tr.write_line(f"{f:40s} requests={n:5d} cache_hits={hits:5d} compile_s={s:7.1f} wall_s={wall:7.1f}")
-        tot = [tot[0] + n, tot[1] + s, tot[2] + hits, tot[3] + wall]
-    tr.write_line(f"{'total':40s} requests={tot[0]:5d} cache_hits={tot[2]:5d} compile_s={tot[1]:7.1f} wall_s={tot[3]:7.1f}")
+    tot = [0] * 6
+    for f, rec in sorted(_per_file.items(), key=lambda kv: -kv[1][3]):
+        n, s, hits, wall, tr_s, lo_s = rec
+        tr.write_line(f"{f:40s} requests={n:5d} cache_hits={hits:5d} trace_s={tr_s:6.1f} lower_s={lo_s:6.1f} "
+                      f"compile_s={s:6.1f} wall_s={wall:6.1f}")
+        tot = [a + b for a, b in zip(tot, rec)]
+    n, s, hits, wall, tr_s, lo_s = tot
+    tr.write_line(f"{'total':40s} requests={n:5d} cache_hits={hits:5d} trace_s={tr_s:6.1f} lower_s={lo_s:6.1f} "
+                  f"compile_s={s:6.1f} wall_s={wall:6.1f}")
     tr.section("tests with the most compilations")
     for nodeid, n in _per_test.most_common(25):
         tr.write_line(f"{n:5d}  {nodeid}")
-    tr.section("compiled functions with the most compile time")
-    for name, (n, secs) in sorted(_per_name.items(), key=lambda kv: -kv[1][1])[:25]:
-        tr.write_line(f"{n:5d} {secs:7.1f}s  {name}")
+    tr.section("functions with the most trace + lowering + compile time")
+    for name, (n, secs, tr_s, lo_s) in sorted(_per_name.items(), key=lambda kv: -sum(kv[1][1:]))[:40]:
+        tr.write_line(f"{n:5d} compiles {secs:7.1f}s  trace {tr_s:6.1f}s  lower {lo_s:6.1f}s  {name}")
 
 
 # ------------------------------------------------------------ scheduling of test files

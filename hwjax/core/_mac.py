@@ -622,19 +622,18 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
     total = k << prod_bits  # static bound on any prefix sum of products
     proved = acc0_known is not None and total <= hi and \
         int(np.abs(np.asarray(acc0_known, np.int64)).max(initial=0)) <= hi - total
-    return _mac_call(acc0, x, w, idx_bytes=idx.tobytes(), idx_shape=idx.shape, lo=lo, hi=hi, route=route,
-                     prod_bits=prod_bits, proved=proved, clipped=clipped, xd=xd, wd=wd)
+    return _mac_call(acc0, x, w, idx, lo=lo, hi=hi, route=route, prod_bits=prod_bits, proved=proved,
+                     contiguous=_is_contiguous(idx, k), clipped=clipped, xd=xd, wd=wd)
 
 
-@eager_program(static_argnames=("idx_bytes", "idx_shape", "lo", "hi", "route", "prod_bits", "proved", "clipped",
-                                "xd", "wd"))
-def _mac_call(acc0, x, w, *, idx_bytes, idx_shape, lo, hi, route, prod_bits, proved, clipped, xd, wd):
-    """:func:`mac`'s integer path after its checks (one program when called eagerly)."""
+@eager_program(static_argnames=("lo", "hi", "route", "prod_bits", "proved", "contiguous", "clipped", "xd", "wd"))
+def _mac_call(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved, contiguous, clipped, xd, wd):
+    """:func:`mac`'s integer path after its checks (one program when called eagerly, shared
+    by every ``order`` of the same layout shape: ``idx`` is an operand)."""
     k = w.shape[1]
     a2 = _acc0_2d(acc0, x.shape[:-1] + (w.shape[0],))
-    idx = np.frombuffer(idx_bytes, np.int32).reshape(idx_shape)
     y = _mac_int(a2.astype(_I32), x.reshape((-1, k)).astype(xd), w.astype(wd), idx, lo=lo, hi=hi, route=route,
-                 prod_bits=prod_bits, proved=proved, contiguous=_is_contiguous(idx, k), clipped=clipped)
+                 prod_bits=prod_bits, proved=proved, contiguous=contiguous, clipped=clipped)
     return jax.tree.map(lambda t: t.reshape(x.shape[:-1] + (w.shape[0],)), y)
 
 

@@ -151,18 +151,21 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     env: dict[str, jax.Array] = dict(zip(graph.inputs, xs))
     stats: dict[str, Any] = {}
     trigger = _runtime_scalar(xs[0])
+    consumed = {t for n in graph.nodes for t in n.inputs}
     for node in graph.nodes:
         impl = target.lowering(node.op)
         args = [env[t] for t in node.inputs]
         # each node's result is computed once and materialised (compute_once): XLA would
-        # otherwise fuse it into its consumers and recompute it per use (2-3x slower)
+        # otherwise fuse it into its consumers and recompute it per use (2-3x slower).
+        # A node no other node reads (the graph's last) has nothing to fuse into.
+        once = compute_once if consumed.intersection(node.outputs) else _direct
         if return_stats:
-            y, acc = compute_once(lambda p, *a: impl.run(target, node.attrs, p, *a, return_acc=True),
-                                  (node.params, *args), trigger)
+            y, acc = once(lambda p, *a: impl.run(target, node.attrs, p, *a, return_acc=True),
+                          (node.params, *args), trigger)
             if acc is not None:
                 stats[node.name] = acc
         else:
-            y = compute_once(lambda p, *a: impl.run(target, node.attrs, p, *a), (node.params, *args), trigger)
+            y = once(lambda p, *a: impl.run(target, node.attrs, p, *a), (node.params, *args), trigger)
         ys = y if isinstance(y, tuple) else (y,)
         for t, v in zip(node.outputs, ys):
             env[t] = v
@@ -175,6 +178,12 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     if return_stats:
         extra.append(stats)
     return (result, *extra) if extra else result
+
+
+def _direct(fn, operands: tuple, trigger):
+    """``fn(*operands)`` (:func:`hwjax.core.compute_once`'s signature, nothing materialised)."""
+    del trigger
+    return fn(*operands)
 
 
 def _runtime_scalar(x: jax.Array) -> jax.Array:

@@ -590,7 +590,10 @@ def f32_product(a, b):
     (a single rounding), which the runtimes do not do. (An optimisation barrier does
     not survive XLA:CPU; a loop's result cannot be fused.)"""
     b = jnp.asarray(b, jnp.float32)
-    trigger = jax.lax.bitcast_convert_type(b, _I32)
+    # a trigger known only at run time (an element of ``a``), even where ``b`` is a
+    # constant of the program: a loop whose trip count the compiler knows is unrolled
+    a = jnp.asarray(a)
+    trigger = jnp.ravel(a)[0].astype(_I32) if a.size else jax.lax.bitcast_convert_type(b, _I32)
     return compute_once(lambda u, v: u.astype(jnp.float32) * v, (a, b), trigger)
 
 
