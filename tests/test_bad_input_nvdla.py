@@ -401,9 +401,6 @@ def test_every_function_is_covered_and_runs_on_canonical_arguments():
 # Public functions that still compile more than one program when called eagerly on a
 # new shape (remaining work; see tests/test_bad_input.py:check_one_program).
 MULTI_PROGRAM = {
-    **{n: "layout transform and packing are separate programs" for n in (
-        "wgs_image", "pack_image_weights", "unpack_image_weights", "pack_sdp_per_channel", "unpack_sdp_per_channel",
-        "pack_sdp_per_element", "unpack_sdp_per_element", "pack_winograd_weights", "winograd_transform")},
     "fit_lut": "an optimisation loop: its step and the LUT evaluation are separate programs",
 }
 

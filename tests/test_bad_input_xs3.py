@@ -332,13 +332,8 @@ def test_every_function_is_covered_and_runs_on_canonical_arguments():
 
 # Public functions that still compile more than one program when called eagerly on a
 # new shape (remaining work; see tests/test_bad_input.py:check_one_program).
-_LEGACY = "legacy BSO pipeline: split_bso, accumulation and output stage are separate programs, plus reshapes"
 MULTI_PROGRAM = {
-    **{n: _LEGACY for n in ("conv2d_1x1", "conv2d_deep", "conv2d_shallowin", "conv2d_depthwise", "fully_connected_8",
-                           "fully_connected_16", "fc_deepin_shallowout_8", "fc_deepin_shallowout_16")},
-    "make_bso": "packed op by op", "split_bso": "unpacked op by op", "as_acc40": "two eager operations",
     "otfn_params": "kernel sums, channel padding and the recipe are separate programs",
-    "add_int8": "operand conversions before the VPU programs",
 }
 
 

@@ -177,7 +177,7 @@ def xorshift_offsets(n: int) -> jax.Array:
     127, 163, 168, 103, 50, ... Returns int32 (n,).
     """
     n = _check_n(n)
-    return jnp.asarray(_XORSHIFT[np.arange(n) % 255])
+    return jax.device_put(_XORSHIFT[np.arange(n) % 255])  # host values: transferred, not compiled
 
 
 def addmod_offsets(n: int) -> jax.Array:
@@ -185,12 +185,12 @@ def addmod_offsets(n: int) -> jax.Array:
     ``x`` starts at 1, ``get()`` first updates ``x = (x + 97) mod 255`` then returns it,
     so value k is ``(98 + 97*k) mod 255``: 98, 195, 37, 134, ... Returns int32 (n,)."""
     n = _check_n(n)
-    return jnp.asarray(((98 + 97 * (np.arange(n, dtype=np.int64) % 255)) % 255).astype(np.int32))
+    return jax.device_put(((98 + 97 * (np.arange(n, dtype=np.int64) % 255)) % 255).astype(np.int32))
 
 
 def nearest_offsets(n: int) -> jax.Array:
     """The ``Nearest`` "generator": always 127. Returns int32 (n,)."""
-    return jnp.full((_check_n(n),), 127, _I32)
+    return jax.device_put(np.full((_check_n(n),), 127, np.int32))
 
 
 def rounding_offsets(mode: str, n: int) -> jax.Array:

@@ -177,13 +177,23 @@ def _gather_kernel(image: jax.Array, byte_index: jax.Array, dtype_name: str) -> 
 
 def place(x: jax.Array, p: Placement) -> jax.Array:
     """Packs ``x`` (shape ``p.shape``) into a uint8 image of ``p.size`` bytes, unused bytes 0."""
-    return _place_kernel(x, p.source)
+    return place_source(x, p.source)
+
+
+def place_source(x: jax.Array, source) -> jax.Array:
+    """:func:`place` with the placement's ``source`` map (inside a caller's program)."""
+    return _place_kernel(x, source)
 
 
 def gather(image: jax.Array, p: Placement, dtype: Any, name: str = "image") -> jax.Array:
     """Reads the tensor of shape ``p.shape`` back from a uint8 image (inverse of :func:`place`)."""
-    image = check_image(image, p.size, name)
-    return _gather_kernel(image, p.byte_index, element_type(dtype).name)
+    return gather_index(check_image(image, p.size, name), p.byte_index, element_type(dtype).name)
+
+
+def gather_index(image: jax.Array, byte_index, dtype_name: str) -> jax.Array:
+    """:func:`gather` on a checked image with the placement's ``byte_index`` (inside a
+    caller's program)."""
+    return _gather_kernel(image, byte_index, dtype_name)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))

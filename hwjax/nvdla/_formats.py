@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import eager_program
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nvdla import _bytes as B
@@ -409,7 +410,13 @@ def pack_image_weights(w: Any, *, input_channels: int, stride_x: int = 1,
     w = B.as_elements(w, dtype, "w")
     p, cin = _image_setup(w.shape, w.dtype, input_channels, stride_x, post_extension, atomic_k,
                           atomic_c, cbuf_width)
-    return B.place(pre_extend_image_weights(w, input_channels=cin), p)
+    return _pack_image(w, p.source, cin=cin)
+
+
+@eager_program(static_argnames=("cin",))
+def _pack_image(w: jax.Array, source: np.ndarray, *, cin: int) -> jax.Array:
+    """Pre-extension and placement of image weights (one program when called eagerly)."""
+    return B.place_source(_pre_extend(w, cin), source)
 
 
 def unpack_image_weights(image: Any, shape_kcrs, *, input_channels: int, dtype: Any,
@@ -420,7 +427,14 @@ def unpack_image_weights(image: Any, shape_kcrs, *, input_channels: int, dtype: 
     K, C, R, S = B.check_shape(shape_kcrs, 4, "shape_kcrs (KCRS)")
     p, _ = _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k,
                         atomic_c, cbuf_width)
-    return unextend_image_weights(B.gather(image, p, dtype), channels=C, kernel_width=S)
+    image = B.check_image(image, p.size)
+    return _unpack_image(image, p.byte_index, dtype_name=B.element_type(dtype).name, channels=C, kernel_width=S)
+
+
+@eager_program(static_argnames=("dtype_name", "channels", "kernel_width"))
+def _unpack_image(image, byte_index, *, dtype_name: str, channels: int, kernel_width: int) -> jax.Array:
+    """Gather and un-extension of image weights (one program when called eagerly)."""
+    return _unextend(B.gather_index(image, byte_index, dtype_name), channels, kernel_width)
 
 
 # ------------------------------------------------------------------- SDP operands (6.7)
@@ -429,15 +443,21 @@ _COMPONENTS = ("alu", "mul")
 _PROC_EPA = {"INT8": 32, "INT16": 16, "FP16": 16}
 
 
-def _operands(alu, mul, dtype) -> tuple[jax.Array, tuple[str, ...]]:
+def _operands(alu, mul, dtype) -> tuple[tuple[jax.Array, ...], tuple[str, ...]]:
+    """The given operands, checked and converted to the element type (stacked on a last
+    axis inside the packing program: :func:`_stacked`), and their component names."""
     given = [(n, v) for n, v in zip(_COMPONENTS, (alu, mul)) if v is not None]
     if not given:
         raise RangeError("give at least one of alu= and mul=")
-    arrs = [B.as_elements(v, dtype, n) for n, v in given]
+    arrs = tuple(B.as_elements(v, dtype, n) for n, v in given)
     if len({a.shape for a in arrs}) != 1 or len({a.dtype for a in arrs}) != 1:
         raise ShapeError(f"alu and mul must have the same shape and dtype; got "
                          f"{[(a.shape, str(a.dtype)) for a in arrs]}")
-    return jnp.stack(arrs, axis=-1), tuple(n for n, _ in given)
+    return arrs, tuple(n for n, _ in given)
+
+
+def _stacked(arrs: tuple[jax.Array, ...]) -> jax.Array:
+    return jnp.stack(arrs, axis=-1)
 
 
 def _components(components) -> tuple[str, ...]:
@@ -458,10 +478,15 @@ def pack_sdp_per_channel(alu: Any = None, mul: Any = None, *, dtype: Any = None)
       alu, mul: ``(C,)`` operands (at least one).
       dtype: element type (int8, int16, fp16); ``None`` uses the arrays' dtype.
     """
-    ops, _ = _operands(alu, mul, dtype)
-    if ops.ndim != 2:
-        raise ShapeError(f"per-channel operands must be 1-D (C,), got shape {ops.shape[:-1]}")
-    return B.elements_image(ops, ops.size * B.element_bytes(ops.dtype))
+    arrs, _ = _operands(alu, mul, dtype)
+    if arrs[0].ndim != 1:
+        raise ShapeError(f"per-channel operands must be 1-D (C,), got shape {arrs[0].shape}")
+    return _pack_per_channel(arrs, size=arrs[0].size * len(arrs) * B.element_bytes(arrs[0].dtype))
+
+
+@eager_program(static_argnames=("size",))
+def _pack_per_channel(arrs, *, size: int) -> jax.Array:
+    return B.elements_image(_stacked(arrs), size)
 
 
 def unpack_sdp_per_channel(image: Any, channels: int, *, dtype: Any,
@@ -470,8 +495,13 @@ def unpack_sdp_per_channel(image: Any, channels: int, *, dtype: Any,
     comps = _components(components)
     C = _static_int(channels, 1, 1 << 24, "channels")
     image = B.check_image(image, C * len(comps) * B.element_bytes(dtype))
-    vals = B.image_elements(image, C * len(comps), B.element_type(dtype).name).reshape(C, len(comps))
-    return tuple(vals[:, i] for i in range(len(comps)))
+    return _unpack_per_channel(image, channels=C, ncomp=len(comps), dtype_name=B.element_type(dtype).name)
+
+
+@eager_program(static_argnames=("channels", "ncomp", "dtype_name"))
+def _unpack_per_channel(image, *, channels: int, ncomp: int, dtype_name: str) -> tuple[jax.Array, ...]:
+    vals = B.image_elements(image, channels * ncomp, dtype_name).reshape(channels, ncomp)
+    return tuple(vals[:, i] for i in range(ncomp))
 
 
 def _sdp_builder(shape_chw, ncomp, cb, epa, line_stride, surf_stride):
@@ -528,11 +558,16 @@ def pack_sdp_per_element(alu: Any = None, mul: Any = None, *, proc_precision: st
       proc_precision: SDP processing precision ``"INT8"``, ``"INT16"`` or ``"FP16"``.
       dtype: element type (1-byte int8 or 2-byte int16/fp16 components).
     """
-    ops, comps = _operands(alu, mul, dtype)
-    if ops.ndim != 4:
-        raise ShapeError(f"per-element operands must be 3-D (C, H, W), got shape {ops.shape[:-1]}")
-    p = _sdp_placement(ops.shape[:3], len(comps), ops.dtype, proc_precision, line_stride, surf_stride)
-    return B.place(ops, p)
+    arrs, comps = _operands(alu, mul, dtype)
+    if arrs[0].ndim != 3:
+        raise ShapeError(f"per-element operands must be 3-D (C, H, W), got shape {arrs[0].shape}")
+    p = _sdp_placement(arrs[0].shape, len(comps), arrs[0].dtype, proc_precision, line_stride, surf_stride)
+    return _pack_per_element(arrs, p.source)
+
+
+@eager_program
+def _pack_per_element(arrs, source: np.ndarray) -> jax.Array:
+    return B.place_source(_stacked(arrs), source)
 
 
 def unpack_sdp_per_element(image: Any, shape_chw, *, proc_precision: str, dtype: Any,
@@ -541,8 +576,14 @@ def unpack_sdp_per_element(image: Any, shape_chw, *, proc_precision: str, dtype:
     """Inverse of :func:`pack_sdp_per_element`: ``(C, H, W)`` arrays in ``components`` order."""
     comps = _components(components)
     p = _sdp_placement(shape_chw, len(comps), dtype, proc_precision, line_stride, surf_stride)
-    vals = B.gather(image, p, dtype)
-    return tuple(vals[..., i] for i in range(len(comps)))
+    image = B.check_image(image, p.size)
+    return _unpack_per_element(image, p.byte_index, dtype_name=B.element_type(dtype).name, ncomp=len(comps))
+
+
+@eager_program(static_argnames=("dtype_name", "ncomp"))
+def _unpack_per_element(image, byte_index, *, dtype_name: str, ncomp: int) -> tuple[jax.Array, ...]:
+    vals = B.gather_index(image, byte_index, dtype_name)
+    return tuple(vals[..., i] for i in range(ncomp))
 
 
 # --------------------------------------------------------------------- alignment (6.8)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import eager_program
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nvdla import _bytes as B
@@ -262,6 +263,11 @@ def wgs_image(wgs: Any, *, cbuf_width: int = F.CBUF_WIDTH) -> jax.Array:
     if wgs.ndim != 1 or not jnp.issubdtype(wgs.dtype, jnp.integer):
         raise ArgTypeError(f"wgs must be a 1-D integer array, got {wgs.dtype} {wgs.shape}")
     V.check_range(wgs, 0, 2**32 - 1, "wgs")
+    return _wgs_image(wgs, size=B.round_up(4 * wgs.shape[0], F._static_int(cbuf_width, 1, 1 << 16, "cbuf_width")))
+
+
+@eager_program(static_argnames=("size",))
+def _wgs_image(wgs: jax.Array, *, size: int) -> jax.Array:
     u = wgs.astype(jnp.uint32)
     words = jnp.stack([((u >> (8 * i)) & 0xFF).astype(jnp.uint8) for i in range(4)], -1).reshape(-1)
-    return _pad_to(words, B.round_up(words.shape[0], F._static_int(cbuf_width, 1, 1 << 16, "cbuf_width")))
+    return _pad_to(words, size)

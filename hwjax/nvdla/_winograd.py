@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import to_float16
+from hwjax.core import eager_program, to_float16
 from hwjax.core import validate as V
 from hwjax.errors import RangeError, ShapeError
 from hwjax.nvdla import _bytes as B
@@ -76,29 +76,57 @@ def winograd_transform(w: Any, *, dtype: Any = None, atom_bytes: int = 32) -> ja
     Returns:
       ``(K, Cp, 4, 4)`` array of the weight type, ``Cp`` the padded channel count.
     """
+    w, K, C = _kernels(w, dtype)
+    v, w4 = _winograd(w, cp=winograd_padded_channels(C, w.dtype, atom_bytes))
+    _check_transformed(v, w)
+    return w4
+
+
+def _kernels(w: Any, dtype: Any) -> tuple[jax.Array, int, int]:
+    """``(K, C, 3, 3)`` kernels in their element type, K and C."""
     w = B.as_elements(w, dtype, "w")
     K, C, R, S = B.check_shape(w.shape, 4, "w.shape (KCRS)")
     if (R, S) != (3, 3):
         raise ShapeError(f"w: Winograd weights must be 3x3 kernels, got R x S = {R} x {S}")
-    v = _transform_fp32(w, winograd_padded_channels(C, w.dtype, atom_bytes))
-    if V.is_concrete(v):
-        a = np.asarray(v)
-        if w.dtype == jnp.float16:
-            if not np.isfinite(np.asarray(w, np.float32)).all():
-                raise RangeError("w: Winograd weights must be finite (no NaN or INF)")
-            bad = np.abs(a) >= _FP16_LIMIT
-            if bad.any():
-                raise RangeError(f"w: transformed Winograd weights reach {a[bad].flat[0]}, which does "
-                                 "not fit fp16 (|v| < 65536); scale the weights down")
-        else:
-            info = np.iinfo(np.dtype(w.dtype))
-            t = np.trunc(a)
-            if t.min() < info.min or t.max() > info.max:
-                bad = t.min() if t.min() < info.min else t.max()
-                raise RangeError(f"w: transformed Winograd weights reach {bad}, outside the "
-                                 f"{np.dtype(w.dtype).name} range [{info.min}, {info.max}]; scale "
-                                 "the weights down")
-    return _to_weight_type(v, np.dtype(w.dtype).name)
+    return w, K, C
+
+
+def _check_transformed(v: jax.Array, w: jax.Array) -> None:
+    """RangeError where the fp32 transform ``v`` of concrete weights ``w`` does not fit
+    their type (see :func:`winograd_transform`)."""
+    if not V.is_concrete(v):
+        return
+    a = np.asarray(v)
+    if w.dtype == jnp.float16:
+        if not np.isfinite(np.asarray(w, np.float32)).all():
+            raise RangeError("w: Winograd weights must be finite (no NaN or INF)")
+        bad = np.abs(a) >= _FP16_LIMIT
+        if bad.any():
+            raise RangeError(f"w: transformed Winograd weights reach {a[bad].flat[0]}, which does "
+                             "not fit fp16 (|v| < 65536); scale the weights down")
+    else:
+        info = np.iinfo(np.dtype(w.dtype))
+        t = np.trunc(a)
+        if t.min() < info.min or t.max() > info.max:
+            bad = t.min() if t.min() < info.min else t.max()
+            raise RangeError(f"w: transformed Winograd weights reach {bad}, outside the "
+                             f"{np.dtype(w.dtype).name} range [{info.min}, {info.max}]; scale "
+                             "the weights down")
+
+
+@eager_program(static_argnames=("cp",))
+def _winograd(w: jax.Array, *, cp: int) -> tuple[jax.Array, jax.Array]:
+    """The fp32 transform (for the range check) and the weights in their type, one program
+    when called eagerly."""
+    v = _transform_fp32(w, cp)
+    return v, _to_weight_type(v, np.dtype(w.dtype).name)
+
+
+@eager_program(static_argnames=("cp",))
+def _winograd_image(w: jax.Array, source: np.ndarray, *, cp: int) -> tuple[jax.Array, jax.Array]:
+    """:func:`_winograd` with the transformed weights placed in their byte image."""
+    v, w4 = _winograd(w, cp=cp)
+    return v, B.place_source(w4, source)
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -169,8 +197,12 @@ def pack_winograd_weights(w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K
     ``pack_winograd_transformed(winograd_transform(w))``. The conversion is lossy;
     :func:`unpack_winograd_weights` returns the transformed ``(K, Cp, 4, 4)`` weights.
     """
-    w4 = winograd_transform(w, dtype=dtype)
-    return pack_winograd_transformed(w4, atomic_k=atomic_k, cbuf_width=cbuf_width)
+    w, K, C = _kernels(w, dtype)
+    cp = winograd_padded_channels(C, w.dtype, 32)
+    p = _wg_placement((K, cp, 4, 4), w.dtype, atomic_k, cbuf_width, "w4")
+    v, image = _winograd_image(w, p.source, cp=cp)
+    _check_transformed(v, w)
+    return image
 
 
 def unpack_winograd_weights(image: Any, shape_kc44, *, dtype: Any, atomic_k: int = ATOMIC_K,

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import eager_program
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 
@@ -66,7 +67,7 @@ def _field(value, name: str, lo: int, hi: int) -> jax.Array:
     if a.ndim != 1:
         raise ShapeError(f"{name} must be a 1-D per-channel array, got shape {a.shape}")
     V.check_range(a, lo, hi, name)
-    return a.astype(_I32)
+    return a
 
 
 def make_bso(bias, shift1, scale, offset_scale, offset, shift2) -> jax.Array:
@@ -93,8 +94,15 @@ def make_bso(bias, shift1, scale, offset_scale, offset, shift2) -> jax.Array:
                              f"{name} has {f.shape[0]}")
     if c_out == 0:
         raise ShapeError("bias: BSO fields must describe at least one output channel")
-    b = fields[0]
-    rows = [b >> 16, b & 0xFFFF] + fields[1:]
+    return _make_bso(*fields)
+
+
+@eager_program
+def _make_bso(*fields) -> jax.Array:
+    """:func:`make_bso` after its checks (one program when called eagerly)."""
+    c_out = fields[0].shape[0]
+    b, *rest = (f.astype(_I32) for f in fields)
+    rows = [b >> 16, b & 0xFFFF] + rest
     pad = (-c_out) % ACC_PERIOD
     stacked = jnp.stack(rows)  # (7, C_out), each value's low 16 bits are the field
     stacked = jnp.pad(stacked, ((0, 0), (0, pad)))
@@ -109,6 +117,11 @@ def check_bso(bso, c_out: int, name: str = "bso") -> jax.Array:
     Accepts any integer dtype whose values are int16 (checked when concrete); the shape
     must be (G, 7, 16) with G >= ceil(c_out/16).
     """
+    return _as_int32(_checked_bso(bso, c_out, name))
+
+
+def _checked_bso(bso, c_out: int, name: str = "bso") -> jax.Array:
+    """:func:`check_bso`'s checks; the array as given (cast inside the caller's program)."""
     a = V.as_array(bso, name)
     if V.kind(a, name) != "int":
         raise ArgTypeError(f"{name} must be an integer (int16) array, got dtype {a.dtype}")
@@ -117,6 +130,11 @@ def check_bso(bso, c_out: int, name: str = "bso") -> jax.Array:
         raise ShapeError(f"{name} must have shape (G, 7, 16) with G >= ceil({c_out}/16) = {need}, "
                          f"got {a.shape}")
     V.check_range(a, -(2**15), 2**15 - 1, f"{name} (int16 fields)")
+    return a
+
+
+@eager_program
+def _as_int32(a: jax.Array) -> jax.Array:
     return a.astype(_I32)
 
 
@@ -128,7 +146,14 @@ def split_bso(bso, c_out: int) -> BsoFields:
     ``split_bso(make_bso(*f), len(f[0]))`` returns ``f`` exactly.
     """
     c_out = V.check_static_int(c_out, 1, 2**31 - 1, "c_out")
-    a = check_bso(bso, c_out)
+    return _unpack_bso(_checked_bso(bso, c_out), c_out)
+
+
+@eager_program(static_argnames=("c_out",))
+def _unpack_bso(bso: jax.Array, c_out: int) -> BsoFields:
+    """:func:`split_bso` without its checks, for a checked (G, 7, 16) integer BSO tensor
+    (one program when called eagerly; traced into the caller's program otherwise)."""
+    a = bso.astype(_I32)
     flat = a.transpose(1, 0, 2).reshape(BSO_ROWS, -1)[:, :c_out]  # (7, C_out)
     bias = (flat[0] << 16) | (flat[1] & 0xFFFF)
     return BsoFields(bias, flat[2] & 0xFFFF, flat[3], flat[4], flat[5], flat[6] & 0xFFFF)

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import ConvGeometry, extract_patches, mac, window_taps
+from hwjax.core import ConvGeometry, eager_program, extract_patches, mac, window_taps
 from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.xs3 import _otfn
 from hwjax.core import surrogate as S
@@ -349,6 +349,12 @@ def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant 
     m1 = V.int_scalar(multiplier1, -(2**15), 2**15 - 1, "multiplier1")
     b = V.int_scalar(bias, -(2**31), 2**31 - 1, "bias")
     s = V.int_scalar(shift, 0, 2**15 - 1, "shift")
+    return _add_int8(a0, a1, m0, m1, b, s, variant=variant)
+
+
+@eager_program(static_argnames=("variant",))
+def _add_int8(a0, a1, m0, m1, b, s, *, variant):
+    """:func:`add_int8` after its checks (one program when called eagerly)."""
     acc = jnp.broadcast_to(b, a0.shape)
     acc = vpu.vlmacc(acc, a0.astype(_I32), m0, mode=16, variant=variant)
     acc = vpu.vlmacc(acc, a1.astype(_I32), m1, mode=16, variant=variant)

@@ -60,7 +60,7 @@ from hwjax.core import (ConvGeometry, eager_program, extract_patches, fixed_mul,
 from hwjax.core import wide as W
 from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
-from hwjax.xs3._bso import BsoFields, check_bso, split_bso
+from hwjax.xs3._bso import BsoFields, _checked_bso, _unpack_bso
 from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import VARIANTS, vdepth8, vlmul, vlsat
 
@@ -150,14 +150,14 @@ def _warn_undefined_shifts(variant: str, *shifts) -> None:
             return
 
 
-_split = jax.jit(split_bso, static_argnums=1)
-
-
-def _checked_fields(bso, c_out: int, variant: str) -> BsoFields:
-    """Validates a BSO tensor for ``c_out`` channels (warning as above) and unpacks it."""
-    f = _split(check_bso(bso, c_out), c_out)
-    _warn_undefined_shifts(variant, f.shift1, f.shift2)
-    return f
+def _checked_fields(bso, c_out: int, variant: str) -> jax.Array:
+    """Validates a BSO tensor for ``c_out`` channels (warning as above, read on the host);
+    returned as given: the kernel's program unpacks it (:func:`_unpack_bso`)."""
+    a = _checked_bso(bso, c_out)
+    if variant != "hardware" and V.is_concrete(a):
+        rows = np.asarray(a).astype(np.int64).transpose(1, 0, 2).reshape(a.shape[1], -1)[:, :c_out]
+        _warn_undefined_shifts(variant, rows[2], rows[6])
+    return a
 
 
 # ---------------------------------------------------------------------- windows
@@ -361,23 +361,49 @@ def _bso_affine(acc, f: BsoFields):
     return t * S.exp2(-f.shift2, t)
 
 
-def _bso_kernel(accumulate: Callable, real_acc: Callable, operands: tuple, f: BsoFields,
-                consts: tuple, lead: tuple[int, ...] | None, *, out_bits: int, symmetric: bool,
-                variant: str, return_stats: bool, saturation_grad: str):
-    """A BSO kernel: accumulation then the §3.2 pipeline, differentiable for float operands.
+def _spec(fn: Callable, **kwargs) -> tuple:
+    """A static, hashable stand-in for ``functools.partial(fn, **kwargs)`` (the key of the
+    kernel's compiled program)."""
+    return fn, tuple(sorted(kwargs.items()))
 
-    ``accumulate(*operands, bias, *consts, stats=...) -> (acc, hit)`` is the exact
-    integer accumulation (int8 operands); ``real_acc(*operands, bias, *consts)`` the
-    real-valued one (the surrogate). The output's leading batch axis is reshaped to
-    ``lead`` unless ``lead`` is None. Returns ``y`` [, LegacyStats].
+
+def _bound(spec: tuple) -> Callable:
+    fn, kwargs = spec
+    return functools.partial(fn, **dict(kwargs))
+
+
+def _bso_kernel(accumulate: tuple, real_acc: tuple, operands: tuple, bso, c_out: int, consts: tuple,
+                lead: tuple[int, ...] | None, *, out_bits: int, symmetric: bool, variant: str,
+                return_stats: bool, saturation_grad: str):
+    """A BSO kernel: accumulation then the §3.2 pipeline, differentiable for float operands,
+    as one program when called eagerly.
+
+    ``accumulate`` and ``real_acc`` are :func:`_spec` s of ``accumulate(*operands, bias,
+    *consts, stats=...) -> (acc, hit)``, the exact integer accumulation (int8 operands),
+    and ``real_acc(*operands, bias, *consts)``, the real-valued one (the surrogate).
+    ``bso`` is the checked BSO tensor for ``c_out`` channels. With ``lead`` given, the
+    first operand is an image (..., H, W, C) run as (B, H, W, C) and the output's batch
+    axis is reshaped to ``lead``. Returns ``y`` [, LegacyStats].
     """
-    stats, flags = bool(return_stats), bool(return_stats) or S.has_float(operands)
+    return _bso_program(operands, bso, consts, accumulate=accumulate, real_acc=real_acc, c_out=c_out,
+                        lead=lead, out_bits=out_bits, symmetric=symmetric, variant=variant,
+                        return_stats=bool(return_stats), saturation_grad=saturation_grad)
+
+
+@eager_program(static_argnames=("accumulate", "real_acc", "c_out", "lead", "out_bits", "symmetric", "variant",
+                                "return_stats", "saturation_grad"))
+def _bso_program(operands, bso, consts, *, accumulate, real_acc, c_out, lead, out_bits, symmetric, variant,
+                 return_stats, saturation_grad):
+    f = _unpack_bso(bso, c_out)
+    stats, flags = return_stats, return_stats or S.has_float(operands)
+    if lead is not None:
+        operands = (_batched(operands[0]), *operands[1:])
 
     def unbatch(a):
         return a if lead is None else a.reshape(lead + a.shape[1:])
 
     def forward(operands, f, consts):
-        acc, hit = accumulate(*(o.astype(jnp.int8) for o in operands), f.bias, *consts, stats=stats)
+        acc, hit = _bound(accumulate)(*(o.astype(jnp.int8) for o in operands), f.bias, *consts, stats=stats)
         y, s1, oc = _bso_output(acc, f, out_bits=out_bits, symmetric=symmetric, variant=variant,
                                 stats=flags)
         clipped = unbatch((acc == M32) | (acc == -M32) | s1 | oc) if flags else None
@@ -385,7 +411,7 @@ def _bso_kernel(accumulate: Callable, real_acc: Callable, operands: tuple, f: Bs
         return (unbatch(y), clipped, *extras)
 
     def surrogate(operands, f, consts):
-        return unbatch(_bso_affine(real_acc(*operands, f.bias, *consts), f))
+        return unbatch(_bso_affine(_bound(real_acc)(*operands, f.bias, *consts), f))
 
     return S.call(forward, surrogate, operands, f, consts, saturation_grad=saturation_grad)
 
@@ -398,7 +424,7 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
     """Shared BSO convolution driver: validation, then :func:`_bso_kernel` on the jitted
     :func:`_conv_acc`."""
     _variant(variant, symmetric=symmetric, return_stats=return_stats)
-    xb, lead = _image(x, float_ok=True)
+    xb, lead = _image(x, float_ok=True, batch=False)
     k = _int8(k, "k", float_ok=True)
     if k.ndim != 4:
         raise ShapeError(f"k must have shape (C_out, K_h, K_w, C_in), got {k.shape}")
@@ -409,12 +435,11 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
     _multiple_of(c_out, 4, "C_out")
     if check_kernel is not None:
         check_kernel(kh, kw, c_in)
-    win = _window(xb.shape[1:3], (kh, kw), window_start, window_stride, out_shape)
-    f = _checked_fields(bso, c_out, variant)
+    win = _window(xb.shape[-3:-1], (kh, kw), window_start, window_stride, out_shape)
+    bso = _checked_fields(bso, c_out, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
-    return _bso_kernel(functools.partial(_conv_acc, win=win, order_for=order_for),
-                       functools.partial(_conv_real_acc, win=win), (xb, k), f, (zp,), lead,
-                       out_bits=8, symmetric=bool(symmetric), variant=variant,
+    return _bso_kernel(_spec(_conv_acc, win=win, order_for=order_for), _spec(_conv_real_acc, win=win), (xb, k),
+                       bso, c_out, (zp,), lead, out_bits=8, symmetric=bool(symmetric), variant=variant,
                        return_stats=return_stats, saturation_grad=saturation_grad)
 
 
@@ -529,14 +554,16 @@ def conv2d_1x1(x, k, bso, *, symmetric: bool = False, variant: str = "hardware",
     ``x @ k.T`` in place of the convolution.
     """
     ka = V.as_array(k, "k")
-    if ka.ndim == 2:
-        ka = ka.reshape(ka.shape[0], 1, 1, ka.shape[1])
+    if ka.ndim == 2:  # (a host array is reshaped on the host: no program for it)
+        shape4 = (ka.shape[0], 1, 1, ka.shape[1])
+        host = not isinstance(k, jax.Array) and not isinstance(ka, jax.core.Tracer)
+        ka = np.asarray(ka).reshape(shape4) if host else ka.reshape(shape4)
     if ka.ndim != 4 or ka.shape[1:3] != (1, 1):
         raise ShapeError(f"k must have shape (C_out, C_in) or (C_out, 1, 1, C_in), got {ka.shape}")
     xa = V.as_array(x, "x")
     if xa.ndim < 3:
         raise ShapeError(f"x must have shape (H, W, C) or (..., H, W, C), got {xa.shape}")
-    return _conv_bso(xa, ka, bso, zero_point=0, window_start=(0, 0), window_stride=(1, 1),
+    return _conv_bso(x, ka, bso, zero_point=0, window_start=(0, 0), window_stride=(1, 1),
                      out_shape=xa.shape[-3:-1], symmetric=symmetric, variant=variant,
                      return_stats=return_stats, saturation_grad=saturation_grad,
                      order_for=deep_order)
@@ -566,7 +593,7 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     convolution ``bias[c] + sum_taps x_tap[c] * k[kh, kw, c]`` as the accumulator.
     """
     _variant(variant, symmetric=symmetric, return_stats=return_stats)
-    xb, lead = _image(x, float_ok=True)
+    xb, lead = _image(x, float_ok=True, batch=False)
     k = _int8(k, "k", float_ok=True)
     if k.ndim != 3:
         raise ShapeError(f"k must have shape (K_h, K_w, C), got {k.shape}")
@@ -574,12 +601,11 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     if xb.shape[-1] != c:
         raise ShapeError(f"x has {xb.shape[-1]} channels but k has C = {c}")
     _multiple_of(c, 4, "C")
-    win = _window(xb.shape[1:3], (kh, kw), window_start, window_stride, out_shape)
-    f = _checked_fields(bso, c, variant)
+    win = _window(xb.shape[-3:-1], (kh, kw), window_start, window_stride, out_shape)
+    bso = _checked_fields(bso, c, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
-    return _bso_kernel(functools.partial(_depthwise_acc, win=win),
-                       functools.partial(_depthwise_real_acc, win=win), (xb, k), f, (zp,), lead,
-                       out_bits=8, symmetric=bool(symmetric), variant=variant,
+    return _bso_kernel(_spec(_depthwise_acc, win=win), _spec(_depthwise_real_acc, win=win), (xb, k), bso, c,
+                       (zp,), lead, out_bits=8, symmetric=bool(symmetric), variant=variant,
                        return_stats=return_stats, saturation_grad=saturation_grad)
 
 
@@ -620,8 +646,8 @@ def _fc_operands(x, w, *, n_multiple: int, float_ok: bool = False):
 def _fully_connected(x, w, bso, *, out_bits, symmetric, variant, return_stats, saturation_grad):
     _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xa, wa = _fc_operands(x, w, n_multiple=4, float_ok=True)
-    f = _checked_fields(bso, wa.shape[0], variant)
-    return _bso_kernel(functools.partial(_fc_acc, tail_first=True), _fc_real_acc, (xa, wa), f, (),
+    bso = _checked_fields(bso, wa.shape[0], variant)
+    return _bso_kernel(_spec(_fc_acc, tail_first=True), _spec(_fc_real_acc), (xa, wa), bso, wa.shape[0], (),
                        None, out_bits=out_bits, symmetric=bool(symmetric), variant=variant,
                        return_stats=return_stats, saturation_grad=saturation_grad)
 
@@ -686,10 +712,14 @@ def _fc_deepin(x, w, bias, shift, scale, *, out_bits, variant, return_stats):
         if a.shape != (c_out,):
             raise ShapeError(f"{name} must have shape ({c_out},), got {a.shape}")
     _warn_undefined_shifts(variant, s)
-    stats = bool(return_stats)
+    return _fc_deepin_program(xa, wa, b, s, m, out_bits=out_bits, variant=variant, stats=bool(return_stats))
+
+
+@eager_program(static_argnames=("out_bits", "variant", "stats"))
+def _fc_deepin_program(xa, wa, b, s, m, *, out_bits, variant, stats):
     acc, hit = _fc_acc(xa, wa, b, tail_first=False, stats=stats)
     y, s1, oc = _deepin_output(acc, s, m, out_bits=out_bits, variant=variant, stats=stats)
-    return _result(y, return_stats, hit, s1, oc)
+    return _result(y, stats, hit, s1, oc)
 
 
 @functools.partial(jax.jit, static_argnames=("out_bits", "variant", "stats"))

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import fixed_mul, saturate, shift_right
+from hwjax.core import eager_program, fixed_mul, saturate, shift_right
 from hwjax.core import wide as W
 from hwjax.core import surrogate as S
 from hwjax.core import SaturationGrad
@@ -203,17 +203,23 @@ def as_acc40(acc: AccLike, name: str = "acc") -> W.Wide:
     Accepts a ``Wide``, an ``(hi, lo)`` pair (``hi`` int32, ``lo`` uint32 or the int32
     bit pattern of the low word) or an int32 array (sign-extended).
     """
-    if isinstance(acc, W.Wide):
-        return W.from_parts(acc.hi, acc.lo)
-    if isinstance(acc, tuple):
-        if len(acc) != 2:
-            raise ShapeError(f"{name} must be a Wide or an (hi, lo) pair, got a tuple of {len(acc)}")
-        hi = _int_operand(acc[0], f"{name}.hi", -(2**31), 2**31 - 1)
-        lo = _bits_u32(acc[1], f"{name}.lo")
-        V.check_broadcast(hi, f"{name}.hi", lo, f"{name}.lo")
-        hi, lo = jnp.broadcast_arrays(hi, lo)
+    a = _checked_acc40(acc, name)
+    if isinstance(a, tuple) and not isinstance(a, W.Wide):
+        V.check_broadcast(a[0], f"{name}.hi", a[1], f"{name}.lo")
+    return _acc40(a)
+
+
+@eager_program
+def _acc40(a) -> W.Wide:
+    """:func:`as_acc40` on checked parts (:func:`_checked_acc40`): one program when called
+    eagerly."""
+    if isinstance(a, W.Wide):
+        return W.from_parts(a.hi, a.lo)
+    if isinstance(a, tuple):
+        lo = a[1] if np.dtype(a[1].dtype) == np.uint32 else jax.lax.bitcast_convert_type(a[1].astype(_I32), _U32)
+        hi, lo = jnp.broadcast_arrays(a[0].astype(_I32), lo)
         return W.Wide(hi, lo)
-    return W.from_int32(_int_operand(acc, name, -(2**31), 2**31 - 1))
+    return W.from_int32(a.astype(_I32))
 
 
 def acc40_from_registers(vd, vr) -> W.Wide:
