@@ -8,8 +8,11 @@ re-derive them at every step on the device.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hwjax.core import compute_once, div_rn, shift_right
 from hwjax.core import validate as V
@@ -94,16 +97,22 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     """
     kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out = _check_args(kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out)
     c = kernel_q.shape[0]
-    # Only three per-channel sums of the kernel enter the recipe; they are taken first (a
-    # small program per kernel shape), and the recipe itself runs on channels padded to a
-    # power of two (pad channels masked out of every decision and sliced off), so that
-    # layers of similar width share one compiled recipe instead of one per kernel shape.
-    sp, sn, b, sw = _channel_inputs(kernel_q, bias_q, s_w)
+    # Only three per-channel sums of the kernel enter the recipe; they are taken first (on
+    # the host when the kernel is concrete), and the recipe runs on channels padded to a
+    # power of two (pad channels masked out of every decision and sliced off in the
+    # recipe's program), so that an eager call compiles one program, shared by every
+    # kernel shape with the same number of output channels.
     cb = max(4, 1 << (c - 1).bit_length())
     pad = ((0, cb - c),)
-    mul, bias, shifts = _otfn_params_impl(jnp.pad(sp, pad), jnp.pad(sn, pad), jnp.pad(b, pad), jnp.pad(sw, pad),
-                                          jnp.arange(cb) < c, s_in=s_in, z_in=z_in, s_out=s_out, z_out=z_out)
-    return mul[:c], bias[:c], shifts
+    if V.is_concrete(kernel_q) and V.is_concrete(bias_q) and V.is_concrete(s_w):  # eager: sums on the host
+        w = np.asarray(kernel_q).reshape(c, -1).astype(np.int64)
+        inputs = (np.where(w > 0, w, 0).sum(axis=1), np.where(w < 0, w, 0).sum(axis=1), np.asarray(bias_q))
+        inputs = [np.pad(v.astype(np.int32), pad) for v in inputs]
+        sw = np.broadcast_to(np.asarray(s_w, np.float32).reshape(-1), (c,))
+        inputs += [np.pad(sw, pad), np.arange(cb) < c]
+    else:
+        inputs = [jnp.pad(v, pad) for v in _channel_inputs(kernel_q, bias_q, s_w)] + [jnp.arange(cb) < c]
+    return _otfn_params_impl(*inputs, c=c, s_in=s_in, z_in=z_in, s_out=s_out, z_out=z_out)
 
 
 @jax.jit
@@ -118,11 +127,11 @@ def _channel_inputs(kernel_q, bias_q, s_w):
     return sp, sn, jnp.asarray(bias_q).astype(jnp.int32), sw
 
 
-@jax.jit
-def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, s_in, z_in, s_out, z_out):
+@functools.partial(jax.jit, static_argnames=("c",))
+def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, c, s_in, z_in, s_out, z_out):
     """The recipe on per-channel kernel sums ``sp`` (positive weights) and ``sn`` (negative
     weights); channels where ``valid`` is False are padding: they take no part in the
-    exponent search."""
+    exponent search, and only the first ``c`` channels are returned."""
     f32 = jnp.float32
     z_in, z_out = jnp.asarray(z_in, jnp.int32), jnp.asarray(z_out, jnp.int32)
 
@@ -241,4 +250,4 @@ def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, s_in, z_in, s_out, z_out):
     zeros = jnp.zeros_like(k)
     init = (A0, M0, accu_bits0, mul_bits0, jnp.bool_(False), jnp.int32(0), zeros, zeros)
     A, M, _, _, _, _, mul, bias = jax.lax.while_loop(cond, body, init)
-    return mul, bias, jnp.stack([-A, A + M - 22]).astype(jnp.int32)
+    return mul[:c], bias[:c], jnp.stack([-A, A + M - 22]).astype(jnp.int32)
