@@ -63,9 +63,11 @@ def check_one_program(funcs, call, multi: dict[str, str]) -> None:
     """Every function of a bad-input table, called eagerly on its canonical arguments,
     compiles at most one XLA program (after its checks: one program, not one per
     operation), except those named in ``multi`` (name -> what still compiles separately).
-    A program already compiled in this process counts 0, so the check can pass early for
-    a function listed in ``multi``, never fail for one that compiles at most one."""
+    The in-memory caches are cleared first, so programs compiled by earlier tests count;
+    a program that an earlier function of the table compiled counts 0 (functions that
+    share a whole program), so the check never fails for one that compiles at most one."""
     over = {}
+    jax.clear_caches()  # so that programs compiled by earlier tests count
     for name in funcs:
         before = _LOWERED[0]
         call(name)
