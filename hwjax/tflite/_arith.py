@@ -287,17 +287,22 @@ def mbqm_double(x, m, s):
 # hwjax.core.shift_right(half_up) for every int32 input.
 
 
-def _srdhm32(a, b):
-    """``SaturatingRoundingDoublingHighMul(a, b)`` = ``floor((a*b + 2**30) / 2**31)`` (2**31 - 1
-    for ``a == b == -2**31``), exact from four 16x16-bit partial products in int32:
-    with ``a = ah 2**16 + al``, ``b = bh 2**16 + bl`` (``al``, ``bl`` in [0, 2**16)),
-    ``m1 = ah bl``, ``m2 = al bh`` (each ``|.| < 2**31``) split as ``mi = mih 2**15 + mil``::
+def srdhm32(a, b) -> jax.Array:
+    """gemmlowp ``SaturatingRoundingDoublingHighMul`` of int32 ``a``, ``b`` (spec §2.1)::
+
+        2**31 - 1 if a == b == -2**31, else floor((a*b + 2**30) / 2**31)
+
+    exact from four 16x16-bit partial products in int32: with ``a = ah 2**16 + al``,
+    ``b = bh 2**16 + bl`` (``al``, ``bl`` in [0, 2**16)), ``m1 = ah bl``, ``m2 = al bh``
+    (each ``|.| < 2**31``) split as ``mi = mih 2**15 + mil``::
 
         srdhm = 2 ah bh + m1h + m2h + floor((m1l + m2l + floor(al bl / 2**16) + 2**14) / 2**15)
 
     (the dropped low 16 bits of ``al bl`` cannot carry: the floor of ``(N + f) / 2**15``
     with integer ``N`` and ``0 <= f < 1`` is ``floor(N / 2**15)``). The sum wraps only for
-    the saturating pair, which the final select replaces."""
+    the saturating pair, which the final select replaces. Jittable; exact for all int32
+    without x64; no argument checks."""
+    a, b = jnp.asarray(a, _I32), jnp.asarray(b, _I32)
     ah, al = a >> 16, a & 0xFFFF
     bh, bl = b >> 16, b & 0xFFFF
     low = jax.lax.shift_right_logical(al.astype(jnp.uint32) * bl.astype(jnp.uint32), jnp.uint32(16))
@@ -307,8 +312,14 @@ def _srdhm32(a, b):
     return jnp.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, r)
 
 
-def _rdbpot32(x, e):
-    """gemmlowp ``RoundingDivideByPOT`` (ties away from zero), ``0 <= e <= 31``."""
+def rdbpot32(x, e) -> jax.Array:
+    """gemmlowp ``RoundingDivideByPOT`` of int32 ``x`` by ``2**e``, ``0 <= e <= 31`` (spec
+    §2.3)::
+
+        mask = 2**e - 1;  (x >> e) + ((x & mask) > (mask >> 1) + (x < 0))
+
+    (ties away from zero). ``e`` a Python int or an int32 array; jittable; no checks."""
+    x, e = jnp.asarray(x, _I32), jnp.asarray(e, _I32)
     mask = (jnp.int32(1) << e) - 1  # e = 31: wraps to 2**31 - 1
     threshold = (mask >> 1) + (x < 0).astype(_I32)
     return (x >> e) + ((x & mask) > threshold).astype(_I32)
@@ -325,7 +336,7 @@ def _shift_half_up32(x, e):
 def _mbqm_double(x, m, s):
     ls = jnp.clip(s, 0, 31)
     rs = jnp.maximum(-s, 0)
-    return _rdbpot32(_srdhm32(x << ls, m), rs)
+    return rdbpot32(srdhm32(x << ls, m), rs)
 
 
 def _mbqm_single(x, m, s):
@@ -339,7 +350,7 @@ def _ruy(x, m, s):
     (the exact quotient, which is what ruy's overflow guard returns at the top)."""
     ls = jnp.clip(s, 0, 31)
     rs = jnp.maximum(-s, 0)
-    return _shift_half_up32(_srdhm32(x << ls, m), rs)
+    return _shift_half_up32(srdhm32(x << ls, m), rs)
 
 
 def _float64_bits(eff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,7 @@ from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.tflite import _save as S
 from hwjax.tflite._arith import (
     INT32_MAX as _I32_MAX, INT32_MIN as _I32_MIN, _traced, check_finite_number, check_int_array, check_ints,
-    check_scale, check_zero_point, quantize_multiplier,
+    check_scale, check_zero_point, quantize_multiplier, rdbpot32, srdhm32,
 )
 from hwjax.tflite._import import Builder, OpContext, converts
 
@@ -208,45 +208,10 @@ def softmax_exp_table(s_in, beta) -> np.ndarray:
 
 # ------------------------------------------------------ gemmlowp fixed point (int32)
 #
-# Lean int32 forms of the gemmlowp primitives (spec gemmlowp.md §2.1, §2.3) for the
-# SOFTMAX kernel: the same values as hwjax.gemmlowp.srdhm / rounding_divide_by_pot, in
-# about a third of the XLA program (no argument checks, no gradients).
-
-
-def srdhm32(a, b) -> jax.Array:
-    """``SaturatingRoundingDoublingHighMul`` of int32 ``a``, ``b`` (spec §2.1)::
-
-        2**31 - 1 if a == b == -2**31, else floor((a*b + 2**30) / 2**31)
-
-    from 16-bit halves ``a = ah * 2**16 + al`` (``ah`` signed, ``al`` in [0, 2**16)):
-    ``a*b = ah*bh * 2**32 + (ah*bl + al*bh) * 2**16 + al*bl``, and with
-    ``mi = mih * 2**15 + mil`` for the two middle products and ``t = al*bl >> 16``
-    (uint32), the result is ``2*ah*bh + m1h + m2h + ((m1l + m2l + t + 2**14) >> 15)``
-    (the low 16 bits of ``al*bl`` cannot carry past a multiple of 2**31). Every
-    intermediate fits int32 (``2*ah*bh`` wraps only for the saturating pair). Jittable;
-    exact for all int32 without x64."""
-    a = jnp.asarray(a, _I32)
-    b = jnp.asarray(b, _I32)
-    ah, bh = jnp.right_shift(a, 16), jnp.right_shift(b, 16)
-    al, bl = jnp.bitwise_and(a, 0xFFFF), jnp.bitwise_and(b, 0xFFFF)
-    t = jnp.right_shift(al.astype(jnp.uint32) * bl.astype(jnp.uint32), jnp.uint32(16)).astype(_I32)
-    m1, m2 = ah * bl, al * bh
-    low = jnp.bitwise_and(m1, 0x7FFF) + jnp.bitwise_and(m2, 0x7FFF) + t + jnp.int32(1 << 14)
-    r = 2 * (ah * bh) + jnp.right_shift(m1, 15) + jnp.right_shift(m2, 15) + jnp.right_shift(low, 15)
-    return jnp.where((a == b) & (a == INT32_MIN), jnp.int32(INT32_MAX), r)
-
-
-def rdbpot32(x, e) -> jax.Array:
-    """``RoundingDivideByPOT`` of int32 ``x`` by ``2**e``, ``0 <= e <= 31`` (spec §2.3)::
-
-        mask = 2**e - 1;  (x >> e) + ((x & mask) > (mask >> 1) + (x < 0))
-
-    (ties away from zero). ``e`` static or an int32 array; jittable."""
-    x = jnp.asarray(x, _I32)
-    e = jnp.asarray(e, _I32)
-    mask = jnp.left_shift(jnp.int32(1), e) - 1  # 2**31 - 1 for e = 31 (wrapping)
-    threshold = jnp.right_shift(mask, 1) + (x < 0).astype(_I32)
-    return jnp.right_shift(x, e) + (jnp.bitwise_and(x, mask) > threshold).astype(_I32)
+# The SOFTMAX kernel's fixed-point steps, on the lean int32 forms of the gemmlowp
+# primitives (srdhm32, rdbpot32 in hwjax.tflite._arith; spec gemmlowp.md §2.1, §2.3): the
+# same values as hwjax.gemmlowp.srdhm / rounding_divide_by_pot, in about a third of the
+# XLA program (no argument checks, no gradients).
 
 
 def _sat_shl(x, k: int):
