@@ -284,12 +284,13 @@ def _padded_channels(n: int) -> int:
     return -(-n // 4) * 4
 
 
-def _linear_kernel(op: str, k: jax.Array) -> jax.Array:
-    """The kernel as (C_out, kh, kw, C_in) (depthwise: (C, kh, kw, 1))."""
+def _linear_kernel(op: str, k: jax.Array, xp=jnp) -> jax.Array:
+    """The kernel as (C_out, kh, kw, C_in) (depthwise: (C, kh, kw, 1)); ``xp`` is ``jnp`` or,
+    for host arrays, ``np``."""
     if op == "dense":
         return k[:, None, None, :]
     if op == "depthwise_conv":
-        return jnp.moveaxis(k, -1, 0)[..., None]
+        return xp.moveaxis(k, -1, 0)[..., None]
     return k
 
 
@@ -307,27 +308,30 @@ def xformer_linear_params(op: str, portable, q_in, q_out) -> dict:
     if key not in _LINEAR:
         if len(_LINEAR) > 256:
             _LINEAR.clear()
-        _LINEAR[key] = _xformer_linear_params(op, portable, q_in, q_out)
+        _LINEAR[key] = _xformer_linear_params(op, portable, q_in, q_out, xp=np)
     return dict(_LINEAR[key])
 
 
-def _xformer_linear_params(op: str, portable, q_in, q_out) -> dict:
+def _xformer_linear_params(op: str, portable, q_in, q_out, xp=jnp) -> dict:
     """xformer's ``XC_conv2d_v2`` parameters of a conv/depthwise/dense node: the kernel
     (C_pad, kh, kw, C_in) with C_pad = C_out rounded up to a multiple of 4 (pad channels:
     zero weights, zero bias, weight scale 0), and ``otfn_params``' multipliers, biases and
     ``shifts = [initial_shift, final_shr]`` over all C_pad channels (pad channels take part
-    in the exponent search, as in xformer)."""
-    k = _linear_kernel(op, jnp.asarray(portable["kernel"], jnp.int8))
+    in the exponent search, as in xformer). ``xp=np`` pads concrete arguments on the host
+    (no program per layer shape; ``otfn_params`` then compiles one)."""
+    k = _linear_kernel(op, xp.asarray(portable["kernel"]).astype(xp.int8), xp)
     co = k.shape[0]
     extra = _padded_channels(co) - co
-    kp = jnp.concatenate([k, jnp.zeros((extra, *k.shape[1:]), jnp.int8)])
-    bp = jnp.concatenate([jnp.asarray(portable["bias"], _I32), jnp.zeros((extra,), _I32)])
-    sw = jnp.broadcast_to(jnp.asarray(portable["w_scale"], jnp.float32), (co,))
-    swp = jnp.concatenate([sw, jnp.zeros((extra,), jnp.float32)])
+    kp = xp.concatenate([k, xp.zeros((extra, *k.shape[1:]), xp.int8)])
+    bp = xp.concatenate([xp.asarray(portable["bias"]).astype(xp.int32), xp.zeros((extra,), xp.int32)])
+    sw = xp.broadcast_to(xp.asarray(portable["w_scale"]).astype(xp.float32), (co,))
+    swp = xp.concatenate([sw, xp.zeros((extra,), xp.float32)])
     mul, bias, shifts = xs3.otfn_params(kp, bp, s_in=q_in[0].scale, z_in=q_in[0].zero_point, s_w=swp,
                                         s_out=q_out.scale, z_out=q_out.zero_point)
-    return {"kernel": kp, "multipliers": mul, "biases": bias, "shifts": shifts,
-            "zin": jnp.asarray(q_in[0].zero_point, _I32), "zout": jnp.asarray(q_out.zero_point, _I32)}
+    zin, zout = (xp.asarray(q.zero_point).astype(xp.int32) for q in (q_in[0], q_out))
+    if xp is np:  # host values: transferred, not compiled
+        kp, zin, zout = jax.device_put((kp, zin, zout))
+    return {"kernel": kp, "multipliers": mul, "biases": bias, "shifts": shifts, "zin": zin, "zout": zout}
 
 
 # ------------------------------------------- xformer's choice of output transform (numpy)
