@@ -12,7 +12,7 @@ from hwjax.core import int_dot
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.gemmlowp._fixedpoint import INT32_MAX, INT32_MIN
-from hwjax.gemmlowp._stages import _apply_stages, check_output_stages, check_stage_params
+from hwjax.gemmlowp._stages import _apply_stages, _to_i32, check_output_stages, check_stage_params
 
 _I32 = jnp.int32
 
@@ -46,9 +46,7 @@ def check_offset(x: Any, length: int, name: str, per: str) -> jax.Array:
         raise ShapeError(f"{name} must be a scalar or a vector of length {length} (one per {per}), "
                          f"got shape {tuple(a.shape)}")
     V.check_range(a, INT32_MIN, INT32_MAX, name)
-    if isinstance(a, jax.core.Tracer):
-        return a.astype(_I32)
-    return jax.device_put(np.asarray(a).astype(np.int32))  # (jnp.asarray compiles a copy program)
+    return _to_i32(a)
 
 
 def _dot_i8(a: jax.Array, b: jax.Array) -> jax.Array:

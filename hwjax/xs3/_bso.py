@@ -149,12 +149,17 @@ def split_bso(bso, c_out: int) -> BsoFields:
     return _unpack_bso(_checked_bso(bso, c_out), c_out)
 
 
+def bso_rows(bso, c_out: int):
+    """The seven 16-bit field rows of the first ``c_out`` channels, (7, C_out), of a (G, 7, 16)
+    JAX or NumPy array (the same array type back)."""
+    return bso.transpose(1, 0, 2).reshape(BSO_ROWS, -1)[:, :c_out]
+
+
 @eager_program(static_argnames=("c_out",))
 def _unpack_bso(bso: jax.Array, c_out: int) -> BsoFields:
     """:func:`split_bso` without its checks, for a checked (G, 7, 16) integer BSO tensor
     (one program when called eagerly; traced into the caller's program otherwise)."""
-    a = bso.astype(_I32)
-    flat = a.transpose(1, 0, 2).reshape(BSO_ROWS, -1)[:, :c_out]  # (7, C_out)
+    flat = bso_rows(bso.astype(_I32), c_out)
     bias = (flat[0] << 16) | (flat[1] & 0xFFFF)
     return BsoFields(bias, flat[2] & 0xFFFF, flat[3], flat[4], flat[5], flat[6] & 0xFFFF)
 

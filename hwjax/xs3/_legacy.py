@@ -60,7 +60,7 @@ from hwjax.core import (ConvGeometry, eager_program, extract_patches, fixed_mul,
 from hwjax.core import wide as W
 from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
-from hwjax.xs3._bso import BsoFields, _checked_bso, _unpack_bso
+from hwjax.xs3._bso import BsoFields, _checked_bso, _unpack_bso, bso_rows
 from hwjax.core import SaturationGrad
 from hwjax.xs3._vpu import VARIANTS, vdepth8, vlmul, vlsat
 
@@ -155,7 +155,7 @@ def _checked_fields(bso, c_out: int, variant: str) -> jax.Array:
     returned as given: the kernel's program unpacks it (:func:`_unpack_bso`)."""
     a = _checked_bso(bso, c_out)
     if variant != "hardware" and V.is_concrete(a):
-        rows = np.asarray(a).astype(np.int64).transpose(1, 0, 2).reshape(a.shape[1], -1)[:, :c_out]
+        rows = bso_rows(np.asarray(a).astype(np.int64), c_out)
         _warn_undefined_shifts(variant, rows[2], rows[6])
     return a
 
@@ -372,9 +372,11 @@ def _bound(spec: tuple) -> Callable:
     return functools.partial(fn, **dict(kwargs))
 
 
-def _bso_kernel(accumulate: tuple, real_acc: tuple, operands: tuple, bso, c_out: int, consts: tuple,
-                lead: tuple[int, ...] | None, *, out_bits: int, symmetric: bool, variant: str,
-                return_stats: bool, saturation_grad: str):
+@eager_program(static_argnames=("accumulate", "real_acc", "c_out", "lead", "out_bits", "symmetric", "variant",
+                                "return_stats", "saturation_grad"))
+def _bso_kernel(operands: tuple, bso, consts: tuple, *, accumulate: tuple, real_acc: tuple, c_out: int,
+                lead: tuple[int, ...] | None, out_bits: int, symmetric: bool, variant: str, return_stats: bool,
+                saturation_grad: str):
     """A BSO kernel: accumulation then the §3.2 pipeline, differentiable for float operands,
     as one program when called eagerly.
 
@@ -385,15 +387,6 @@ def _bso_kernel(accumulate: tuple, real_acc: tuple, operands: tuple, bso, c_out:
     first operand is an image (..., H, W, C) run as (B, H, W, C) and the output's batch
     axis is reshaped to ``lead``. Returns ``y`` [, LegacyStats].
     """
-    return _bso_program(operands, bso, consts, accumulate=accumulate, real_acc=real_acc, c_out=c_out,
-                        lead=lead, out_bits=out_bits, symmetric=symmetric, variant=variant,
-                        return_stats=bool(return_stats), saturation_grad=saturation_grad)
-
-
-@eager_program(static_argnames=("accumulate", "real_acc", "c_out", "lead", "out_bits", "symmetric", "variant",
-                                "return_stats", "saturation_grad"))
-def _bso_program(operands, bso, consts, *, accumulate, real_acc, c_out, lead, out_bits, symmetric, variant,
-                 return_stats, saturation_grad):
     f = _unpack_bso(bso, c_out)
     stats, flags = return_stats, return_stats or S.has_float(operands)
     if lead is not None:
@@ -438,9 +431,10 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
     win = _window(xb.shape[-3:-1], (kh, kw), window_start, window_stride, out_shape)
     bso = _checked_fields(bso, c_out, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
-    return _bso_kernel(_spec(_conv_acc, win=win, order_for=order_for), _spec(_conv_real_acc, win=win), (xb, k),
-                       bso, c_out, (zp,), lead, out_bits=8, symmetric=bool(symmetric), variant=variant,
-                       return_stats=return_stats, saturation_grad=saturation_grad)
+    return _bso_kernel((xb, k), bso, (zp,), accumulate=_spec(_conv_acc, win=win, order_for=order_for),
+                       real_acc=_spec(_conv_real_acc, win=win), c_out=c_out, lead=lead, out_bits=8,
+                       symmetric=bool(symmetric), variant=variant, return_stats=bool(return_stats),
+                       saturation_grad=saturation_grad)
 
 
 def _conv_patches(xb, k_shape, win: ConvGeometry, zp):
@@ -604,9 +598,10 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     win = _window(xb.shape[-3:-1], (kh, kw), window_start, window_stride, out_shape)
     bso = _checked_fields(bso, c, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
-    return _bso_kernel(_spec(_depthwise_acc, win=win), _spec(_depthwise_real_acc, win=win), (xb, k), bso, c,
-                       (zp,), lead, out_bits=8, symmetric=bool(symmetric), variant=variant,
-                       return_stats=return_stats, saturation_grad=saturation_grad)
+    return _bso_kernel((xb, k), bso, (zp,), accumulate=_spec(_depthwise_acc, win=win),
+                       real_acc=_spec(_depthwise_real_acc, win=win), c_out=c, lead=lead, out_bits=8,
+                       symmetric=bool(symmetric), variant=variant, return_stats=bool(return_stats),
+                       saturation_grad=saturation_grad)
 
 
 def _depthwise_real_acc(xb, k, bias, zp, *, win):
@@ -647,9 +642,9 @@ def _fully_connected(x, w, bso, *, out_bits, symmetric, variant, return_stats, s
     _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xa, wa = _fc_operands(x, w, n_multiple=4, float_ok=True)
     bso = _checked_fields(bso, wa.shape[0], variant)
-    return _bso_kernel(_spec(_fc_acc, tail_first=True), _spec(_fc_real_acc), (xa, wa), bso, wa.shape[0], (),
-                       None, out_bits=out_bits, symmetric=bool(symmetric), variant=variant,
-                       return_stats=return_stats, saturation_grad=saturation_grad)
+    return _bso_kernel((xa, wa), bso, (), accumulate=_spec(_fc_acc, tail_first=True), real_acc=_spec(_fc_real_acc),
+                       c_out=wa.shape[0], lead=None, out_bits=out_bits, symmetric=bool(symmetric), variant=variant,
+                       return_stats=bool(return_stats), saturation_grad=saturation_grad)
 
 
 def _fc_real_acc(xa, wa, bias):

@@ -104,27 +104,25 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     # kernel shape with the same number of output channels.
     cb = max(4, 1 << (c - 1).bit_length())
     pad = ((0, cb - c),)
-    if V.is_concrete(kernel_q) and V.is_concrete(bias_q) and V.is_concrete(s_w):  # eager: sums on the host
-        w = np.asarray(kernel_q).reshape(c, -1).astype(np.int64)
-        inputs = (np.where(w > 0, w, 0).sum(axis=1), np.where(w < 0, w, 0).sum(axis=1), np.asarray(bias_q))
-        inputs = [np.pad(v.astype(np.int32), pad) for v in inputs]
-        sw = np.broadcast_to(np.asarray(s_w, np.float32).reshape(-1), (c,))
-        inputs += [np.pad(sw, pad), np.arange(cb) < c]
-    else:
-        inputs = [jnp.pad(v, pad) for v in _channel_inputs(kernel_q, bias_q, s_w)] + [jnp.arange(cb) < c]
+    host = V.is_concrete(kernel_q) and V.is_concrete(bias_q) and V.is_concrete(s_w)
+    xp = np if host else jnp  # eager: the sums and the padding on the host
+    sums = _channel_inputs(kernel_q, bias_q, s_w, np) if host else _channel_inputs_jit(kernel_q, bias_q, s_w)
+    inputs = [xp.pad(v, pad) for v in sums] + [xp.arange(cb) < c]
     return _otfn_params_impl(*inputs, c=c, s_in=s_in, z_in=z_in, s_out=s_out, z_out=z_out)
 
 
-@jax.jit
-def _channel_inputs(kernel_q, bias_q, s_w):
+def _channel_inputs(kernel_q, bias_q, s_w, xp=jnp):
     """Per output channel: the sums of the positive and of the negative weights (int32), the
-    bias (int32) and the weight scale (float32, broadcast)."""
+    bias (int32) and the weight scale (float32, broadcast); ``xp`` is ``jnp`` or ``np``."""
     c = kernel_q.shape[0]
-    w = kernel_q.reshape(c, -1).astype(jnp.int32)
-    sp = jnp.where(w > 0, w, 0).sum(axis=1, dtype=jnp.int32)
-    sn = jnp.where(w < 0, w, 0).sum(axis=1, dtype=jnp.int32)
-    sw = jnp.broadcast_to(jnp.asarray(s_w, jnp.float32).reshape(-1), (c,))
-    return sp, sn, jnp.asarray(bias_q).astype(jnp.int32), sw
+    w = xp.asarray(kernel_q).reshape(c, -1).astype(xp.int32)
+    sp = xp.where(w > 0, w, 0).sum(axis=1).astype(xp.int32)
+    sn = xp.where(w < 0, w, 0).sum(axis=1).astype(xp.int32)
+    sw = xp.broadcast_to(xp.asarray(s_w).astype(xp.float32).reshape(-1), (c,))
+    return sp, sn, xp.asarray(bias_q).astype(xp.int32), sw
+
+
+_channel_inputs_jit = jax.jit(_channel_inputs)
 
 
 @functools.partial(jax.jit, static_argnames=("c",))
