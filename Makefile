@@ -19,14 +19,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m train digits
 
-# The whole suite, every golden vector and property. Compiled with fast-compile XLA flags
-# (see tests/conftest.py) and a persistent compilation cache in .jax_cache/; files are
-# spread over $(TEST_WORKERS) workers, each file kept on one worker (module fixtures run once).
+# What CI runs: every golden vector, property and oracle comparison, without the tests
+# marked `slow` (end-to-end demo and training runs; see pyproject.toml). Compiled with
+# fast-compile XLA flags (see tests/conftest.py) and a persistent compilation cache in
+# .jax_cache/; files are spread over $(TEST_WORKERS) workers, each file kept on one worker
+# (module fixtures run once).
 test: $(STAMP)
-	$(PYTEST)
+	$(PYTEST) -m "not slow"
 
-# The same suite compiled with XLA's default optimisation (no fast-compile flags), as
-# users run it: slower to compile, same exact results expected.
+# Before a release: every test, `slow` ones included, compiled with XLA's default
+# optimisation (no fast-compile flags), as users run it.
 test-full: $(STAMP)
 	HWJAX_TEST_FAST_COMPILE=0 $(PYTEST)
 

@@ -41,6 +41,7 @@ def test_eval_and_export_subcommands(run, tmp_path, capsys):
            [[t["sha256"] for t in l["tensors"].values()] for l in b["nodes"]]
 
 
+@pytest.mark.slow
 def test_resume_continues_the_hardware_aware_phase(run, capsys):
     before = json.loads((run / "results.json").read_text())
     assert main(["digits", *[a for a in TINY if a != "--quiet"], "--hat-epochs", "2", "--out", str(run),
@@ -112,7 +113,7 @@ def test_lut_tables_are_not_derived_on_the_host_inside_training_steps(monkeypatc
     y = rng.integers(0, 10, 64).astype(np.int32)
     losses = {}
     for kept in (True, False):
-        m = models.build("lut_mlp", "xs3", rngs=nnx.Rngs(0))
+        m = models.build("lut_mlp", "xs3", rngs=nnx.Rngs(0), hidden=(16,))  # one table layer
         hn.set_mode(m, "calibrate")
         m(jnp.asarray(x))
         hn.set_mode(m, "hardware")

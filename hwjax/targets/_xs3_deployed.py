@@ -317,8 +317,10 @@ def _xformer_linear_params(op: str, portable, q_in, q_out, xp=jnp) -> dict:
     (C_pad, kh, kw, C_in) with C_pad = C_out rounded up to a multiple of 4 (pad channels:
     zero weights, zero bias, weight scale 0), and ``otfn_params``' multipliers, biases and
     ``shifts = [initial_shift, final_shr]`` over all C_pad channels (pad channels take part
-    in the exponent search, as in xformer). ``xp=np`` pads concrete arguments on the host
-    (no program per layer shape; ``otfn_params`` then compiles one)."""
+    in the exponent search, as in xformer). ``xp=np`` takes concrete arguments on the host:
+    padded there, and the parameters from xformer's own float64 recipe
+    (:func:`hwjax.xs3.otfn_params_from_scales`, no program compiled), or from
+    ``otfn_params`` where that refuses the layer (shifts outside the assembly's ranges)."""
     k = _linear_kernel(op, xp.asarray(portable["kernel"]).astype(xp.int8), xp)
     co = k.shape[0]
     extra = _padded_channels(co) - co
@@ -326,12 +328,26 @@ def _xformer_linear_params(op: str, portable, q_in, q_out, xp=jnp) -> dict:
     bp = xp.concatenate([xp.asarray(portable["bias"]).astype(xp.int32), xp.zeros((extra,), xp.int32)])
     sw = xp.broadcast_to(xp.asarray(portable["w_scale"]).astype(xp.float32), (co,))
     swp = xp.concatenate([sw, xp.zeros((extra,), xp.float32)])
-    mul, bias, shifts = xs3.otfn_params(kp, bp, s_in=q_in[0].scale, z_in=q_in[0].zero_point, s_w=swp,
-                                        s_out=q_out.scale, z_out=q_out.zero_point)
+    host = _host_otfn_params(kp, bp, q_in[0], swp, q_out) if xp is np else None
+    mul, bias, shifts = host if host is not None else xs3.otfn_params(
+        kp, bp, s_in=q_in[0].scale, z_in=q_in[0].zero_point, s_w=swp, s_out=q_out.scale, z_out=q_out.zero_point)
     zin, zout = (xp.asarray(q.zero_point).astype(xp.int32) for q in (q_in[0], q_out))
     if xp is np:  # host values: transferred, not compiled
         kp, zin, zout = jax.device_put((kp, zin, zout))
     return {"kernel": kp, "multipliers": mul, "biases": bias, "shifts": shifts, "zin": zin, "zout": zout}
+
+
+def _host_otfn_params(kernel, bias, q_in, s_w, q_out):
+    """``otfn_params``' ``(multipliers, biases, shifts)`` from xformer's float64 host recipe,
+    as device arrays; None where the recipe refuses the layer."""
+    try:
+        r = xs3.otfn_params_from_scales(bias.astype(np.int64), kernel, float(np.float32(q_in.scale)),
+                                        int(q_in.zero_point), s_w, float(np.float32(q_out.scale)),
+                                        int(q_out.zero_point))
+    except ValueError:
+        return None
+    shifts = np.array([r["initial_shift"], r["final_shr"]], np.int32)
+    return jax.device_put((r["multipliers"].astype(np.int32), r["biases"].astype(np.int32), shifts))
 
 
 # ------------------------------------------- xformer's choice of output transform (numpy)
