@@ -321,22 +321,18 @@ def test_bad_arguments_raise_named_hwjax_errors(case):
     expect_table_error(call, case)
 
 
-def test_every_function_is_covered_and_runs_on_canonical_arguments():
-    public = set(G.__all__) | set(T.__all__)
-    for name, (fn, _) in FUNCS.items():
-        assert fn.__name__ in public, name
-        call(name)
-    covered = {f for f, *_ in CASES}
-    assert covered == set(FUNCS), set(FUNCS) - covered
-
-
 # Public functions that still compile more than one program when called eagerly on a
-# new shape (remaining work; see tests/test_bad_input.py:check_one_program).
+# new shape (see tests/test_bad_input.py:check_one_program).
 MULTI_PROGRAM: dict[str, str] = {}
 
 
-def test_eager_calls_compile_one_program():
-    check_one_program(FUNCS, call, MULTI_PROGRAM)
+def test_every_function_is_covered_and_runs_as_one_program_on_canonical_arguments():
+    public = set(G.__all__) | set(T.__all__)
+    for name, (fn, _) in FUNCS.items():
+        assert fn.__name__ in public, name
+    check_one_program(FUNCS, call, MULTI_PROGRAM)  # runs every one of them
+    covered = {f for f, *_ in CASES}
+    assert covered == set(FUNCS), set(FUNCS) - covered
 
 
 # -------------------------------------------------------------- hypothesis: every form

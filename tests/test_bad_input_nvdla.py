@@ -386,27 +386,22 @@ def test_bad_arguments_raise_named_hwjax_errors(case):
     expect_table_error(call, case)
 
 
-def test_every_function_is_covered_and_runs_on_canonical_arguments():
-    public = {n for n in dir(N) if not n.startswith("_") and callable(getattr(N, n))
-              and not isinstance(getattr(N, n), type)}
-    for name, (fn, _) in FUNCS.items():
-        assert fn.__name__ == name, name
-        if name not in CANONICAL_SKIP:
-            call(name)
-    covered = {f for f, *_ in CASES}
-    assert covered == set(FUNCS), set(FUNCS) - covered
-    assert public - {"cvt"} <= set(FUNCS), public - set(FUNCS)  # cvt: tests/test_bad_input.py
-
-
 # Public functions that still compile more than one program when called eagerly on a
-# new shape (remaining work; see tests/test_bad_input.py:check_one_program).
+# new shape (see tests/test_bad_input.py:check_one_program).
 MULTI_PROGRAM = {
     "fit_lut": "an optimisation loop: its step and the LUT evaluation are separate programs",
 }
 
 
-def test_eager_calls_compile_one_program():
-    check_one_program([n for n in FUNCS if n not in CANONICAL_SKIP], call, MULTI_PROGRAM)
+def test_every_function_is_covered_and_runs_as_one_program_on_canonical_arguments():
+    public = {n for n in dir(N) if not n.startswith("_") and callable(getattr(N, n))
+              and not isinstance(getattr(N, n), type)}
+    for name, (fn, _) in FUNCS.items():
+        assert fn.__name__ == name, name
+    check_one_program([n for n in FUNCS if n not in CANONICAL_SKIP], call, MULTI_PROGRAM)  # runs them
+    covered = {f for f, *_ in CASES}
+    assert covered == set(FUNCS), set(FUNCS) - covered
+    assert public - {"cvt"} <= set(FUNCS), public - set(FUNCS)  # cvt: tests/test_bad_input.py
 
 
 # ------------------------------------------------- valid inputs in other forms, traced values

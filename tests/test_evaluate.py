@@ -157,7 +157,7 @@ def test_integer_results_do_not_depend_on_jax_enable_x64():
     for flag in (False, True):
         with jax.enable_x64(flag):
             rng = np.random.default_rng(0)
-            m = models.build("lut_mlp", T.XS3(variant="host"), rngs=nnx.Rngs(0))
+            m = models.build("lut_mlp", T.XS3(variant="host"), rngs=nnx.Rngs(0), hidden=(16,))
             x = rng.uniform(0, 1, (32, 64)).astype(np.float32)
             hn.set_mode(m, "calibrate")
             m(jnp.asarray(x))
