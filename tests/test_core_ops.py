@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwjax.core import ROUNDING_MODES, div_rn, fixed_mul, saturate, shift_right
+from hwjax.core import ROUNDING_MODES, div_rn, fixed_mul, floor_divmod_small, saturate, shift_right
 from tests.conftest import golden_path
 
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -81,6 +81,22 @@ def test_fixed_mul_int32_operands_exact(x, m, f, bits, rounding, symmetric):
 def test_fixed_mul_int16_operands_exact(x, m, f, rounding):
     got = int(fixed_mul(np.int16(x), np.int16(m), f, rounding=rounding, bits=16))
     assert got == py_sat(py_round_shift(x * m, f, rounding), 16)
+
+
+_DIVMOD = jax.jit(floor_divmod_small)  # one program: every example below has shape (8,)
+
+
+@given(st.lists(st.tuples(st.integers(1, 2**24), st.integers(-(2**20) + 1, 2**20 - 1), st.integers(0, 2**24 - 1)),
+                min_size=8, max_size=8))
+def test_floor_divmod_small_matches_python(cases):
+    """floor(r / d) and the remainder for every d in [1, 2**24] and |r / d| < 2**20 that
+    fits int32, near quotient boundaries too (r = q d + rem with a random rem in [0, d))."""
+    d = np.array([c[0] for c in cases], np.int64)
+    r = np.array([c[1] for c in cases], np.int64) * d + np.array([c[2] for c in cases], np.int64) % d
+    r = np.clip(r, -(2**31), 2**31 - 1)
+    q, rem = (np.asarray(v) for v in _DIVMOD(jnp.asarray(r, jnp.int32), jnp.asarray(d, jnp.int32)))
+    want_q = [int(a) // int(b) for a, b in zip(r, d)]
+    assert q.tolist() == want_q and rem.tolist() == [int(a) - int(b) * w for a, b, w in zip(r, d, want_q)]
 
 
 def test_shift_right_issue_examples():

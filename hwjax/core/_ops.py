@@ -59,6 +59,24 @@ def checked_int(x: jax.Array, name: str) -> jax.Array:
     return x
 
 
+def floor_divmod_small(r: jax.Array, d: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(floor(r / d), r - d * floor(r / d))`` exactly, without an integer division.
+
+    For int32 ``r`` and ``d`` with ``0 < d <= 2**24`` and ``|r / d| < 2**20`` (the
+    caller guarantees both; nothing is checked): the float32 quotient of ``r`` and ``d``
+    is within ``2**-16 * |r / d|`` of ``r / d``, so its floor ``c`` is within 1 of
+    ``floor(r / d)``; the remainder ``r - c d`` (exact in wrapping int32 arithmetic: its
+    true value lies in ``[-d, 2 d)``) is brought into ``[0, d)`` by one step each way.
+    XLA's integer division of vectors is slow to compile and to run on CPU; this is a
+    few element-wise operations."""
+    c = jnp.floor(r.astype(jnp.float32) / d.astype(jnp.float32)).astype(jnp.int32)
+    q, rem = c, r - c * d
+    low = rem < 0
+    q, rem = jnp.where(low, q - 1, q), jnp.where(low, rem + d, rem)
+    high = rem >= d
+    return jnp.where(high, q + 1, q), jnp.where(high, rem - d, rem)
+
+
 def float0_zeros(x: jax.Array):
     return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 

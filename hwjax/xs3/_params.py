@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import compute_once, div_rn, shift_right
+from hwjax.core import compute_once, div_rn, floor_divmod_small, shift_right
 from hwjax.core import validate as V
 from hwjax.errors import ShapeError
 from hwjax.core import wide as W
@@ -161,7 +161,7 @@ def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, c, s_in, z_in, s_out, z_out
             f1 = jnp.floor(jnp.clip(q, -(2.0**30), 2.0**30)).astype(jnp.int32)
             # r = n 2**k - f1 mant, |r| < 2**31: exact in int32 arithmetic modulo 2**32
             r = jnp.where(k >= 32, 0, n << jnp.minimum(k, 31)) - f1 * mant
-            f = f1 + jnp.floor_divide(r, jnp.maximum(mant, 1))
+            f = f1 + floor_divmod_small(r, jnp.maximum(mant, 1))[0]  # |r / mant| < 2**8 where m > 0
             return jnp.where(big, jnp.where(q > 0, 2**30, -(2**30)), f)
 
         # §4.5 step 2: narrow to the accumulators whose output is not clamped
