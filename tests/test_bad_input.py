@@ -156,6 +156,8 @@ FUNCS = {
     "div_rn": (lambda **k: core.div_rn(**k), dict(a=np.float32([1.0, 3.0]), b=np.float32([3.0, 7.0])), {}),
     "int_dot": (lambda **k: core.int_dot(**k), dict(x=X8, w=W8, dimension_numbers=(((1,), (1,)), ((), ()))), {}),
     "to_float16": (lambda **k: core.to_float16(**k), dict(x=np.float32([1.5, -2.25, 7e4])), {}),
+    "floor_divmod_small": (lambda **k: core.floor_divmod_small(**k),
+                           dict(r=np.int32([-7, 9, 2**20 - 1]), d=np.int32([2, 2**24, 1])), {"d": (1, 2**24)}),
 }
 
 # every argument of each function that takes an array or a number

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import _validate as V
-from hwjax.core._ops import floor_divmod_small
+from hwjax.core._ops import _floor_divmod_small
 from hwjax.core._program import eager_program
 from hwjax.errors import RangeError
 
@@ -55,7 +55,7 @@ def _div_rn_jit(a, b) -> jax.Array:
     # r = ma 2**s - q0 mb is small (|r| < 16 mb < 2**28, q0 being within a few units of
     # the quotient), so int32 arithmetic that wraps modulo 2**32 gives it exactly
     r = (ma << s) - q0 * mb
-    c, rem = floor_divmod_small(r, mb)  # |r / mb| < 16, mb < 2**24
+    c, rem = _floor_divmod_small(r, mb)  # |r / mb| < 16, mb < 2**24
     q = q0 + c
     up = (2 * rem > mb) | ((2 * rem == mb) & ((q & 1) == 1))
     q = q + up.astype(jnp.int32)
