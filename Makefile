@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m train digits
 
-# What CI runs: every golden vector, property and oracle comparison, without the tests
-# marked `slow` (end-to-end demo and training runs; see pyproject.toml). Compiled with
+# What CI runs: every golden vector and property, and every test model against its oracle,
+# without the tests marked `slow` (end-to-end and training runs; see pyproject.toml). Compiled with
 # fast-compile XLA flags (see tests/conftest.py) and a persistent compilation cache in
 # .jax_cache/; files are spread over $(TEST_WORKERS) workers, each file kept on one worker
 # (module fixtures run once).
