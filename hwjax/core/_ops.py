@@ -86,7 +86,7 @@ def floor_divmod_small(r, d) -> tuple[jax.Array, jax.Array]:
         if big.any():
             raise V.RangeError(f"r / d must lie in (-2**20, 2**20); found r = {np.broadcast_to(r, big.shape)[big][0]} "
                              f"with d = {np.broadcast_to(d, big.shape)[big][0]}")
-    return _floor_divmod_small(r.astype(jnp.int32), d.astype(jnp.int32))
+    return _floor_divmod_small(r, d)
 
 
 @jax.jit

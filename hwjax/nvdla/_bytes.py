@@ -165,13 +165,16 @@ class Placement:
 
 
 @jax.jit
-def _place_kernel(x: jax.Array, source: jax.Array) -> jax.Array:
+def place_source(x: jax.Array, source: jax.Array) -> jax.Array:
+    """:func:`place` with the placement's ``source`` map (traced into a caller's program)."""
     flat = jnp.concatenate([to_bytes(x).reshape(-1), jnp.zeros((1,), jnp.uint8)])
     return flat[source]
 
 
 @functools.partial(jax.jit, static_argnums=2)
-def _gather_kernel(image: jax.Array, byte_index: jax.Array, dtype_name: str) -> jax.Array:
+def gather_index(image: jax.Array, byte_index: jax.Array, dtype_name: str) -> jax.Array:
+    """:func:`gather` on a checked image with the placement's ``byte_index`` (traced into a
+    caller's program)."""
     return from_bytes(image[byte_index], dtype_name)
 
 
@@ -180,20 +183,9 @@ def place(x: jax.Array, p: Placement) -> jax.Array:
     return place_source(x, p.source)
 
 
-def place_source(x: jax.Array, source) -> jax.Array:
-    """:func:`place` with the placement's ``source`` map (inside a caller's program)."""
-    return _place_kernel(x, source)
-
-
 def gather(image: jax.Array, p: Placement, dtype: Any, name: str = "image") -> jax.Array:
     """Reads the tensor of shape ``p.shape`` back from a uint8 image (inverse of :func:`place`)."""
     return gather_index(check_image(image, p.size, name), p.byte_index, element_type(dtype).name)
-
-
-def gather_index(image: jax.Array, byte_index, dtype_name: str) -> jax.Array:
-    """:func:`gather` on a checked image with the placement's ``byte_index`` (inside a
-    caller's program)."""
-    return _gather_kernel(image, byte_index, dtype_name)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))

@@ -445,7 +445,7 @@ _PROC_EPA = {"INT8": 32, "INT16": 16, "FP16": 16}
 
 def _operands(alu, mul, dtype) -> tuple[tuple[jax.Array, ...], tuple[str, ...]]:
     """The given operands, checked and converted to the element type (stacked on a last
-    axis inside the packing program: :func:`_stacked`), and their component names."""
+    axis inside the packing program), and their component names."""
     given = [(n, v) for n, v in zip(_COMPONENTS, (alu, mul)) if v is not None]
     if not given:
         raise RangeError("give at least one of alu= and mul=")
@@ -454,10 +454,6 @@ def _operands(alu, mul, dtype) -> tuple[tuple[jax.Array, ...], tuple[str, ...]]:
         raise ShapeError(f"alu and mul must have the same shape and dtype; got "
                          f"{[(a.shape, str(a.dtype)) for a in arrs]}")
     return arrs, tuple(n for n, _ in given)
-
-
-def _stacked(arrs: tuple[jax.Array, ...]) -> jax.Array:
-    return jnp.stack(arrs, axis=-1)
 
 
 def _components(components) -> tuple[str, ...]:
@@ -486,7 +482,7 @@ def pack_sdp_per_channel(alu: Any = None, mul: Any = None, *, dtype: Any = None)
 
 @eager_program(static_argnames=("size",))
 def _pack_per_channel(arrs, *, size: int) -> jax.Array:
-    return B.elements_image(_stacked(arrs), size)
+    return B.elements_image(jnp.stack(arrs, axis=-1), size)
 
 
 def unpack_sdp_per_channel(image: Any, channels: int, *, dtype: Any,
@@ -567,7 +563,7 @@ def pack_sdp_per_element(alu: Any = None, mul: Any = None, *, proc_precision: st
 
 @eager_program
 def _pack_per_element(arrs, source: np.ndarray) -> jax.Array:
-    return B.place_source(_stacked(arrs), source)
+    return B.place_source(jnp.stack(arrs, axis=-1), source)
 
 
 def unpack_sdp_per_element(image: Any, shape_chw, *, proc_precision: str, dtype: Any,

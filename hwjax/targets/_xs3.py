@@ -120,17 +120,26 @@ def _xs3_linear_host_params(op: str):
         <= 0, shifts outside the assembly's ranges), so ``params`` returns them as found."""
         k = np.asarray(p["kernel"]).astype(np.int32)
         k = np.transpose(k, (2, 0, 1)) if op == "depthwise_conv" else np.asarray(_ohwi(k, op))
-        s_in, z_in = float(np.float32(q_in[0].scale)), int(q_in[0].zero_point)
-        try:
-            r = xs3.otfn_params_from_scales(np.asarray(p["bias"], np.int64), k, s_in, z_in,
-                                            np.asarray(p["w_scale"], np.float32), float(np.float32(q_out.scale)),
-                                            int(q_out.zero_point))
-        except ValueError:
+        r = xformer_host_otfn(k, p["bias"], q_in[0], p["w_scale"], q_out)
+        if r is None:
             return None
         return XS3ConvParams(k.astype(np.int8), r["multipliers"].astype(np.int32), r["biases"].astype(np.int32),
-                             np.int32(r["initial_shift"]), np.int32(r["final_shr"]), np.int32(z_in))
+                             np.int32(r["initial_shift"]), np.int32(r["final_shr"]), np.int32(q_in[0].zero_point))
 
     return host_params
+
+
+def xformer_host_otfn(kernel, bias, q_in, s_w, q_out) -> dict | None:
+    """:func:`hwjax.xs3.otfn_params_from_scales` (xformer's float64 host recipe) on concrete
+    kernel (C_out, ...), biases, weight scales and the input / output :class:`hwjax.graph.Quant`;
+    None where the recipe refuses the layer (then the jittable ``otfn_params`` returns the
+    parameters as found)."""
+    try:
+        return xs3.otfn_params_from_scales(np.asarray(bias, np.int64), kernel, float(np.float32(q_in.scale)),
+                                           int(q_in.zero_point), np.asarray(s_w, np.float32),
+                                           float(np.float32(q_out.scale)), int(q_out.zero_point))
+    except ValueError:
+        return None
 
 
 def _xs3_linear_run(op: str):

@@ -33,6 +33,7 @@ from hwjax.errors import ArgTypeError, RangeError, UnsupportedOpError
 from hwjax.graph import geometry
 from hwjax.targets._base import Target, no_acc, register
 from hwjax.targets._tflite import TFLite, host_recipe
+from hwjax.targets._xs3 import xformer_host_otfn
 from hwjax.tflite import activation_range
 
 _I32 = jnp.int32
@@ -340,11 +341,8 @@ def _xformer_linear_params(op: str, portable, q_in, q_out, xp=jnp) -> dict:
 def _host_otfn_params(kernel, bias, q_in, s_w, q_out):
     """``otfn_params``' ``(multipliers, biases, shifts)`` from xformer's float64 host recipe,
     as device arrays; None where the recipe refuses the layer."""
-    try:
-        r = xs3.otfn_params_from_scales(bias.astype(np.int64), kernel, float(np.float32(q_in.scale)),
-                                        int(q_in.zero_point), s_w, float(np.float32(q_out.scale)),
-                                        int(q_out.zero_point))
-    except ValueError:
+    r = xformer_host_otfn(kernel, bias, q_in, s_w, q_out)
+    if r is None:
         return None
     shifts = np.array([r["initial_shift"], r["final_shr"]], np.int32)
     return jax.device_put((r["multipliers"].astype(np.int32), r["biases"].astype(np.int32), shifts))
