@@ -178,6 +178,25 @@ def test_fit_lut_improves_on_sampling():
     assert report.improvement == pytest.approx(1 - after.mean_abs / before.mean_abs)
 
 
+def test_fit_lut_is_one_program_shared_by_default_fits():
+    """fit_lut compiles one program (optimisation, rounding and both sweeps); later default
+    fits with the same shapes and steps reuse it, whatever the learning rate; a given
+    optimiser gives the same kind of result."""
+    import optax
+
+    from hwjax.nvdla._program import _fit
+
+    cfg = PRESETS["tanh"]()
+    kw = dict(input_scale=4096, output_scale=32767, x_range=(-4, 4), steps=3, num_points=512)
+    fit_lut(np.tanh, cfg, **kw)
+    n = _fit._cache_size()
+    fitted, report = fit_lut(np.tanh, cfg, learning_rate=0.25, **kw)
+    assert _fit._cache_size() == n
+    assert report.before == lut_error(cfg, np.tanh, **{k: kw[k] for k in ("input_scale", "output_scale", "x_range")})
+    fitted, report = fit_lut(np.tanh, cfg, optimizer=optax.sgd(0.1), **kw)
+    assert fitted.registers() == cfg.registers() and report.steps == 3
+
+
 def test_fit_lut_rejects_cdp():
     with pytest.raises(TypeError):
         fit_lut(np.tanh, lrn_lut(), input_scale=1, output_scale=1, x_range=(0, 1))

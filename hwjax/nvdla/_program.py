@@ -12,6 +12,7 @@ an EXPONENT LE table has entry ``i`` at ``X = START + 2**(i + off)``; entries ar
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, Literal
 
@@ -479,9 +480,12 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     ``num_points`` inputs of ``x_range``. Registers are kept; the best rounded tables
     seen (by mean absolute error on the training inputs, plain sampling included) are
     returned with a :class:`FitReport` measured on the dense sweep of :func:`lut_error`.
-    """
-    import optax
 
+    ``fn`` is evaluated on the host (float64); the optimisation (``steps`` optax steps in
+    a ``lax.scan``), the rounding of the best entries (:func:`quantize_entries`) and both
+    error sweeps then run as one compiled program (shared by later calls with the same
+    shapes and steps when ``optimizer`` is None).
+    """
     _fn(fn)
     if not isinstance(cfg, SdpLutConfig):
         raise ArgTypeError(f"cfg: fit_lut optimises SdpLutConfig tables, got {type(cfg).__name__}")
@@ -490,34 +494,54 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     steps = V.check_static_int(steps, 0, 1 << 31, "steps")
     learning_rate = _real(learning_rate, "learning_rate", positive=True)
     x_np = sweep(x_range, input_scale, num_points)
-    x = jax.device_put(x_np.astype(np.int32))
-    target = jax.device_put(np.asarray(output_scale * _eval(fn, x_np / input_scale), np.float32))
-    opt = optimizer if optimizer is not None else optax.adam(learning_rate)
-    params = {"le": jax.device_put(np.asarray(cfg.le_table, np.float32)),
-              "lo": jax.device_put(np.asarray(cfg.lo_table, np.float32))}
-    state = opt.init(params)
+    target = np.asarray(output_scale * _eval(fn, x_np / input_scale), np.float32)
+    x_err = sweep(x_range, input_scale)  # lut_error's sweep
+    target_err = output_scale * _eval(fn, x_err / input_scale)
+    params = {t: np.asarray(getattr(cfg, f"{t}_table"), np.float32) for t in ("le", "lo")}
+    data = (jax.device_put(a) for a in (x_np.astype(np.int32), target, x_err.astype(np.int32)))
+    tables, y_before, y_after = _fit(params, cfg, *data, np.float32(learning_rate), opt=optimizer, steps=steps)
+    fitted = cfg.replace(le_table=np.asarray(tables["le"]), lo_table=np.asarray(tables["lo"]))
+    report = [_report(np.asarray(y).astype(np.float64), target_err, output_scale) for y in (y_before, y_after)]
+    return fitted, FitReport(before=report[0], after=report[1], steps=steps)
+
+
+def _quantize_entries_jnp(v: jax.Array) -> jax.Array:
+    """:func:`quantize_entries` of float32 ``v`` in the program (NaN -> 0, round half away
+    from zero, saturate to int16; exact: ``|v| + 0.5`` is exact in float32 below 2**23)."""
+    v = jnp.where(jnp.isnan(v), 0.0, v)
+    r = jnp.sign(v) * jnp.floor(jnp.abs(v) + 0.5)
+    return jnp.clip(r, -(2**15), 2**15 - 1).astype(jnp.int16)
+
+
+@functools.partial(jax.jit, static_argnames=("opt", "steps"))
+def _fit(params, cfg, x, target, x_err, learning_rate, *, opt, steps: int):
+    """The body of :func:`fit_lut`, one program: ``steps`` optimiser steps (``opt``, or
+    ``optax.adam(learning_rate)`` when None, so that repeated default fits share the
+    program), the best entries rounded, and the LUT outputs on ``x_err`` for the given
+    and the fitted tables. Returns ``(int16 tables, y_before, y_after)``."""
+    import optax
+
+    tx = optax.adam(learning_rate) if opt is None else opt
 
     def loss(p):
-        y = _surrogate(p, cfg, x)
-        err = y - target
+        err = _surrogate(p, cfg, x) - target
         return jnp.mean(err**2), jnp.mean(jnp.abs(jax.lax.stop_gradient(err)))
 
-    @jax.jit
-    def step(p, s):
+    def step(carry, _):
+        p, s, best, best_mae = carry
         (_, mae), g = jax.value_and_grad(loss, has_aux=True)(p)
-        updates, s = opt.update(g, s, p)
-        return optax.apply_updates(p, updates), s, mae
+        updates, s = tx.update(g, s, p)
+        better = mae < best_mae  # mae belongs to p (before this update)
+        best = jax.tree.map(lambda b, q: jnp.where(better, q, b), best, p)
+        return (optax.apply_updates(p, updates), s, best, jnp.where(better, mae, best_mae)), None
 
-    best, best_mae = params, np.inf
-    for _ in range(steps):
-        new, state, mae = step(params, state)
-        if float(mae) < best_mae:  # mae belongs to `params` (before this update)
-            best, best_mae = params, float(mae)
-        params = new
-    ints = {t: quantize_entries(np.asarray(p)) for t, p in best.items()}
-    fitted = cfg.replace(le_table=ints["le"], lo_table=ints["lo"])
-    kw = dict(input_scale=input_scale, output_scale=output_scale, x_range=x_range)
-    return fitted, FitReport(before=lut_error(cfg, fn, **kw), after=lut_error(fitted, fn, **kw), steps=steps)
+    init = (params, tx.init(params), params, jnp.float32(jnp.inf))
+    best = jax.lax.scan(step, init, None, length=steps)[0][2]
+    tables = {t: _quantize_entries_jnp(b) for t, b in best.items()}
+    # both sweeps through one LUT kernel, mapped over the (given, fitted) tables
+    both = {t: jnp.stack([jnp.asarray(getattr(cfg, f"{t}_table"), jnp.int16), tables[t]]) for t in tables}
+    y = jax.vmap(lambda le, lo: sdp_lut(x_err, cfg.replace(le_table=le, lo_table=lo))[0])(both["le"], both["lo"])
+    return tables, y[0], y[1]
 
 
 # ---------------------------------------------------------------------------- plot_lut
