@@ -306,3 +306,26 @@ def test_wide_rint_pair_matches_big_integers(a, s, tie):
     r, r1 = jax.jit(W.rint_pair)(W.from_python([a]), jnp.int32(s))
     assert [int(v) for v in W.to_python(r)] == [_py_rint_half_even(a, s)]
     assert [int(v) for v in W.to_python(r1)] == [_py_rint_half_even(a - (1 << s), s)]
+
+
+# ------------------------------------------------------------------------ compute_once
+
+
+@pytest.mark.parametrize("trigger", [0, 1, -1, 2**31 - 1, -(2**31), -(2**31) + 1])
+def test_compute_once_is_fn_for_every_trigger(trigger):
+    """compute_once returns fn's value whatever the trigger's value (its other branch is
+    never taken), eagerly, under jit, and under vmap with the trigger mapped or not."""
+    from hwjax.core import compute_once
+
+    def fn(a, b):
+        return {"s": a * 3 + b, "d": a - b}
+
+    a, b = jnp.arange(-6, 6, dtype=jnp.int32).reshape(3, 4), jnp.int32(5)
+    want = {"s": np.asarray(a) * 3 + 5, "d": np.asarray(a) - 5}
+    t = jnp.int32(trigger)
+    got = [compute_once(fn, (a, b), t),
+           jax.jit(lambda a, b, t: compute_once(fn, (a, b), t))(a, b, t),
+           jax.vmap(lambda r: compute_once(fn, (r, b), t))(a),
+           jax.vmap(lambda r, tt: compute_once(fn, (r, b), tt))(a, jnp.full((3,), trigger, jnp.int32))]
+    for g in got:
+        assert {k: np.asarray(v).tolist() for k, v in g.items()} == {k: v.tolist() for k, v in want.items()}
