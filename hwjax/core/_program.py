@@ -24,10 +24,11 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
     for its counter; the conditional compiles faster.)
 
     ``trigger`` is any runtime int32 scalar (a zero point, a bit pattern); the other
-    branch returns zeros and is never taken, whatever the trigger's value. Pass a trigger that ``vmap`` does not map
-    (a parameter rather than a data value): a mapped predicate turns the conditional into
-    a ``select`` of both branches, and the barrier is gone (the values stay the same).
-    For integer and stop-gradient values. Concrete (eager) operands call ``fn`` directly.
+    branch returns zeros and is never taken, whatever the trigger's value. Pass a trigger
+    that ``vmap`` does not map (a parameter rather than a data value): a mapped predicate
+    turns the conditional into a ``select`` of both branches, and the barrier is gone
+    (the values stay the same). For integer and stop-gradient values. Concrete (eager)
+    operands call ``fn`` directly.
     """
     leaves = jax.tree.leaves((operands, trigger))
     if not any(isinstance(a, jax.core.Tracer) for a in leaves):

@@ -102,8 +102,8 @@ class FitReport:
 # ---------------------------------------------------------------------------- helpers
 
 
-def _round_half_away(v: np.ndarray) -> np.ndarray:
-    return np.sign(v) * np.floor(np.abs(v) + 0.5)
+def _round_half_away(v, xp=np):
+    return xp.sign(v) * xp.floor(xp.abs(v) + 0.5)
 
 
 def _eval(fn: Fn, x: np.ndarray) -> np.ndarray:
@@ -120,8 +120,15 @@ def quantize_entries(values: np.ndarray) -> np.ndarray:
         a = None
     if a is None or a.dtype.kind not in "iuf":
         raise ArgTypeError(f"values must be a real array (or a list of numbers), got {values!r}")
-    v = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=2**15, neginf=-(2**16))
-    return np.clip(_round_half_away(v), -(2**15), 2**15 - 1).astype(np.int16)
+    return _round_sat16(a.astype(np.float64), np)
+
+
+def _round_sat16(v, xp):
+    """``sat_16(round_half_away(v))`` as int16 with NaN -> 0 (``xp``: ``np`` on the host,
+    ``jnp`` in a program; in float32, ``|v| + 0.5`` is exact below 2**23, and larger values
+    saturate either way)."""
+    v = xp.where(xp.isnan(v), 0.0, v)
+    return xp.clip(_round_half_away(v, xp), -(2**15), 2**15 - 1).astype(xp.int16)
 
 
 def slope_registers(slope: float, input_scale: float, output_scale: float) -> tuple[int, int]:
@@ -505,14 +512,6 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     return fitted, FitReport(before=report[0], after=report[1], steps=steps)
 
 
-def _quantize_entries_jnp(v: jax.Array) -> jax.Array:
-    """:func:`quantize_entries` of float32 ``v`` in the program (NaN -> 0, round half away
-    from zero, saturate to int16; exact: ``|v| + 0.5`` is exact in float32 below 2**23)."""
-    v = jnp.where(jnp.isnan(v), 0.0, v)
-    r = jnp.sign(v) * jnp.floor(jnp.abs(v) + 0.5)
-    return jnp.clip(r, -(2**15), 2**15 - 1).astype(jnp.int16)
-
-
 @functools.partial(jax.jit, static_argnames=("opt", "steps"))
 def _fit(params, cfg, x, target, x_err, learning_rate, *, opt, steps: int):
     """The body of :func:`fit_lut`, one program: ``steps`` optimiser steps (``opt``, or
@@ -537,7 +536,7 @@ def _fit(params, cfg, x, target, x_err, learning_rate, *, opt, steps: int):
 
     init = (params, tx.init(params), params, jnp.float32(jnp.inf))
     best = jax.lax.scan(step, init, None, length=steps)[0][2]
-    tables = {t: _quantize_entries_jnp(b) for t, b in best.items()}
+    tables = {t: _round_sat16(b, jnp) for t, b in best.items()}  # quantize_entries
     # both sweeps through one LUT kernel, mapped over the (given, fitted) tables
     both = {t: jnp.stack([jnp.asarray(getattr(cfg, f"{t}_table"), jnp.int16), tables[t]]) for t in tables}
     y = jax.vmap(lambda le, lo: sdp_lut(x_err, cfg.replace(le_table=le, lo_table=lo))[0])(both["le"], both["lo"])
