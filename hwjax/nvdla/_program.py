@@ -489,16 +489,16 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     returned with a :class:`FitReport` measured on the dense sweep of :func:`lut_error`.
 
     ``fn`` is evaluated on the host (float64); the optimisation (``steps`` optax steps in
-    a ``lax.scan``), the rounding of the best entries (:func:`quantize_entries`) and both
-    error sweeps then run as one compiled program (shared by later calls with the same
-    shapes and steps when ``optimizer`` is None).
+    a ``lax.fori_loop``), the rounding of the best entries (:func:`quantize_entries`) and
+    both error sweeps then run as one compiled program, shared by later calls with the
+    same ``num_points`` and sweep size when ``optimizer`` is None.
     """
     _fn(fn)
     if not isinstance(cfg, SdpLutConfig):
         raise ArgTypeError(f"cfg: fit_lut optimises SdpLutConfig tables, got {type(cfg).__name__}")
     input_scale = _real(input_scale, "input_scale", positive=True)
     output_scale = _real(output_scale, "output_scale", positive=True)
-    steps = V.check_static_int(steps, 0, 1 << 31, "steps")
+    steps = V.check_static_int(steps, 0, 2**31 - 1, "steps")
     learning_rate = _real(learning_rate, "learning_rate", positive=True)
     x_np = sweep(x_range, input_scale, num_points)
     target = np.asarray(output_scale * _eval(fn, x_np / input_scale), np.float32)
@@ -506,17 +506,17 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     target_err = output_scale * _eval(fn, x_err / input_scale)
     params = {t: np.asarray(getattr(cfg, f"{t}_table"), np.float32) for t in ("le", "lo")}
     data = (jax.device_put(a) for a in (x_np.astype(np.int32), target, x_err.astype(np.int32)))
-    tables, y_before, y_after = _fit(params, cfg, *data, np.float32(learning_rate), opt=optimizer, steps=steps)
+    tables, y_before, y_after = _fit(params, cfg, *data, np.float32(learning_rate), np.int32(steps), opt=optimizer)
     fitted = cfg.replace(le_table=np.asarray(tables["le"]), lo_table=np.asarray(tables["lo"]))
     report = [_report(np.asarray(y).astype(np.float64), target_err, output_scale) for y in (y_before, y_after)]
     return fitted, FitReport(before=report[0], after=report[1], steps=steps)
 
 
-@functools.partial(jax.jit, static_argnames=("opt", "steps"))
-def _fit(params, cfg, x, target, x_err, learning_rate, *, opt, steps: int):
+@functools.partial(jax.jit, static_argnames=("opt",))
+def _fit(params, cfg, x, target, x_err, learning_rate, steps, *, opt):
     """The body of :func:`fit_lut`, one program: ``steps`` optimiser steps (``opt``, or
-    ``optax.adam(learning_rate)`` when None, so that repeated default fits share the
-    program), the best entries rounded, and the LUT outputs on ``x_err`` for the given
+    ``optax.adam(learning_rate)`` when None; ``steps`` is traced, so that default fits
+    of any length and learning rate share the program), the best entries rounded, and the LUT outputs on ``x_err`` for the given
     and the fitted tables. Returns ``(int16 tables, y_before, y_after)``."""
     import optax
 
@@ -526,16 +526,16 @@ def _fit(params, cfg, x, target, x_err, learning_rate, *, opt, steps: int):
         err = _surrogate(p, cfg, x) - target
         return jnp.mean(err**2), jnp.mean(jnp.abs(jax.lax.stop_gradient(err)))
 
-    def step(carry, _):
+    def step(_, carry):
         p, s, best, best_mae = carry
         (_, mae), g = jax.value_and_grad(loss, has_aux=True)(p)
         updates, s = tx.update(g, s, p)
         better = mae < best_mae  # mae belongs to p (before this update)
         best = jax.tree.map(lambda b, q: jnp.where(better, q, b), best, p)
-        return (optax.apply_updates(p, updates), s, best, jnp.where(better, mae, best_mae)), None
+        return optax.apply_updates(p, updates), s, best, jnp.where(better, mae, best_mae)
 
     init = (params, tx.init(params), params, jnp.float32(jnp.inf))
-    best = jax.lax.scan(step, init, None, length=steps)[0][2]
+    best = jax.lax.fori_loop(0, steps, step, init)[2]
     tables = {t: _round_sat16(b, jnp) for t, b in best.items()}  # quantize_entries
     # both sweeps through one LUT kernel, mapped over the (given, fitted) tables
     both = {t: jnp.stack([jnp.asarray(getattr(cfg, f"{t}_table"), jnp.int16), tables[t]]) for t in tables}
