@@ -252,9 +252,16 @@ def lut_error(cfg, fn: Fn, *, input_scale: float, output_scale: float,
     _fn(fn)
     input_scale = _real(input_scale, "input_scale", positive=True)
     output_scale = _real(output_scale, "output_scale", positive=True)
-    x = sweep(x_range, input_scale, num_points, geometric)
-    target = output_scale * _eval(fn, x / input_scale)
+    x, target = _sweep_target(fn, x_range, input_scale, output_scale, num_points, geometric)
     return _report(evaluate(cfg, x).astype(np.float64), target, output_scale)
+
+
+def _sweep_target(fn: Fn, x_range, input_scale: float, output_scale: float, num_points: int = 65537,
+                  geometric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sweep`'s integer inputs and ``fn``'s float64 values there in output LSBs
+    (what :func:`lut_error` compares the LUT with)."""
+    x = sweep(x_range, input_scale, num_points, geometric)
+    return x, output_scale * _eval(fn, x / input_scale)
 
 
 # ----------------------------------------------------------------------- program_lut
@@ -500,10 +507,9 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
     output_scale = _real(output_scale, "output_scale", positive=True)
     steps = V.check_static_int(steps, 0, 2**31 - 1, "steps")
     learning_rate = _real(learning_rate, "learning_rate", positive=True)
-    x_np = sweep(x_range, input_scale, num_points)
-    target = np.asarray(output_scale * _eval(fn, x_np / input_scale), np.float32)
-    x_err = sweep(x_range, input_scale)  # lut_error's sweep
-    target_err = output_scale * _eval(fn, x_err / input_scale)
+    x_np, target = _sweep_target(fn, x_range, input_scale, output_scale, num_points)
+    target = target.astype(np.float32)
+    x_err, target_err = _sweep_target(fn, x_range, input_scale, output_scale)  # lut_error's sweep
     params = {t: np.asarray(getattr(cfg, f"{t}_table"), np.float32) for t in ("le", "lo")}
     data = (jax.device_put(a) for a in (x_np.astype(np.int32), target, x_err.astype(np.int32)))
     tables, y_before, y_after = _fit(params, cfg, *data, np.float32(learning_rate), np.int32(steps), opt=optimizer)
@@ -516,8 +522,9 @@ def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: floa
 def _fit(params, cfg, x, target, x_err, learning_rate, steps, *, opt):
     """The body of :func:`fit_lut`, one program: ``steps`` optimiser steps (``opt``, or
     ``optax.adam(learning_rate)`` when None; ``steps`` is traced, so that default fits
-    of any length and learning rate share the program), the best entries rounded, and the LUT outputs on ``x_err`` for the given
-    and the fitted tables. Returns ``(int16 tables, y_before, y_after)``."""
+    of any length and learning rate share the program), the best entries rounded, and
+    the LUT outputs on ``x_err`` for the given and the fitted tables. Returns
+    ``(int16 tables, y_before, y_after)``."""
     import optax
 
     tx = optax.adam(learning_rate) if opt is None else opt
