@@ -21,7 +21,7 @@ import jax
 import jax.monitoring
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hwjax import core
@@ -154,6 +154,7 @@ FUNCS = {
     "quantize_affine": (lambda **k: core.quantize_affine(**k),
                         dict(x=np.array([0.5, -3.25, 1e3], np.float32), scale=np.float32(0.25), zero_point=3), {}),
     "div_rn": (lambda **k: core.div_rn(**k), dict(a=np.float32([1.0, 3.0]), b=np.float32([3.0, 7.0])), {}),
+    "mul_rn": (lambda **k: core.mul_rn(**k), dict(a=np.float32([1.0, 3.0]), b=np.float32([3.0, 7.0])), {}),
     "int_dot": (lambda **k: core.int_dot(**k), dict(x=X8, w=W8, dimension_numbers=(((1,), (1,)), ((), ()))), {}),
     "to_float16": (lambda **k: core.to_float16(**k), dict(x=np.float32([1.5, -2.25, 7e4])), {}),
     "floor_divmod_small": (lambda **k: core.floor_divmod_small(**k),
@@ -188,10 +189,12 @@ WRONG_TYPES = st.sampled_from([
 
 @SETTINGS
 @given(st.sampled_from(ARRAY_ARGS), WRONG_TYPES)
+@example(("fixed_mul", "x"), np.array([1, 2], np.uint32))  # a wrong type and a wrong shape: the type is reported
+@example(("floor_divmod_small", "r"), np.array([1, 2], np.uint32))
 def test_wrong_types_name_the_argument(case, bad):
     fname, arg = case
-    if fname == "div_rn" and isinstance(bad, np.ndarray) and bad.dtype == np.uint32:
-        return  # an integer array is a valid div_rn operand
+    if fname in ("div_rn", "mul_rn") and isinstance(bad, np.ndarray) and bad.dtype == np.uint32:
+        return  # an integer array is a valid div_rn / mul_rn operand
     expect_error(lambda: call(fname, **{arg: bad}), arg, (TypeError,))
 
 
@@ -254,8 +257,8 @@ NON_FINITE = st.sampled_from([np.nan, np.inf, -np.inf, 1.5, -0.25])
 
 
 @SETTINGS
-@given(st.sampled_from([c for c in ARRAY_ARGS if c[0] not in ("div_rn", "to_float16")]), NON_FINITE, st.integers(0, 3),
-       st.sampled_from([np.float32, np.float16, "bfloat16"]))
+@given(st.sampled_from([c for c in ARRAY_ARGS if c[0] not in ("div_rn", "mul_rn", "to_float16")]), NON_FINITE,
+       st.integers(0, 3), st.sampled_from([np.float32, np.float16, "bfloat16"]))
 def test_non_finite_and_non_integer_floats(case, bad, pos, dtype):
     fname, arg = case
     canonical = FUNCS[fname][1][arg]
@@ -271,7 +274,7 @@ def test_non_finite_and_non_integer_floats(case, bad, pos, dtype):
 @SETTINGS
 @given(st.sampled_from([("saturate", None), ("shift_right", "shift"), ("fixed_mul", "m"), ("mac", "acc0"),
                         ("mac", "x"), ("mac", "w"), ("quantize_affine", "scale"), ("quantize_affine", "zero_point"),
-                        ("div_rn", "b")]),
+                        ("div_rn", "b"), ("mul_rn", "b")]),
        st.lists(st.integers(2, 5), min_size=1, max_size=3))
 def test_wrong_shapes(case, dims):
     fname, arg = case
@@ -487,3 +490,17 @@ def _target_checks():
 def test_target_argument_checks_raise_hwjax_errors(i):
     fn, arg, kind = _target_checks()[i]
     expect_error(fn, arg, (kind,))
+
+
+@SETTINGS
+@given(st.lists(FLOATS32, min_size=8, max_size=8), st.lists(FLOATS32, min_size=8, max_size=8))
+def test_mul_rn_is_ieee_multiplication(a, b):
+    a, b = np.array(a, np.float32), np.array(b, np.float32)
+    with np.errstate(all="ignore"):
+        want = a * b  # NumPy's float32 multiplication is IEEE (correctly rounded)
+    got = np.asarray(core.mul_rn(a, b))
+    tiny = np.isfinite(want) & (np.abs(want) < np.finfo(np.float32).tiny)  # denormal results flush to 0
+    want = np.where(tiny, np.float32(0), want)
+    np.testing.assert_array_equal(np.abs(got), np.abs(want))  # NaN == NaN here
+    nonzero = ~np.isnan(want) & (want != 0)
+    np.testing.assert_array_equal(np.sign(got[nonzero]), np.sign(want[nonzero]))

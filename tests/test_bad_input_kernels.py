@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hwjax import gemmlowp as G
@@ -355,6 +355,8 @@ INT_ARRAYS = [
 
 @SETTINGS
 @given(st.sampled_from(INT_ARRAYS), WRONG_TYPES)
+@example(("gemm_lt8", "lhs", 0, 255), np.array([1, 2], np.uint32))  # uint32 holding 0..255 is a wrong type too
+@example(("gemmlowp.requantize", "x", 0, 255), [[1, 2], [3]])
 def test_array_arguments_reject_wrong_types(case, bad):
     fname, arg, _, _ = case
     if isinstance(bad, np.ndarray) and bad.dtype == np.uint32:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwjax.core import ROUNDING_MODES, div_rn, fixed_mul, floor_divmod_small, saturate, shift_right
+from hwjax.core import ROUNDING_MODES, div_rn, fixed_mul, floor_divmod_small, mul_rn, saturate, shift_right
 from tests.conftest import golden_path
 
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -286,6 +286,70 @@ def test_div_rn_on_arrays_and_zero():
     np.testing.assert_array_equal(np.asarray(div_rn(a, b)), a / b)
     np.testing.assert_array_equal(np.asarray(jax.vmap(div_rn)(a, b)), a / b)
     assert float(div_rn(np.float32(0), np.float32(3))) == 0.0
+
+
+# ------------------------------------------------------------------------- mul_rn
+
+
+def py_f32_product(a: float, b: float) -> np.float32:
+    """fl32(a * b) of float32 a, b, from the exact rational product (Python integers),
+    rounded once, ties to even; results below 2**-126 in magnitude flushed to zero."""
+    from fractions import Fraction
+
+    p = Fraction(float(a)) * Fraction(float(b))
+    if p == 0:
+        return np.float32(0)
+    mag, e = abs(p), 0
+    while mag >= 2**24:
+        mag, e = mag / 2, e + 1
+    while mag < 2**23:
+        mag, e = mag * 2, e - 1
+    q, r = divmod(mag.numerator, mag.denominator)  # mag = q + r / den, q in [2**23, 2**24)
+    q += 2 * r > mag.denominator or (2 * r == mag.denominator and q % 2 == 1)
+    v = q * 2.0**e  # exact in float64 (q <= 2**24)
+    if v < 2.0**-126:
+        return np.float32(0)
+    return np.float32(v if p > 0 else -v)  # v is a float32 value, or >= 2**128: inf
+
+
+_WIDE_F32 = st.floats(min_value=2.0**-126, max_value=2.0**127, width=32)
+
+
+@given(_WIDE_F32, _WIDE_F32, st.booleans(), st.booleans())
+def test_mul_rn_is_the_rounded_exact_product(a, b, neg_a, neg_b):
+    a, b = np.float32(-a if neg_a else a), np.float32(-b if neg_b else b)
+    with np.errstate(over="ignore"):
+        want = py_f32_product(a, b)
+    got = np.asarray(mul_rn(a, b))
+    assert got == want and np.signbit(got) == np.signbit(want) or (got == 0 and want == 0)
+
+
+@given(st.lists(st.integers(-(2**24), 2**24), min_size=8, max_size=8),
+       st.floats(min_value=2.0**-40, max_value=2.0**10, width=32), st.floats(-1e6, 1e6, width=32))
+def test_mul_rn_then_add_rounds_twice_in_any_program(xs, s, c):
+    """``mul_rn(x, s) + c`` is ``fl32(fl32(x s) + c)`` (two roundings) in a jitted program,
+    where XLA may contract a plain ``x * s + c`` into one fused multiply-add, and
+    inside a vmapped one."""
+    x, s, c = np.array(xs, np.int32), np.float32(s), np.float32(c)
+    want = np.array([py_f32_product(np.float32(v), s) for v in x], np.float32) + c
+    f = jax.jit(lambda x, s, c: mul_rn(x, s) + c)
+    np.testing.assert_array_equal(np.asarray(f(x, s, c)), want)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(f, (0, None, None))(x, s, c)), want)
+
+
+def test_mul_rn_edges_and_transforms():
+    big, tiny = np.float32(2.0**100), np.float32(2.0**-100)
+    f32 = np.float32
+    cases = [(big, big, np.inf), (-big, big, -np.inf), (tiny, tiny, 0.0), (f32(0), f32(3), 0.0),
+             (f32(3), f32(-0.0), 0.0), (f32(np.inf), f32(2), np.inf), (f32(np.inf), f32(0), np.nan),
+             (f32(np.nan), f32(1), np.nan), (f32(1 + 2.0**-23), f32(1 + 2.0**-23), f32(1 + 2.0**-22)),
+             (f32(3), f32(1 / 3), f32(3) * f32(1 / 3))]
+    a, b, want = (np.array(v, np.float32) for v in zip(*cases))
+    for fn in (mul_rn, jax.jit(mul_rn), jax.vmap(mul_rn)):
+        np.testing.assert_array_equal(np.asarray(fn(a, b)), want)
+    np.testing.assert_array_equal(np.asarray(mul_rn(np.int8([-128, 127]), f32(0.5))), f32([-64, 63.5]))
+    g = jax.grad(lambda v: jnp.sum(mul_rn(v, f32(2))))(f32([1.0, 2.0]))  # no gradient: zeros
+    np.testing.assert_array_equal(np.asarray(g), f32([0, 0]))
 
 
 def _py_rint_half_even(num: int, s: int) -> int:

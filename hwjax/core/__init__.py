@@ -9,7 +9,7 @@ from hwjax.core import _validate as validate  # argument validators shared by ev
 from hwjax.core import _wide as wide
 from hwjax.core._checked import checked
 from hwjax.core._dot import int_dot
-from hwjax.core._float import div_rn, quantize_affine, to_float16
+from hwjax.core._float import div_rn, mul_rn, quantize_affine, to_float16
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_taps
 from hwjax.core._mac import mac, mac_reference
 from hwjax.core._program import compute_once, eager_program
@@ -44,6 +44,7 @@ __all__ = [
     "int_dot",
     "mac",
     "mac_reference",
+    "mul_rn",
     "magnitude_bits",
     "pool_out_hw",
     "saturate",

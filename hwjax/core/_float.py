@@ -71,6 +71,64 @@ def _div_rn_jit(a, b) -> jax.Array:
     return jnp.where(special, a / b, out)
 
 
+def mul_rn(a, b) -> jax.Array:
+    """IEEE float32 product ``a * b``, correctly rounded (ties to even), whatever the
+    compiler does with it next.
+
+    XLA contracts a float32 multiplication and a following addition into one fused
+    multiply-add (one rounding instead of two) when both land in the same kernel, as
+    XLA:CPU and XLA:GPU allow. Whether they do depends on fusion decisions, so
+    ``a * b + c`` may differ in its last bit between two programs that compute it.
+    Runtimes that round the product before adding it (LiteRT's float lanes) are matched
+    by ``mul_rn(a, b) + c`` in any program: the 24-bit mantissas are multiplied exactly
+    in int32 arithmetic (12-bit limbs, a 48-bit product in two words), the product is
+    rounded once by a float32 addition of its two exactly representable halves, and
+    then scaled by powers of two, which is exact. Neither step changes its value when
+    contracted with an addition.
+
+    Normal (non-denormal, finite) operands with a normal or overflowing result are
+    exact (an overflow gives a signed infinity); a zero or denormal operand gives a
+    signed zero, and a result below ``2**-126`` in magnitude is flushed to a signed
+    zero. A NaN or infinite operand gives XLA's own ``a * b`` (IEEE: NaN for
+    ``0 * inf``). No gradient (used inside integer constructions).
+
+    ``a`` and ``b``: numbers or integer or float arrays that broadcast (ArgTypeError /
+    ShapeError name the argument otherwise); converted to float32 (an integer beyond
+    ``2**24`` is rounded to float32 first, as C's ``(float)`` conversion does).
+    """
+    a, b = V.as_array(a, "a"), V.as_array(b, "b")
+    V.kind(a, "a")
+    V.kind(b, "b")
+    V.check_broadcast(a, "a", b, "b")
+    return _mul_rn_jit(a, b)
+
+
+@jax.jit
+def _mul_rn_jit(a, b) -> jax.Array:
+    a = jax.lax.stop_gradient(jnp.asarray(a, jnp.float32))
+    b = jax.lax.stop_gradient(jnp.asarray(b, jnp.float32))
+    a, b = jnp.broadcast_arrays(a, b)
+    ma, ea, tiny_a = _mant_exp(a)
+    mb, eb, tiny_b = _mant_exp(b)
+    # ma mb = hi 2**24 + lo exactly (both < 2**24), from 12-bit limbs: every partial
+    # product and sum below stays under 2**26
+    a1, a0, b1, b0 = ma >> 12, ma & 0xFFF, mb >> 12, mb & 0xFFF
+    mid = a1 * b0 + a0 * b1
+    low = a0 * b0 + ((mid & 0xFFF) << 12)
+    hi = a1 * b1 + (mid >> 12) + (low >> 24)
+    lo = low & 0xFFFFFF
+    # one rounding: the float32 sum of two exact values (hi 2**24 is exact too), in
+    # [2**46, 2**48]; scaled by 2**-48 into [1/4, 1], exactly
+    r = (hi.astype(jnp.float32) * 2.0**24 + lo.astype(jnp.float32)) * 2.0**-48
+    e = ea + eb  # |a b| = r 2**e
+    e1 = jnp.clip(e, -126, 127)
+    mag = r * _pow2(e1) * _pow2(jnp.clip(e - e1, -126, 127))
+    mag = jnp.where(tiny_a | tiny_b | (mag < np.float32(2.0**-126)), 0.0, mag)
+    negative = (jax.lax.bitcast_convert_type(a, jnp.int32) ^ jax.lax.bitcast_convert_type(b, jnp.int32)) < 0
+    out = jnp.where(negative, -mag, mag)
+    return jnp.where(~jnp.isfinite(a) | ~jnp.isfinite(b), a * b, out)
+
+
 def _mant_exp(v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(m, e, tiny)`` of float32 ``v`` from its bits: ``|v| = m * 2**(e - 24)`` with the
     24-bit mantissa ``m`` in [2**23, 2**24) for normal ``v`` (``frexp(|v|) = (m / 2**24,

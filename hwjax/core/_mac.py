@@ -464,6 +464,8 @@ def _prepare(acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype):
     chunk = V.check_static_int(chunk, 1, 2**20, "chunk")
     acc_bits = V.check_static_int(acc_bits, 2, 32, "acc_bits")
     x, w, acc0 = V.as_array(x, "x"), V.as_array(w, "w"), V.as_array(acc0, "acc0")
+    for a, name in ((x, "x"), (w, "w"), (acc0, "acc0")):
+        V.kind(a, name)  # wrong types are reported before wrong shapes
     if w.ndim != 2:
         raise ShapeError(f"w must have shape (N, K), got {w.shape}")
     if x.ndim < 1 or x.shape[-1] != w.shape[1]:

@@ -78,6 +78,8 @@ def floor_divmod_small(r, d) -> tuple[jax.Array, jax.Array]:
     operations (it makes :func:`div_rn` 5x faster on CPU).
     """
     r, d = V.as_array(r, "r"), V.as_array(d, "d")
+    V.kind(r, "r")
+    V.kind(d, "d")  # wrong types are reported before wrong shapes
     V.check_broadcast(r, "r", d, "d")
     V.check_range(d, 1, 2**24, "d")
     r, d = V.to_int32(r, "r"), V.to_int32(d, "d")
@@ -238,8 +240,8 @@ def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
     s = checked_int(s, "shift")
     if not allow_left:
         V.check_range(s, 0, 2**31 - 1, "shift (use allow_left=True for left shifts)")
-    V.check_broadcast(x, "x", s, "shift")
     checked_int(x, "x")
+    V.check_broadcast(x, "x", s, "shift")
     return _shift_right_jit(x, s, rounding, allow_left, saturation_grad)
 
 
@@ -315,10 +317,10 @@ def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int
     V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
     x = V.as_array(x, "x")
     m = V.as_array(m, "m")
-    V.check_broadcast(x, "x", m, "m")
     symmetric = V.check_flag(symmetric, "symmetric")
     checked_int(x, "x")
     checked_int(m, "m")
+    V.check_broadcast(x, "x", m, "m")
     lo, hi = int_bounds(bits, symmetric)
     return _fixed_mul_jit(x, m, np.int32(frac_bits), np.int32(lo), np.int32(hi), rounding, saturation_grad)
 

@@ -17,19 +17,46 @@ from hwjax.gemmlowp._stages import _apply_stages, _to_i32, check_output_stages, 
 _I32 = jnp.int32
 
 
-def check_uint8_matrix(x: Any, name: str) -> Any:
-    """Checks a 2-D integer matrix holding 0..255 (any integer dtype; values checked when
-    concrete, a traced non-uint8 array is the caller's contract). Returns a uint8 or
-    int32 array (NumPy or JAX); the jitted programs convert it to int32."""
-    a = x if isinstance(x, jax.Array) else np.asarray(x)
-    if isinstance(x, (bool, np.bool_)) or not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype == bool:
-        raise ArgTypeError(f"{name} must be an integer (uint8) matrix with values in [0, 255], got dtype {a.dtype}")
-    if a.ndim != 2:
-        raise ShapeError(f"{name} must be a 2-D matrix, got shape {tuple(a.shape)}")
+def _int_array(x: Any, name: str, what: str) -> Any:
+    """``x`` as a NumPy array (a JAX array is kept) of a supported integer dtype: a wrong
+    type (bool, uint32, float, complex, a ragged list...) raises ArgTypeError naming
+    ``name`` and ``what`` it must be."""
+    if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        a = x
+    else:  # a number or a (nested) list, converted on the host (checked below even under a trace)
+        try:
+            a = np.asarray(x)
+        except (ValueError, TypeError, OverflowError):
+            a = None
+        if a is None or a.dtype == object:
+            raise ArgTypeError(f"{name} must be {what}, got a {type(x).__name__} that is not one")
+    try:
+        ok = V.kind(a, name) == "int"
+    except ArgTypeError:
+        ok = False
+    if not ok:
+        raise ArgTypeError(f"{name} must be {what}, got dtype {a.dtype}")
+    return a
+
+
+def check_uint8_array(x: Any, name: str) -> Any:
+    """Checks an integer array holding 0..255 (an integer dtype of at most 32 bits but
+    uint32; values checked when concrete, a traced non-uint8 array is the caller's
+    contract). Returns a uint8 or int32 array (NumPy or JAX); the jitted programs
+    convert it to int32."""
+    a = _int_array(x, name, "an integer (uint8) array with values in [0, 255]")
     if a.dtype != np.uint8:
         V.check_range(a, 0, 255, name)
         if not isinstance(a, jax.core.Tracer):
             a = np.asarray(a).astype(np.uint8)
+    return a
+
+
+def check_uint8_matrix(x: Any, name: str) -> Any:
+    """:func:`check_uint8_array` of a 2-D matrix (ShapeError otherwise)."""
+    a = check_uint8_array(x, name)
+    if a.ndim != 2:
+        raise ShapeError(f"{name} must be a 2-D matrix, got shape {tuple(a.shape)}")
     return a
 
 
@@ -38,10 +65,9 @@ def check_offset(x: Any, length: int, name: str, per: str) -> jax.Array:
 
     Returns an int32 array of shape () or (length,).
     """
-    a = x if isinstance(x, jax.core.Tracer) else np.asarray(x)
-    if isinstance(x, (bool, np.bool_)) or not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype == bool:
-        raise ArgTypeError(f"{name} must be an int32 scalar or a vector of {length} int32 values (one per "
-                        f"{per}), got {a.dtype}")
+    a = _int_array(x, name, f"an int32 scalar or a vector of {length} int32 values (one per {per})")
+    if not isinstance(a, jax.core.Tracer):
+        a = np.asarray(a)
     if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != length):
         raise ShapeError(f"{name} must be a scalar or a vector of length {length} (one per {per}), "
                          f"got shape {tuple(a.shape)}")

@@ -19,7 +19,14 @@ import numpy as np
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, HwjaxError, RangeError
 from hwjax.gemmlowp._fixedpoint import INT32_MAX, INT32_MIN, _rmcf_int
-from hwjax.gemmlowp._gemm import _check_gemm_shapes, _gemm_jit, _udot, check_offset, check_uint8_matrix
+from hwjax.gemmlowp._gemm import (
+    _check_gemm_shapes,
+    _gemm_jit,
+    _udot,
+    check_offset,
+    check_uint8_array,
+    check_uint8_matrix,
+)
 from hwjax.gemmlowp._stages import (
     QuantizeDownInt32ToUint8Scale,
     SaturatingCastToUint8,
@@ -239,13 +246,7 @@ def requantize(x, bits: int, *, mode: str) -> jax.Array:
     """
     bits = V.check_static_int(bits, 1, 8, "bits")
     V.check_choice(mode, MODES, "mode")
-    a = x if isinstance(x, jax.Array) else np.asarray(x)
-    if not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype == bool:
-        raise ArgTypeError(f"x must be an integer array with values in [0, 255], got dtype {a.dtype}")
-    if a.dtype != np.uint8:
-        V.check_range(a, 0, 255, "x")
-        if not isinstance(a, jax.core.Tracer):
-            a = np.asarray(a).astype(np.uint8)
+    a = check_uint8_array(x, "x")
     return _requantize_jit(a, np.int32(bits), np.int32(MODES.index(mode)))
 
 

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import compute_once, eager_program
+from hwjax.core import eager_program, mul_rn
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import Node, Tensor
 from hwjax.tflite._arith import (
@@ -585,16 +584,11 @@ def _mean_lanes(x, axes, keep, p, lanes):
 
 
 def f32_product(a, b):
-    """``fl32(a * b)`` (``b`` a float32 scalar), materialised before any use: XLA:CPU
-    would otherwise contract it with a following addition into one fused multiply-add
-    (a single rounding), which the runtimes do not do. (An optimisation barrier does
-    not survive XLA:CPU; a loop's result cannot be fused.)"""
-    b = jnp.asarray(b, jnp.float32)
-    # a trigger known only at run time (an element of ``a``), even where ``b`` is a
-    # constant of the program: a loop whose trip count the compiler knows is unrolled
-    a = jnp.asarray(a)
-    trigger = jnp.ravel(a)[0].astype(_I32) if a.size else jax.lax.bitcast_convert_type(b, _I32)
-    return compute_once(lambda u, v: u.astype(jnp.float32) * v, (a, b), trigger)
+    """``fl32(a * b)`` (``b`` a float32 scalar), rounded before any following addition:
+    :func:`hwjax.core.mul_rn`, whose value a fused multiply-add cannot change (XLA would
+    otherwise contract ``a * b + c`` into one, a single rounding, which the runtimes do
+    not do)."""
+    return mul_rn(a, b)
 
 
 def mean_float(x, axes, keep: bool, p):
