@@ -9,42 +9,43 @@ import jax
 import jax.extend
 import jax.numpy as jnp
 
-_SENTINEL = -2147483647  # a trigger value that never occurs (zero points are int8)
-
 
 def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
-    """``fn(*operands)``; under tracing, evaluated inside a ``while_loop`` whose trip
-    count (1) is only known at run time, with the operands routed through the loop
-    counter so that the compiler can neither unroll the loop nor hoist the work out.
+    """``fn(*operands)``; under tracing, evaluated in one branch of a ``lax.cond`` whose
+    predicate (``(trigger | 1) != 0``: always true, for every value, but only known at run
+    time) keeps the compiler from inlining the work into the consumers.
 
     Why: XLA fuses element-wise producers into every consumer, duplicating them. Left
     alone, a layer's integer pipeline (or the exact-division chains behind its scales)
-    would be recomputed once per kernel tap by the next layer's im2col gathers, or
-    once per activation by the surrogate's fusions (a 10-20x slowdown on CPU). A loop's
-    outputs cannot be fused, so the work is done once, on materialised inputs.
+    would be recomputed once per kernel tap by the next layer's im2col slices, or
+    once per activation by the surrogate's fusions (a 10-20x slowdown on CPU). A
+    conditional's outputs cannot be fused, so the work is done once, on materialised
+    inputs. (A one-trip ``while_loop`` does the same with two more small kernels per use
+    for its counter; the conditional compiles faster.)
 
-    ``trigger`` is any runtime int32 scalar (a zero point, a bit pattern); the loop
-    runs ``1 + (trigger == -2147483647)`` times, and ``fn`` must not care (it is pure,
-    so a second pass gives the same value). For integer and stop-gradient values only:
-    no gradient flows through the loop. Concrete (eager) operands call ``fn`` directly.
+    ``trigger`` is any runtime int32 scalar (a zero point, a bit pattern); the other
+    branch returns zeros and is never taken, whatever the trigger's value. Pass a trigger
+    that ``vmap`` does not map (a parameter rather than a data value): a mapped predicate
+    turns the conditional into a ``select`` of both branches, and the barrier is gone
+    (the values stay the same). For integer and stop-gradient values. Concrete (eager)
+    operands call ``fn`` directly.
     """
     leaves = jax.tree.leaves((operands, trigger))
     if not any(isinstance(a, jax.core.Tracer) for a in leaves):
         return fn(*operands)
-    n = 1 + (jnp.asarray(trigger, jnp.int32) == _SENTINEL).astype(jnp.int32)
-    # fn is traced once (its shapes and its program); the loop body replays the program
-    # rather than tracing fn a second time
+    live = (jnp.asarray(trigger, jnp.int32) | 1) != 0  # always true; unknown to the compiler
+    # fn is traced once (its shapes and its program); the branch replays the program
     closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*operands)
     replay = jax.extend.core.jaxpr_as_fun(closed)
     out_tree = jax.tree.structure(shapes)
-    init = (jnp.int32(0), jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes))
 
-    def body(c):
-        live = c[0] < n  # always true inside the loop; unknown to the compiler
-        ops = [jnp.where(live, a, jnp.zeros_like(a)) for a in jax.tree.leaves(operands)]
-        return c[0] + 1, jax.tree.unflatten(out_tree, replay(*ops))
+    def run(ops):
+        return jax.tree.unflatten(out_tree, replay(*ops))
 
-    return jax.lax.while_loop(lambda c: c[0] < n, body, init)[1]
+    def zeros(ops):
+        return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+
+    return jax.lax.cond(live, run, zeros, list(jax.tree.leaves(operands)))
 
 
 def _concrete(tree) -> bool:

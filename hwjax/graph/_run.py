@@ -150,7 +150,7 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     xs, single = _batched(graph, inputs)
     env: dict[str, jax.Array] = dict(zip(graph.inputs, xs))
     stats: dict[str, Any] = {}
-    trigger = _runtime_scalar(xs[0])
+    trigger = _runtime_scalar(graph, xs[0])
     consumed = {t for n in graph.nodes for t in n.inputs}
     for node in graph.nodes:
         impl = target.lowering(node.op)
@@ -186,9 +186,12 @@ def _direct(fn, operands: tuple, trigger):
     return fn(*operands)
 
 
-def _runtime_scalar(x: jax.Array) -> jax.Array:
-    """An int32 scalar only known at run time (the bits of the first input value)."""
-    v = jnp.ravel(x)[0]
+def _runtime_scalar(graph: Graph, x: jax.Array) -> jax.Array:
+    """An int32 scalar only known at run time (:func:`hwjax.core.compute_once`'s trigger):
+    the bits of the graph's first parameter or quantisation value, which a ``vmap`` over
+    the inputs does not map; the bits of the first input value for a graph without any."""
+    leaves = [a for a in jax.tree.leaves(graph) if jnp.size(a)]
+    v = jnp.ravel(leaves[0])[0] if leaves else jnp.ravel(x)[0]
     return jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
 
 
