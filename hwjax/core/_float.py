@@ -36,20 +36,22 @@ def div_rn(a, b) -> jax.Array:
     ``a`` and ``b``: numbers or integer or float arrays that broadcast (ArgTypeError /
     ShapeError name the argument otherwise); converted to float32.
     """
+    return _div_rn_jit(*_operand_pair(a, b))
+
+
+def _operand_pair(a, b) -> tuple[jax.Array, jax.Array]:
+    """``a`` and ``b`` as arrays of a supported dtype that broadcast (ArgTypeError /
+    ShapeError name the argument otherwise)."""
     a, b = V.as_array(a, "a"), V.as_array(b, "b")
     V.kind(a, "a")
     V.kind(b, "b")
     V.check_broadcast(a, "a", b, "b")
-    return _div_rn_jit(a, b)
+    return a, b
 
 
 @jax.jit
 def _div_rn_jit(a, b) -> jax.Array:
-    a = jax.lax.stop_gradient(jnp.asarray(a, jnp.float32))
-    b = jax.lax.stop_gradient(jnp.asarray(b, jnp.float32))
-    a, b = jnp.broadcast_arrays(a, b)
-    ma, ea, tiny_a = _mant_exp(a)
-    mb, eb, tiny_b = _mant_exp(b)
+    a, b, (ma, ea, tiny_a), (mb, eb, tiny_b) = _float32_parts(a, b)
     s = jnp.where(ma >= mb, 23, 24)  # ma 2**s / mb in [2**23, 2**24)
     q0 = jnp.floor(ma.astype(jnp.float32) / mb.astype(jnp.float32) * _pow2(s)).astype(jnp.int32)
     # r = ma 2**s - q0 mb is small (|r| < 16 mb < 2**28, q0 being within a few units of
@@ -96,20 +98,12 @@ def mul_rn(a, b) -> jax.Array:
     ShapeError name the argument otherwise); converted to float32 (an integer beyond
     ``2**24`` is rounded to float32 first, as C's ``(float)`` conversion does).
     """
-    a, b = V.as_array(a, "a"), V.as_array(b, "b")
-    V.kind(a, "a")
-    V.kind(b, "b")
-    V.check_broadcast(a, "a", b, "b")
-    return _mul_rn_jit(a, b)
+    return _mul_rn_jit(*_operand_pair(a, b))
 
 
 @jax.jit
 def _mul_rn_jit(a, b) -> jax.Array:
-    a = jax.lax.stop_gradient(jnp.asarray(a, jnp.float32))
-    b = jax.lax.stop_gradient(jnp.asarray(b, jnp.float32))
-    a, b = jnp.broadcast_arrays(a, b)
-    ma, ea, tiny_a = _mant_exp(a)
-    mb, eb, tiny_b = _mant_exp(b)
+    a, b, (ma, ea, tiny_a), (mb, eb, tiny_b) = _float32_parts(a, b)
     # ma mb = hi 2**24 + lo exactly (both < 2**24), from 12-bit limbs: every partial
     # product and sum below stays under 2**26
     a1, a0, b1, b0 = ma >> 12, ma & 0xFFF, mb >> 12, mb & 0xFFF
@@ -127,6 +121,15 @@ def _mul_rn_jit(a, b) -> jax.Array:
     negative = (jax.lax.bitcast_convert_type(a, jnp.int32) ^ jax.lax.bitcast_convert_type(b, jnp.int32)) < 0
     out = jnp.where(negative, -mag, mag)
     return jnp.where(~jnp.isfinite(a) | ~jnp.isfinite(b), a * b, out)
+
+
+def _float32_parts(a, b):
+    """``(a, b, _mant_exp(a), _mant_exp(b))`` of ``a`` and ``b`` as broadcast float32 arrays
+    (gradients stopped)."""
+    a = jax.lax.stop_gradient(jnp.asarray(a, jnp.float32))
+    b = jax.lax.stop_gradient(jnp.asarray(b, jnp.float32))
+    a, b = jnp.broadcast_arrays(a, b)
+    return a, b, _mant_exp(a), _mant_exp(b)
 
 
 def _mant_exp(v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
