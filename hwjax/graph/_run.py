@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -190,8 +190,8 @@ def _runtime_scalar(graph: Graph, x: jax.Array) -> jax.Array:
     """An int32 scalar only known at run time (:func:`hwjax.core.compute_once`'s trigger):
     the bits of the graph's first parameter or quantisation value, which a ``vmap`` over
     the inputs does not map; the bits of the first input value for a graph without any."""
-    leaves = [a for a in jax.tree.leaves(graph) if jnp.size(a)]
-    v = jnp.ravel(leaves[0])[0] if leaves else jnp.ravel(x)[0]
+    first = next((a for a in jax.tree.leaves(graph) if jnp.size(a)), x)
+    v = jnp.ravel(first)[0]
     return jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
 
 

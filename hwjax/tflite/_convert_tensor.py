@@ -583,14 +583,6 @@ def _mean_lanes(x, axes, keep, p, lanes):
     return jnp.where(lane, a, c)
 
 
-def f32_product(a, b):
-    """``fl32(a * b)`` (``b`` a float32 scalar), rounded before any following addition:
-    :func:`hwjax.core.mul_rn`, whose value a fused multiply-add cannot change (XLA would
-    otherwise contract ``a * b + c`` into one, a single rounding, which the runtimes do
-    not do)."""
-    return mul_rn(a, b)
-
-
 def mean_float(x, axes, keep: bool, p):
     """XNNPACK qs8 mean: ``clamp(rint(fl32(fl32(S) sm) + zf), -128, 127)`` in float32, ties
     to even (``sm`` and ``zf`` from the recipe)."""
@@ -606,7 +598,7 @@ def mean_float(x, axes, keep: bool, p):
 
 @eager_program(static_argnames=("axes", "keep"))
 def _mean_float(x, axes, keep, p):
-    v = f32_product(_sum(x, axes, keep), p["sm"]) + p["zf"]
+    v = mul_rn(_sum(x, axes, keep), p["sm"]) + p["zf"]  # fl32(S sm) rounded before the addition
     return jnp.clip(jnp.round(v), -128, 127).astype(_I32)
 
 
@@ -718,6 +710,6 @@ def dequantize_lanes(x, p):
 @eager_program
 def _dequantize_lanes(x, p):
     n = math.prod(x.shape[1:])
-    lane = f32_product(x, p["scale"]) + p["zs"]
+    lane = mul_rn(x, p["scale"]) + p["zs"]  # fl32(x scale) rounded before the addition
     idx = jnp.arange(n).reshape(x.shape[1:])
     return jnp.where(idx < 8 * (n // 8), lane, _dequantize_exact(x, p))
