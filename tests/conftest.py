@@ -9,6 +9,7 @@ and the seconds they took, then the tests and the functions with the most of the
 from __future__ import annotations
 
 import collections
+import gc
 import os
 import time
 from pathlib import Path
@@ -114,7 +115,26 @@ def _on_event(event, **kw):
         _per_file[_stats["file"]][2] += 1
 
 
+# Python's cyclic garbage collector: JAX's tracing and lowering allocate many short-lived
+# objects, so with the default thresholds (700, 10, 10) full collections rescan everything
+# that JAX, Flax and the test modules hold, again and again (4-5% of the suite's CPU time
+# under `perf`). Objects alive after collection are frozen (never rescanned) and the
+# thresholds raised; cycles are still collected. test_nn.py alone: 48-50 s -> 45-47 s.
+_GC_THRESHOLDS = (200_000, 50, 1_000)
+
+
+def _freeze_live_objects():
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_collection_finish(session):
+    _freeze_live_objects()
+
+
 def pytest_configure(config):
+    _freeze_live_objects()
+    gc.set_threshold(*_GC_THRESHOLDS)
     if config.getoption("--compile-stats"):
         import jax.monitoring
 
