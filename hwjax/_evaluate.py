@@ -12,8 +12,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from hwjax.errors import ArgTypeError, ShapeError
-from hwjax.errors import RangeError, ShapeError
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nn import QArray
 
 

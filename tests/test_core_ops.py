@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import chex
 import jax
 import jax.numpy as jnp

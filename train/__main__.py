@@ -181,8 +181,6 @@ class Run:
 
 def _setup(args) -> Run:
     """Data, target, model, mesh, output folder and checkpoints; restores ``--resume``."""
-    from flax import nnx
-
     from ._ckpt import Checkpoints
     from ._loop import make_optimizer
 

@@ -35,8 +35,7 @@ from hwjax.nn._quant import (
 )
 from hwjax.core import ConvGeometry, div_rn
 from hwjax.core import validate as V
-from hwjax.errors import ArgTypeError, RangeError
-from hwjax.errors import RangeError, ShapeError
+from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.graph import Attrs, Quant, geometry
 from hwjax.targets import LUT_FUNCTIONS, lut_function
 

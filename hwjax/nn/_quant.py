@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from typing import Any, Callable
 
 from hwjax.core import div_rn, quantize_affine
 from hwjax.core import validate as V

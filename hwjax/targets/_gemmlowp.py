@@ -10,7 +10,7 @@ output stages, ``rounding_multiply_by_constant_fraction``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp

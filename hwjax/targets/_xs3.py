@@ -20,7 +20,7 @@ import hwjax.xs3 as xs3
 from hwjax.core import div_rn
 from hwjax.core import validate as V
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
-from hwjax.graph import geometry, pool_geometry
+from hwjax.graph import geometry
 from hwjax.targets._base import Target, float_exponent, lut_table, no_acc, pytree, register
 
 

@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-import jax.numpy as jnp
 import numpy as np
 
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
