@@ -53,6 +53,41 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 # (In case JAX was imported before this file read the environment.)
 if FAST_COMPILE:
     jax.config.update("jax_disable_most_optimizations", True)
+
+
+def _share_one_mlir_context() -> None:
+    """Lower every program in one MLIR context instead of a fresh one per program.
+
+    JAX builds a new MLIR context (every dialect loaded again) for each program it lowers,
+    and drops it afterwards: about a quarter of the lowering time of this suite's programs,
+    and contexts pile up until Python's collector frees them. Programs lowered in a shared
+    context are the same modules (a context only interns types and attributes), so the
+    compiled programs and every result are unchanged. Measured on tests/test_nn.py
+    (`-n 0`, cold cache): 47.7-50.0 s -> 44.4-45.0 s, peak memory 1.2 GB -> 0.6 GB.
+
+    This replaces a private JAX function, so it is confined to the fast-compile test run:
+    `make test-full` (``HWJAX_TEST_FAST_COMPILE=0``) lowers with JAX as it ships, and
+    ``HWJAX_TEST_SHARED_MLIR_CONTEXT=0`` turns it off. If JAX renames the function, it is
+    left alone.
+    """
+    from jax._src.interpreters import mlir
+
+    make = getattr(mlir, "make_ir_context", None)
+    if make is None or getattr(make, "_hwjax_shared", False):
+        return
+    shared = []
+
+    def make_shared_ir_context():
+        if not shared:
+            shared.append(make())
+        return shared[0]
+
+    make_shared_ir_context._hwjax_shared = True
+    mlir.make_ir_context = make_shared_ir_context
+
+
+if FAST_COMPILE and os.environ.get("HWJAX_TEST_SHARED_MLIR_CONTEXT", "1") != "0":
+    _share_one_mlir_context()
 if _CACHE != "0":
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
