@@ -54,6 +54,11 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 if FAST_COMPILE:
     jax.config.update("jax_disable_most_optimizations", True)
 
+if _CACHE != "0":
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
 
 def _share_one_mlir_context() -> None:
     """Lower every program in one MLIR context instead of a fresh one per program.
@@ -88,10 +93,7 @@ def _share_one_mlir_context() -> None:
 
 if FAST_COMPILE and os.environ.get("HWJAX_TEST_SHARED_MLIR_CONTEXT", "1") != "0":
     _share_one_mlir_context()
-if _CACHE != "0":
-    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
 
 settings.register_profile("ci", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
