@@ -9,6 +9,7 @@ and the seconds they took, then the tests and the functions with the most of the
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import os
 import time
@@ -80,15 +81,9 @@ def _share_one_mlir_context() -> None:
     make = getattr(mlir, "make_ir_context", None)
     if make is None or getattr(make, "_hwjax_shared", False):
         return
-    shared = []
-
-    def make_shared_ir_context():
-        if not shared:
-            shared.append(make())
-        return shared[0]
-
-    make_shared_ir_context._hwjax_shared = True
-    mlir.make_ir_context = make_shared_ir_context
+    shared = functools.cache(make)  # made on the first call, then returned again
+    shared._hwjax_shared = True
+    mlir.make_ir_context = shared
 
 
 if FAST_COMPILE and os.environ.get("HWJAX_TEST_SHARED_MLIR_CONTEXT", "1") != "0":
