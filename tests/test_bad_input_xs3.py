@@ -13,6 +13,8 @@ Shapes are fixed and small, so each function compiles a handful of programs at m
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import numpy as np
 import pytest
@@ -63,6 +65,7 @@ SCALES = dict(s_in=0.5, z_in=1, s_w=0.01, s_out=0.2, z_out=-3)
 IM2COL = dict(stride=(1, 1), pad_top_left=(0, 0), pad_value=0, out_hw=(2, 3))
 DERIVE = dict(input_scale=0.5, input_zero_point=1, weight_scales=[0.01, 0.02], output_scale=0.2,
               output_zero_point=-3)
+CONV = dict(initial_shift=2, final_shr=3, stride=(1, 1), pad_top_left=(0, 0), pad_value=0, out_shape=(2, 3))
 ADDE = dict(shr0=1, multiplier0=300, shr1=2, multiplier1=-200, bias=1000, output_shr=4)
 
 FUNCS = {  # name -> (function, canonical keyword arguments)
@@ -78,6 +81,9 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
     "vlmaccr1": (xs3.vlmaccr1, dict(acc=RING, vc_words=WORDS, mem_words=WORDS_R)),
     "vlsub": (xs3.vlsub, dict(vr=V8, mem=V8R, mode=8)),
     "vpos": (xs3.vpos, dict(x=V8, mode=8)),
+    "vladd": (xs3.vladd, dict(vr=V8, mem=V8R, mode=8)),
+    "vlmul": (xs3.vlmul, dict(x=V8, m=V8R, mode=8)),
+    "vlsat": (xs3.vlsat, dict(acc=V32, shift=SH4, mode=16)),
     # ---- output transforms
     "otfn_int8": (xs3.otfn_int8, dict(acc=ACC, multipliers=MUL, biases=BIAS, initial_shift=2, final_shr=3)),
     "otfn_int8_steps": (xs3.otfn_int8_steps, dict(acc=ACC, multipliers=MUL, biases=BIAS, initial_shift=2,
@@ -92,6 +98,8 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
     "otfn_params_from_scales": (xs3.otfn_params_from_scales, dict(bias_q=BQ, weights=KQ, **SCALES)),
     "otfn_params": (xs3.otfn_params, dict(kernel_q=KQ, bias_q=BQ, **{**SCALES, "s_w": np.float32([0.01, 0.02])})),
     # ---- lib_nn current kernels and helpers
+    "conv2d": (xs3.conv2d, dict(x=XI, k_ohwi=K4[:2], multipliers=MUL[:2], biases=BIAS[:2], **CONV)),
+    "depthwise_conv2d": (xs3.depthwise_conv2d, dict(x=XI, k_hwc=KDW, multipliers=MUL, biases=BIAS, **CONV)),
     "im2col": (xs3.im2col, dict(x=XI, kernel_hw=(2, 2), **IM2COL)),
     "reorder_kernel_weights": (xs3.reorder_kernel_weights, dict(k_ohwi=KOHWI)),
     "reorder_kernel_weights_inverse": (xs3.reorder_kernel_weights_inverse, dict(reordered=REORD,
@@ -308,6 +316,16 @@ CASES = [
     ("argmax_16", "x", dict(x=_with(V16, 0, 2**15)), R), ("argmax_16", "x", dict(x=np.zeros(0, I32)), S),
     ("argmax_16", "x", dict(x="abc"), A), ("argmax_16", "x", dict(x=I32(3)), S),
     ("argmax_16", "x", dict(x=_f(V16)), A), ("argmax_16", "variant", dict(variant="fast"), R),
+    *[(f, arg, {arg: v}, k) for f in ("vladd", "vlmul", "vlsat") for arg, v, k in (
+        ("mode", 4, R), ("variant", "fast", R), ("saturation_grad", "none", R))],
+    ("vladd", "vr", dict(vr=_with(V8, 0, 200)), R), ("vladd", "mem", dict(mem=np.ones(5, I32)), S),
+    ("vlmul", "x", dict(x="abc"), A), ("vlmul", "m", dict(m=_with(V8, 1, -129)), R),
+    ("vlsat", "acc", dict(acc=np.int64([2**40] * 4)), R), ("vlsat", "shift", dict(shift=np.ones(5, I32)), S),
+    *[(f, arg, {arg: v}, k) for f, kern in (("conv2d", "k_ohwi"), ("depthwise_conv2d", "k_hwc")) for arg, v, k in (
+        ("x", _with(XI, 0, 200), R), ("x", "abc", A), ("x", XI[0], S), (kern, np.ones((2, 2, 2, 4, 1), I32), S),
+        ("multipliers", _with(MUL, 0, 2**15), R), ("biases", [1, 2, 3, "a"], A), ("initial_shift", 17, R),
+        ("final_shr", 40, R), ("stride", (0, 1), R), ("pad_top_left", (-1, 0), R), ("pad_value", 200, R),
+        ("variant", "fast", R))],
     *[("certify_no_saturation", arg, {arg: v}, k) for arg, v, k in (
         ("k", _with(W44, 0, 200), R), ("k", "abc", A), ("k", I32(1), S), ("bias", BIAS[:3], S),
         ("bias", np.int64([2**40] * 4), R), ("bias", "abc", A), ("input_range", (5, -5), R),
@@ -327,9 +345,10 @@ MULTI_PROGRAM: dict[str, str] = {}
 
 
 def test_every_function_is_covered_and_runs_as_one_program_on_canonical_arguments():
-    public = {n for n in dir(xs3) if not n.startswith("_") and callable(getattr(xs3, n))}
+    public = {n for n in dir(xs3) if not n.startswith("_") and inspect.isfunction(getattr(xs3, n))}
     for name, (fn, _) in FUNCS.items():
         assert fn.__name__ in public, name
+    assert public <= {fn.__name__ for fn, _ in FUNCS.values()}, public - {fn.__name__ for fn, _ in FUNCS.values()}
     check_one_program(FUNCS, call, MULTI_PROGRAM)  # runs every one of them
     covered = {f for f, *_ in CASES}
     assert covered == set(FUNCS), set(FUNCS) - covered

@@ -243,6 +243,16 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=True, channels=c_out)
     geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, out_shape[:2], dilation)
+    return _conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, geom=geom, variant=variant,
+                   return_accumulators=return_accumulators, return_stats=return_stats,
+                   saturation_grad=saturation_grad)
+
+
+@eager_program(static_argnames=("geom", "variant", "return_accumulators", "return_stats", "saturation_grad"))
+def _conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, *, geom, variant, return_accumulators,
+            return_stats, saturation_grad):
+    """:func:`conv2d` after its checks (one program when called eagerly)."""
+    c_out = k.shape[0]
     patches_of = functools.partial(extract_patches, geom=geom)
     otfn_forward = _otfn.int8_forward(variant, return_stats)
 
@@ -308,6 +318,15 @@ def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
     initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=False, channels=c)
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
+    return _depthwise_conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, geom=geom, variant=variant,
+                             return_accumulators=return_accumulators, return_clipped=return_clipped)
+
+
+@eager_program(static_argnames=("geom", "variant", "return_accumulators", "return_clipped"))
+def _depthwise_conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, *, geom, variant,
+                      return_accumulators, return_clipped):
+    """:func:`depthwise_conv2d` after its checks (one program when called eagerly)."""
+    kw = k.shape[1]
     taps = window_taps(xv.astype(_I32), geom, pad_value=pad_value)
     acc = jnp.zeros(taps[0].shape, _I32)
     clips = jnp.zeros(taps[0].shape, _I32)
