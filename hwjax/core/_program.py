@@ -34,18 +34,18 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
     if not any(isinstance(a, jax.core.Tracer) for a in leaves):
         return fn(*operands)
     live = (jnp.asarray(trigger, jnp.int32) | 1) != 0  # always true; unknown to the compiler
-    # fn is traced once (its shapes and its program); the branch replays the program
-    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*operands)
-    replay = jax.extend.core.jaxpr_as_fun(closed)
-    out_tree = jax.tree.structure(shapes)
+    flat, tree = jax.tree.flatten(operands)
+    taken = []  # fn's result as the taken branch traced it (``lax.cond`` traces that branch first)
 
     def run(ops):
-        return jax.tree.unflatten(out_tree, replay(*ops))
+        taken.append(fn(*jax.tree.unflatten(tree, ops)))
+        return taken[-1]
 
-    def zeros(ops):
-        return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+    def zeros(ops):  # fn is traced once: the other branch reads the shapes of the taken one
+        like = taken[-1] if taken else jax.eval_shape(run, ops)
+        return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), like)
 
-    return jax.lax.cond(live, run, zeros, list(jax.tree.leaves(operands)))
+    return jax.lax.cond(live, run, zeros, flat)
 
 
 def _concrete(tree) -> bool:
