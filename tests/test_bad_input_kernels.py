@@ -13,6 +13,8 @@ Shapes are fixed and small, so each function compiles a handful of programs at m
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import numpy as np
 import pytest
@@ -75,6 +77,10 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
     "rmcf_constants": (G.rmcf_constants, dict(numerator=255, denominator=127)),
     "rounding_multiply_by_constant_fraction": (G.rounding_multiply_by_constant_fraction,
                                                dict(x=V32, numerator=255, denominator=127)),
+    "gemm": (G.gemm, dict(lhs=U8L, rhs=U8R, lhs_offset=-3, rhs_offset=5)),
+    "srdhm": (G.srdhm, dict(a=V32, b=V32[::-1].copy())),
+    "rounding_divide_by_pot": (G.rounding_divide_by_pot, dict(x=V32, exponent=I32(3))),
+    "shift_left": (G.shift_left, dict(x=np.array([5, -9, 2**20, -(2**20)], I32), exponent=3)),
     "srdhm_int16": (G.srdhm_int16, dict(a=np.array([5, -300], I32), b=np.array([20000, -32768], I32))),
     "gemmlowp.requantize": (G.requantize, dict(x=U8L, bits=5, mode="nearest")),
     "pack_lt8": (G.pack_lt8, dict(lhs=U8L, rhs=U8R, lhs_bits=7, rhs_bits=5)),
@@ -181,6 +187,11 @@ CASES = [
     ("rounding_multiply_by_constant_fraction", "x", dict(x=np.int64([2**40])), R),
     ("rounding_multiply_by_constant_fraction", "x", dict(x="abc"), A),
     ("rounding_multiply_by_constant_fraction", "denominator", dict(denominator=0), R),
+    ("gemm", "lhs", dict(lhs=np.ones((2, 3), np.float32)), A), ("gemm", "rhs", dict(rhs=np.ones((4, 4), np.uint8)), S),
+    ("gemm", "lhs_offset", dict(lhs_offset=2**40), R),
+    ("srdhm", "a", dict(a=np.int64([2**31])), R), ("srdhm", "b", dict(b="abc"), A),
+    ("rounding_divide_by_pot", "exponent", dict(exponent=I32(32)), R), ("rounding_divide_by_pot", "x", dict(x=None), A),
+    ("shift_left", "x", dict(x=np.float32([1.5])), A), ("shift_left", "overflow", dict(overflow="wrap?"), R),
     ("srdhm_int16", "a", dict(a=np.array([40000, 0], I32)), R), ("srdhm_int16", "b", dict(b=[1, "a"]), A),
     ("srdhm_int16", "b", dict(b=np.ones(3, I32)), S), ("srdhm_int16", "a", dict(a=np.float32([NAN, 0])), R),
     ("gemmlowp.requantize", "x", dict(x=_with(U8L, 0, 300, np.int32)), R),
@@ -324,12 +335,17 @@ def test_bad_arguments_raise_named_hwjax_errors(case):
 # Public functions that still compile more than one program when called eagerly on a
 # new shape (see tests/test_bad_input.py:check_one_program).
 MULTI_PROGRAM: dict[str, str] = {}
+# public functions that take no arrays (files and a static helper), checked in their own tests
+NOT_ARRAY_PRIMITIVES = {"load", "save", "batch_chunk"}
 
 
 def test_every_function_is_covered_and_runs_as_one_program_on_canonical_arguments():
     public = set(G.__all__) | set(T.__all__)
     for name, (fn, _) in FUNCS.items():
         assert fn.__name__ in public, name
+    functions = {n for n in public if inspect.isfunction(getattr(G, n, None) or getattr(T, n, None))}
+    assert functions - NOT_ARRAY_PRIMITIVES <= {fn.__name__ for fn, _ in FUNCS.values()}, \
+        functions - NOT_ARRAY_PRIMITIVES - {fn.__name__ for fn, _ in FUNCS.values()}
     check_one_program(FUNCS, call, MULTI_PROGRAM)  # runs every one of them
     covered = {f for f, *_ in CASES}
     assert covered == set(FUNCS), set(FUNCS) - covered
