@@ -29,8 +29,8 @@ if FAST_COMPILE:
     os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
     # XLA:CPU also splits each program's LLVM module into parts compiled on a thread pool;
     # with every core busy (one pytest-xdist worker per core) the parts only add set-up
-    # work. One part: compile CPU time of 20 imported-model and mac programs 2.56-2.71 s ->
-    # 2.39 s; tests/test_nn.py + test_tflite_models.py 63.4 / 66.4 -> 61.0 / 63.6 CPU s.
+    # work (the generated code is the same). One part: six test files run with and without it
+    # side by side, CPU 205.3 / 197.8 s -> 187.9 / 188.7 s (BENCHMARKS.md).
     _flags = os.environ.get("XLA_FLAGS", "").split()
     for _flag in ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1"):
         if not any(f.startswith(_flag.split("=")[0]) for f in _flags):

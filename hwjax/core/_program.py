@@ -6,7 +6,6 @@ import functools
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 
 
