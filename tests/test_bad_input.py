@@ -14,6 +14,7 @@ once and the suite stays fast.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 
@@ -75,6 +76,18 @@ def check_one_program(funcs, call, multi: dict[str, str]) -> None:
             over[name] = _LOWERED[0] - before
     assert not over, f"eager calls compiling more than one program: {over}"
     assert set(multi) <= set(funcs), set(multi) - set(funcs)
+
+
+def check_covers_public(funcs, *modules, elsewhere=()) -> None:
+    """Every public function of ``modules`` (their ``__all__``, else their names without a
+    leading underscore) is called by a bad-input table ``funcs`` (name -> (function, ...)),
+    or named in ``elsewhere`` (covered by another table, or taking no arrays)."""
+    public = set()
+    for m in modules:
+        names = getattr(m, "__all__", None) or [n for n in dir(m) if not n.startswith("_")]
+        public |= {n for n in names if inspect.isfunction(getattr(m, n))}
+    missing = public - set(elsewhere) - {entry[0].__name__ for entry in funcs.values()}
+    assert not missing, f"public functions missing from the bad-input table: {sorted(missing)}"
 
 
 def table_caller(funcs):

@@ -13,8 +13,6 @@ Shapes are fixed and small, so each function compiles a handful of programs at m
 
 from __future__ import annotations
 
-import inspect
-
 import jax
 import numpy as np
 import pytest
@@ -25,8 +23,8 @@ from hwjax import gemmlowp as G
 from hwjax import tflite as T
 from hwjax.errors import ArgTypeError, HwjaxError, RangeError, ShapeError
 
-from tests.test_bad_input import (SETTINGS, check_one_program, WRONG_TYPES, expect_error, expect_table_error,
-                                    same, table_caller, table_params, with_value)
+from tests.test_bad_input import (SETTINGS, check_covers_public, check_one_program, WRONG_TYPES, expect_error,
+                                  expect_table_error, same, table_caller, table_params, with_value)
 
 R, S, A = (RangeError,), (ShapeError,), (TypeError,)  # the error classes a case accepts
 NAN, INF = float("nan"), float("inf")
@@ -343,9 +341,7 @@ def test_every_function_is_covered_and_runs_as_one_program_on_canonical_argument
     public = set(G.__all__) | set(T.__all__)
     for name, (fn, _) in FUNCS.items():
         assert fn.__name__ in public, name
-    functions = {n for n in public if inspect.isfunction(getattr(G, n, None) or getattr(T, n, None))}
-    assert functions - NOT_ARRAY_PRIMITIVES <= {fn.__name__ for fn, _ in FUNCS.values()}, \
-        functions - NOT_ARRAY_PRIMITIVES - {fn.__name__ for fn, _ in FUNCS.values()}
+    check_covers_public(FUNCS, G, T, elsewhere=NOT_ARRAY_PRIMITIVES)
     check_one_program(FUNCS, call, MULTI_PROGRAM)  # runs every one of them
     covered = {f for f, *_ in CASES}
     assert covered == set(FUNCS), set(FUNCS) - covered
