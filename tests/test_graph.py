@@ -140,6 +140,26 @@ def test_graph_of_a_model_runs_its_hardware_mode_bit_exactly(target, tmp_path):
     assert loaded.graph.target == target
 
 
+def test_lowering_in_a_program_derives_the_linear_nodes_with_one_recipe(monkeypatch):
+    """jit_run on a portable graph lowers it in the program: the XS3 parameters of its three
+    linear nodes come from one batched recipe (derive_params), equal to the host recipe's."""
+    import hwjax.targets._xs3 as X
+
+    batches = []
+    many = X.otfn_params_many
+    monkeypatch.setattr(X, "otfn_params_many", lambda layers: batches.append(len(layers)) or many(layers))
+    t = T.XS3()
+    x = jnp.asarray(RNG.uniform(-1, 1, (4, 6, 6, 2)), jnp.float32)
+    g = hn.to_graph(_calibrated(_block_model(t), x), (6, 6, 2))
+    in_program = jax.jit(lambda gr: hg.lower(gr, t))(g)
+    assert batches == [3]
+    host = hg.lower(g, t)  # xformer's host recipe, node by node
+    assert batches == [3]
+    for a, b in zip(in_program.nodes, host.nodes):
+        for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
+            np.testing.assert_array_equal(np.asarray(u), np.asarray(v), err_msg=a.name)
+
+
 def test_nvdla_depthwise_add_and_avgpool_are_the_nvdla_kernels():
     t = T.NVDLA()
     x = jnp.asarray(RNG.uniform(-1, 1, (8, 6, 6, 2)), jnp.float32)

@@ -259,18 +259,32 @@ def test_pools_add_and_lut_hardware_match_the_xs3_kernels():
     assert np.max(np.abs(float(s) * (np.asarray(ql.q) - int(z)) - real)) <= float(s) * 0.5 + 1e-6
 
 
-def test_hardware_mode_works_under_jit_and_vmap_and_is_batch_independent():
+def test_hardware_mode_works_under_jit_and_vmap_and_is_batch_independent(monkeypatch):
+    import hwjax.targets._xs3 as X
+
+    batches = []
+    many = X.otfn_params_many
+    monkeypatch.setattr(X, "otfn_params_many", lambda layers: batches.append(len(layers)) or many(layers))
     t = T.XS3()
     m = _calibrated(_conv_model(t), jnp.asarray(RNG.uniform(-1, 1, (8, 6, 6, 3)), jnp.float32))
     x = jnp.asarray(RNG.uniform(-1, 1, (6, 6, 6, 3)), jnp.float32)
     eager = np.asarray(m(x).q)  # each layer's hardware forward is itself jitted
     vmapped = np.asarray(jax.vmap(lambda v: m(v[None]).q[0])(x))
+    assert batches == []  # weights known, only the data traced: the host recipe, no recipe program
     halves = np.concatenate([np.asarray(m(x[i:i + 3]).q) for i in (0, 3)])
     np.testing.assert_array_equal(eager, vmapped)
     np.testing.assert_array_equal(eager, halves)
 
 
-def test_hardware_gradients_flow_through_the_surrogate():
+def test_hardware_gradients_flow_through_the_surrogate(monkeypatch):
+    """Also: traced, the model derives the XS3 parameters of its linear layers with one
+    batched recipe (hwjax.graph.derive_params), and its forward has the bits of the eager
+    one (xformer's host recipe, layer by layer)."""
+    import hwjax.targets._xs3 as X
+
+    batches = []
+    many = X.otfn_params_many
+    monkeypatch.setattr(X, "otfn_params_many", lambda layers: batches.append(len(layers)) or many(layers))
     t = T.XS3()
     r = nnx.Rngs(3)
     m = hn.Sequential({"input": hn.Quantize(target=t),
@@ -286,6 +300,9 @@ def test_hardware_gradients_flow_through_the_surrogate():
         return jnp.sum(out.dequantize() ** 2), out
 
     (value, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    assert batches == [2]
+    np.testing.assert_array_equal(np.asarray(out.q), np.asarray(m(x).q))
+    assert batches == [2]  # eager: the host recipe
     leaves = jax.tree.leaves(grads)
     assert all(np.all(np.isfinite(np.asarray(a))) for a in leaves)
     assert np.abs(np.asarray(grads["layers"][1]["kernel"][...])).sum() > 0

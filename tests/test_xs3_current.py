@@ -481,6 +481,36 @@ def test_otfn_params_matches_the_xformer_helper(shape):
     assert checked >= 6
 
 
+def test_otfn_params_of_several_layers_in_one_recipe_equal_the_helper():
+    """otfn_params_many (what the XS3 target derives a model's layers with: one batched
+    recipe) gives each layer the xformer helper's parameters, whatever the other layers'
+    channel counts, eagerly and under jit."""
+    from hwjax.xs3._params import otfn_params_many
+
+    layers, refs = [], []
+    while len(layers) < 5:
+        c, k = [(24, 100), (7, 9), (32, 300), (3, 40), (16, 8)][len(layers)]
+        w = RNG.integers(-127, 128, (c, k)).astype(np.int8)
+        w[: c // 3] = 0 if len(layers) == 1 else w[: c // 3]  # constant channels in one layer
+        s_in, s_out = np.float32(10 ** RNG.uniform(-4, 0)), np.float32(10 ** RNG.uniform(-3, 1))
+        s_w = (10 ** RNG.uniform(-4, -1, c)).astype(np.float32)
+        z_in, z_out = np.int32(RNG.integers(-128, 128)), np.int32(RNG.integers(-128, 128))
+        b = RNG.integers(-(2 ** 18), 2 ** 18, c).astype(np.int32)
+        try:
+            ref = xs3.otfn_params_from_scales(b, w, float(s_in), int(z_in), s_w, float(s_out), int(z_out))
+        except ValueError:  # shifts outside the assembly's range: draw again
+            continue
+        layers.append((w, b, s_in, z_in, s_w, s_out, z_out))
+        refs.append(ref)
+    for got in (otfn_params_many(layers), jax.jit(otfn_params_many)(layers)):
+        assert len(got) == len(refs)
+        for (mul, bias, sh), ref in zip(got, refs):
+            np.testing.assert_array_equal(np.asarray(mul), ref["multipliers"])
+            np.testing.assert_array_equal(np.asarray(bias), ref["biases"])
+            assert [int(sh[0]), int(sh[1])] == [ref["initial_shift"], ref["final_shr"]]
+    assert otfn_params_many([]) == []
+
+
 def test_otfn_params_rounds_bias_ties_as_the_helper():
     """Multipliers with few significant bits make ``beta * 2**B`` land on ties: the bias
     is ``rint(beta 2**B - 1)``, which is not ``rint(beta 2**B) - 1`` there."""

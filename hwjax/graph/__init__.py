@@ -7,7 +7,9 @@ static. Each op kind is declared once, in the op registry (:func:`register_op`,
 :class:`OpSpec`; the built-in kinds are in :mod:`hwjax.graph.ops`); each target says how
 it runs each kind it supports (:class:`OpImpl`, :mod:`hwjax.targets`).
 
-* :func:`lower` derives a target's integer parameters from the portable ones.
+* :func:`lower` derives a target's integer parameters from the portable ones;
+  :func:`derive_params` derives several ops' at once (one batched recipe where the target
+  has one).
 * :func:`run` evaluates a graph exactly: jittable, and batched over a leading axis
   (``jax.vmap`` works too). :func:`jit_run` is its compiled form.
 
@@ -21,11 +23,11 @@ Example::
 from hwjax.graph import ops as _builtin_ops  # noqa: F401  (registers the built-in op kinds)
 from hwjax.graph._ir import DTYPES, INT_DTYPES, Attrs, Graph, Node, Quant, Tensor
 from hwjax.graph._ops import OpImpl, OpSpec, get_op, ops, register_op
-from hwjax.graph._run import jit_run, lower, lower_node, run
+from hwjax.graph._run import derive_params, jit_run, lower, lower_node, run
 from hwjax.graph.ops.linear import geometry
 from hwjax.graph.ops.pool import pool_geometry
 
 __all__ = [
     "Attrs", "DTYPES", "Graph", "INT_DTYPES", "Node", "OpImpl", "OpSpec", "Quant", "Tensor", "geometry",
-    "get_op", "jit_run", "lower", "lower_node", "ops", "pool_geometry", "register_op", "run",
+    "derive_params", "get_op", "jit_run", "lower", "lower_node", "ops", "pool_geometry", "register_op", "run",
 ]

@@ -40,6 +40,13 @@ class OpImpl:
         :func:`hwjax.graph.lower` instead of compiling ``params``; it must give the
         parameters ``params`` gives (the chip vendor's own host recipe, typically), or
         return None to defer to ``params`` for this node.
+      params_many: optional ``params_many(target, requests) -> list``, the recipe of
+        several nodes in one evaluation, with ``requests`` a list of ``(op, attrs,
+        portable, q_in, q_out)``: the same parameters as ``params`` on each, node by node,
+        but one copy of the recipe in a compiled program instead of one per node (a
+        batched recipe). :func:`hwjax.graph.derive_params` hands every node whose op's
+        impl shares the same ``params_many`` function (e.g. a target's conv, depthwise
+        and dense) to one call.
     """
 
     run: Callable[..., Any]
@@ -47,6 +54,7 @@ class OpImpl:
     export: Optional[Callable[..., Any]] = None
     load: Optional[Callable[..., Any]] = None
     host_params: Optional[Callable[..., Any]] = None
+    params_many: Optional[Callable[..., Any]] = None
 
 
 class OpSpec:

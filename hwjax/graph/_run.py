@@ -39,12 +39,38 @@ def _resolve_target(graph: Graph, target):
 
 def lower_node(node: Node, graph: Graph, target) -> Node:
     """``node`` with its portable parameters replaced by ``target``'s (its recipe)."""
-    impl = target.lowering(node.op)
-    if impl.params is None:
-        return node.replace(params=None)
+    return node.replace(params=derive_params(target, [_request(node, graph)])[0])
+
+
+def _request(node: Node, graph: Graph) -> tuple:
+    """The ``(op, attrs, portable, q_in, q_out)`` of a node, for :func:`derive_params`."""
     q_in = [graph.tensors[t].quant for t in node.inputs]
-    q_out = graph.tensors[node.outputs[0]].quant
-    return node.replace(params=impl.params(target, node.attrs, node.params, q_in, q_out))
+    return node.op, node.attrs, node.params, q_in, graph.tensors[node.outputs[0]].quant
+
+
+def derive_params(target, requests) -> list:
+    """``target``'s integer parameters for several ops: ``requests`` is a list of ``(op,
+    attrs, portable, q_in, q_out)`` (an op kind, its :class:`Attrs`, portable parameters and
+    input / output :class:`Quant`); returns one entry per request (None where the op has
+    no parameters on ``target``), what ``target.lowering(op).params(target, attrs, portable,
+    q_in, q_out)`` gives, bit for bit.
+
+    Requests whose impls share a ``params_many`` recipe (:class:`OpImpl`) are derived by
+    one call to it, so that a program deriving a whole model's parameters holds one copy of
+    that recipe, not one per layer (XS3's output-transform recipe is some 2,000 operations).
+    Jittable; no gradient."""
+    out: list = [None] * len(requests)
+    batches: dict = {}
+    for i, (op, attrs, portable, q_in, q_out) in enumerate(requests):
+        impl = target.lowering(op)
+        if impl.params_many is not None:
+            batches.setdefault(impl.params_many, []).append(i)
+        elif impl.params is not None:
+            out[i] = impl.params(target, attrs, portable, q_in, q_out)
+    for many, idx in batches.items():
+        for i, p in zip(idx, many(target, [requests[i] for i in idx])):
+            out[i] = p
+    return out
 
 
 def lower(graph: Graph, target) -> Graph:
@@ -84,8 +110,11 @@ def _host_lowered(node: Node, graph: Graph, target):
 
 
 def _lower(graph: Graph, target, skip: tuple[int, ...] = ()) -> Graph:
-    """Every node but those at ``skip`` lowered with the target's (jittable) recipe."""
-    nodes = tuple(n if i in skip else lower_node(n, graph, target) for i, n in enumerate(graph.nodes))
+    """Every node but those at ``skip`` lowered with the target's (jittable) recipes, derived
+    together (:func:`derive_params`)."""
+    todo = [i for i in range(len(graph.nodes)) if i not in skip]
+    params = dict(zip(todo, derive_params(target, [_request(graph.nodes[i], graph) for i in todo])))
+    nodes = tuple(n.replace(params=params[i]) if i in params else n for i, n in enumerate(graph.nodes))
     return graph.replace(nodes=nodes, target=target)
 
 

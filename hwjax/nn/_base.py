@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -127,6 +128,72 @@ def _widened(r: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.stack([jnp.minimum(r[0], jnp.min(y)), jnp.maximum(r[1], jnp.max(y))])
 
 
+class Plan:
+    """A model's hardware-mode call, planned (see :func:`planned_call`): the output
+    quantisation of every layer, computed once, and the target parameters of every linear
+    layer, derived together before the layers run.
+
+    ``collect`` is True during the first (shape-only) pass, when linear layers record their
+    requests instead of running; ``finish`` then derives the parameters (one batched recipe
+    per target where the target has one, :func:`hwjax.graph.derive_params`)."""
+
+    def __init__(self):
+        self.collect = True
+        self.qparams: dict[int, tuple] = {}  # id(layer) -> (scale, zero point)
+        self.requests: list = []  # (layer, request) in call order
+        self.params: dict[int, tuple] = {}  # id(layer) -> (s_in, z_in, derived parameters)
+
+    def record(self, layer, request) -> None:
+        self.requests.append((layer, request))
+
+    def derived(self, layer, s_in, z_in):
+        """The layer's derived parameters when they were derived for exactly this input
+        quantisation (the same traced values), else None (the layer derives its own)."""
+        entry = self.params.get(id(layer))
+        if entry is None or entry[0] is not s_in or entry[1] is not z_in:
+            return None
+        return entry[2]
+
+    def finish(self, derive_many) -> None:
+        """Derives the recorded requests with ``derive_many(target, requests) -> list``,
+        grouped by target, and ends the collecting pass."""
+        by_target: dict = {}
+        for layer, req in self.requests:
+            by_target.setdefault(layer.target, []).append((layer, req))
+        for target, items in by_target.items():
+            for (layer, req), p in zip(items, derive_many(target, [r for _, r in items])):
+                self.params[id(layer)] = (req[2], req[3], p)
+        self.collect = False
+
+
+_PLAN: contextvars.ContextVar = contextvars.ContextVar("hwjax_nn_plan", default=None)
+
+
+def current_plan() -> Plan | None:
+    return _PLAN.get()
+
+
+def planned_call(first, call, derive_many, wanted):
+    """``call()`` (a model's forward), planned when no plan is active and ``wanted()``: a
+    first pass ``first()`` (the forward without statistics) records each linear layer's
+    parameter request and the layers' output quantisations (linear layers return zeros of
+    their output's shape, which nothing uses: XLA removes that pass's dead work), the
+    parameters are derived together (``derive_many``, see :meth:`Plan.finish`), and
+    ``call()`` runs the layers with them. The values are those of the unplanned call, bit
+    for bit (the same recipes on the same traced inputs; a layer whose input quantisation
+    is not the one planned derives its own)."""
+    if _PLAN.get() is not None or not wanted():
+        return call()
+    plan = Plan()
+    token = _PLAN.set(plan)
+    try:
+        first()
+        plan.finish(derive_many)
+        return call()
+    finally:
+        _PLAN.reset(token)
+
+
 class HwLayer(nnx.Module):
     """Base of every hwjax layer: a target, a mode and (optionally) an output quantiser.
 
@@ -219,6 +286,9 @@ class HwLayer(nnx.Module):
         range (symmetric if the target wants it); with ``learn_scale`` the scale is
         multiplied by the learned :class:`ScaleFactor` (the zero point stays), and its
         gradient is LSQ's: it flows through every surrogate that uses the scale."""
+        plan = _PLAN.get()
+        if plan is not None and id(self) in plan.qparams:
+            return plan.qparams[id(self)]
         r = jax.lax.stop_gradient(self.out_range[...])
         sym = self.target.symmetric_activations
         trigger = jax.lax.bitcast_convert_type(r[0], jnp.int32)
@@ -230,6 +300,8 @@ class HwLayer(nnx.Module):
             zp = jnp.where(pinned, jnp.nan_to_num(pin[1]).astype(jnp.int32), zp)
         if self.requantizes and self.learn_scale:
             scale = scale * jnp.maximum(self.scale_factor[...], 1e-3)
+        if plan is not None:
+            plan.qparams[id(self)] = (scale, zp)
         return scale, zp
 
     def out_bounds(self) -> tuple[jax.Array, jax.Array]:

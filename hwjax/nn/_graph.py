@@ -12,7 +12,7 @@ from flax import nnx
 
 from hwjax.errors import ArgTypeError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.nn._base import HwLayer, check_mode
-from hwjax.nn._layers import Add
+from hwjax.nn._layers import Add, planned
 
 Node = Union[HwLayer, "Sequential", "Residual"]
 
@@ -50,6 +50,9 @@ class Sequential(nnx.Module):
         return cur
 
     def __call__(self, x, *, return_stats: bool = False):
+        return planned(self, lambda: self._call(x, False), lambda: self._call(x, return_stats))
+
+    def _call(self, x, return_stats: bool):
         stats = {}
         for name, layer in self.named_layers():
             if return_stats:
@@ -116,6 +119,9 @@ class GraphModel(nnx.Module):
         return self.input_shapes[0]
 
     def __call__(self, *xs, return_stats: bool = False):
+        return planned(self, lambda: self._call(xs, False), lambda: self._call(xs, return_stats))
+
+    def _call(self, xs, return_stats: bool):
         env = dict(zip(self.graph_inputs, xs))
         stats = {}
         for (name, ins, outs), layer in zip(self.wiring, self.layers):

@@ -21,7 +21,8 @@ import numpy as np
 from flax import nnx
 from flax.errors import TraceContextError
 
-from hwjax.nn._base import Derived, HwLayer, LayerStats, Mode, Pinned, check_activation, make_stats
+from hwjax.nn._base import (Derived, HwLayer, LayerStats, Mode, Pinned, check_activation, current_plan,
+                             make_stats, planned_call)
 from hwjax.nn._qarray import QArray
 from hwjax.nn._quant import (
     act_int,
@@ -36,7 +37,7 @@ from hwjax.nn._quant import (
 from hwjax.core import ConvGeometry, div_rn
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
-from hwjax.graph import Attrs, Quant, geometry
+from hwjax.graph import Attrs, Quant, derive_params, geometry
 from hwjax.targets import LUT_FUNCTIONS, lut_function
 
 Padding = Union[str, int, Sequence[tuple[int, int]]]
@@ -240,9 +241,19 @@ class _Linear(HwLayer):
             raise ArgTypeError(f"{type(self).__name__} in {self.mode!r} mode takes float inputs, got a QArray")
         s_out, z_out = self.out_qparams()
         args = (kernel, self._bias(), x.q, x.scale, x.zero_point, s_out, z_out, self.w_pin[...])
-        cfg = dict(target=self.target, op=self.kind, attrs=self.node_attrs(x.shape[1:]), return_stats=return_stats)
+        attrs = self.node_attrs(x.shape[1:])
+        plan = current_plan()
+        if plan is not None and plan.collect:  # a planned call's first pass: the request only
+            plan.record(self, (kernel, args[1], x.scale, x.zero_point, s_out, z_out, args[7], self.kind, attrs))
+            out_shape = (x.shape[0], *self._geometry(x.shape).out_hw, kernel.shape[-1])
+            return QArray(jnp.zeros(out_shape, jnp.float32), s_out, z_out), None
+        cfg = dict(target=self.target, op=self.kind, attrs=attrs, return_stats=return_stats)
         out = _hw_linear_eager(*args, **cfg) if _all_concrete(args) else None
-        y, stats = out if out is not None else _hw_linear(*args, **cfg)
+        hw = plan.derived(self, x.scale, x.zero_point) if plan is not None else None
+        recipe_args = args[:2] + args[3:]
+        if hw is None and not _all_concrete(args) and _all_concrete(recipe_args):  # only the input is traced
+            hw = _host_linear_quant(*recipe_args, self.target, self.kind, attrs)
+        y, stats = out if out is not None else _hw_linear(*args, hw, **cfg)
         return QArray(y, s_out, z_out), stats
 
     def node_attrs(self, in_shape) -> Attrs:
@@ -326,6 +337,7 @@ def _portable(kernel, bias, s_in, w_pin, op: str):
     return w_int, b_int, s_w, {"kernel": portable_kernel(op, w_int), "bias": b_int.astype(jnp.int32), "w_scale": s_w}
 
 
+_portable_all_jit = jax.jit(_portable, static_argnums=4)
 # the portable parameters alone (what to_graph needs): no target recipe compiled
 _portable_jit = jax.jit(lambda kernel, bias, s_in, w_pin, op: _portable(kernel, bias, s_in, w_pin, op)[3],
                         static_argnums=4)
@@ -334,10 +346,42 @@ _portable_jit = jax.jit(lambda kernel, bias, s_in, w_pin, op: _portable(kernel, 
 def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str, attrs) -> LinearQuant:
     """The layer's integer constants (no gradient): :func:`_portable` and the target's
     recipe."""
-    s_out = sg(s_out)
-    w_int, b_int, s_w, portable = _portable(kernel, bias, s_in, w_pin, op)
-    params = target.lowering(op).params(target, attrs, portable, [Quant.of(sg(s_in), z_in)], Quant.of(s_out, z_out))
-    return LinearQuant(params, w_int, b_int, s_w, s_out, z_out, portable)
+    return _linear_quant_many(target, [(kernel, bias, s_in, z_in, s_out, z_out, w_pin, op, attrs)])[0]
+
+
+def _linear_quant_many(target, requests) -> list[LinearQuant]:
+    """:func:`_linear_quant` of several layers (``(kernel, bias, s_in, z_in, s_out, z_out,
+    w_pin, op, attrs)`` each) on one target, their recipes derived together
+    (:func:`hwjax.graph.derive_params`: one batched recipe where the target has one)."""
+    parts = [_portable(k, b, s_in, w_pin, op) for k, b, s_in, _, _, _, w_pin, op, _ in requests]
+    params = derive_params(target, [(op, attrs, part[3], [Quant.of(sg(s_in), z_in)], Quant.of(sg(s_out), z_out))
+                                    for (_, _, s_in, z_in, s_out, z_out, _, op, attrs), part in zip(requests, parts)])
+    return [LinearQuant(p, w_int, b_int, s_w, sg(req[4]), req[5], portable)
+            for p, (w_int, b_int, s_w, portable), req in zip(params, parts, requests)]
+
+
+def planned(model, first, call):
+    """``call()``, a container's forward, as :func:`hwjax.nn._base.planned_call` plans it
+    when that pays: the model is traced (under ``jit`` or ``grad``), in hardware mode, with
+    two or more linear layers on targets whose recipe derives several layers at once
+    (``OpImpl.params_many``); then their parameters are derived by one recipe per program
+    instead of one per layer. Eager calls derive them on the host (no program) and are
+    not planned."""
+    def wanted() -> bool:
+        linear = [m for _, m in nnx.iter_modules(model) if isinstance(m, _Linear) and m.mode == "hardware"]
+        return len(linear) >= 2 and any(isinstance(m.kernel[...], jax.core.Tracer) for m in linear) and \
+            any(m.target.lowering(m.kind).params_many is not None for m in linear)
+
+    return planned_call(first, call, _derive_planned, wanted)
+
+
+def _derive_planned(target, requests) -> list[LinearQuant]:
+    """A planned model call's linear layers on ``target`` (:class:`hwjax.nn._base.Plan`):
+    :func:`_linear_quant_many`, computed once (materialised, like :func:`_hw_linear`'s)."""
+    arrays = [tuple(sg(a) for a in r[:7]) for r in requests]
+    static = [r[7:] for r in requests]
+    return compute_once(lambda *rs: _linear_quant_many(target, [(*a, *st) for a, st in zip(rs, static)]),
+                        tuple(arrays), requests[0][3])
 
 
 _linear_quant_jit = jax.jit(_linear_quant, static_argnums=(7, 8, 9))
@@ -351,18 +395,31 @@ def _hw_linear_eager(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, *, targe
                      return_stats: bool):
     """Hardware mode called eagerly (no jit, no grad: every argument concrete): the same
     integers as :func:`_hw_linear`, with the target's parameters from its host recipe
-    (``OpImpl.host_params``, the vendor's own) instead of compiling the in-graph recipe.
-    None when the target has no host recipe or it defers."""
+    (:func:`_host_linear_quant`) instead of compiling the in-graph recipe. None when the
+    target has no host recipe or it defers."""
+    hw = _host_linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op, attrs)
+    if hw is None:
+        return None
+    return _hw_run(xq, hw.params, target=target, op=op, attrs=attrs, return_stats=return_stats)
+
+
+def _host_linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str, attrs):
+    """:func:`_linear_quant` on concrete values with the target's host recipe
+    (``OpImpl.host_params``, the vendor's own: no recipe program compiled), or None when the
+    target has none or it defers. For layers whose weights and quantisation are known
+    while their input is traced (a model closed over by ``jit``, a ``vmap`` over the data),
+    and for eager calls."""
     impl = target.lowering(op)
     if impl.host_params is None:
         return None
-    portable = jax.tree.map(np.asarray, _portable_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op))
+    w_int, b_int, s_w, portable = _portable_all_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op)
     q_in = [Quant.of(np.float32(s_in), np.int32(z_in))]
-    params = impl.host_params(target, attrs, portable, q_in, Quant.of(np.float32(s_out), np.int32(z_out)))
+    params = impl.host_params(target, attrs, jax.tree.map(np.asarray, portable), q_in,
+                              Quant.of(np.float32(s_out), np.int32(z_out)))
     if params is None:
         return None
-    return _hw_run(xq, jax.tree.map(jnp.asarray, params), target=target, op=op, attrs=attrs,
-                   return_stats=return_stats)
+    return LinearQuant(jax.tree.map(jnp.asarray, params), w_int, b_int, s_w, jnp.asarray(s_out, jnp.float32),
+                       jnp.asarray(z_out, jnp.int32), portable)
 
 
 @functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
@@ -382,12 +439,15 @@ def _hw_run(xq, params, *, target, op: str, attrs, return_stats: bool):
 
 
 @functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
-def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, *, target, op: str, attrs, return_stats: bool):
+def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, hw=None, *, target, op: str, attrs,
+               return_stats: bool):
     """Hardware-mode forward of a linear layer (jitted once per configuration): the
     target's exact result with the surrogate's gradient (see :class:`_Linear`). ``xq`` is
-    NHWC (dense: (B, 1, 1, N))."""
-    hw = compute_once(lambda k, b, si, so, wp: _linear_quant(k, b, si, z_in, so, z_out, wp, target, op, attrs),
-                      (sg(kernel), sg(bias), sg(s_in), sg(s_out), sg(w_pin)), z_in)
+    NHWC (dense: (B, 1, 1, N)). ``hw``: the layer's :class:`LinearQuant` when derived
+    beforehand for these arguments (a planned model call), else derived here."""
+    if hw is None:
+        hw = compute_once(lambda k, b, si, so, wp: _linear_quant(k, b, si, z_in, so, z_out, wp, target, op, attrs),
+                          (sg(kernel), sg(bias), sg(s_in), sg(s_out), sg(w_pin)), z_in)
     w_q = exact_forward(hw.w_int, kernel / hw.s_w)  # straight-through: d w_q / d w = 1 / s_w
     b_q = exact_forward(hw.b_int, bias / (s_in * hw.s_w))
     x_int = sg(xq).astype(jnp.int32)

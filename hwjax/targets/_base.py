@@ -121,10 +121,12 @@ class Target:
         cls._impls[op] = impl
 
     @classmethod
-    def implements(cls, op: str, *, params=None, export=None, load=None, host_params=None) -> Callable:
+    def implements(cls, op: str, *, params=None, export=None, load=None, host_params=None,
+                   params_many=None) -> Callable:
         """Decorator form of :meth:`implement` around the ``run`` function."""
         def deco(run):
-            cls.implement(op, OpImpl(run, params=params, export=export, load=load, host_params=host_params))
+            cls.implement(op, OpImpl(run, params=params, export=export, load=load, host_params=host_params,
+                                     params_many=params_many))
             return run
 
         return deco

@@ -22,6 +22,7 @@ from hwjax.core import validate as V
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import geometry
 from hwjax.targets._base import Target, float_exponent, lut_table, no_acc, pytree, register
+from hwjax.xs3._params import otfn_params_many
 
 
 def _acc_stat(n: int, clipped) -> dict:
@@ -103,13 +104,23 @@ def _xs3_linear_params(op: str):
         """xformer's parameters (:func:`hwjax.xs3.otfn_params`). A fused ReLU needs no
         parameter: its output range starts at 0, so ``z_out = -128`` and the int8 clamp
         is the ReLU."""
-        k = jnp.asarray(p["kernel"]).astype(jnp.int32)
-        k = jnp.transpose(k, (2, 0, 1)) if op == "depthwise_conv" else _ohwi(k, op)
-        qa = _quant_args(q_in, q_out)
-        mul, bias, shifts = xs3.otfn_params(k, jnp.asarray(p["bias"], jnp.int32), s_w=p["w_scale"], **qa)
-        return XS3ConvParams(k.astype(jnp.int8), mul, bias, shifts[0], shifts[1], jnp.asarray(qa["z_in"], jnp.int32))
+        return _xs3_linear_params_many(target, [(op, attrs, p, q_in, q_out)])[0]
 
     return params
+
+
+def _xs3_linear_params_many(target, requests) -> list[XS3ConvParams]:
+    """The parameters of several conv / depthwise / dense ops (``(op, attrs, portable, q_in,
+    q_out)`` each) from one batched recipe (:func:`hwjax.xs3._params.otfn_params_many`)."""
+    kernels, layers = [], []
+    for op, _, p, q_in, q_out in requests:
+        k = jnp.asarray(p["kernel"]).astype(jnp.int32)
+        kernels.append(jnp.transpose(k, (2, 0, 1)) if op == "depthwise_conv" else _ohwi(k, op))
+        qa = _quant_args(q_in, q_out)
+        layers.append((kernels[-1], jnp.asarray(p["bias"], jnp.int32), qa["s_in"], qa["z_in"], p["w_scale"],
+                       qa["s_out"], qa["z_out"]))
+    return [XS3ConvParams(k.astype(jnp.int8), mul, bias, shifts[0], shifts[1], jnp.asarray(layer[3], jnp.int32))
+            for k, layer, (mul, bias, shifts) in zip(kernels, layers, otfn_params_many(layers))]
 
 
 def _xs3_linear_host_params(op: str):
@@ -215,7 +226,8 @@ def _xs3_linear_load(op: str):
 
 for _op in ("conv", "dense", "depthwise_conv"):
     XS3.implements(_op, params=_xs3_linear_params(_op), export=_xs3_linear_export(_op),
-                   load=_xs3_linear_load(_op), host_params=_xs3_linear_host_params(_op))(_xs3_linear_run(_op))
+                   load=_xs3_linear_load(_op), host_params=_xs3_linear_host_params(_op),
+                   params_many=_xs3_linear_params_many)(_xs3_linear_run(_op))
 
 
 # ----------------------------------------------------------------------- pools

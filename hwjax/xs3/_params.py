@@ -95,20 +95,48 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
       the assembly's ranges; here they are returned as found and checked by callers
       when concrete, e.g. :func:`hwjax.export`.)
     """
-    kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out = _check_args(kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out)
-    c = kernel_q.shape[0]
+    args = _check_args(kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out)
+    return otfn_params_many([args], checked=True)[0]
+
+
+def otfn_params_many(layers, *, checked: bool = False) -> list:
+    """:func:`otfn_params` of several layers, evaluated together: one batched recipe
+    (``jax.vmap`` over the layers, channels padded to a common power of two and masked)
+    instead of one per layer, so that a program deriving the parameters of a whole model
+    holds one copy of the recipe (its exponent search is a loop of some 2,000 operations,
+    which XLA compiles once per copy). The results are those of :func:`otfn_params` on
+    each layer, bit for bit: padding channels take no part in any decision and are sliced
+    off, and the loop runs each layer's search to its own end.
+
+    Args:
+      layers: a sequence of ``(kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out)``, the
+        arguments of :func:`otfn_params`, one tuple per layer.
+      checked: the tuples have already been through the argument checks (internal).
+
+    Returns:
+      A list of ``(multipliers, biases, shifts)``, one per layer (see :func:`otfn_params`).
+    """
+    layers = [tuple(a) if checked else tuple(_check_args(*a)) for a in layers]
+    if not layers:
+        return []
+    cs = tuple(int(a[0].shape[0]) for a in layers)
     # Only three per-channel sums of the kernel enter the recipe; they are taken first (on
     # the host when the kernel is concrete), and the recipe runs on channels padded to a
     # power of two (pad channels masked out of every decision and sliced off in the
     # recipe's program), so that an eager call compiles one program, shared by every
-    # kernel shape with the same number of output channels.
-    cb = max(4, 1 << (c - 1).bit_length())
-    pad = ((0, cb - c),)
-    host = V.is_concrete(kernel_q) and V.is_concrete(bias_q) and V.is_concrete(s_w)
-    xp = np if host else jnp  # eager: the sums and the padding on the host
-    sums = _channel_inputs(kernel_q, bias_q, s_w, np) if host else _channel_inputs_jit(kernel_q, bias_q, s_w)
-    inputs = [xp.pad(v, pad) for v in sums] + [xp.arange(cb) < c]
-    return _otfn_params_impl(*inputs, c=c, s_in=s_in, z_in=z_in, s_out=s_out, z_out=z_out)
+    # kernel shape with the same numbers of output channels.
+    cb = max(4, 1 << (max(cs) - 1).bit_length())
+    rows = []
+    for (kernel_q, bias_q, _, _, s_w, _, _), c in zip(layers, cs):
+        host = V.is_concrete(kernel_q) and V.is_concrete(bias_q) and V.is_concrete(s_w)
+        xp = np if host else jnp  # eager: the sums and the padding on the host
+        sums = _channel_inputs(kernel_q, bias_q, s_w, np) if host else _channel_inputs_jit(kernel_q, bias_q, s_w)
+        rows.append([xp.pad(v, ((0, cb - c),)) for v in sums] + [xp.arange(cb) < c])
+    xp = np if all(isinstance(r[0], np.ndarray) for r in rows) else jnp
+    channels = [xp.stack([r[i] for r in rows]) for i in range(5)]
+    scalars = [xp.stack([xp.asarray(a[i], dt).reshape(()) for a in layers])
+               for i, dt in ((2, np.float32), (3, np.int32), (5, np.float32), (6, np.int32))]
+    return _otfn_params_impl(*channels, *scalars, cs=cs)
 
 
 def _channel_inputs(kernel_q, bias_q, s_w, xp=jnp):
@@ -125,11 +153,21 @@ def _channel_inputs(kernel_q, bias_q, s_w, xp=jnp):
 _channel_inputs_jit = jax.jit(_channel_inputs)
 
 
-@functools.partial(jax.jit, static_argnames=("c",))
-def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, c, s_in, z_in, s_out, z_out):
-    """The recipe on per-channel kernel sums ``sp`` (positive weights) and ``sn`` (negative
-    weights); channels where ``valid`` is False are padding: they take no part in the
-    exponent search, and only the first ``c`` channels are returned."""
+@functools.partial(jax.jit, static_argnames=("cs",))
+def _otfn_params_impl(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, cs):
+    """The recipe of L layers at once: ``(L, cb)`` per-channel inputs (:func:`_channel_inputs`,
+    padded; ``valid`` marks the real channels) and ``(L,)`` quantisation scalars; returns
+    the first ``cs[l]`` channels of layer ``l``."""
+    recipe = functools.partial(_recipe, trigger=z_out[0])  # a trigger the vmap does not map
+    mul, bias, shifts = jax.vmap(recipe)(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out)
+    return [(mul[i, :c], bias[i, :c], shifts[i]) for i, c in enumerate(cs)]
+
+
+def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
+    """The recipe of one layer on its per-channel kernel sums ``sp`` (positive weights) and
+    ``sn`` (negative weights); channels where ``valid`` is False are padding: they take no
+    part in the exponent search (their values are meaningless). ``trigger``: the
+    :func:`hwjax.core.compute_once` trigger (an int32 scalar known at run time)."""
     f32 = jnp.float32
     z_in, z_out = jnp.asarray(z_in, jnp.int32), jnp.asarray(z_out, jnp.int32)
 
@@ -142,7 +180,7 @@ def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, c, s_in, z_in, s_out, z_out
 
     # computed once: every later step uses m, and XLA would inline the division into each
     m, exp, mant, k = compute_once(multiplier, (jnp.asarray(s_in, f32), jnp.asarray(s_w, f32),
-                                                jnp.asarray(s_out, f32)), z_out)
+                                                jnp.asarray(s_out, f32)), trigger)
 
     def narrow(sp, sn, bias_q, z_in, z_out, m, mant, k):
         """§4.5 step 2 and the exact offset ``t``."""
@@ -182,7 +220,7 @@ def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, c, s_in, z_in, s_out, z_out
         return t, mant, amin, amax
 
     # computed once, on materialised inputs, like the multiplier
-    t, mant, amin, amax = compute_once(narrow, (sp, sn, bias_q, z_in, z_out, m, mant, k), z_out)
+    t, mant, amin, amax = compute_once(narrow, (sp, sn, bias_q, z_in, z_out, m, mant, k), trigger)
 
     # §4.5 step 3: the exponent search
     def bitlen(v):
@@ -248,4 +286,4 @@ def _otfn_params_impl(sp, sn, bias_q, s_w, valid, *, c, s_in, z_in, s_out, z_out
     zeros = jnp.zeros_like(k)
     init = (A0, M0, accu_bits0, mul_bits0, jnp.bool_(False), jnp.int32(0), zeros, zeros)
     A, M, _, _, _, _, mul, bias = jax.lax.while_loop(cond, body, init)
-    return mul[:c], bias[:c], jnp.stack([-A, A + M - 22]).astype(jnp.int32)
+    return mul, bias, jnp.stack([-A, A + M - 22]).astype(jnp.int32)
