@@ -139,9 +139,25 @@ class Plan:
 
     def __init__(self):
         self.collect = True
+        self.ranged: dict[int, tuple] = {}  # id(layer) -> act_qparams of its recorded range
         self.qparams: dict[int, tuple] = {}  # id(layer) -> (scale, zero point)
         self.requests: list = []  # (layer, request) in call order
         self.params: dict[int, tuple] = {}  # id(layer) -> (s_in, z_in, derived parameters)
+
+    def prime(self, layers) -> None:
+        """:func:`hwjax.nn.act_qparams` of every requantising layer's recorded range, in one
+        vectorised evaluation per kind of range (symmetric or not) instead of one per layer
+        (the same operations on each range: the same values)."""
+        groups: dict = {}
+        for m in layers:
+            if m.requantizes:
+                groups.setdefault(m.target.symmetric_activations, []).append(m)
+        for sym, ms in groups.items():
+            r = jnp.stack([jax.lax.stop_gradient(m.out_range[...]) for m in ms])
+            trigger = jax.lax.bitcast_convert_type(r[0, 0], jnp.int32)
+            scale, zp = compute_once(jax.vmap(lambda v, sym=sym: act_qparams(v, symmetric=sym)), (r,), trigger)
+            for i, m in enumerate(ms):
+                self.ranged[id(m)] = (scale[i], zp[i])
 
     def record(self, layer, request) -> None:
         self.requests.append((layer, request))
@@ -173,7 +189,7 @@ def current_plan() -> Plan | None:
     return _PLAN.get()
 
 
-def planned_call(first, call, derive_many, wanted):
+def planned_call(first, call, derive_many, wanted, layers):
     """``call()`` (a model's forward), planned when no plan is active and ``wanted()``: a
     first pass ``first()`` (the forward without statistics) records each linear layer's
     parameter request and the layers' output quantisations (linear layers return zeros of
@@ -181,12 +197,14 @@ def planned_call(first, call, derive_many, wanted):
     parameters are derived together (``derive_many``, see :meth:`Plan.finish`), and
     ``call()`` runs the layers with them. The values are those of the unplanned call, bit
     for bit (the same recipes on the same traced inputs; a layer whose input quantisation
-    is not the one planned derives its own)."""
+    is not the one planned derives its own). ``layers()``: the model's hwjax layers, whose
+    output quantisations are derived together first (:meth:`Plan.prime`)."""
     if _PLAN.get() is not None or not wanted():
         return call()
     plan = Plan()
     token = _PLAN.set(plan)
     try:
+        plan.prime(layers())
         first()
         plan.finish(derive_many)
         return call()
@@ -289,10 +307,13 @@ class HwLayer(nnx.Module):
         plan = _PLAN.get()
         if plan is not None and id(self) in plan.qparams:
             return plan.qparams[id(self)]
-        r = jax.lax.stop_gradient(self.out_range[...])
-        sym = self.target.symmetric_activations
-        trigger = jax.lax.bitcast_convert_type(r[0], jnp.int32)
-        scale, zp = compute_once(lambda v: act_qparams(v, symmetric=sym), (r,), trigger)
+        if plan is not None and id(self) in plan.ranged:
+            scale, zp = plan.ranged[id(self)]
+        else:
+            r = jax.lax.stop_gradient(self.out_range[...])
+            sym = self.target.symmetric_activations
+            trigger = jax.lax.bitcast_convert_type(r[0], jnp.int32)
+            scale, zp = compute_once(lambda v: act_qparams(v, symmetric=sym), (r,), trigger)
         if self.requantizes:
             pin = jax.lax.stop_gradient(self.out_pin[...])
             pinned = jnp.isfinite(pin[0])

@@ -367,12 +367,15 @@ def planned(model, first, call):
     (``OpImpl.params_many``); then their parameters are derived by one recipe per program
     instead of one per layer. Eager calls derive them on the host (no program) and are
     not planned."""
+    def layers() -> list[HwLayer]:
+        return [m for _, m in nnx.iter_modules(model) if isinstance(m, HwLayer)]
+
     def wanted() -> bool:
-        linear = [m for _, m in nnx.iter_modules(model) if isinstance(m, _Linear) and m.mode == "hardware"]
+        linear = [m for m in layers() if isinstance(m, _Linear) and m.mode == "hardware"]
         return len(linear) >= 2 and any(isinstance(m.kernel[...], jax.core.Tracer) for m in linear) and \
             any(m.target.lowering(m.kind).params_many is not None for m in linear)
 
-    return planned_call(first, call, _derive_planned, wanted)
+    return planned_call(first, call, _derive_planned, wanted, layers)
 
 
 def _derive_planned(target, requests) -> list[LinearQuant]:
