@@ -502,7 +502,9 @@ def test_otfn_params_of_several_layers_in_one_recipe_equal_the_helper():
             continue
         layers.append((w, b, s_in, z_in, s_w, s_out, z_out))
         refs.append(ref)
-    for got in (otfn_params_many(layers), jax.jit(otfn_params_many)(layers)):
+    traced_scales = jax.jit(lambda s: otfn_params_many([(*a[:2], s[i], *a[3:]) for i, a in enumerate(layers)]))(
+        np.stack([a[2] for a in layers]))  # the kernels known, the input scales traced
+    for got in (otfn_params_many(layers), jax.jit(otfn_params_many)(layers), traced_scales):
         assert len(got) == len(refs)
         for (mul, bias, sh), ref in zip(got, refs):
             np.testing.assert_array_equal(np.asarray(mul), ref["multipliers"])

@@ -134,7 +134,8 @@ def otfn_params_many(layers, *, checked: bool = False) -> list:
         rows.append([xp.pad(v, ((0, cb - c),)) for v in sums] + [xp.arange(cb) < c])
     xp = np if all(isinstance(r[0], np.ndarray) for r in rows) else jnp
     channels = [xp.stack([r[i] for r in rows]) for i in range(5)]
-    scalars = [xp.stack([xp.asarray(a[i], dt).reshape(()) for a in layers])
+    xs = np if all(V.is_concrete(a[i]) for a in layers for i in (2, 3, 5, 6)) else jnp  # traced scales: jnp
+    scalars = [xs.stack([xs.asarray(a[i], dt).reshape(()) for a in layers])
                for i, dt in ((2, np.float32), (3, np.int32), (5, np.float32), (6, np.int32))]
     return _otfn_params_impl(*channels, *scalars, cs=cs)
 
