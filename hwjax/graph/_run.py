@@ -58,7 +58,14 @@ def derive_params(target, requests) -> list:
     Requests whose impls share a ``params_many`` recipe (:class:`OpImpl`) are derived by
     one call to it, so that a program deriving a whole model's parameters holds one copy of
     that recipe, not one per layer (XS3's output-transform recipe is some 2,000 operations).
-    Jittable; no gradient."""
+    Jittable; no gradient. ArgTypeError names ``target`` or ``requests`` when they are not a
+    target and a list of 5-tuples."""
+    from hwjax.targets import resolve
+
+    target = resolve(target)
+    if not isinstance(requests, (list, tuple)) or not all(isinstance(r, tuple) and len(r) == 5 for r in requests):
+        raise ArgTypeError("requests must be a list of (op, attrs, portable, q_in, q_out) tuples, got "
+                           f"{type(requests).__name__}")
     out: list = [None] * len(requests)
     batches: dict = {}
     for i, (op, attrs, portable, q_in, q_out) in enumerate(requests):
