@@ -113,6 +113,18 @@ def golden_path(*parts: str) -> Path:
     return p
 
 
+@pytest.fixture
+def xs3_recipe_batches(monkeypatch):
+    """A list that records, for every call to the XS3 target's batched parameter recipe
+    (``otfn_params_many``, what ``OpImpl.params_many`` runs), how many layers it derived."""
+    import hwjax.targets._xs3 as X
+
+    batches = []
+    many = X.otfn_params_many
+    monkeypatch.setattr(X, "otfn_params_many", lambda layers: batches.append(len(layers)) or many(layers))
+    return batches
+
+
 # ---------------------------------------------------------------- compile statistics
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"

@@ -140,14 +140,10 @@ def test_graph_of_a_model_runs_its_hardware_mode_bit_exactly(target, tmp_path):
     assert loaded.graph.target == target
 
 
-def test_lowering_in_a_program_derives_the_linear_nodes_with_one_recipe(monkeypatch):
+def test_lowering_in_a_program_derives_the_linear_nodes_with_one_recipe(xs3_recipe_batches):
     """jit_run on a portable graph lowers it in the program: the XS3 parameters of its three
     linear nodes come from one batched recipe (derive_params), equal to the host recipe's."""
-    import hwjax.targets._xs3 as X
-
-    batches = []
-    many = X.otfn_params_many
-    monkeypatch.setattr(X, "otfn_params_many", lambda layers: batches.append(len(layers)) or many(layers))
+    batches = xs3_recipe_batches
     t = T.XS3()
     x = jnp.asarray(RNG.uniform(-1, 1, (4, 6, 6, 2)), jnp.float32)
     g = hn.to_graph(_calibrated(_block_model(t), x), (6, 6, 2))

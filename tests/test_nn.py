@@ -259,12 +259,8 @@ def test_pools_add_and_lut_hardware_match_the_xs3_kernels():
     assert np.max(np.abs(float(s) * (np.asarray(ql.q) - int(z)) - real)) <= float(s) * 0.5 + 1e-6
 
 
-def test_hardware_mode_works_under_jit_and_vmap_and_is_batch_independent(monkeypatch):
-    import hwjax.targets._xs3 as X
-
-    batches = []
-    many = X.otfn_params_many
-    monkeypatch.setattr(X, "otfn_params_many", lambda layers: batches.append(len(layers)) or many(layers))
+def test_hardware_mode_works_under_jit_and_vmap_and_is_batch_independent(xs3_recipe_batches):
+    batches = xs3_recipe_batches
     t = T.XS3()
     m = _calibrated(_conv_model(t), jnp.asarray(RNG.uniform(-1, 1, (8, 6, 6, 3)), jnp.float32))
     x = jnp.asarray(RNG.uniform(-1, 1, (6, 6, 6, 3)), jnp.float32)
@@ -276,15 +272,11 @@ def test_hardware_mode_works_under_jit_and_vmap_and_is_batch_independent(monkeyp
     np.testing.assert_array_equal(eager, halves)
 
 
-def test_hardware_gradients_flow_through_the_surrogate(monkeypatch):
+def test_hardware_gradients_flow_through_the_surrogate(xs3_recipe_batches):
     """Also: traced, the model derives the XS3 parameters of its linear layers with one
     batched recipe (hwjax.graph.derive_params), and its forward has the bits of the eager
     one (xformer's host recipe, layer by layer)."""
-    import hwjax.targets._xs3 as X
-
-    batches = []
-    many = X.otfn_params_many
-    monkeypatch.setattr(X, "otfn_params_many", lambda layers: batches.append(len(layers)) or many(layers))
+    batches = xs3_recipe_batches
     t = T.XS3()
     r = nnx.Rngs(3)
     m = hn.Sequential({"input": hn.Quantize(target=t),
