@@ -140,6 +140,18 @@ def test_graph_of_a_model_runs_its_hardware_mode_bit_exactly(target, tmp_path):
     assert loaded.graph.target == target
 
 
+def test_run_materialises_each_read_result_but_a_reshape():
+    """run computes each node's result once (compute_once, a conditional at the top of the
+    program) where another node reads it, except for layout-only ops (flatten): the last
+    node (dense) and the flatten get none."""
+    t = T.XS3()
+    x = jnp.asarray(RNG.uniform(-1, 1, (4, 6, 6, 2)), jnp.float32)
+    g = hg.lower(hn.to_graph(_calibrated(_block_model(t), x), (6, 6, 2)), t)
+    jaxpr = jax.make_jaxpr(lambda gr, v: hg.run(gr, v))(g, x).jaxpr
+    assert hg.get_op("flatten").layout_only and not hg.get_op("maxpool").layout_only
+    assert sum(e.primitive.name == "cond" for e in jaxpr.eqns) == len(g.nodes) - 2
+
+
 def test_lowering_in_a_program_derives_the_linear_nodes_with_one_recipe(xs3_recipe_batches):
     """jit_run on a portable graph lowers it in the program: the XS3 parameters of its three
     linear nodes come from one batched recipe (derive_params), equal to the host recipe's."""

@@ -2,7 +2,8 @@
 
 Nothing here knows about any chip. One :class:`ConvGeometry` describes where the
 windows of a 2-D convolution or pool sit on an (H, W) image; :func:`window_taps` and
-:func:`extract_patches` read them out with static strided slices (no gathers), taps
+:func:`extract_patches` read them out with static strided slices (no gathers; on XLA:CPU small
+patches are written tap by tap in a loop, which compiles faster), taps
 outside the image holding a pad value that may be traced.
 
 Window semantics (all static Python ints). With ``(pt, pb), (pl, pr) = padding``,
@@ -21,6 +22,7 @@ that stop before its end); :meth:`ConvGeometry.make` accepts only padding >= 0.
 from __future__ import annotations
 
 import functools
+import math
 
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
@@ -258,25 +260,44 @@ def window_taps(x, geom: ConvGeometry, *, pad_value) -> list[jax.Array]:
     return list(_window_taps_jit(x, pad, geom))
 
 
+def _grown(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> tuple[jax.Array, tuple[int, int]]:
+    """``x`` with the positive padding of ``geom`` added (``pad`` in the new positions), and
+    the row and column of the first window in it (> 0 where the padding crops)."""
+    (pt, pb), (pl, pr) = geom.padding
+    grow = (max(0, pt), max(0, pb), max(0, pl), max(0, pr))
+    if any(grow):
+        lead = x.ndim - 3
+        x = jax.lax.pad(x, pad, [(0, 0, 0)] * lead + [(grow[0], grow[1], 0), (grow[2], grow[3], 0), (0, 0, 0)])
+    return x, (max(0, -pt), max(0, -pl))
+
+
+def _tap_origins(geom: ConvGeometry, first: tuple[int, int]) -> list[tuple[int, int]]:
+    """Row and column, in the grown image, of each tap's first window, in (kh, kw) order."""
+    (r0, c0), (dv, dh) = first, geom.dilation
+    return [(r0 + i * dv, c0 + j * dh) for i in range(geom.kernel[0]) for j in range(geom.kernel[1])]
+
+
+def _tap(x: jax.Array, origin, geom: ConvGeometry) -> jax.Array:
+    """The tap whose first window starts at ``origin`` (static ints or traced int32
+    scalars) of the grown image ``x``: (..., OH, OW, C)."""
+    lead = x.ndim - 3
+    (oh, ow), (sv, sh) = geom.out_hw, geom.stride
+    span = ((oh - 1) * sv + 1, (ow - 1) * sh + 1)
+    if all(isinstance(o, int) for o in origin):
+        start = (0,) * lead + (*origin, 0)
+        limit = x.shape[:lead] + (origin[0] + span[0], origin[1] + span[1], x.shape[-1])
+        return jax.lax.slice(x, start, limit, (1,) * lead + (sv, sh, 1))
+    start = [jnp.asarray(v, jnp.int32) for v in (0,) * lead + (*origin, 0)]  # one index dtype under x64 too
+    window = jax.lax.dynamic_slice(x, start, x.shape[:lead] + (*span, x.shape[-1]))
+    return window if (sv, sh) == (1, 1) else window[..., ::sv, ::sh, :]
+
+
 @functools.partial(jax.jit, static_argnums=2)
 def _window_taps_jit(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> tuple[jax.Array, ...]:
     """The taps of :func:`window_taps` as one compiled program (not one per slice when
     called eagerly)."""
-    (pt, pb), (pl, pr) = geom.padding
-    lead = x.ndim - 3
-    grow = (max(0, pt), max(0, pb), max(0, pl), max(0, pr))
-    if any(grow):
-        x = jax.lax.pad(x, pad, [(0, 0, 0)] * lead + [(grow[0], grow[1], 0), (grow[2], grow[3], 0), (0, 0, 0)])
-    (oh, ow), (sv, sh), (dv, dh) = geom.out_hw, geom.stride, geom.dilation
-    r0, c0 = max(0, -pt), max(0, -pl)  # first window row/column in the grown array
-    taps = []
-    for i in range(geom.kernel[0]):
-        for j in range(geom.kernel[1]):
-            r, c = r0 + i * dv, c0 + j * dh
-            start = (0,) * lead + (r, c, 0)
-            limit = x.shape[:lead] + (r + (oh - 1) * sv + 1, c + (ow - 1) * sh + 1, x.shape[-1])
-            taps.append(jax.lax.slice(x, start, limit, (1,) * lead + (sv, sh, 1)))
-    return tuple(taps)
+    x, first = _grown(x, pad, geom)
+    return tuple(_tap(x, o, geom) for o in _tap_origins(geom, first))
 
 
 def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
@@ -285,8 +306,9 @@ def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
     ``patches[..., oy, ox, (i*kw + j)*C + ch] = x[..., r, c, ch]`` with ``r``, ``c`` as
     in the module docstring ((kh, kw, c) order, channels fastest), ``pad_value``
     outside the image: the :func:`window_taps` concatenated along the channel axis
-    (static slices and one concatenation, no gathers). Same arguments as
-    :func:`window_taps`; the result has ``x``'s dtype.
+    (no gathers: static slices and one concatenation, or, on XLA:CPU for patches of at most
+    2**20 elements, a loop that writes one tap per iteration; the same values either way).
+    Same arguments as :func:`window_taps`; the result has ``x``'s dtype.
     """
     x = _check_image(x, geom)
     return _patches_jit(x, _pad_scalar(pad_value, x.dtype), geom)
@@ -294,5 +316,44 @@ def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnums=2)
 def _patches_jit(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> jax.Array:
-    taps = _window_taps_jit(x, pad, geom)
-    return taps[0] if len(taps) == 1 else jnp.concatenate(taps, axis=-1)
+    x, first = _grown(x, pad, geom)
+    origins = _tap_origins(geom, first)
+    if len(origins) == 1:
+        return _tap(x, origins[0], geom)
+    if math.prod(x.shape[:-3]) * math.prod(geom.out_hw) * len(origins) * x.shape[-1] > _LOOP_MAX_ELEMENTS:
+        return _patches_by_slices(x, origins=origins, geom=geom)
+    loop, slices = (functools.partial(f, origins=origins, geom=geom) for f in (_patches_by_loop, _patches_by_slices))
+    return jax.lax.platform_dependent(x, cpu=loop, default=slices)
+
+
+# Patches larger than this (elements, as traced) are read by static slices on every
+# platform: XLA:CPU runs the slices' kernels in parallel, and above about 2**20 elements
+# the loop took 1.3-1.9x their time (2-core CPU); below it the two took the same time.
+_LOOP_MAX_ELEMENTS = 2**20
+
+
+def _patches_by_slices(x: jax.Array, *, origins, geom: ConvGeometry) -> jax.Array:
+    """The taps as static slices, concatenated (one fused kernel on GPUs and TPUs)."""
+    return jnp.concatenate([_tap(x, o, geom) for o in origins], axis=-1)
+
+
+def _patches_by_loop(x: jax.Array, *, origins, geom: ConvGeometry) -> jax.Array:
+    """The taps written one per iteration of a loop into the patches (XLA:CPU).
+
+    The same values as :func:`_patches_by_slices`. XLA:CPU does not fuse a
+    concatenation with its operands, so there every static slice is a kernel of its own,
+    compiled separately (about 10 ms each; 9 per 3x3 layer), while the loop's body is
+    compiled once for every tap. Reading the taps runs as fast either way.
+    """
+    (oh, ow), c, t = geom.out_hw, x.shape[-1], len(origins)
+    lead = x.shape[:-3]
+    rows = jnp.asarray([o[0] for o in origins], jnp.int32)
+    cols = jnp.asarray([o[1] for o in origins], jnp.int32)
+
+    def write(k, out):
+        tap = _tap(x, (rows[k], cols[k]), geom)
+        at = [jnp.asarray(v, jnp.int32) for v in (0,) * len(lead) + (0, 0, k, 0)]
+        return jax.lax.dynamic_update_slice(out, tap[..., None, :], at)
+
+    out = jax.lax.fori_loop(0, t, write, jnp.zeros((*lead, oh, ow, t, c), x.dtype))
+    return out.reshape(*lead, oh, ow, t * c)

@@ -70,6 +70,9 @@ class OpSpec:
       choices: attributes restricted to a set of values (name -> allowed values).
       generic: an :class:`OpImpl` every target inherits unless it implements the op
         itself (None: targets must implement it).
+      layout_only: the output holds the input's values, rearranged (a reshape), on every
+        target. :func:`hwjax.graph.run` then does not materialise it: there is no
+        arithmetic for a consumer to repeat, and its input is materialised already.
     """
 
     REQUIRED: ClassVar[object] = object()
@@ -79,6 +82,7 @@ class OpSpec:
     params: ClassVar[tuple[str, ...]] = ()
     choices: ClassVar[dict[str, tuple]] = {}
     generic: ClassVar[Optional[OpImpl]] = None
+    layout_only: ClassVar[bool] = False
 
     def attr(self, node, key: str):
         """``node.attrs[key]`` or its default."""

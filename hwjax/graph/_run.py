@@ -13,6 +13,7 @@ from hwjax.core import compute_once
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError
 from hwjax.graph._ir import Graph, Node
+from hwjax.graph._ops import get_op
 
 _NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "float32": np.float32}
 
@@ -193,8 +194,10 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
         args = [env[t] for t in node.inputs]
         # each node's result is computed once and materialised (compute_once): XLA would
         # otherwise fuse it into its consumers and recompute it per use (2-3x slower).
-        # A node no other node reads (the graph's last) has nothing to fuse into.
-        once = compute_once if consumed.intersection(node.outputs) else _direct
+        # A node no other node reads (the graph's last) has nothing to fuse into, and a
+        # reshape (OpSpec.layout_only) nothing to recompute.
+        materialise = consumed.intersection(node.outputs) and not get_op(node.op).layout_only
+        once = compute_once if materialise else _direct
         if return_stats:
             y, acc = once(lambda p, *a: impl.run(target, node.attrs, p, *a, return_acc=True),
                           (node.params, *args), trigger)

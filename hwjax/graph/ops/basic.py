@@ -65,6 +65,7 @@ class Flatten(OpSpec):
 
     name = "flatten"
     generic = OpImpl(_flatten_run)
+    layout_only = True
 
     def infer(self, node, ins):
         return [(math.prod(ins[0].shape),)]

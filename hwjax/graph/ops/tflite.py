@@ -44,6 +44,7 @@ class Reshape(OpSpec):
 
     name = "reshape"
     attrs = {"shape": OpSpec.REQUIRED}
+    layout_only = True
 
     def infer(self, node, ins):
         shape = tuple(int(v) for v in node.attrs["shape"])
