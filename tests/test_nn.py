@@ -266,9 +266,13 @@ def test_hardware_mode_works_under_jit_and_vmap_and_is_batch_independent(xs3_rec
     x = jnp.asarray(RNG.uniform(-1, 1, (6, 6, 6, 3)), jnp.float32)
     eager = np.asarray(m(x).q)  # each layer's hardware forward is itself jitted
     vmapped = np.asarray(jax.vmap(lambda v: m(v[None]).q[0])(x))
-    assert batches == []  # weights known, only the data traced: the host recipe, no recipe program
+    jitted = np.asarray(jax.jit(lambda v: m(v).q)(x))  # the model closed over
+    # weights and quantisation known, only the data traced: the host recipe at trace time,
+    # no recipe program (the quantisation is computed at trace time too)
+    assert batches == []
     halves = np.concatenate([np.asarray(m(x[i:i + 3]).q) for i in (0, 3)])
     np.testing.assert_array_equal(eager, vmapped)
+    np.testing.assert_array_equal(eager, jitted)
     np.testing.assert_array_equal(eager, halves)
 
 

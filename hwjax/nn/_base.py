@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 from dataclasses import dataclass
@@ -212,6 +213,14 @@ def planned_call(first, call, derive_many, wanted, layers):
         _PLAN.reset(token)
 
 
+def evaluated_if_concrete(tree):
+    """A context in which JAX computes on concrete values at trace time
+    (``jax.ensure_compile_time_eval()``) when no leaf of ``tree`` is traced; else a no-op."""
+    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree)):
+        return contextlib.nullcontext()
+    return jax.ensure_compile_time_eval()
+
+
 class HwLayer(nnx.Module):
     """Base of every hwjax layer: a target, a mode and (optionally) an output quantiser.
 
@@ -303,7 +312,18 @@ class HwLayer(nnx.Module):
         """(scale, zero_point) of the output: :func:`hwjax.nn.act_qparams` of the recorded
         range (symmetric if the target wants it); with ``learn_scale`` the scale is
         multiplied by the learned :class:`ScaleFactor` (the zero point stays), and its
-        gradient is LSQ's: it flows through every surrogate that uses the scale."""
+        gradient is LSQ's: it flows through every surrogate that uses the scale.
+
+        Where that state is concrete (a model closed over by ``jit``), the values are
+        computed at trace time (``jax.ensure_compile_time_eval``) rather than in the
+        program, so the layers that read them derive their integer parameters on the host
+        once per trace."""
+        state = [v[...] for v in (self.out_range, getattr(self, "out_pin", None), getattr(self, "scale_factor", None))
+                 if isinstance(v, nnx.Variable)]
+        with evaluated_if_concrete(state):
+            return self._out_qparams()
+
+    def _out_qparams(self) -> tuple[jax.Array, jax.Array]:
         plan = _PLAN.get()
         if plan is not None and id(self) in plan.qparams:
             return plan.qparams[id(self)]

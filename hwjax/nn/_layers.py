@@ -415,6 +415,11 @@ def _host_linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op
     impl = target.lowering(op)
     if impl.host_params is None:
         return None
+    with jax.ensure_compile_time_eval():  # concrete values: computed now, also inside a trace
+        return _host_linear_quant_now(impl, kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op, attrs)
+
+
+def _host_linear_quant_now(impl, kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str, attrs):
     w_int, b_int, s_w, portable = _portable_all_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op)
     q_in = [Quant.of(np.float32(s_in), np.int32(z_in))]
     params = impl.host_params(target, attrs, jax.tree.map(np.asarray, portable), q_in,
