@@ -122,8 +122,9 @@ def _bdot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
 
 
 def _dot(x: jax.Array, w: jax.Array, route: str, prod_bits: int) -> jax.Array:
-    """Exact int32 ``x @ w.T``: x (B, K), w (N, K) -> (B, N)."""
-    return _bdot(x[:, None], w[:, None], route, prod_bits)[0]
+    """Exact int32 ``x @ w.T``: x (B, K), w (N, K) -> (B, N). (A plain dot: XLA:CPU reads
+    ``w`` as it is; as a batched dot of one group it copied and transposed ``w`` first.)"""
+    return exact_dot(x, w, (((1,), (1,)), ((), ())), route, prod_bits)
 
 
 # --------------------------------------------------------------------- saturating add
