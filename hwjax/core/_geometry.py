@@ -333,7 +333,8 @@ _LOOP_MAX_ELEMENTS = 2**20
 
 
 def _patches_by_slices(x: jax.Array, *, origins, geom: ConvGeometry) -> jax.Array:
-    """The taps as static slices, concatenated (one fused kernel on GPUs and TPUs)."""
+    """The taps as static slices, concatenated (large patches on XLA:CPU; every size on
+    other platforms, unchanged there)."""
     return jnp.concatenate([_tap(x, o, geom) for o in origins], axis=-1)
 
 
@@ -343,7 +344,7 @@ def _patches_by_loop(x: jax.Array, *, origins, geom: ConvGeometry) -> jax.Array:
     The same values as :func:`_patches_by_slices`. XLA:CPU does not fuse a
     concatenation with its operands, so there every static slice is a kernel of its own,
     compiled separately (about 10 ms each; 9 per 3x3 layer), while the loop's body is
-    compiled once for every tap. Reading the taps runs as fast either way.
+    compiled once for every tap. Up to ``_LOOP_MAX_ELEMENTS`` both ran equally fast.
     """
     (oh, ow), c, t = geom.out_hw, x.shape[-1], len(origins)
     lead = x.shape[:-3]

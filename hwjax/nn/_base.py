@@ -213,7 +213,7 @@ def planned_call(first, call, derive_many, wanted, layers):
         _PLAN.reset(token)
 
 
-def evaluated_if_concrete(tree):
+def _evaluated_if_concrete(tree):
     """A context in which JAX computes on concrete values at trace time
     (``jax.ensure_compile_time_eval()``) when no leaf of ``tree`` is traced; else a no-op."""
     if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree)):
@@ -320,7 +320,7 @@ class HwLayer(nnx.Module):
         once per trace."""
         state = [v[...] for v in (self.out_range, getattr(self, "out_pin", None), getattr(self, "scale_factor", None))
                  if isinstance(v, nnx.Variable)]
-        with evaluated_if_concrete(state):
+        with _evaluated_if_concrete(state):
             return self._out_qparams()
 
     def _out_qparams(self) -> tuple[jax.Array, jax.Array]:
