@@ -275,18 +275,21 @@ def test_both_ways_of_reading_the_patches(path):
 
 def test_the_loop_is_for_small_patches():
     """The loop (a fori_loop, staged as a scan) is staged for patches of at most 2**20
-    elements; larger ones are read by static slices only."""
+    elements; larger ones are read by static slices only. Under vmap the choice sees the
+    whole batch of integer images (the custom_vmap rule), as a batched call does."""
     from hwjax.core import _geometry
 
     g = ConvGeometry.make((16, 16), (3, 3), 1, "SAME")
 
-    def staged(batch):
+    def staged(batch, vmapped=False):
         x = jax.ShapeDtypeStruct((batch, 16, 16, 8), jnp.int8)
-        return str(jax.make_jaxpr(lambda v: extract_patches(v, g, pad_value=0))(x))
+        f = lambda v: extract_patches(v, g, pad_value=0)  # noqa: E731
+        return str(jax.make_jaxpr(jax.vmap(f) if vmapped else f)(x))
 
     per_example = 16 * 16 * 9 * 8
     small, large = _geometry._LOOP_MAX_ELEMENTS // per_example, _geometry._LOOP_MAX_ELEMENTS // per_example + 1
-    assert "scan" in staged(small) and "scan" not in staged(large)
+    for vmapped in (False, True):
+        assert "scan" in staged(small, vmapped) and "scan" not in staged(large, vmapped)
 
 
 # ---------------------------------------------------------------------------- errors

@@ -307,8 +307,9 @@ def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
     in the module docstring ((kh, kw, c) order, channels fastest), ``pad_value``
     outside the image: the :func:`window_taps` concatenated along the channel axis
     (no gathers: static slices and one concatenation, or, on XLA:CPU for patches of at most
-    2**20 elements, a loop that writes one tap per iteration; the same values either way).
-    Same arguments as :func:`window_taps`; the result has ``x``'s dtype.
+    2**20 elements, a loop that writes one tap per iteration; the same values either way;
+    under ``vmap`` an integer image's size counts the whole batch). Same arguments as
+    :func:`window_taps`; the result has ``x``'s dtype.
     """
     x = _check_image(x, geom)
     return _patches_jit(x, _pad_scalar(pad_value, x.dtype), geom)
@@ -316,6 +317,33 @@ def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnums=2)
 def _patches_jit(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> jax.Array:
+    if jnp.issubdtype(x.dtype, jnp.integer):  # no gradient: the vmap rule may see the batch
+        return _batched_patches(geom)(x, pad)
+    return _patches(x, pad, geom)
+
+
+@functools.lru_cache(maxsize=None)
+def _batched_patches(geom: ConvGeometry):
+    """:func:`_patches` as a ``custom_vmap`` function (integer images; ``custom_vmap`` has
+    no reverse-mode rule). Under ``vmap`` the mapped axis becomes a leading axis of the
+    image, so the choice between the loop and the slices sees the whole batch, as a
+    batched call does (a vmapped loop over a large batch ran 1.3-1.4x slower than the
+    slices). A pad value per example maps the plain implementation instead."""
+    impl = functools.partial(_patches, geom=geom)
+    f = jax.custom_batching.custom_vmap(lambda x, pad: impl(x, pad))
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, x, pad):
+        xb, pb = in_batched
+        if pb or not xb:
+            return jax.vmap(impl, in_axes=(0 if xb else None, 0 if pb else None))(x, pad), True
+        return f(x, pad), True
+
+    return f
+
+
+def _patches(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> jax.Array:
+    """The patches of :func:`extract_patches` (``x`` checked, ``pad`` in its dtype)."""
     x, first = _grown(x, pad, geom)
     origins = _tap_origins(geom, first)
     if len(origins) == 1:
