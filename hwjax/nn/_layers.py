@@ -284,7 +284,7 @@ class _Linear(HwLayer):
         for an input tensor quantised with ``inputs[0].quant``."""
         q = inputs[0].quant
         return _portable_jit(self.kernel[...], self._bias(), jnp.asarray(q.scale, jnp.float32), self.w_pin[...],
-                             self.kind)
+                             self.kind)[3]
 
     def integer_params(self, s_in, z_in, geom: ConvGeometry | None = None, *, in_shape=None) -> "LinearQuant":
         """Integer weights and biases, weight scales, the output quantisation, the portable
@@ -337,10 +337,8 @@ def _portable(kernel, bias, s_in, w_pin, op: str):
     return w_int, b_int, s_w, {"kernel": portable_kernel(op, w_int), "bias": b_int.astype(jnp.int32), "w_scale": s_w}
 
 
-_portable_all_jit = jax.jit(_portable, static_argnums=4)
-# the portable parameters alone (what to_graph needs): no target recipe compiled
-_portable_jit = jax.jit(lambda kernel, bias, s_in, w_pin, op: _portable(kernel, bias, s_in, w_pin, op)[3],
-                        static_argnums=4)
+# one program per layer shape, shared by to_graph (the portable parameters) and the host recipe
+_portable_jit = jax.jit(_portable, static_argnums=4)
 
 
 def _linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str, attrs) -> LinearQuant:
@@ -416,18 +414,14 @@ def _host_linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op
     if impl.host_params is None:
         return None
     with jax.ensure_compile_time_eval():  # concrete values: computed now, also inside a trace
-        return _host_linear_quant_now(impl, kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op, attrs)
-
-
-def _host_linear_quant_now(impl, kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op: str, attrs):
-    w_int, b_int, s_w, portable = _portable_all_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op)
-    q_in = [Quant.of(np.float32(s_in), np.int32(z_in))]
-    params = impl.host_params(target, attrs, jax.tree.map(np.asarray, portable), q_in,
-                              Quant.of(np.float32(s_out), np.int32(z_out)))
-    if params is None:
-        return None
-    return LinearQuant(jax.tree.map(jnp.asarray, params), w_int, b_int, s_w, jnp.asarray(s_out, jnp.float32),
-                       jnp.asarray(z_out, jnp.int32), portable)
+        w_int, b_int, s_w, portable = _portable_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op)
+        q_in = [Quant.of(np.float32(s_in), np.int32(z_in))]
+        params = impl.host_params(target, attrs, jax.tree.map(np.asarray, portable), q_in,
+                                  Quant.of(np.float32(s_out), np.int32(z_out)))
+        if params is None:
+            return None
+        return LinearQuant(jax.tree.map(jnp.asarray, params), w_int, b_int, s_w, jnp.asarray(s_out, jnp.float32),
+                           jnp.asarray(z_out, jnp.int32), portable)
 
 
 @functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
