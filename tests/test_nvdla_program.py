@@ -197,6 +197,32 @@ def test_fit_lut_is_one_program_shared_by_default_fits():
     assert fitted.registers() == cfg.registers() and report.steps == 3
 
 
+def test_host_functions_work_inside_a_jit_trace():
+    """Programming, error reports and fits compute on the host: called while a program is
+    traced (a LUT built inside a jitted model function) they give the values of an eager
+    call, as NumPy, not tracers."""
+    import jax
+
+    cfg = PRESETS["sigmoid"]()
+    kw = dict(input_scale=4096, output_scale=32767, x_range=(-8, 8))
+    err = lut_error(cfg, sigmoid, **kw)
+    fitted, report = fit_lut(sigmoid, cfg, steps=3, num_points=512, **kw)
+    seen = {}
+
+    def traced(x):
+        seen["cfg"] = PRESETS["sigmoid"]()
+        seen["program"] = program_lut(sigmoid, le_mode="exponent", **kw)
+        seen["err"] = lut_error(cfg, sigmoid, **kw)
+        seen["fit"] = fit_lut(sigmoid, cfg, steps=3, num_points=512, **kw)
+        return sdp_lut(x, seen["cfg"])[0]
+
+    x = jnp.arange(-40000, 40000, 997, dtype=jnp.int32)
+    assert np.array_equal(np.asarray(jax.jit(traced)(x)), np.asarray(sdp_lut(x, cfg)[0]))
+    assert seen["cfg"] == cfg and seen["err"] == err
+    assert seen["program"] == program_lut(sigmoid, le_mode="exponent", **kw)
+    assert seen["fit"][0] == fitted and seen["fit"][1] == report
+
+
 def test_fit_lut_rejects_cdp():
     with pytest.raises(TypeError):
         fit_lut(np.tanh, lrn_lut(), input_scale=1, output_scale=1, x_range=(0, 1))

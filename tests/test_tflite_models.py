@@ -109,6 +109,19 @@ def test_portable_graph_under_jit_and_vmap(cases):
     assert np.array_equal(np.asarray(yv), want["optimized"])
 
 
+def test_a_fresh_model_runs_under_jit(cases):
+    """``jax.jit(lambda x: model.run(x))`` on a model never run before: the lowering done
+    inside the trace is computed at once (constants of the program), so the result equals
+    LiteRT's, and the model's cached lowering holds no tracer: an eager call afterwards
+    runs (it raised UnexpectedTracerError)."""
+    name, data, x, want = next(c for c in cases if c[0] == "chain")
+    m = tfl.load(data)
+    jitted = np.asarray(jax.jit(lambda v: m.run(v, runtime="optimized"))(x))
+    assert np.array_equal(jitted, want["optimized"])
+    assert not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(m.lowered("optimized")))
+    assert np.array_equal(np.asarray(m.run(x, runtime="optimized")), want["optimized"])
+
+
 def test_load_errors(tmp_path, cases):
     data = cases[0][1]
     with pytest.raises(FormatError, match="not a TFLite model"):

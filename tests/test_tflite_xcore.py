@@ -130,6 +130,19 @@ def test_original_model_xs3_equals_host_interpreter_of_xformed(name):
     assert int(np.sum(y.reshape(d["y_xs3"].shape) != d["y_xs3"])) == 0
 
 
+def test_original_model_xs3_under_jit_before_any_eager_call():
+    """runtime="xs3" on an original model checks xformer's lowering on the host: inside a
+    ``jit`` trace of a model never run before it raised TracerArrayConversionError."""
+    import jax
+
+    d = _data("fully_connected")
+    m = T.load(os.path.join(DATA, "fully_connected.tflite"))
+    y = np.asarray(jax.jit(lambda v: m.run(v, runtime="xs3"))(d["x"]))
+    assert int(np.sum(y.reshape(d["y_xs3"].shape) != d["y_xs3"])) == 0
+    y = np.asarray(m.run(d["x"], runtime="xs3"))
+    assert int(np.sum(y.reshape(d["y_xs3"].shape) != d["y_xs3"])) == 0
+
+
 def _xc_blobs(name):
     """(weights int8, multipliers/biases int16) of every XC_conv2d_v2 in the xformed file,
     read straight from the flatbuffer (not through the importer)."""

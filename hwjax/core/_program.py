@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
@@ -49,6 +51,27 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
 
 def _concrete(tree) -> bool:
     return not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree))
+
+
+def evaluated_if_concrete(tree=()):
+    """A context in which JAX computes on concrete values at once inside a ``jit`` trace
+    (``jax.ensure_compile_time_eval()``), when a program is being traced and no leaf of
+    ``tree`` is traced; else a no-op.
+
+    For host-side work on concrete values (integer parameters derived from concrete
+    weights and scales, LUT tables, checks that read values): inside a trace its results
+    are constants of the traced program rather than operations in it, they can be read
+    with NumPy, and they can be cached without holding a tracer. Outside a trace it does
+    nothing: the work is eager already, and ``ensure_compile_time_eval`` would evaluate
+    the constant operations inside its jitted helpers one program per operation."""
+    if not _concrete(tree) or not _staging():
+        return contextlib.nullcontext()
+    return jax.ensure_compile_time_eval()
+
+
+def _staging() -> bool:
+    """Whether a program is being traced here (``jit``): a ``device_put`` is then staged."""
+    return isinstance(jax.device_put(np.int32(0)), jax.core.Tracer)
 
 
 def eager_program(fn: Callable[..., Any] | None = None, *, static_argnames: Sequence[str] = ()):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import compute_once
+from hwjax.core import compute_once, evaluated_if_concrete
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError
 from hwjax.graph._ir import Graph, Node
@@ -84,7 +84,10 @@ def derive_params(target, requests) -> list:
 def lower(graph: Graph, target) -> Graph:
     """The graph with every node's integer parameters derived for ``target`` (its
     quantisation recipes, jittable), ready to :func:`run` or to export in the target's
-    formats. A graph already lowered for ``target`` is returned unchanged.
+    formats. A graph already lowered for ``target`` is returned unchanged. A graph with
+    concrete parameters is lowered at once, also inside a ``jit`` trace (its integer
+    parameters become constants of the traced program, not a recipe in it); one whose
+    parameters are traced is lowered in the trace.
 
     Raises :class:`hwjax.errors.UnsupportedOpError` naming the first op the target
     cannot run."""
@@ -93,16 +96,18 @@ def lower(graph: Graph, target) -> Graph:
         return graph
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(graph)):
         return _lower(graph, target)
-    # concrete parameters: host recipes where the target has them, the others as one
-    # compiled program (not op by op)
-    host = {}
-    for i, n in enumerate(graph.nodes):
-        p = _host_lowered(n, graph, target)
-        if p is not None:
-            host[i] = n.replace(params=p)
-    rest = [i for i, n in enumerate(graph.nodes) if i not in host and target.lowering(n.op).params is not None]
-    low = _lower_jit(graph, target, tuple(sorted(host))) if rest else _lower(graph, target, tuple(sorted(host)))
-    return low.replace(nodes=tuple(host.get(i, n) for i, n in enumerate(low.nodes)))
+    # concrete parameters: derived now, also when called inside a trace (the result holds
+    # no tracer, so a caller may cache it); host recipes where the target has them, the
+    # others as one compiled program (not op by op)
+    with evaluated_if_concrete(graph):
+        host = {}
+        for i, n in enumerate(graph.nodes):
+            p = _host_lowered(n, graph, target)
+            if p is not None:
+                host[i] = n.replace(params=p)
+        rest = [i for i, n in enumerate(graph.nodes) if i not in host and target.lowering(n.op).params is not None]
+        low = _lower_jit(graph, target, tuple(sorted(host))) if rest else _lower(graph, target, tuple(sorted(host)))
+        return low.replace(nodes=tuple(host.get(i, n) for i, n in enumerate(low.nodes)))
 
 
 def _host_lowered(node: Node, graph: Graph, target):

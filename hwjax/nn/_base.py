@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from hwjax.core import evaluated_if_concrete
 from hwjax.errors import ArgTypeError, RangeError
 from hwjax.nn._qarray import QArray
 from hwjax.targets import resolve as resolve_target
@@ -213,14 +213,6 @@ def planned_call(first, call, derive_many, wanted, layers):
         _PLAN.reset(token)
 
 
-def _evaluated_if_concrete(tree):
-    """A context in which JAX computes on concrete values at trace time
-    (``jax.ensure_compile_time_eval()``) when no leaf of ``tree`` is traced; else a no-op."""
-    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree)):
-        return contextlib.nullcontext()
-    return jax.ensure_compile_time_eval()
-
-
 class HwLayer(nnx.Module):
     """Base of every hwjax layer: a target, a mode and (optionally) an output quantiser.
 
@@ -320,7 +312,7 @@ class HwLayer(nnx.Module):
         once per trace."""
         state = [v[...] for v in (self.out_range, getattr(self, "out_pin", None), getattr(self, "scale_factor", None))
                  if isinstance(v, nnx.Variable)]
-        with _evaluated_if_concrete(state):
+        with evaluated_if_concrete(state):
             return self._out_qparams()
 
     def _out_qparams(self) -> tuple[jax.Array, jax.Array]:

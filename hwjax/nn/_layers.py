@@ -34,7 +34,7 @@ from hwjax.nn._quant import (
     weight_scales,
     weights_int,
 )
-from hwjax.core import ConvGeometry, div_rn
+from hwjax.core import ConvGeometry, div_rn, evaluated_if_concrete
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.graph import Attrs, Quant, derive_params, geometry
@@ -413,7 +413,7 @@ def _host_linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op
     impl = target.lowering(op)
     if impl.host_params is None:
         return None
-    with jax.ensure_compile_time_eval():  # concrete values: computed now, also inside a trace
+    with evaluated_if_concrete():  # concrete values: computed now, also inside a trace
         w_int, b_int, s_w, portable = _portable_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op)
         q_in = [Quant.of(np.float32(s_in), np.int32(z_in))]
         params = impl.host_params(target, attrs, jax.tree.map(np.asarray, portable), q_in,

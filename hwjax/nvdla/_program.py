@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import wide
+from hwjax.core import evaluated_if_concrete, wide
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.nvdla._lut import (
     LE,
@@ -100,6 +100,17 @@ class FitReport:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _on_host(fn):
+    """For the functions that compute on the host and return NumPy values (tables, reports):
+    their JAX work on concrete values runs at once, also when they are called inside a
+    ``jit`` trace (:func:`hwjax.core.evaluated_if_concrete`)."""
+    @functools.wraps(fn)
+    def host(*args, **kwargs):
+        with evaluated_if_concrete((args, kwargs)):
+            return fn(*args, **kwargs)
+    return host
 
 
 def _round_half_away(v, xp=np):
@@ -232,6 +243,7 @@ def _as_lut_input(x: np.ndarray, cfg) -> Any:
     return wide.Wide(jax.device_put((x >> 32).astype(np.int32)), jax.device_put((x & 0xFFFFFFFF).astype(np.uint32)))
 
 
+@_on_host
 def evaluate(cfg, x: np.ndarray) -> np.ndarray:
     """Exact LUT outputs (int64 NumPy) for integer inputs ``x`` (SDP or CDP config)."""
     lut = sdp_lut if isinstance(cfg, SdpLutConfig) else cdp_lut
@@ -245,6 +257,7 @@ def _report(y: np.ndarray, target: np.ndarray, output_scale: float) -> LutReport
                      max_abs_lsb=float(err.max()), mean_abs_lsb=float(err.mean()), num_points=int(y.size))
 
 
+@_on_host
 def lut_error(cfg, fn: Fn, *, input_scale: float, output_scale: float,
               x_range: tuple[float, float], num_points: int = 65537, geometric: bool = False) -> LutReport:
     """Max and mean absolute error of the exact LUT against ``fn`` over :func:`sweep`."""
@@ -301,6 +314,7 @@ def _raw_table(fn, le_mode, lo_x, hi_x, input_scale, output_scale, bits, sel_ran
     return regs, _exponent_entries(fn, start, off, input_scale, output_scale), hi_x
 
 
+@_on_host
 def program_lut(fn: Fn, *, input_scale: float, output_scale: float | None = None,
                 x_range: tuple[float, float], le_mode: Literal["linear", "exponent"] = "linear",
                 density_range: tuple[float, float] | None = None, le_index_offset: int = 0,
@@ -483,6 +497,7 @@ def _surrogate(params: dict, cfg: SdpLutConfig, x: jax.Array):
     return sur + jax.lax.stop_gradient(y - sur)
 
 
+@_on_host
 def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: float,
             x_range: tuple[float, float], steps: int = 300, learning_rate: float = 0.5,
             num_points: int = 8192, optimizer=None) -> tuple[SdpLutConfig, FitReport]:
@@ -575,6 +590,7 @@ def _table_span(cfg, input_scale: float) -> tuple[float, float]:
     return (a - m) / input_scale, (b + m) / input_scale
 
 
+@_on_host
 def plot_lut(cfg, fn: Fn, path, *, input_scale: float = 1.0, output_scale: float = 1.0,
              x_range: tuple[float, float] | None = None, num_points: int = 4097) -> None:
     """Writes a PNG: ``fn`` and the exact LUT output (top) and their difference in output

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax import xs3
+from hwjax.core import evaluated_if_concrete
 from hwjax.errors import ArgTypeError, RangeError, UnsupportedOpError
 from hwjax.graph import geometry
 from hwjax.targets._base import Target, no_acc, register
@@ -866,6 +867,11 @@ def check_xformer_lowering(graph) -> None:
     if not isinstance(graph, Graph):
         raise ArgTypeError(f"graph must be a hwjax.graph.Graph (an original model's, e.g. "
                            f"hwjax.tflite.load(path).graph), got {type(graph).__name__}")
+    with evaluated_if_concrete(graph):  # host checks on concrete values, also inside a trace
+        _check_xformer_lowering(graph)
+
+
+def _check_xformer_lowering(graph) -> None:
     for node in graph.nodes:
         if node.op not in COMPILED_OPS:
             raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
