@@ -391,3 +391,31 @@ def test_compute_once_is_fn_for_every_trigger(trigger):
            jax.vmap(lambda r, tt: compute_once(fn, (r, b), tt))(a, jnp.full((3,), trigger, jnp.int32))]
     for g in got:
         assert {k: np.asarray(v).tolist() for k, v in g.items()} == {k: v.tolist() for k, v in want.items()}
+
+
+def test_evaluated_if_concrete_computes_at_once_only_inside_a_trace():
+    """Inside a jit trace, work on concrete values under evaluated_if_concrete gives
+    concrete arrays (readable with NumPy); work on traced values is traced as before; in an
+    eager call the context does nothing (no compile-time evaluation entered)."""
+    from hwjax.core import evaluated_if_concrete
+
+    w = np.arange(6, dtype=np.int32)
+    seen = {}
+
+    def f(x):
+        with evaluated_if_concrete(w):
+            seen["concrete"] = jnp.cumsum(jnp.asarray(w)) * 2
+        with evaluated_if_concrete(x):
+            seen["traced"] = x * 2
+        return x + seen["concrete"]
+
+    y = jax.jit(f)(jnp.ones(6, jnp.int32))
+    assert not isinstance(seen["concrete"], jax.core.Tracer)
+    assert np.asarray(seen["concrete"]).tolist() == [0, 2, 6, 12, 20, 30]
+    assert isinstance(seen["traced"], jax.core.Tracer)
+    assert np.asarray(y).tolist() == [1, 3, 7, 13, 21, 31]
+    import contextlib
+
+    assert isinstance(evaluated_if_concrete(w), contextlib.nullcontext)  # eager: nothing entered
+    jax.jit(lambda x: seen.update(inside=evaluated_if_concrete(w)) or x)(1)
+    assert not isinstance(seen["inside"], contextlib.nullcontext)
