@@ -78,6 +78,21 @@ def check_one_program(funcs, call, multi: dict[str, str]) -> None:
     assert set(multi) <= set(funcs), set(multi) - set(funcs)
 
 
+def check_traceable(funcs, call) -> None:
+    """Every function of a bad-input table, called on its canonical (concrete) arguments
+    inside a function that ``jit`` traces, traces: public functions work inside a jitted
+    user function, host-side ones (tables, layouts, parameter recipes that read values)
+    included. Traced only (``jax.make_jaxpr``), not compiled: the values are tested
+    elsewhere."""
+    failed = {}
+    for name in funcs:
+        try:
+            jax.make_jaxpr(lambda: [a for a in jax.tree.leaves(call(name)) if isinstance(a, (jax.Array, np.ndarray))])()
+        except Exception as e:  # noqa: BLE001 (collected and reported below)
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    assert not failed, f"public functions that fail inside a jit trace: {failed}"
+
+
 def check_covers_public(funcs, *modules, elsewhere=()) -> None:
     """Every public function of ``modules`` (their ``__all__``, else their names without a
     leading underscore) is called by a bad-input table ``funcs`` (name -> (function, ...)),
@@ -329,6 +344,10 @@ def test_choices(case, bad):
 
 def test_eager_calls_compile_one_program():
     check_one_program(FUNCS, lambda name: FUNCS[name][0](**FUNCS[name][1]), {})
+
+
+def test_every_function_runs_inside_a_jit_trace():
+    check_traceable(FUNCS, lambda name: FUNCS[name][0](**FUNCS[name][1]))
 
 
 def test_empty_and_zero_size_arrays():

@@ -23,7 +23,8 @@ from hwjax import gemmlowp as G
 from hwjax import tflite as T
 from hwjax.errors import ArgTypeError, HwjaxError, RangeError, ShapeError
 
-from tests.test_bad_input import (SETTINGS, check_covers_public, check_one_program, WRONG_TYPES, expect_error,
+from tests.test_bad_input import (SETTINGS, check_covers_public, check_one_program,
+                                  check_traceable, WRONG_TYPES, expect_error,
                                   expect_table_error, same, table_caller, table_params, with_value)
 
 R, S, A = (RangeError,), (ShapeError,), (TypeError,)  # the error classes a case accepts
@@ -448,3 +449,7 @@ def test_jit_with_every_array_and_parameter_argument_traced():
 
 def test_errors_are_hwjax_errors():
     assert issubclass(ArgTypeError, HwjaxError) and issubclass(RangeError, ValueError)
+
+
+def test_every_function_runs_inside_a_jit_trace():
+    check_traceable(FUNCS, call)

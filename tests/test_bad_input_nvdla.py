@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 import hwjax.nvdla as N
 from hwjax.errors import RangeError, ShapeError
 
-from tests.test_bad_input import (SETTINGS, check_covers_public, check_one_program, expect_error,
+from tests.test_bad_input import (SETTINGS, check_covers_public, check_one_program,
+                                  check_traceable, expect_error,
                                   expect_table_error, same, table_caller, table_params, with_value)
 
 R, S, A = (RangeError,), (ShapeError,), (TypeError,)  # the error classes a case accepts
@@ -465,3 +466,7 @@ def test_traced_values_are_not_checked(fname, args):
     rest = {k: v for k, v in kw.items() if k not in args}
     got = jax.jit(lambda a: fn(**rest, **a))({k: kw[k] for k in args})
     _tree_same(got, call(fname))
+
+
+def test_every_function_runs_inside_a_jit_trace():
+    check_traceable([n for n in FUNCS if n not in CANONICAL_SKIP], call)

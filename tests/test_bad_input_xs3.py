@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from hwjax import xs3
 from hwjax.errors import RangeError, ShapeError
 
-from tests.test_bad_input import (SETTINGS, check_covers_public, check_one_program, WRONG_TYPES, expect_error,
+from tests.test_bad_input import (SETTINGS, check_covers_public, check_one_program,
+                                  check_traceable, WRONG_TYPES, expect_error,
                                   expect_table_error, same, table_caller, table_params, with_value)
 
 R, S, A = (RangeError,), (ShapeError,), (TypeError,)  # the error classes a case accepts
@@ -445,3 +446,7 @@ def test_traced_values_are_not_checked(fname, args):
     rest = {k: v for k, v in kw.items() if k not in args}
     got = jax.jit(lambda a: fn(**rest, **a))({a: kw[a] for a in args})
     _same_tree(got, call(fname))
+
+
+def test_every_function_runs_inside_a_jit_trace():
+    check_traceable(FUNCS, call)

@@ -35,7 +35,7 @@ from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.xs3 import _bso
 from hwjax.xs3 import _vpu as vpu
-from hwjax.core import SaturationGrad
+from hwjax.core import SaturationGrad, evaluated_if_concrete
 from hwjax.xs3._vpu import Variant
 
 _I32 = jnp.int32
@@ -540,10 +540,11 @@ def deserialise_output_transform(memory, channels: int, *, with_leading: bool = 
     with_leading = V.check_flag(with_leading, "with_leading")
     if isinstance(memory, jax.core.Tracer):
         raise ArgTypeError("memory must be concrete: deserialisation reads a memory image")
-    mem = np.asarray(V.as_array(memory, "memory"))
-    if not np.issubdtype(mem.dtype, np.integer):
-        raise ArgTypeError(f"memory must be an integer array (int16 values), got dtype {mem.dtype}")
-    V.check_range(mem, -(2**15), 2**15 - 1, "memory")
+    with evaluated_if_concrete(memory):  # a host read, also when called inside a trace
+        mem = np.asarray(V.as_array(memory, "memory"))
+        if not np.issubdtype(mem.dtype, np.integer):
+            raise ArgTypeError(f"memory must be an integer array (int16 values), got dtype {mem.dtype}")
+        V.check_range(mem, -(2**15), 2**15 - 1, "memory")
     names = (["leading"] if with_leading else []) + ["multipliers", "biases"]
     k = len(names)
     if mem.size < k * channels:
