@@ -47,6 +47,11 @@ class OpImpl:
         batched recipe). :func:`hwjax.graph.derive_params` hands every node whose op's
         impl shares the same ``params_many`` function (e.g. a target's conv, depthwise
         and dense) to one call.
+      narrow_inputs: when True, :func:`hwjax.graph.run` hands ``run`` each input of an
+        ``int8`` or ``uint8`` tensor as an int8 or uint8 array (the same values, in the
+        tensor's storage type) instead of int32, so that the op knows from the dtype, at
+        trace time, which of the two it reads (e.g. whether an int8 dot needs an offset)
+        instead of finding out from the values at run time.
     """
 
     run: Callable[..., Any]
@@ -55,6 +60,7 @@ class OpImpl:
     load: Optional[Callable[..., Any]] = None
     host_params: Optional[Callable[..., Any]] = None
     params_many: Optional[Callable[..., Any]] = None
+    narrow_inputs: bool = False
 
 
 class OpSpec:

@@ -197,6 +197,8 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     for node in graph.nodes:
         impl = target.lowering(node.op)
         args = [env[t] for t in node.inputs]
+        if impl.narrow_inputs:
+            args = [_in_storage_type(a, graph.tensors[t].dtype) for a, t in zip(args, node.inputs)]
         # each node's result is computed once and materialised (compute_once): XLA would
         # otherwise fuse it into its consumers and recompute it per use (2-3x slower).
         # A node no other node reads (the graph's last) has nothing to fuse into, and a
@@ -222,6 +224,16 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     if return_stats:
         extra.append(stats)
     return (result, *extra) if extra else result
+
+
+_STORAGE = {"int8": jnp.int8, "uint8": jnp.uint8}
+
+
+def _in_storage_type(x: jax.Array, dtype: str) -> jax.Array:
+    """An int8/uint8 tensor's int32 values as its storage type (:attr:`OpImpl.narrow_inputs`);
+    other tensors unchanged. The values fit: every producer keeps a tensor in its type's
+    range, and :meth:`hwjax.tflite.Model.run` checks concrete inputs."""
+    return x.astype(_STORAGE[dtype]) if dtype in _STORAGE and jnp.issubdtype(x.dtype, jnp.integer) else x
 
 
 def _direct(fn, operands: tuple, trigger):
