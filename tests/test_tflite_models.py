@@ -120,6 +120,9 @@ def test_a_fresh_model_runs_under_jit(cases):
     assert np.array_equal(jitted, want["optimized"])
     assert not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(m.lowered("optimized")))
     assert np.array_equal(np.asarray(m.run(x, runtime="optimized")), want["optimized"])
+    seen = {}  # a model loaded inside a trace: its graph holds the file's constants, not tracers
+    jax.jit(lambda v: seen.update(graph=tfl.load(data).graph) or v)(x)
+    assert not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(seen["graph"]))
 
 
 def test_linear_ops_read_int8_inputs_without_a_range_check(cases):
@@ -210,3 +213,11 @@ def test_large_batches_run_in_chunks_with_the_same_bits(cases):
     g = tfl.load(data).lowered("reference")
     np.testing.assert_array_equal(np.asarray(hg.jit_run(g, xb.astype(np.int32), chunk=16)),
                                   np.asarray(hg.jit_run(g, xb.astype(np.int32))))
+    # the int8 batch is read as int32 chunk by chunk, not first copied whole into int32
+    m = tfl.load(data)
+    jaxpr = jax.make_jaxpr(lambda v: m.run(v, runtime="reference"))(xb).jaxpr
+    while len(jaxpr.eqns) == 1 and "jaxpr" in jaxpr.eqns[0].params:  # into the jitted program
+        jaxpr = jaxpr.eqns[0].params["jaxpr"].jaxpr
+    widened = [e for e in jaxpr.eqns if e.primitive.name == "convert_element_type"
+               and e.outvars[0].aval.dtype == np.int32 and e.outvars[0].aval.shape[:1] == (xb.shape[0],)]
+    assert not widened, widened

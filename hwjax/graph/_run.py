@@ -12,7 +12,7 @@ import numpy as np
 from hwjax.core import compute_once, evaluated_if_concrete
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError
-from hwjax.graph._ir import Graph, Node
+from hwjax.graph._ir import INT_DTYPES, Graph, Node
 from hwjax.graph._ops import get_op
 
 _NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "float32": np.float32}
@@ -172,7 +172,8 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
       graph: a :class:`Graph`, portable or lowered.
       inputs: one array, a sequence in ``graph.inputs`` order, or a mapping by name;
         each of the input tensor's shape (one example) or with a leading batch axis.
-        Integer inputs hold the tensor's values; a float input feeds a ``quantize`` node.
+        Integer inputs hold the tensor's values (any integer dtype, read as int32); a
+        float input feeds a ``quantize`` node.
       target: a :class:`hwjax.targets.Target` or registered name; default the graph's.
         A portable graph is first :func:`lower`-ed (inside the trace).
       intermediates: also return every tensor, by name.
@@ -190,6 +191,10 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     target = _resolve_target(graph, target)
     graph = lower(graph, target)
     xs, single = _batched(graph, inputs)
+    # integer inputs as int32 here, not by the caller: under jit_run(chunk=...) one chunk
+    # at a time (an int8 batch is not first copied whole into a 4x larger int32 buffer)
+    xs = [x.astype(jnp.int32) if graph.tensors[t].dtype in INT_DTYPES and jnp.issubdtype(x.dtype, jnp.integer)
+          else x for t, x in zip(graph.inputs, xs)]
     env: dict[str, jax.Array] = dict(zip(graph.inputs, xs))
     stats: dict[str, Any] = {}
     trigger = _runtime_scalar(graph, xs[0])

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.core import evaluated_if_concrete
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, jit_run, lower
@@ -164,9 +165,10 @@ _min_max = jax.jit(lambda a: (jnp.min(a), jnp.max(a)))
 
 @functools.partial(jax.jit, static_argnames=("in_dtypes", "out_dtypes", "intermediates", "chunk"))
 def _run_file(g: Graph, arrays: tuple, *, in_dtypes: tuple, out_dtypes: tuple, intermediates: bool, chunk):
-    """:func:`hwjax.graph.jit_run` with the file's input conversion (float32, or int32 values)
-    and output dtypes, all in one program; outputs as a tuple."""
-    xs = tuple(a.astype(jnp.float32 if dt == "float32" else jnp.int32) for a, dt in zip(arrays, in_dtypes))
+    """:func:`hwjax.graph.jit_run` with the file's input conversion (float32; integer inputs
+    as they are: the graph reads them as int32 chunk by chunk) and output dtypes, all in one
+    program; outputs as a tuple."""
+    xs = tuple(a.astype(jnp.float32) if dt == "float32" else a for a, dt in zip(arrays, in_dtypes))
     res = jit_run(g, xs, intermediates=intermediates, chunk=chunk)
     out = res[0] if intermediates else res
     outs = tuple(o.astype(_NP[dt]) for o, dt in zip(out if isinstance(out, tuple) else (out,), out_dtypes))
@@ -194,7 +196,8 @@ def load(path_or_bytes) -> Model:
     else:
         raise ArgTypeError(f"load takes a path or bytes, got {type(path_or_bytes).__name__}")
     try:
-        graph, ins, outs = read(data)
+        with evaluated_if_concrete():  # the file's constants as arrays, also when loaded inside a trace
+            graph, ins, outs = read(data)
     except (IndexError, UnicodeDecodeError, ValueError) as e:
         if isinstance(e, (FormatError, UnsupportedOpError, ShapeError)):
             raise
