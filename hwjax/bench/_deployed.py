@@ -29,7 +29,8 @@ set_tensor + invoke + get_tensor; hwjax its jitted call on a device array.
 
 Threads: LiteRT runs on one thread. By default the benchmark re-runs itself in a child
 process with ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` (set before JAX is
-imported) so that XLA's CPU kernels also run on one thread; ``--jax-threads all`` keeps
+imported), pinned to one CPU (the flag alone left XLA:CPU using both cores of a 2-core VM
+at times), so that XLA's CPU kernels also run on one core; ``--jax-threads all`` keeps
 XLA's default thread pool and ``--jax-threads both`` prints both.
 
 Experiments for the road to XNNPACK (BENCHMARKS.md): ``--chunk 64`` also times
@@ -340,6 +341,14 @@ def _summary(results, out=print):
         out(f"  {name:5s} batch {batch:5d}: " + ", ".join(parts) + ("" if exact else "  (NOT EXACT)"))
 
 
+def _one_core() -> None:
+    """Pins the calling process (and every thread it starts) to one CPU. The XLA flag alone
+    does not make XLA:CPU single-threaded: with it, a 2-core VM still showed both cores
+    busy while hwjax ran, and hwjax's figures flipped between two modes 2x apart."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="python -m hwjax.bench deployed", description=__doc__,
@@ -372,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
             print("=== XLA default threads ===", flush=True)
             rc = main([*rest, "--jax-threads", "all"])
             print("\n=== XLA on one thread ===", flush=True)
-        r = subprocess.run([sys.executable, "-m", "hwjax.bench", "deployed", *rest, "--jax-threads", "1"], env=env)
+        r = subprocess.run([sys.executable, "-m", "hwjax.bench", "deployed", *rest, "--jax-threads", "1"], env=env,
+                           preexec_fn=_one_core)
         return r.returncode if args.jax_threads == "1" else max(rc, r.returncode)
 
     import jax
@@ -384,8 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown shapes {bad}; choose among {list(SHAPES)}")
     flags = os.environ.get("XLA_FLAGS", "")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     threads = ("1 thread" if _ONE_THREAD_FLAG in flags else "XLA default thread pool") + \
-        (f" (XLA_FLAGS={flags})" if flags else "")
+        (f" (XLA_FLAGS={flags})" if flags else "") + \
+        (f", pinned to CPU {cores[0]}" if cores is not None and len(cores) == 1 else "")
     tun = os.environ.get("GLIBC_TUNABLES", "")
     print(f"device: {jax.devices()[0].platform}, {os.cpu_count()} CPUs visible, load average "
           f"{os.getloadavg()[0]:.1f}; LiteRT num_threads=1; JAX: {threads}"

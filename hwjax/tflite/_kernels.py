@@ -91,16 +91,14 @@ def _folded_bias(kernel2d, bias, zin, c):
 
 
 #: bytes of intermediates (int8 patches, int32 accumulators) per batch chunk of a conv
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 
 
 def _by_chunks(fn, x, n_lead: int, per_example_bytes: int):
     """``fn(x)`` for ``x`` with ``n_lead`` leading batch axes, computed on chunks of examples
     (``jax.lax.map``) so that each chunk's intermediates stay near ``CHUNK_BYTES`` (in
     cache): one 3x3 conv (16x16x32 -> 32) at batch 1024 ran 1.7x faster, a depthwise 2.4x,
-    than in one pass over the whole batch (an earlier 2-core VM, 1 MiB chunks). On an AMD
-    EPYC with AVX-512, 4 MiB chunks (larger dots) ran the bench's deep conv net 1.5x and
-    its CNN 1.3x faster than 1 MiB ones (BENCHMARKS.md). ``fn`` treats examples
+    than in one pass over the whole batch (2-core VM). ``fn`` treats examples
     independently, so the result is the same."""
     lead, rest = x.shape[:n_lead], x.shape[n_lead:]
     n = int(np.prod(lead, dtype=np.int64))

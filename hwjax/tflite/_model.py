@@ -27,7 +27,7 @@ RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
 #: int32 bytes of the largest intermediate tensor one chunk of examples may hold: larger
 #: batches run as consecutive chunks inside one program (:func:`hwjax.graph.jit_run`), so
 #: every node's buffers stay cache-sized (see :func:`batch_chunk`)
-CHUNK_BYTES = 2 * 1024 * 1024
+CHUNK_BYTES = 512 * 1024
 
 
 def batch_chunk(graph: Graph) -> int:
@@ -35,11 +35,13 @@ def batch_chunk(graph: Graph) -> int:
 
     The largest power of two in [8, 1024] whose chunk keeps the graph's largest per-example
     tensor, as int32 (the width accumulators and requantisation work in), within
-    :data:`CHUNK_BYTES`: 64 for the ``python -m hwjax.bench deployed`` CNN and deep conv
-    net, 512 for its MLP. Measured on one CPU thread (AMD EPYC, AVX-512), batch 1024,
-    images/s for chunk 16 / 64 / 256 / whole batch: the CNN 49k / 65k / 38k / -, the deep
-    conv net 4.9k / 5.7k / 5.2k / -, the MLP 146k / 193k / 216k / 233k (BENCHMARKS.md).
-    Chunking changes no value: every example is computed alone.
+    :data:`CHUNK_BYTES`. Measured with ``python -m hwjax.bench deployed`` shapes on one CPU
+    thread, batch 1024 (images/s, chunk 16 / 64 / 128 / whole batch): the CNN 16.0k / 12.2k /
+    10.4k / 5.6k, the deep conv net 2.09k / 1.83k / 1.76k / 1.48k, the MLP 35.8k / 55.8k /
+    64.9k / 89.9k. Re-measured on an AMD EPYC (AVX-512) pinned to one core, batch 1024,
+    chunk 16 / 64 (and the conv kernels' chunks at 1 / 4 MiB): the CNN 40.5k / 30.1k
+    (40.6k / 40.3k), the deep conv net 3.50k / 3.45k (2.44k / 2.86k); the MLP at chunk
+    128 / 512 138.6k / 143.0k. Chunking changes no value: every example is computed alone.
     """
     if not isinstance(graph, Graph):
         raise ArgTypeError(f"graph must be a hwjax.graph.Graph (e.g. Model.lowered(runtime)), got "
