@@ -231,14 +231,12 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     return (result, *extra) if extra else result
 
 
-_STORAGE = {"int8": jnp.int8, "uint8": jnp.uint8}
-
-
 def _in_storage_type(x: jax.Array, dtype: str) -> jax.Array:
     """An int8/uint8 tensor's int32 values as its storage type (:attr:`OpImpl.narrow_inputs`);
     other tensors unchanged. The values fit: every producer keeps a tensor in its type's
     range, and :meth:`hwjax.tflite.Model.run` checks concrete inputs."""
-    return x.astype(_STORAGE[dtype]) if dtype in _STORAGE and jnp.issubdtype(x.dtype, jnp.integer) else x
+    narrow = dtype in ("int8", "uint8") and jnp.issubdtype(x.dtype, jnp.integer)
+    return x.astype(_NP_DTYPES[dtype]) if narrow else x
 
 
 def _direct(fn, operands: tuple, trigger):

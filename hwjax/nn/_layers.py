@@ -413,7 +413,7 @@ def _host_linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op
     impl = target.lowering(op)
     if impl.host_params is None:
         return None
-    with evaluated_if_concrete():  # concrete values: computed now, also inside a trace
+    with evaluated_if_concrete((kernel, bias, s_in, z_in, s_out, z_out, w_pin)):  # computed now, also in a trace
         w_int, b_int, s_w, portable = _portable_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op)
         q_in = [Quant.of(np.float32(s_in), np.int32(z_in))]
         params = impl.host_params(target, attrs, jax.tree.map(np.asarray, portable), q_in,
