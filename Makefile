@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: demo test test-full bench clean
+.PHONY: demo test test-full lint bench benchmarks clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,16 +24,27 @@ demo: $(STAMP)
 # fast-compile XLA flags (see tests/conftest.py) and a persistent compilation cache in
 # .jax_cache/; files are spread over $(TEST_WORKERS) workers, each file kept on one worker
 # (module fixtures run once).
-test: $(STAMP)
+test: lint
 	$(PYTEST) -m "not slow"
+
+# The house rules, in seconds: the import contracts of pyproject.toml (layers, no private
+# cross-package imports, no import circles), ruff's lint rules and its formatting.
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # Before a release: every test, `slow` ones included, compiled with XLA's default
 # optimisation (no fast-compile flags), as users run it.
-test-full: $(STAMP)
+test-full: lint
 	HWJAX_TEST_FAST_COMPILE=0 $(PYTEST)
 
 bench: $(STAMP)
 	$(PY) -m hwjax.bench mac
+
+# BENCHMARKS.md: every benchmark, each in a fresh process, on this machine (tens of minutes).
+benchmarks: $(STAMP)
+	$(PY) -m hwjax.bench all --markdown --out BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .jax_cache

@@ -11,7 +11,7 @@ from hwjax.core import (
     shift_right,
 )
 
-__version__ = "0.1.0"
+from hwjax._version import __version__
 
 from hwjax import nn, targets  # noqa: E402
 from hwjax._evaluate import EvalResult, evaluate  # noqa: E402

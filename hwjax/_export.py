@@ -39,7 +39,7 @@ class ExportError(FormatError):
 
 
 def _version() -> str:
-    from hwjax import __version__
+    from hwjax._version import __version__
 
     return __version__
 

@@ -415,7 +415,7 @@ def test_magnitude_bits_and_pool_out_hw():
 
 def _targets():
     from hwjax import gemmlowp as G
-    from hwjax import tflite as tfl
+    from hwjax import litert as tfl
     from hwjax import xs3
     from hwjax.nvdla import cvt
 
@@ -488,7 +488,7 @@ def test_target_entry_points_out_of_range(case, form, negative):
 
 def _target_checks():
     from hwjax import gemmlowp as G
-    from hwjax import tflite as tfl
+    from hwjax import litert as tfl
     from hwjax import xs3
     from hwjax.nvdla import cvt
 

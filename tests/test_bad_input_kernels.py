@@ -1,4 +1,4 @@
-"""Bad inputs to the public functions of hwjax.gemmlowp and hwjax.tflite's kernels and recipes
+"""Bad inputs to the public functions of hwjax.gemmlowp and hwjax.litert's kernels and recipes
 (issue 16, the companion of tests/test_bad_input.py).
 
 One table of ``(function, argument, bad value, error classes)``: every call must raise an
@@ -20,7 +20,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hwjax import gemmlowp as G
-from hwjax import tflite as T
+from hwjax import litert as T
 from hwjax.errors import ArgTypeError, HwjaxError, RangeError, ShapeError
 
 from tests.test_bad_input import (SETTINGS, check_covers_public, check_one_program,
@@ -335,7 +335,8 @@ def test_bad_arguments_raise_named_hwjax_errors(case):
 # new shape (see tests/test_bad_input.py:check_one_program).
 MULTI_PROGRAM: dict[str, str] = {}
 # public functions that take no arrays (files and a static helper), checked in their own tests
-NOT_ARRAY_PRIMITIVES = {"load", "save", "batch_chunk"}
+# host-side predicates on scalar quantisation parameters (no arrays)
+NOT_ARRAY_PRIMITIVES = {"softmax_quant_error", "mul_int16_safe"}
 
 
 def test_every_function_is_covered_and_runs_as_one_program_on_canonical_arguments():

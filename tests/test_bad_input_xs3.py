@@ -67,6 +67,9 @@ DERIVE = dict(input_scale=0.5, input_zero_point=1, weight_scales=[0.01, 0.02], o
 CONV = dict(initial_shift=2, final_shr=3, stride=(1, 1), pad_top_left=(0, 0), pad_value=0, out_shape=(2, 3))
 ADDE = dict(shr0=1, multiplier0=300, shr1=2, multiplier1=-200, bias=1000, output_shr=4)
 
+# a canonical per-channel transform (xs3.md §4.5): multipliers, offsets, accumulator ranges
+TM, TB, TLO, THI = np.float64([0.01, -0.02]), np.float64([3.0, -1.5]), np.int64([-5000, -300]), np.int64([6000, 900])
+
 FUNCS = {  # name -> (function, canonical keyword arguments)
     # ---- VPU
     "acc40_from_registers": (xs3.acc40_from_registers, dict(vd=WORDS, vr=WORDS_R)),
@@ -96,6 +99,9 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
     "deserialise_output_transform": (xs3.deserialise_output_transform, dict(memory=MEM, channels=4)),
     "otfn_params_from_scales": (xs3.otfn_params_from_scales, dict(bias_q=BQ, weights=KQ, **SCALES)),
     "otfn_params": (xs3.otfn_params, dict(kernel_q=KQ, bias_q=BQ, **{**SCALES, "s_w": np.float32([0.01, 0.02])})),
+    "otfn_params_many": (xs3.otfn_params_many, dict(layers=[(KQ, BQ, 0.5, 1, np.float32([0.01, 0.02]), 0.2, -3)])),
+    "narrow_accu_range": (xs3.narrow_accu_range, dict(m=TM, beta=TB, amin=TLO, amax=THI)),
+    "solve_exponents": (xs3.solve_exponents, dict(m=TM, beta=TB, amin=TLO, amax=THI)),
     # ---- lib_nn current kernels and helpers
     "conv2d": (xs3.conv2d, dict(x=XI, k_ohwi=K4[:2], multipliers=MUL[:2], biases=BIAS[:2], **CONV)),
     "depthwise_conv2d": (xs3.depthwise_conv2d, dict(x=XI, k_hwc=KDW, multipliers=MUL, biases=BIAS, **CONV)),
@@ -229,6 +235,13 @@ CASES = [
     ("otfn_params_from_scales", "multiplier_factor", dict(multiplier_factor=NAN), R),
     ("otfn_params", "kernel_q", dict(kernel_q=_with(KQ, 0, 200)), R),
     ("otfn_params", "kernel_q", dict(kernel_q="abc"), A), ("otfn_params", "kernel_q", dict(kernel_q=I32(3)), S),
+    ("otfn_params_many", "layers", dict(layers="abc"), A), ("otfn_params_many", "layers", dict(layers=[(KQ, BQ)]), A),
+    ("otfn_params_many", "s_in", dict(layers=[(KQ, BQ, NAN, 1, 0.01, 0.2, -3)]), R),
+    *[(f, arg, {arg: v}, k) for f in ("narrow_accu_range", "solve_exponents") for arg, v, k in (
+        ("m", "abc", A), ("m", np.float64([NAN, 0.0]), R), ("beta", np.float64([INF, 0.0]), R),
+        ("amin", np.float64([0.5, 0.0]), R), ("amax", np.int64([1, 2, 3]), S), ("amin", np.int64([7000, 0]), R),
+        ("amax", None, A))],
+    ("solve_exponents", "max_steps", dict(max_steps=0), R),
     # ---- current kernels and helpers
     ("im2col", "x", dict(x=XI[0]), S), ("im2col", "x", dict(x="abc"), A), ("im2col", "x", dict(x=None), A),
     ("im2col", "kernel_hw", dict(kernel_hw=(0, 2)), R), ("im2col", "kernel_hw", dict(kernel_hw=2), A),

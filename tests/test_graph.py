@@ -17,7 +17,7 @@ import hwjax.graph as hg
 import hwjax.nn as hn
 from hwjax import nvdla
 from hwjax import targets as T
-from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.errors import ArgTypeError, FormatError, UnsupportedOpError
 
 RNG = np.random.default_rng(99)
 
@@ -74,7 +74,9 @@ def test_a_toy_op_and_target_registered_from_outside_run(toy):
     np.testing.assert_array_equal(np.asarray(hg.run(g, x, toy)), want)
     np.testing.assert_array_equal(np.asarray(hg.jit_run(g, x, toy)), want)
     np.testing.assert_array_equal(np.asarray(jax.vmap(lambda v: hg.run(g, v, toy))(x)), want)  # one example each
-    np.testing.assert_array_equal(np.asarray(hg.run(g, x[0], "toy-chip")), np.clip(2 * q[0] + 1, -128, 127))
+    np.testing.assert_array_equal(np.asarray(hg.run(g, x[0], T.get("toy-chip"))), np.clip(2 * q[0] + 1, -128, 127))
+    with pytest.raises(ArgTypeError, match=r"hwjax.targets.get\('toy-chip'\) resolves a name"):
+        hg.run(g, x[0], "toy-chip")  # the graph layer resolves no names
     lowered = hg.lower(g, toy)
     assert lowered.target == toy and int(lowered.nodes[1].params["gain"]) == 3
     with pytest.raises(ValueError, match="lowered for"):

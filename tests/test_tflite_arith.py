@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import hwjax.tflite as tfl
+import hwjax.litert as tfl
 from hwjax.errors import RangeError
 from tests.conftest import golden_path
 
@@ -153,7 +153,7 @@ def test_r2_float64_requant_is_exact_integer_arithmetic():
     the float64 rounding itself decides."""
     from fractions import Fraction
 
-    from hwjax.tflite._arith import _float64_bits, _r2
+    from hwjax.litert._arith import _float64_bits, _r2
 
     f = jax.jit(_r2)
     rng = np.random.default_rng(11)
@@ -172,3 +172,13 @@ def test_r2_float64_requant_is_exact_integer_arithmetic():
     for sign in (1, -1):
         got = np.asarray(f(jnp.asarray(sign * acc), jnp.asarray(hi), jnp.asarray(lo)))
         np.testing.assert_array_equal(got, [_r2_host(sign * a, e) for a, e in DOUBLE_ROUNDED])
+
+
+def test_moved_names_still_reachable_from_hwjax_tflite_with_a_deprecation_warning():
+    import hwjax.tflite
+
+    with pytest.warns(DeprecationWarning, match="hwjax.tflite.fully_connected moved to hwjax.litert.fully_connected"):
+        fn = hwjax.tflite.fully_connected
+    assert fn is tfl.fully_connected
+    with pytest.raises(AttributeError, match="no_such_name"):
+        hwjax.tflite.no_such_name  # noqa: B018

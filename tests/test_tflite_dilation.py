@@ -13,7 +13,7 @@ from hwjax.errors import UnsupportedOpError  # noqa: E402
 from hwjax.graph import run as graph_run  # noqa: E402
 from hwjax.targets import get  # noqa: E402
 from hwjax.tflite import testing as T  # noqa: E402
-from hwjax.tflite._kernels import conv_geometry  # noqa: E402
+from hwjax.litert import conv_geometry  # noqa: E402
 
 ALL = ("reference", "optimized", "xnnpack")
 

@@ -99,7 +99,7 @@ def test_original_on_tflm_equals_host_interpreter(name):
 def test_compiled_parameters_equal_xformers():
     """hwjax's transcriptions of xformer's recipes (XC_lookup tables of TANH / LOGISTIC,
     XC_softmax's float32 exp table, XC_mul's nn_mul_params_t) equal what xformer wrote."""
-    from hwjax.targets._xs3_deployed import xformer_lut_table, xformer_mul_params, xformer_softmax_table
+    from hwjax.targets._xformer import xformer_lut_table, xformer_mul_params, xformer_softmax_table
 
     seen = {"lut": 0, "softmax": 0, "mul": 0}
     for name in MODELS:
@@ -135,7 +135,7 @@ def test_c_expf_equals_the_c_librarys():
     import ctypes
     import ctypes.util
 
-    from hwjax.targets._xs3_deployed import c_expf
+    from hwjax.targets._xformer import c_expf
 
     path = ctypes.util.find_library("m")
     try:

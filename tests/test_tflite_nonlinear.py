@@ -18,7 +18,7 @@ import hwjax.graph as hg  # noqa: E402
 import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
 from hwjax.targets import TFLite  # noqa: E402
-from hwjax.tflite import _convert_nonlinear as K  # noqa: E402
+from hwjax.litert import _nonlinear as K  # noqa: E402
 from hwjax.tflite.testing import ModelBuilder, run_litert  # noqa: E402
 
 RUNTIMES = ("reference", "optimized", "xnnpack")

@@ -22,8 +22,8 @@ import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import UnsupportedOpError  # noqa: E402
 from hwjax.graph import Attrs, Graph, Quant, Tensor  # noqa: E402
 from hwjax.tflite import _save  # noqa: E402
-from hwjax.tflite._convert_tensor import mul_int16_safe  # noqa: E402
-from hwjax.tflite._import import PRE_ACTIVATION  # noqa: E402
+from hwjax.litert import mul_int16_safe  # noqa: E402
+from hwjax.graph import PRE_ACTIVATION  # noqa: E402
 from tests.test_tflite_keras import file_ops  # noqa: E402
 from tests.test_tflite_tensor_ops import (  # noqa: E402
     Net,

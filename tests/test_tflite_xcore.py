@@ -167,7 +167,7 @@ def test_hwjax_blobs_equal_xformers_byte_for_byte(name):
     hwjax from the ORIGINAL model (zero-scale pad channels included), equal the blobs in
     the xformed file. (chain: its depthwise layer stays a TFLM op.)"""
     from hwjax import xs3
-    from hwjax.targets._xs3_deployed import xformer_linear_params
+    from hwjax.targets._xs3_compiled import xformer_linear_params
 
     g = T.load(os.path.join(DATA, f"{name}.tflite")).graph
     lin = [n for n in g.nodes if n.op in ("conv", "depthwise_conv", "dense")]
@@ -221,8 +221,8 @@ def test_original_model_xs3_refuses_what_it_cannot_decide():
 def test_transform_choice_equals_xformers(name):
     """Group transform, channel-wise transform (with its parameters) or the TFLM op: hwjax's
     transcription of xformer's decision against what xformer wrote into the file."""
-    from hwjax.targets._xs3_deployed import TRANSFORM_MODES, _linear_kernel, _padded_channels, \
-        xformer_transform_choice
+    from hwjax.targets._xformer import TRANSFORM_MODES, xformer_transform_choice
+    from hwjax.targets._xs3_compiled import _linear_kernel, _padded_channels
 
     g = T.load(os.path.join(DATA, f"{name}.tflite")).graph
     xc = [n for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes
@@ -250,7 +250,7 @@ def test_transform_choice_equals_xformers(name):
 def test_add_and_mean_options_equal_xformers():
     """XC_add's m1, m2, bias, shift and XC_mean's scale from hwjax's transcription of
     xformer's recipe equal the stored options."""
-    from hwjax.targets._xs3_deployed import xformer_add_params, xformer_mean_scale
+    from hwjax.targets._xformer import xformer_add_params, xformer_mean_scale
 
     for name, op in (("add", "add"), ("mean", "mean")):
         g = T.load(os.path.join(DATA, f"{name}.tflite")).graph

@@ -20,7 +20,7 @@ import hwjax.tflite as tfl  # noqa: E402
 from hwjax.errors import UnsupportedOpError  # noqa: E402
 from hwjax.targets import TFLite  # noqa: E402
 from hwjax.tflite import testing as T  # noqa: E402
-from hwjax.tflite import _xnnpack as X  # noqa: E402
+from hwjax.litert import _xnnpack as X  # noqa: E402
 
 RUNTIMES = ("reference", "optimized", "xnnpack")
 B = 72  # examples per batch
@@ -150,7 +150,7 @@ POOLS = [  # in_shape, window, stride, padding, activation
 
 
 def _pool_model(rng) -> bytes:
-    from hwjax.tflite._kernels import conv_geometry
+    from hwjax.litert import conv_geometry
 
     mb = T.ModelBuilder()
     ins, outs = [], []

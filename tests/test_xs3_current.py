@@ -485,7 +485,7 @@ def test_otfn_params_of_several_layers_in_one_recipe_equal_the_helper():
     """otfn_params_many (what the XS3 target derives a model's layers with: one batched
     recipe) gives each layer the xformer helper's parameters, whatever the other layers'
     channel counts, eagerly and under jit."""
-    from hwjax.xs3._params import otfn_params_many
+    from hwjax.xs3 import otfn_params_many
 
     layers, refs = [], []
     while len(layers) < 5:

@@ -14,6 +14,7 @@ BENCHES = {
     "gemmlowp": "hwjax.bench._gemmlowp",
     "deployed": "hwjax.bench._deployed",
     "compile": "hwjax.bench._compile",
+    "all": "hwjax.bench._all",
 }
 
 __all__ = ["BENCHES", "Timing", "time_fn"]

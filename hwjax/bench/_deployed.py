@@ -58,7 +58,7 @@ _CHILD_ENV = "HWJAX_BENCH_DEPLOYED_CHILD"
 
 
 def _conv(mb, rng, x, s_in, in_hw, cin, cout, k, stride, act, depthwise=False):
-    from hwjax.tflite import conv_geometry
+    from hwjax.litert import conv_geometry
     from hwjax.tflite.testing import ACTIVATION_CODES, random_filter_scales, out_scale_for
 
     n = cin if depthwise else cout

@@ -37,10 +37,7 @@ import numpy as np
 
 from hwjax.bench._timing import time_fn
 from hwjax.core import ConvGeometry, extract_patches
-from hwjax.xs3._bso import make_bso, split_bso
-from hwjax.xs3._conv import conv2d
-from hwjax.xs3._legacy import _bso_output, certify_no_saturation, conv2d_deep
-from hwjax.xs3._otfn import otfn_int8
+from hwjax.xs3 import bso_output, certify_no_saturation, conv2d, conv2d_deep, make_bso, otfn_int8, split_bso
 
 TARGET_RATIO = 3.0  # conv2d_deep / plain conv, at most
 TARGET_SPEED = 0.5  # conv2d speed / fastest plain path, at least
@@ -179,7 +176,7 @@ def _deep_section(batch: int, size: int, c: int, repeats: int, seed: int) -> boo
     @jax.jit
     def plain_pipeline(x, kern, bso):
         f = split_bso(bso, c)
-        y = _bso_output(plain_acc(x, kern) + f.bias, f, out_bits=8, symmetric=False,
+        y = bso_output(plain_acc(x, kern) + f.bias, f, out_bits=8, symmetric=False,
                         variant="hardware")[0]
         return y.astype(jnp.int8)
 

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from hwjax.errors import RangeError
+from hwjax.errors import ArgTypeError, RangeError
 
 # Appended to every message of a check that hwjax emits (to tell them from a user's
 # own checkify checks inside fn, which the wrapper re-raises as checkify raises them).
@@ -143,7 +143,6 @@ def checked(fn: Callable) -> Callable:
     Slower than ``fn`` (each call traces ``fn`` and the checks run on device): meant for
     debugging, testing and validating data; ``fn`` itself is unchanged.
     """
-    from hwjax.core._validate import ArgTypeError  # (_validate imports this module)
 
     if not callable(fn):
         raise ArgTypeError(f"hwjax.checked needs a callable fn, got {type(fn).__name__}")

@@ -21,13 +21,14 @@ Example::
 """
 
 from hwjax.graph import ops as _builtin_ops  # noqa: F401  (registers the built-in op kinds)
-from hwjax.graph._ir import DTYPES, INT_DTYPES, Attrs, Graph, Node, Quant, Tensor
+from hwjax.graph._ir import DTYPES, INT_DTYPES, PRE_ACTIVATION, Attrs, Graph, Node, Quant, Tensor
 from hwjax.graph._ops import OpImpl, OpSpec, get_op, ops, register_op
 from hwjax.graph._run import derive_params, jit_run, lower, lower_node, run
 from hwjax.graph.ops.linear import geometry
 from hwjax.graph.ops.pool import pool_geometry
 
 __all__ = [
+    "PRE_ACTIVATION",
     "Attrs", "DTYPES", "Graph", "INT_DTYPES", "Node", "OpImpl", "OpSpec", "Quant", "Tensor", "geometry",
     "derive_params", "get_op", "jit_run", "lower", "lower_node", "ops", "pool_geometry", "register_op", "run",
 ]

@@ -13,6 +13,10 @@ import numpy as np
 from hwjax.errors import ArgTypeError, FormatError
 
 INT_DTYPES = ("int8", "uint8", "int16", "int32")
+#: suffix of the tensor between a linear op and the activation fused into it in the source file
+#: (``<out> + PRE_ACTIVATION``): readers split a fused activation into its own node on it,
+#: writers fuse it back, targets that fuse activations as the file did recognise it
+PRE_ACTIVATION = ":pre_activation"
 DTYPES = INT_DTYPES + ("float32",)
 
 

@@ -23,16 +23,24 @@ def _check_graph(graph) -> None:
         raise ArgTypeError(f"graph must be a hwjax.graph.Graph, got {type(graph).__name__}")
 
 
-def _resolve_target(graph: Graph, target):
-    from hwjax.targets import resolve
+def _as_target(target):
+    """``target`` itself when it is a target object (anything with a ``lowering(op)``
+    method, as :class:`hwjax.targets.Target` has). The graph layer knows no target by name:
+    a name is resolved where the user passes it (``hwjax.targets.get(name)``)."""
+    if callable(getattr(target, "lowering", None)):
+        return target
+    hint = f" (hwjax.targets.get({target!r}) resolves a name)" if isinstance(target, str) else ""
+    raise ArgTypeError(f"target must be a target object such as hwjax.targets.get('xs3'){hint}, got {target!r}")
 
+
+def _resolve_target(graph: Graph, target):
     _check_graph(graph)
     if target is None:
         if graph.target is None:
             raise RangeError("this graph holds portable parameters: pass the target to run it on "
                              "(e.g. hwjax.targets.get('xs3'))")
         return graph.target
-    target = resolve(target)
+    target = _as_target(target)
     if graph.target is not None and target != graph.target:
         raise RangeError(f"this graph was lowered for {graph.target!r}; it cannot run on {target!r}")
     return target
@@ -61,9 +69,7 @@ def derive_params(target, requests) -> list:
     that recipe, not one per layer (XS3's output-transform recipe is some 2,000 operations).
     Jittable; no gradient. ArgTypeError names ``target`` or ``requests`` when they are not a
     target and a list of 5-tuples."""
-    from hwjax.targets import resolve
-
-    target = resolve(target)
+    target = _as_target(target)
     if not isinstance(requests, (list, tuple)) or not all(isinstance(r, tuple) and len(r) == 5 for r in requests):
         raise ArgTypeError("requests must be a list of (op, attrs, portable, q_in, q_out) tuples, got "
                            f"{type(requests).__name__}")
@@ -174,7 +180,7 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
         each of the input tensor's shape (one example) or with a leading batch axis.
         Integer inputs hold the tensor's values (any integer dtype, read as int32); a
         float input feeds a ``quantize`` node.
-      target: a :class:`hwjax.targets.Target` or registered name; default the graph's.
+      target: a target object (:func:`hwjax.targets.get` resolves a name); default the graph's.
         A portable graph is first :func:`lower`-ed (inside the trace).
       intermediates: also return every tensor, by name.
       return_stats: also return, per node with accumulators, ``{"count", "saturated"}``.

@@ -28,7 +28,8 @@ from hwjax.targets._nvdla import NVDLA, NVDLAConvParams, NVDLALutParams, nvdla_l
 from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, xs3_add_params, xs3_bso
 from hwjax.targets._tflite import TFLite
 from hwjax.targets import _tflite_nonlinear, _tflite_tensor  # noqa: F401,E402  (registration)
-from hwjax.targets._xs3_deployed import XS3Compiled, XS3Runtime, check_xformer_lowering
+from hwjax.targets._xs3_runtime import XS3Runtime
+from hwjax.targets._xs3_compiled import XS3Compiled, check_xformer_lowering
 
 __all__ = [
     "Gemmlowp", "GemmlowpLinearParams", "TFLite", "LUT_FUNCTIONS", "NVDLA", "ConvGeometry", "NVDLAConvParams", "NVDLALutParams", "Target", "XS3", "XS3ConvParams",

@@ -24,7 +24,7 @@ from hwjax.graph import OpImpl, geometry, pool_geometry
 from hwjax.graph.ops.basic import QUANTIZE_RANGES
 from hwjax.graph.ops.tflite import padded_pool_geometry
 from hwjax.targets._base import Target, no_acc, register
-from hwjax.tflite import (
+from hwjax.litert import (
     activation_range,
     add_int,
     add_jax,
@@ -47,13 +47,13 @@ RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
 # requantisation convention per runtime and op (spec gemmlowp.md §2.9, deployed.md §1)
 _REQUANT = {
     "reference": {"conv": "double", "depthwise_conv": "double", "dense": "float64"},
-    "optimized": {"conv": "ruy", "depthwise_conv": "double", "dense": "ruy"},
+    "optimized": {"conv": "ruy", "depthwise_conv": "lanes8", "dense": "ruy"},
     "xnnpack": {"conv": "xnnpack", "depthwise_conv": "xnnpack", "dense": "xnnpack"},
     "tflm": {"conv": "double", "depthwise_conv": "double", "dense": "double"},
 }
 # op kinds whose arithmetic differs per runtime and is verified only on these runtimes
 _VERIFIED = {
-    # ADD and QUANTIZE int8 -> int8 on "optimized" / "xnnpack": hwjax.tflite._xnnpack (x86
+    # ADD and QUANTIZE int8 -> int8 on "optimized" / "xnnpack": hwjax.litert._xnnpack (x86
     # NEON_2_SSE vector loops, XNNPACK qs8 add / convert); AVERAGE_POOL_2D int8 is never
     # delegated to XNNPACK, so every runtime runs LiteRT's integer average pool. "tflm":
     # checked against TFLite Micro's reference kernels (xmos-ai-tools 1.4.2 host interpreter,
@@ -356,7 +356,7 @@ def _unary_run(target, attrs, p, x, return_acc: bool = False):
 
 def _requantize_params(target, attrs, portable, q_in, q_out):
     """QUANTIZE int8 -> int8: LiteRT's ``(m, e)``; on ``"optimized"`` / ``"xnnpack"`` also the
-    parameters of :func:`hwjax.tflite._xnnpack.requant_recipe`."""
+    parameters of :func:`hwjax.litert.requant_recipe`."""
     p = _unary_params(target, attrs, portable, q_in, q_out)
     rt = target.runtime
     if rt in ("optimized", "xnnpack"):
@@ -366,7 +366,7 @@ def _requantize_params(target, attrs, portable, q_in, q_out):
 
 def _requantize_run(target, attrs, p, x, return_acc: bool = False):
     """QUANTIZE int8 -> int8: the reference ``Requantize`` (``"reference"``, ``"tflm"``), else
-    :func:`hwjax.tflite._xnnpack.requant_jax` (LiteRT's x86 vector loop / XNNPACK convert)."""
+    :func:`hwjax.litert.requant_jax` (LiteRT's x86 vector loop / XNNPACK convert)."""
     if target.runtime in ("optimized", "xnnpack"):
         return no_acc(requant_jax(x, p, target.runtime), return_acc)
     return _unary_run(target, attrs, p, x, return_acc)
@@ -417,7 +417,7 @@ def _pool(target, attrs, p, x, return_acc: bool = False):
 
 def _add_params(target, attrs, portable, q_in, q_out):
     """ADD: LiteRT's ``add.cc`` parameters; on ``"optimized"`` / ``"xnnpack"`` those of
-    :func:`hwjax.tflite._xnnpack.add_recipe` (with XNNPACK's when it takes the node)."""
+    :func:`hwjax.litert.add_recipe` (with XNNPACK's when it takes the node)."""
     act = attrs.get("activation")
     rt = target.runtime
 
@@ -437,7 +437,7 @@ def _add_params(target, attrs, portable, q_in, q_out):
 @TFLite.implements("add", params=_add_params)
 def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     """ADD: the reference kernel (``"reference"``, ``"tflm"``), else
-    :func:`hwjax.tflite._xnnpack.add_jax` (LiteRT's x86 vector loop / XNNPACK qs8 add)."""
+    :func:`hwjax.litert.add_jax` (LiteRT's x86 vector loop / XNNPACK qs8 add)."""
     if target.runtime in ("optimized", "xnnpack"):
         return no_acc(add_jax(x1, x2, p, target.runtime), return_acc)
     return no_acc(add_int(x1, x2, p, p["z1"], p["z2"], p["zout"], p["act_min"], p["act_max"]), return_acc)

@@ -2,7 +2,7 @@
 
 * ``lut`` (fn ``"sigmoid"`` / ``"tanh"``, TFLite LOGISTIC / TANH): the recipe builds
   LiteRT's 256-entry table once on the host
-  (:func:`hwjax.tflite._convert_nonlinear.litert_lut_table`); ``run`` is an int32
+  (:func:`hwjax.litert.litert_lut_table`); ``run`` is an int32
   gather. The same table on the reference, optimized and XNNPACK runtimes.
 * ``softmax``: ``"reference"`` runs LiteRT's gemmlowp fixed-point kernel (recipe:
   multiplier, shift, ``diff_min``); ``"optimized"`` and ``"xnnpack"`` run the float32
@@ -12,7 +12,7 @@ Both are verified against LiteRT 2.3 (x86) on ``reference``, ``optimized`` and
 ``xnnpack``, and against TFLite Micro (``"tflm"``, the xmos-ai-tools 1.4.2 host
 interpreter, ``tests/data/tflm``):
 
-* ``lut`` on ``"tflm"``: TFLM's own fixed-point kernels (:mod:`hwjax.tflite._tflm`:
+* ``lut`` on ``"tflm"``: TFLM's own fixed-point kernels (:mod:`hwjax.litert._tflm`:
   gemmlowp ``logistic`` / ``tanh`` of a Q4.27 input; recipe: multiplier, shift, input
   radius). Their output quantisation is fixed (LOGISTIC 1/256 and -128, TANH 1/128 and 0);
   a LOGISTIC whose output zero point is not -128 raises UnsupportedOpError (TFLM refuses
@@ -28,7 +28,7 @@ import numpy as np
 from hwjax.errors import UnsupportedOpError
 from hwjax.targets._base import no_acc
 from hwjax.targets._tflite import TFLite, host_recipe, verified_on
-from hwjax.tflite import (
+from hwjax.litert import (
     REFERENCE_MAX_DEPTH,
     litert_lut_table,
     sigmoid_tanh_params,
@@ -46,7 +46,7 @@ _RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
 
 def _lut_params(target, attrs, portable, q_in, q_out):
     """``{"table": int32 (256,)}``: LiteRT's table for the node's quantisation; on ``"tflm"``
-    :func:`hwjax.tflite._tflm.sigmoid_tanh_params` of the input scale and ``"z_in"``."""
+    :func:`hwjax.litert.sigmoid_tanh_params` of the input scale and ``"z_in"``."""
     fn = attrs["fn"]
     if target.runtime == "tflm":
         p = host_recipe(sigmoid_tanh_params, jnp.asarray(q_in[0].scale, jnp.float32))
@@ -74,8 +74,8 @@ def _lut_host_params(target, attrs, portable, q_in, q_out):
 
 @TFLite.implements("lut", params=_lut_params, host_params=_lut_host_params)
 def _lut(target, attrs, p, x, return_acc: bool = False):
-    """``table[u8(x)]``; on ``"tflm"`` :func:`hwjax.tflite._tflm.tflm_logistic` /
-    :func:`hwjax.tflite._tflm.tflm_tanh`."""
+    """``table[u8(x)]``; on ``"tflm"`` :func:`hwjax.litert.tflm_logistic` /
+    :func:`hwjax.litert.tflm_tanh`."""
     if target.runtime == "tflm":
         kernel = tflm_logistic if attrs["fn"] == "sigmoid" else tflm_tanh
         return no_acc(kernel(x, p["z_in"], p), return_acc)

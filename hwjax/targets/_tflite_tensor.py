@@ -6,7 +6,7 @@ runtime (derived from LiteRT's and XNNPACK's sources and checked bit for bit aga
 ``ai-edge-litert``); they are declared with :func:`verified_on` for ``reference``,
 ``optimized``, ``xnnpack`` and ``tflm``. TFLite Micro (checked against the xmos-ai-tools
 1.4.2 host interpreter, ``tests/data/tflm``) runs them as LiteRT's reference kernels do:
-MEAN as :func:`hwjax.tflite._convert_tensor.mean_mbqm` on every axis set (the 4-D
+MEAN as :func:`hwjax.litert.mean_mbqm` on every axis set (the 4-D
 keep-dims spatial case included), MUL as ``mul_mbqm``, DEQUANTIZE as
 ``dequantize_exact``. Each recipe
 computes its integer (or float32) parameters on the host as the runtime's C++ does:
@@ -20,7 +20,7 @@ import numpy as np
 
 from hwjax.targets._base import no_acc
 from hwjax.targets._tflite import TFLite, host_recipe, verified_on
-from hwjax.tflite import (
+from hwjax.litert import (
     activation_range,
     concat_int,
     dequantize_exact,
@@ -159,7 +159,7 @@ def _mul_params(target, attrs, portable, q_in, q_out):
 
 def _mul_run(target, p, x1, x2):
     """Broadcasting MULs on ``optimized`` follow the int32 formula, which equals LiteRT's
-    int16 lanes when :func:`hwjax.tflite._convert_tensor.mul_int16_safe` holds (the
+    int16 lanes when :func:`hwjax.litert._tensor.mul_int16_safe` holds (the
     importer refuses the others)."""
     if target.runtime == "xnnpack":
         return mul_float(x1, x2, p)

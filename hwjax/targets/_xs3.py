@@ -22,7 +22,7 @@ from hwjax.core import validate as V
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import geometry
 from hwjax.targets._base import Target, float_exponent, lut_table, no_acc, pytree, register
-from hwjax.xs3._params import otfn_params_many
+from hwjax.xs3 import otfn_params_many
 
 
 def _acc_stat(n: int, clipped) -> dict:
@@ -111,7 +111,7 @@ def _xs3_linear_params(op: str):
 
 def _xs3_linear_params_many(target, requests) -> list[XS3ConvParams]:
     """The parameters of several conv / depthwise / dense ops (``(op, attrs, portable, q_in,
-    q_out)`` each) from one batched recipe (:func:`hwjax.xs3._params.otfn_params_many`)."""
+    q_out)`` each) from one batched recipe (:func:`hwjax.xs3.otfn_params_many`)."""
     kernels, layers = [], []
     for op, _, p, q_in, q_out in requests:
         k = jnp.asarray(p["kernel"]).astype(jnp.int32)

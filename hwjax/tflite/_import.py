@@ -19,9 +19,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
-from hwjax.graph import Graph, Node, Quant, Tensor
+from hwjax.graph import PRE_ACTIVATION, Graph, Node, Quant, Tensor
 from hwjax.tflite import _flatbuffer as fb
-from hwjax.tflite._kernels import conv_geometry
+from hwjax.litert import conv_geometry
 
 _TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8"}
 NP = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "int16": np.int16, "float32": np.float32,
@@ -39,9 +39,8 @@ OPS = {
        "HARD_SWISH", 126: "BATCH_MATMUL", 150: "GELU"}
 ACT = {0: None, 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
 PADDING = {0: "SAME", 1: "VALID"}
-#: the suffix of the tensor between an operator and the activation node split off its fused
-#: RELU6 / RELU_N1_TO_1 (:meth:`Builder.node`); the writer (``_save``) fuses such pairs back
-PRE_ACTIVATION = ":pre_activation"
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """A model input or output as the file declares it: ``shape`` includes the file's

@@ -43,8 +43,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, ShapeError, UnsupportedOpError
-from hwjax.graph import Graph, Node, Quant
-from hwjax.tflite._import import PRE_ACTIVATION
+from hwjax.graph import PRE_ACTIVATION, Graph, Node, Quant
 
 #: TFLite ``ActivationFunctionType`` codes of the graph's activation functions
 ACTIVATION_CODES = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
@@ -333,7 +332,7 @@ def padding_name(node: Node, in_hw, window, stride, padding, dilation=(1, 1)) ->
     """TFLite ``Padding`` code of explicit ``padding``: SAME (0) where it is SAME's
     padding (of the dilated window), else VALID (1) where it is zero; UnsupportedOpError
     otherwise."""
-    from hwjax.tflite._kernels import conv_geometry
+    from hwjax.litert import conv_geometry
 
     pads = tuple(tuple(int(v) for v in p) for p in padding)
     if pads == conv_geometry(in_hw, window, stride, "SAME", dilation).padding:

@@ -153,7 +153,7 @@ def linear_model(rng, kind: str, *, in_shape, out_ch=None, k=(3, 3), stride=(1, 
         opts = ("FullyConnectedOptions", {"fusedActivationFunction": ACTIVATION_CODES[activation]})
         version = 4 if per_channel else 1
     else:
-        from hwjax.tflite._kernels import conv_geometry
+        from hwjax.litert import conv_geometry
 
         g = conv_geometry(in_shape[:2], k, stride, padding)
         out_shape = (*g.out_hw, n)
@@ -173,7 +173,7 @@ def pool_model(rng, kind: str, *, in_shape, window, stride, padding, activation=
     mb = ModelBuilder()
     s, zp = random_scale(rng), int(rng.integers(-20, 20))
     x = act_tensor(mb, rng, in_shape, s, zp)
-    from hwjax.tflite._kernels import conv_geometry
+    from hwjax.litert import conv_geometry
 
     g = conv_geometry(in_shape[:2], window, stride, padding)
     y = act_tensor(mb, rng, (*g.out_hw, in_shape[-1]), s, zp)

@@ -23,6 +23,7 @@ from hwjax.xs3._vpu import (
 )
 from hwjax.xs3._otfn import (
     deserialise_output_transform,
+    narrow_accu_range,
     otfn_binary,
     otfn_int8,
     otfn_int8_channelwise,
@@ -30,8 +31,9 @@ from hwjax.xs3._otfn import (
     otfn_int8_steps,
     otfn_params_from_scales,
     serialise_output_transform,
+    solve_exponents,
 )
-from hwjax.xs3._params import otfn_params
+from hwjax.xs3._params import otfn_params, otfn_params_many
 from hwjax.xs3._conv import (
     add_int8,
     conv2d,
@@ -44,6 +46,7 @@ from hwjax.xs3._bso import BsoFields, derive_bso_fields, make_bso, split_bso
 from hwjax.xs3._legacy import (
     LegacyStats,
     add_elementwise,
+    bso_output,
     argmax_16,
     avgpool2d,
     avgpool2d_global,

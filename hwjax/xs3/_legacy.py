@@ -317,7 +317,7 @@ def _vlsat16_clipped(acc: jax.Array, shift: jax.Array, out: jax.Array, variant: 
 
 
 @functools.partial(jax.jit, static_argnames=("out_bits", "symmetric", "variant", "stats"))
-def _bso_output(acc: jax.Array, f: BsoFields, *, out_bits: int, symmetric: bool, variant: str,
+def bso_output(acc: jax.Array, f: BsoFields, *, out_bits: int, symmetric: bool, variant: str,
                 stats: bool = True):
     """§3.2 output pipeline; returns (y int8/int16, shift1 clipped, output clipped).
 
@@ -397,7 +397,7 @@ def _bso_kernel(operands: tuple, bso, consts: tuple, *, accumulate: tuple, real_
 
     def forward(operands, f, consts):
         acc, hit = _bound(accumulate)(*(o.astype(jnp.int8) for o in operands), f.bias, *consts, stats=stats)
-        y, s1, oc = _bso_output(acc, f, out_bits=out_bits, symmetric=symmetric, variant=variant,
+        y, s1, oc = bso_output(acc, f, out_bits=out_bits, symmetric=symmetric, variant=variant,
                                 stats=flags)
         clipped = unbatch((acc == M32) | (acc == -M32) | s1 | oc) if flags else None
         extras = (_result(y, True, hit, s1, oc)[1],) if stats else ()

@@ -586,13 +586,46 @@ def _rint(x: float) -> int:
     return int(np.rint(x))
 
 
-def _narrow_accu_range(m: np.ndarray, beta: np.ndarray, amin: np.ndarray, amax: np.ndarray):
+def _check_transform(m, beta, amin, amax) -> tuple[np.ndarray, ...]:
+    """The per-channel canonical transform ``(m, beta, amin, amax)`` of §4.5 as NumPy
+    arrays (float64, float64, int64, int64) of one length, each checked by name: finite
+    floats, and integer accumulator bounds within int32 with ``amin <= amax``."""
+    out = []
+    for v, name, integer in ((m, "m", False), (beta, "beta", False), (amin, "amin", True), (amax, "amax", True)):
+        if v is None or isinstance(v, (str, bytes, dict)):
+            raise ArgTypeError(f"{name} must be a 1-D array of numbers, got {v!r}")
+        try:
+            a = np.asarray(v)
+        except (TypeError, ValueError):
+            raise ArgTypeError(f"{name} must be a 1-D array of numbers, got {v!r}") from None
+        if a.dtype.kind not in "iuf" or a.ndim != 1:
+            raise ArgTypeError(f"{name} must be a 1-D array of numbers, got dtype {a.dtype} and shape {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise RangeError(f"{name} must be finite, got {a}")
+        if integer:
+            if a.dtype.kind == "f" and np.any(a != np.floor(a)):
+                raise RangeError(f"{name} must hold integers, got {a}")
+            if np.any(np.abs(a) > 2**31):
+                raise RangeError(f"{name} must lie in [-2**31, 2**31], got {a}")
+        out.append(a.astype(np.int64 if integer else np.float64))
+    if len({a.shape for a in out}) != 1:
+        raise ShapeError(f"m, beta, amin and amax must have one length each, got {[a.shape for a in out]}")
+    if np.any(out[2] > out[3]):
+        raise RangeError(f"amin must not exceed amax, got {out[2]} and {out[3]}")
+    return tuple(out)
+
+
+def narrow_accu_range(m, beta, amin, amax):
     """§4.5 step 2: keep the accumulators whose output is not clamped to [-128, 127].
 
-    Returns (m, beta, amin, amax) with constant channels (empty range, or m = 0) turned
-    into m = 0, beta = the clamped constant output, range [0, 0].
+    Args: ``m``, ``beta`` the channels' float multipliers and offsets, ``amin``, ``amax``
+    their integer accumulator ranges (1-D, one length). Returns (m, beta, amin, amax)
+    with constant channels (empty range, or m = 0) turned into m = 0, beta = the clamped
+    constant output, range [0, 0]. Host (NumPy) only; bad arguments raise
+    :mod:`hwjax.errors` exceptions naming them.
     """
-    m, beta = m.astype(np.float64).copy(), beta.copy()
+    m, beta, amin, amax = _check_transform(m, beta, amin, amax)
+    m, beta = m.copy(), beta.copy()
     amin, amax = amin.copy(), amax.copy()
     for c in range(m.size):
         if m[c] != 0:
@@ -605,9 +638,13 @@ def _narrow_accu_range(m: np.ndarray, beta: np.ndarray, amin: np.ndarray, amax: 
     return m, beta, amin, amax
 
 
-def _solve_exponents(m: np.ndarray, beta: np.ndarray, amin: np.ndarray, amax: np.ndarray,
-                     max_steps: int = 512) -> tuple[int, int]:
-    """§4.5 step 3: the accumulator exponent A and multiplier exponent M (B = A + M - 14)."""
+def solve_exponents(m, beta, amin, amax, max_steps: int = 512) -> tuple[int, int]:
+    """§4.5 step 3: the accumulator exponent A and multiplier exponent M (B = A + M - 14)
+    of the narrowed transform (:func:`narrow_accu_range`), searched for at most
+    ``max_steps`` steps. Host (NumPy) only; bad arguments raise :mod:`hwjax.errors`
+    exceptions naming them."""
+    m, beta, amin, amax = _check_transform(m, beta, amin, amax)
+    max_steps = V.check_static_int(max_steps, 1, 2**20, "max_steps")
     accus = [int(v) for v in np.concatenate([amin, amax]) if v != 0]
     muls = [float(v) for v in m if v != 0]
     if not accus or not muls:
@@ -709,8 +746,8 @@ def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out:
     beta = (bq.astype(np.float64) - float(z_in) * w2.sum(axis=1)) * m + float(z_out)
     amax = np.where(w2 > 0, 127 * w2, -128 * w2).sum(axis=1)
     amin = np.where(w2 > 0, -128 * w2, 127 * w2).sum(axis=1)
-    m, beta, amin, amax = _narrow_accu_range(m, beta, amin, amax)
-    A, M = _solve_exponents(m, beta, amin, amax)
+    m, beta, amin, amax = narrow_accu_range(m, beta, amin, amax)
+    A, M = solve_exponents(m, beta, amin, amax)
     B = A + M - 14
     initial_shift, final_shr = -A, B - 8
     _shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift (= -A)")

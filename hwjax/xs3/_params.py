@@ -16,7 +16,7 @@ import numpy as np
 
 from hwjax.core import compute_once, div_rn, floor_divmod_small, shift_right
 from hwjax.core import validate as V
-from hwjax.errors import ShapeError
+from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.core import wide as W
 
 
@@ -116,6 +116,11 @@ def otfn_params_many(layers, *, checked: bool = False) -> list:
     Returns:
       A list of ``(multipliers, biases, shifts)``, one per layer (see :func:`otfn_params`).
     """
+    if not checked:
+        if isinstance(layers, (str, bytes, dict)) or not isinstance(layers, (list, tuple)) or \
+                not all(isinstance(a, (list, tuple)) and len(a) == 7 for a in layers):
+            raise ArgTypeError("layers must be a list of (kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out) tuples, "
+                               f"got {layers!r:.200}")
     layers = [tuple(a) if checked else tuple(_check_args(*a)) for a in layers]
     if not layers:
         return []

@@ -27,6 +27,10 @@ op                  inputs   attributes (parameters)
 ``xc_mean``         1        ``outer``, ``reduced``, ``inner``, ``in_zero_point``,
                              ``out_zero_point``, ``scale`` (float32 values), ``out_shape``
 ``xc_maxpool2d``    1        ``window``, ``stride``, ``out_shape``
+``xc_concat``       1+       ``copies``, ``sizes``, ``out_shape``
+``xc_mul``          2        ``in1_zero_point``, ``in2_zero_point``, ``bias``,
+                             ``scalar``, ``vlashr_shr``, ``out_shape``
+``xc_softmax``      1        ``out_shape`` (``table`` float32 (256,))
 ==================  =======  ===========================================================
 """
 
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import math
 
-from hwjax.errors import ShapeError
+from hwjax.errors import RangeError, ShapeError
 from hwjax.graph._ops import OpSpec, register_op
 
 
@@ -132,4 +136,59 @@ class XcMaxPool2d(_XcOp):
 
 
 for _spec in (XcConv2d(), XcPad(), XcPad3To4(), XcSlice(), XcLookup(), XcAdd(), XcMean(), XcMaxPool2d()):
+    register_op(_spec)
+
+
+
+
+class XcConcat(_XcOp):
+    """``XC_concat`` on the bytes of an example: for each of ``copies`` rows, ``sizes[k]``
+    bytes of input ``k`` in turn (lib_tflite_micro ``xcore_concat.cc``; no requantisation)."""
+
+    name = "xc_concat"
+    num_inputs = 1  # at least one; check() allows any number
+    attrs = {"copies": OpSpec.REQUIRED, "sizes": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+
+    def check(self, node, ins):
+        if len(node.inputs) != len(node.attrs.get("sizes", ())) or not node.inputs:
+            raise RangeError(f"takes one input per size, got {len(node.inputs)} inputs")
+        unknown = set(node.attrs) - set(self.attrs)
+        if unknown:
+            raise RangeError(f"unknown attributes {sorted(unknown)}; xc_concat takes {sorted(self.attrs)}")
+
+    def infer(self, node, ins):
+        n, sizes = node.attrs["copies"], node.attrs["sizes"]
+        if any(math.prod(t.shape) != n * s for t, s in zip(ins, sizes)) or \
+                n * sum(sizes) != math.prod(node.attrs["out_shape"]):
+            raise ShapeError(f"concat of {n} rows of {sizes} bytes does not map {[tuple(t.shape) for t in ins]} "
+                             f"to {node.attrs['out_shape']}")
+        return super().infer(node, ins)
+
+
+class XcMul(_XcOp):
+    """``XC_mul`` (lib_nn ``mul_elementwise``, the reference C of the host build):
+    ``acc = (x1 - z1)(x2 - z2) - 1`` with ``z = -zp - 1`` from the stored int8 fields,
+    ``v = (acc + 1) >> 1``, ``v = (scalar*v + 2**13) >> 14``, ``v = sat16(v + bias)``
+    (to [-32767, 32767]), ``v = sat16(v >> shr)`` (``v << -shr`` for ``shr <= 0``),
+    ``y = clamp((v + 128) >> 8, -128, 127)``; arithmetic shifts."""
+
+    name = "xc_mul"
+    num_inputs = 2
+    attrs = {"in1_zero_point": OpSpec.REQUIRED, "in2_zero_point": OpSpec.REQUIRED, "bias": OpSpec.REQUIRED,
+             "scalar": OpSpec.REQUIRED, "vlashr_shr": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+
+
+class XcSoftmax(_XcOp):
+    """``XC_softmax`` (lib_nn ``softmax_exp_sum`` / ``softmax_exp_div``, one thread) over
+    all the values of an example, in float32: ``e_i = table[x_i + 128]``,
+    ``S = (...(e_0 + e_1) + ...) + e_{n-1}`` in order, ``inv = fl32(1 / S) * 256``,
+    ``y_i = (int8_t)(roundf(fl32(e_i * inv)) - 128)`` (``roundf``: ties away from zero;
+    the conversion keeps the low byte, so 256 gives -128)."""
+
+    name = "xc_softmax"
+    attrs = {"out_shape": OpSpec.REQUIRED}
+    params = ("table",)
+
+
+for _spec in (XcConcat(), XcMul(), XcSoftmax()):
     register_op(_spec)

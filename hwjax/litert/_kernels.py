@@ -23,7 +23,7 @@ from hwjax.core import validate as V
 from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
-from hwjax.tflite._arith import (
+from hwjax.litert._arith import (
     INT32_MAX, INT32_MIN, REQUANT, activation_range, check_act_range, check_int_array, check_params,
     check_requant_params, check_scale, check_scales, check_zero_point, params_used, quantize_multiplier,
     requant_params, requantize,

@@ -34,7 +34,10 @@ REQUANT = {
     "ruy": "R3: ruy x86 (LiteRT builtin optimized kernels, no delegate)",
     "xnnpack": "R4: XNNPACK fp32 (LiteRT default interpreter)",
     "single": "TFLITE_SINGLE_ROUNDING=1 MultiplyByQuantizedMultiplier",
+    "lanes8": "R3 on the channels in whole groups of 8, R1 on the rest (LiteRT optimized per-channel depthwise, x86)",
 }
+#: channels per vector group of the ``"lanes8"`` convention
+LANES8 = 8
 ACTIVATIONS = (None, "relu", "relu6", "relu_n1_to_1")
 
 
@@ -168,7 +171,7 @@ def params_used(p: Mapping, keys) -> dict:
 
 #: the parameter keys of each requantisation convention (:func:`requant_params`)
 REQUANT_KEYS = {"double": ("multiplier", "shift"), "single": ("multiplier", "shift"), "ruy": ("multiplier", "shift"),
-                "float64": ("eff_hi", "eff_lo"), "xnnpack": ("scale",)}
+                "lanes8": ("multiplier", "shift"), "float64": ("eff_hi", "eff_lo"), "xnnpack": ("scale",)}
 
 
 def check_requant_params(params, requant: str, name: str = "params", channels: int | None = None) -> None:
@@ -428,7 +431,7 @@ def requant_params(input_scale, filter_scales, output_scale, requant: str, *, fl
                    channels: int | None = None) -> dict[str, np.ndarray]:
     """Host recipe of one requantising op (spec §2.6, §2.9): per output channel,
 
-    * ``"double"`` / ``"ruy"`` / ``"single"``: ``(multiplier, shift)`` =
+    * ``"double"`` / ``"ruy"`` / ``"lanes8"`` / ``"single"``: ``(multiplier, shift)`` =
       ``quantize_multiplier(eff)`` with ``eff = (double(s_in) * double(s_w)) / double(s_out)``,
       or ``double(fl32(s_in * s_w)) / double(s_out)`` when ``float32_product`` (TFLite's
       per-tensor fully connected);
@@ -456,7 +459,7 @@ def requant_params(input_scale, filter_scales, output_scale, requant: str, *, fl
         raise RangeError(f"filter_scales must be positive finite float32, got {s_w}")
     if requant == "xnnpack":
         return {"scale": ((s_in * s_w).astype(np.float32) / s_out).astype(np.float32)}
-    if requant in ("double", "ruy", "single") and float32_product:
+    if requant in ("double", "ruy", "lanes8", "single") and float32_product:
         eff = (s_in * s_w).astype(np.float32).astype(np.float64) / np.float64(s_out)
     else:
         eff = (np.float64(s_in) * s_w.astype(np.float64)) / np.float64(s_out)
@@ -493,6 +496,16 @@ def _requantize(acc, params, output_zero_point, act_min, act_max, requant: str) 
         v = _mbqm_single(acc, jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32))
     elif requant == "ruy":
         v = _ruy(acc, jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32))
+    elif requant == "lanes8":
+        # LiteRT's optimized per-channel depthwise output stage (x86, NEON_2_SSE): for each
+        # output pixel the channels run in whole groups of 8 through the vector
+        # MultiplyByQuantizedMultiplier4Rows (vqrdmulh + vrshl: R3, ties toward +inf), the
+        # remaining channels through the scalar MBQM (R1, ties away from zero). The two
+        # differ only on negative ties, by one.
+        m, e = jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32)
+        c = acc.shape[-1]
+        vector = jnp.arange(c) < c - c % LANES8
+        v = jnp.where(vector, _ruy(acc, m, e), _mbqm_double(acc, m, e))
     elif requant == "float64":
         v = _r2(acc, jnp.asarray(params["eff_hi"], jnp.uint32), jnp.asarray(params["eff_lo"], jnp.uint32))
     elif requant == "xnnpack":

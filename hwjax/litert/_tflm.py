@@ -14,7 +14,7 @@ interpreter (``tests/data/tflm``, made by ``scripts/tflm_testdata.py``):
 * FULLY_CONNECTED with per-channel filter scales: TFLM 1.4.2 applies only the first scale,
   with its per-tensor kernel (:mod:`hwjax.targets._tflite` does the same on ``"tflm"``).
 
-The gemmlowp fixed-point primitives are those of :mod:`hwjax.tflite._convert_nonlinear`
+The gemmlowp fixed-point primitives are those of :mod:`hwjax.litert._nonlinear`
 (exact int32, jittable, independent of ``jax_enable_x64``).
 """
 
@@ -28,10 +28,10 @@ import numpy as np
 
 from hwjax.core import eager_program
 from hwjax.errors import UnsupportedOpError
-from hwjax.tflite._arith import (
+from hwjax.litert._arith import (
     check_int_array, check_ints, check_params, check_scale, check_zero_point, mbqm_double, params_used,
 )
-from hwjax.tflite._convert_nonlinear import (
+from hwjax.litert._nonlinear import (
     INT32_MAX,
     _sat_shl,
     exp_on_negative_values,

@@ -33,11 +33,11 @@ import numpy as np
 from hwjax.errors import RangeError, ShapeError, UnsupportedOpError
 from hwjax.core import eager_program
 from hwjax.core import validate as V
-from hwjax.tflite._arith import (
+from hwjax.litert._arith import (
     INT32_MAX, INT32_MIN, check_act_range, check_int_array, check_ints, check_params, check_scale,
     check_zero_point, activation_range, params_used, quantize_multiplier,
 )
-from hwjax.tflite._kernels import ADD_KEYS, add_params, check_add_operands
+from hwjax.litert._kernels import ADD_KEYS, add_params, check_add_operands
 
 _I32 = jnp.int32
 _RUNTIMES = ("optimized", "xnnpack")  # the runtimes whose ADD / QUANTIZE differ from the reference kernels

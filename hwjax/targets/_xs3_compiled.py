@@ -1,0 +1,438 @@
+"""An original int8 model compiled as xformer 1.4.2 does, then run as lib_tflite_micro runs it.
+
+:class:`XS3Compiled` (registered as ``"xs3-xformer"``; ``Model.run(x, runtime="xs3")`` on an
+original model) lowers each op the way xformer converts it with default options (the
+recipes of :mod:`hwjax.targets._xformer`: output transforms, ADD, MEAN, LUT, SOFTMAX, MUL
+parameters, dropped activations) and runs the result with the XC kernels of
+:class:`XS3Runtime`; :func:`check_xformer_lowering` refuses what it does not cover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax import xs3
+from hwjax.core import evaluated_if_concrete
+from hwjax.errors import ArgTypeError, UnsupportedOpError
+from hwjax.graph import PRE_ACTIVATION, geometry
+from hwjax.targets._base import no_acc, register
+from hwjax.targets._tflite import TFLite, host_recipe
+from hwjax.targets._xs3 import xformer_host_otfn
+from hwjax.litert import activation_range
+from hwjax.targets._xformer import (
+    ERR_THRESHOLD, xformer_add_params, xformer_drops_activation, xformer_lut_table, xformer_mean_scale, xformer_mul_params,
+    xformer_softmax_table, xformer_transform_choice,
+)
+from hwjax.targets._xs3_runtime import XS3Runtime, _I32, _xc_mul, _xc_softmax, mean_f32
+
+
+#: the op kinds of an original model that :class:`XS3Compiled` lowers as xformer does
+#: (linear ops: ``XC_conv2d_v2``; the rest run the same bytes/arithmetic either way)
+COMPILED_OPS = ("conv", "depthwise_conv", "dense", "maxpool", "activation", "flatten", "reshape", "pad", "quantize",
+                "add", "mean", "lut", "softmax", "mul", "concat", "avgpool")
+@dataclass(frozen=True)
+class XS3Compiled(XS3Runtime):
+    """An *original* int8 model run as xformer (default options) + lib_tflite_micro run it.
+
+    CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED become ``XC_conv2d_v2`` (xs3.md §4.5):
+    output channels padded with zero weights, zero bias and weight scale 0 to a multiple
+    of 4 (:func:`xformer_linear_params`), the group-wise ``otfn_int8`` parameters of
+    :func:`hwjax.xs3.otfn_params`, padded taps holding the input zero point, a
+    3-channel conv input padded to 4 (``XC_pad_3_to_4``); a fused RELU / RELU6 whose output
+    zero point is not -128 as xformer's ``XC_lookup``, every other fused activation dropped
+    (:func:`xformer_drops_activation`; RELU at zero point -128 is the identity anyway).
+    Per layer, :func:`xformer_transform_choice` decides as xformer does between the group
+    transform, the channel-wise transform and leaving the TFLM op (computed on the host;
+    all three results are computed and one is selected).
+    ADD and MEAN become ``XC_add`` / ``XC_mean``; TANH and LOGISTIC ``XC_lookup``
+    (:func:`xformer_lut_table`), SOFTMAX ``XC_softmax`` (:func:`xformer_softmax_table`), MUL
+    ``XC_mul`` (:func:`xformer_mul_params`), CONCATENATION ``XC_concat`` (a byte copy) and
+    AVERAGE_POOL_2D a depthwise ``XC_conv2d_v2`` of ones (:func:`xformer_avgpool_as_depthwise`).
+    A standalone RELU / RELU6 is an ``XC_lookup`` too, RELU_N1_TO_1 TFLM's kernel.
+    :func:`check_xformer_lowering` says what is not covered
+    (``Model.run(runtime="xs3")`` calls it).
+    """
+
+    name: ClassVar[str] = "xs3-xformer"
+
+
+def _padded_channels(n: int) -> int:
+    return -(-n // 4) * 4
+
+
+def _linear_kernel(op: str, k: jax.Array, xp=jnp) -> jax.Array:
+    """The kernel as (C_out, kh, kw, C_in) (depthwise: (C, kh, kw, 1)); ``xp`` is ``jnp`` or,
+    for host arrays, ``np``."""
+    if op == "dense":
+        return k[:, None, None, :]
+    if op == "depthwise_conv":
+        return xp.moveaxis(k, -1, 0)[..., None]
+    return k
+
+
+_LINEAR = {}
+
+
+def xformer_linear_params(op: str, portable, q_in, q_out) -> dict:
+    """:func:`_xformer_linear_params`, memoised on concrete arguments' bytes
+    (:func:`check_xformer_lowering` and the lowering ask for the same layers)."""
+    args = (portable["kernel"], portable["bias"], portable["w_scale"], q_in[0].scale, q_in[0].zero_point,
+            q_out.scale, q_out.zero_point)
+    if any(isinstance(a, jax.core.Tracer) for a in args):
+        return _xformer_linear_params(op, portable, q_in, q_out)
+    key = (op,) + tuple((np.asarray(a).dtype.str, np.shape(a), np.asarray(a).tobytes()) for a in args)
+    if key not in _LINEAR:
+        if len(_LINEAR) > 256:
+            _LINEAR.clear()
+        _LINEAR[key] = _xformer_linear_params(op, portable, q_in, q_out, xp=np)
+    return dict(_LINEAR[key])
+
+
+def _xformer_linear_params(op: str, portable, q_in, q_out, xp=jnp) -> dict:
+    """xformer's ``XC_conv2d_v2`` parameters of a conv/depthwise/dense node: the kernel
+    (C_pad, kh, kw, C_in) with C_pad = C_out rounded up to a multiple of 4 (pad channels:
+    zero weights, zero bias, weight scale 0), and ``otfn_params``' multipliers, biases and
+    ``shifts = [initial_shift, final_shr]`` over all C_pad channels (pad channels take part
+    in the exponent search, as in xformer). ``xp=np`` takes concrete arguments on the host:
+    padded there, and the parameters from xformer's own float64 recipe
+    (:func:`hwjax.xs3.otfn_params_from_scales`, no program compiled), or from
+    ``otfn_params`` where that refuses the layer (shifts outside the assembly's ranges)."""
+    k = _linear_kernel(op, xp.asarray(portable["kernel"]).astype(xp.int8), xp)
+    co = k.shape[0]
+    extra = _padded_channels(co) - co
+    kp = xp.concatenate([k, xp.zeros((extra, *k.shape[1:]), xp.int8)])
+    bp = xp.concatenate([xp.asarray(portable["bias"]).astype(xp.int32), xp.zeros((extra,), xp.int32)])
+    sw = xp.broadcast_to(xp.asarray(portable["w_scale"]).astype(xp.float32), (co,))
+    swp = xp.concatenate([sw, xp.zeros((extra,), xp.float32)])
+    host = _host_otfn_params(kp, bp, q_in[0], swp, q_out) if xp is np else None
+    mul, bias, shifts = host if host is not None else xs3.otfn_params(
+        kp, bp, s_in=q_in[0].scale, z_in=q_in[0].zero_point, s_w=swp, s_out=q_out.scale, z_out=q_out.zero_point)
+    zin, zout = (xp.asarray(q.zero_point).astype(xp.int32) for q in (q_in[0], q_out))
+    if xp is np:  # host values: transferred, not compiled
+        kp, zin, zout = jax.device_put((kp, zin, zout))
+    return {"kernel": kp, "multipliers": mul, "biases": bias, "shifts": shifts, "zin": zin, "zout": zout}
+
+
+def _host_otfn_params(kernel, bias, q_in, s_w, q_out):
+    """``otfn_params``' ``(multipliers, biases, shifts)`` from xformer's float64 host recipe,
+    as device arrays; None where the recipe refuses the layer."""
+    r = xformer_host_otfn(kernel, bias, q_in, s_w, q_out)
+    if r is None:
+        return None
+    shifts = np.array([r["initial_shift"], r["final_shr"]], np.int32)
+    return jax.device_put((r["multipliers"].astype(np.int32), r["biases"].astype(np.int32), shifts))
+
+
+def _compiled_params(op: str):
+    def params(target, attrs, portable, q_in, q_out):
+        p = xformer_linear_params(op, portable, q_in, q_out)
+        choice = host_recipe(lambda *a: xformer_transform_choice(*a), p["kernel"], jnp.pad(
+            jnp.asarray(portable["bias"], _I32), (0, p["kernel"].shape[0] - portable["bias"].shape[0])),
+            q_in[0].scale, q_in[0].zero_point, _padded_scales(portable, p["kernel"].shape[0]), q_out.scale,
+            q_out.zero_point)
+        try:  # the TFLM fallback (check_xformer_lowering refuses layers that need one TFLite cannot run)
+            tflm = TFLite._impls[op].params(target, attrs, portable, q_in, q_out)
+        except UnsupportedOpError:
+            tflm = None
+        return {**p, "choice": choice, "tflm": tflm}
+
+    return params
+
+
+def _padded_scales(portable, c_pad: int) -> jax.Array:
+    k = portable["kernel"]
+    co = k.shape[-1] if k.ndim == 3 else k.shape[0]
+    sw = jnp.broadcast_to(jnp.asarray(portable["w_scale"], jnp.float32), (co,))
+    return jnp.concatenate([sw, jnp.zeros((c_pad - co,), jnp.float32)])
+
+
+def _compiled_run(op: str):
+    def run(target, attrs, p, x, return_acc: bool = False):
+        if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
+            from hwjax.errors import UnsupportedOpError
+            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
+        k = p["kernel"]
+        co = x.shape[-1] if op == "depthwise_conv" else attrs["features"]  # before padding
+        if op == "dense":
+            x, geom = x[:, None, None, :], None
+        else:
+            geom = geometry(attrs, x.shape)
+        pad_tl = (0, 0) if geom is None else (geom.padding[0][0], geom.padding[1][0])
+        out_hw = (1, 1) if geom is None else geom.out_hw
+        common = dict(initial_shift=p["shifts"][0], final_shr=p["shifts"][1],
+                      stride=(1, 1) if geom is None else geom.stride, pad_top_left=pad_tl, pad_value=p["zin"],
+                      out_shape=out_hw, variant=target.variant)
+        x_in = x
+        if op == "depthwise_conv":
+            extra = k.shape[0] - co
+            xp = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], extra), x.dtype)], axis=-1)
+            y, acc = xs3.depthwise_conv2d(xp, jnp.moveaxis(k[..., 0], 0, -1), p["multipliers"], p["biases"],
+                                          return_accumulators=True, **common)
+        else:
+            if x.shape[-1] == 3:  # XC_pad_3_to_4 (the 4th channel meets zero weights)
+                x = jnp.concatenate([x, jnp.broadcast_to(p["zin"], (*x.shape[:-1], 1)).astype(x.dtype)], axis=-1)
+                k = jnp.concatenate([k, jnp.zeros((*k.shape[:-1], 1), k.dtype)], axis=-1)
+            y, acc = xs3.conv2d(x, k, p["multipliers"], p["biases"], return_accumulators=True, **common)
+        c = p["choice"]
+        y_cw = xs3.otfn_int8_channelwise(acc, c["shifts"], c["multipliers"], c["biases"], final_shr=c["final_shr"],
+                                         variant=target.variant)
+        y = jnp.where(c["mode"] == 1, y_cw, y)[..., :co].astype(_I32)
+        if attrs.get("activation") == "relu":  # XC_lookup of ReLU with equal quantisation
+            y = jnp.maximum(y, p["zout"])
+        y = y[:, 0, 0, :] if op == "dense" else y
+        if p["tflm"] is None:
+            return no_acc(y, return_acc)
+        y_tflm = TFLite._impls[op].run(target, attrs, p["tflm"], x_in[:, 0, 0, :] if op == "dense" else x_in)
+        return no_acc(jnp.where(c["mode"] == 2, y_tflm, y), return_acc)
+
+    return run
+
+
+for _op in ("conv", "depthwise_conv", "dense"):
+    XS3Compiled.implements(_op, params=_compiled_params(_op), host_params=_compiled_params(_op))(_compiled_run(_op))
+
+
+def _mean_params(target, attrs, portable, q_in, q_out):
+    r = host_recipe(lambda si, so: {"scale": xformer_mean_scale(si, so, attrs["count"])}, q_in[0].scale, q_out.scale)
+    return {**r, "zi": jnp.asarray(q_in[0].zero_point, jnp.float32), "zo": jnp.asarray(q_out.zero_point, jnp.float32)}
+
+
+@XS3Compiled.implements("mean", params=_mean_params)
+def _mean(target, attrs, p, x, return_acc: bool = False):
+    """TFLite MEAN over contiguous axes as ``XC_mean`` (float32, :func:`mean_f32`)."""
+    axes, shape = tuple(attrs["axes"]), x.shape[1:]
+    outer, n = int(np.prod(shape[:axes[0]])), int(np.prod(shape[axes[0]:axes[-1] + 1]))
+    y = mean_f32(x, outer, n, int(np.prod(shape[axes[-1] + 1:])), p["zi"], p["zo"], p["scale"])
+    kept = [d for i, d in enumerate(shape) if i not in axes]
+    if attrs.get("keep_dims"):
+        kept = [1 if i in axes else d for i, d in enumerate(shape)]
+    return no_acc(y.reshape(x.shape[0], *kept), return_acc)
+
+
+def _add_params(target, attrs, portable, q_in, q_out):
+    return host_recipe(xformer_add_params, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point,
+                       q_out.scale, q_out.zero_point)
+
+
+@XS3Compiled.implements("add", params=_add_params)
+def _add(target, attrs, p, x1, x2, return_acc: bool = False):
+    """TFLite ADD (no fused activation) as ``XC_add``."""
+    y = xs3.add_int8(x1, x2, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"],
+                     variant=target.variant)
+    return no_acc(y.astype(_I32), return_acc)
+
+
+def xformer_avgpool_as_depthwise(attrs, channels: int):
+    """The DEPTHWISE_CONV_2D xformer puts in place of an AVERAGE_POOL_2D
+    (``ReplaceAvgPoolWithConv2D``): every weight 1 with scale ``float32(1 / (kh kw))``,
+    zero bias, the pool's window, strides and (VALID) padding. Returns (attrs, portable
+    params) of a hwjax ``depthwise_conv`` node."""
+    kh, kw = (int(v) for v in attrs["window"])
+    dw_attrs = {"kernel_size": (kh, kw), "stride": tuple(int(v) for v in attrs["strides"]),
+                "padding": ((0, 0), (0, 0)), "dilation": (1, 1), "depth_multiplier": 1, "activation": None}
+    portable = {"kernel": jnp.ones((kh, kw, channels), jnp.int8), "bias": jnp.zeros((channels,), _I32),
+                "w_scale": jnp.asarray(np.float32(1.0 / (kh * kw)))}
+    return dw_attrs, portable
+
+
+def _avgpool_params(target, attrs, portable, q_in, q_out):
+    """The quantisations only: the depthwise parameters need the channel count, which
+    the run reads from the input's shape."""
+    return {"q_in": q_in[0], "q_out": q_out}
+
+
+def _avgpool_run(target, attrs, p, x, return_acc: bool = False):
+    """AVERAGE_POOL_2D as xformer's depthwise replacement (:func:`xformer_avgpool_as_depthwise`),
+    then as every compiled DEPTHWISE_CONV_2D."""
+    dw_attrs, dw = xformer_avgpool_as_depthwise(attrs, x.shape[-1])
+    dw_p = _compiled_params("depthwise_conv")(target, dw_attrs, dw, [p["q_in"]], p["q_out"])
+    return _compiled_run("depthwise_conv")(target, dw_attrs, dw_p, x, return_acc)
+
+
+def _lut_params(target, attrs, portable, q_in, q_out):
+    fn = attrs["fn"]
+    return host_recipe(lambda si, zi, so, zo: {"table": xformer_lut_table(fn, si, zi, so, zo)}, q_in[0].scale,
+                       q_in[0].zero_point, q_out.scale, q_out.zero_point)
+
+
+XS3Compiled.implements("avgpool", params=_avgpool_params, host_params=_avgpool_params)(_avgpool_run)
+
+
+_TFLM_ACTIVATION = XS3Compiled._impls["activation"]
+
+
+def _activation_params(target, attrs, portable, q_in, q_out):
+    fn = attrs["fn"]
+    p = {"tflm": _TFLM_ACTIVATION.params(target, attrs, portable, q_in, q_out),
+         "drop": xformer_drops_activation(fn, q_in[0].scale, q_in[0].zero_point, q_out.scale, q_out.zero_point)}
+    if fn in ("relu", "relu6"):
+        p["table"] = _lut_params(target, attrs, portable, q_in, q_out)["table"]
+    return p
+
+
+@XS3Compiled.implements("activation", params=_activation_params, host_params=_activation_params)
+def _activation(target, attrs, p, x, return_acc: bool = False):
+    """RELU / RELU6 as ``XC_lookup`` (xformer's table, :func:`xformer_lut_table`), the
+    identity where xformer drops a fused activation (:func:`xformer_drops_activation`), else
+    (RELU_N1_TO_1, a TFLM op) TFLM's kernel."""
+    if "table" in p:
+        y = jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0)
+    else:
+        y = _TFLM_ACTIVATION.run(target, attrs, p["tflm"], x)
+    return no_acc(jnp.where(p["drop"], x.astype(_I32), y), return_acc)
+
+
+@XS3Compiled.implements("lut", params=_lut_params, host_params=_lut_params)
+def _lut(target, attrs, p, x, return_acc: bool = False):
+    """TANH / LOGISTIC as ``XC_lookup`` with xformer's table (:func:`xformer_lut_table`)."""
+    return no_acc(jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0), return_acc)
+
+
+def _softmax_params(target, attrs, portable, q_in, q_out):
+    return host_recipe(lambda si, zi: {"table": xformer_softmax_table(si, zi)}, q_in[0].scale, q_in[0].zero_point)
+
+
+@XS3Compiled.implements("softmax", params=_softmax_params, host_params=_softmax_params)
+def _softmax(target, attrs, p, x, return_acc: bool = False):
+    """SOFTMAX (beta 1, one row, output 1/256 - 128; :func:`check_xformer_lowering`) as
+    ``XC_softmax``."""
+    y = _xc_softmax(target, {"out_shape": x.shape[1:]}, p, x)
+    return no_acc(y, return_acc)
+
+
+def _mul_params(target, attrs, portable, q_in, q_out):
+    return host_recipe(xformer_mul_params, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point,
+                       q_out.scale, q_out.zero_point)
+
+
+@XS3Compiled.implements("mul", params=_mul_params, host_params=_mul_params)
+def _mul(target, attrs, p, x1, x2, return_acc: bool = False):
+    """TFLite MUL (same shapes, no fused activation) as ``XC_mul`` (:func:`xformer_mul_params`)."""
+    y = _xc_mul(target, {**p, "out_shape": x1.shape[1:]}, None, x1, x2)
+    return no_acc(y, return_acc)
+
+
+def check_xformer_lowering(graph) -> None:
+    """Raises UnsupportedOpError unless :class:`XS3Compiled` computes what xformer (default
+    options) + lib_tflite_micro compute for ``graph`` (an original model with concrete
+    parameters): every op kind must be in :data:`COMPILED_OPS` (ADD without a fused
+    activation, MEAN over contiguous axes), and a linear layer that keeps the group
+    transform must have its shifts in the assembly's ranges, and one that xformer leaves
+    as a TFLM op must be one :class:`hwjax.targets.TFLite` ``("tflm")`` runs."""
+    from hwjax.graph import Graph
+
+    if not isinstance(graph, Graph):
+        raise ArgTypeError(f"graph must be a hwjax.graph.Graph (an original model's, e.g. "
+                           f"hwjax.tflite.load(path).graph), got {type(graph).__name__}")
+    with evaluated_if_concrete(graph):  # host checks on concrete values, also inside a trace
+        _check_xformer_lowering(graph)
+
+
+def _check_xformer_lowering(graph) -> None:
+    for node in graph.nodes:
+        if node.op not in COMPILED_OPS:
+            raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
+                                     f"compiled as xformer does yet (supported: {list(COMPILED_OPS)}); convert the "
+                                     "model with xformer and load its output instead")
+        if node.op == "add" and node.attrs.get("activation") is not None:
+            raise UnsupportedOpError(f"node {node.name!r}: ADD with a fused activation is not compiled yet")
+        axes = tuple(node.attrs.get("axes", ()))
+        if node.op == "mean" and axes != tuple(range(axes[0], axes[-1] + 1)):
+            raise UnsupportedOpError(f"node {node.name!r}: MEAN over non-contiguous axes {axes} stays a TFLM op "
+                                     "in xformer, which is not implemented here")
+        q_out = graph.tensors[node.outputs[0]].quant if node.outputs[0] in graph.tensors else None
+        if node.op == "lut" and node.attrs["fn"] not in ("tanh", "sigmoid"):
+            raise UnsupportedOpError(f"node {node.name!r}: lut {node.attrs['fn']!r} is not compiled as xformer does")
+        if node.op in ("lut", "softmax", "mul", "concat", "avgpool", "activation") and \
+                any(graph.tensors[t].dtype != "int8" for t in (*node.inputs, *node.outputs)):
+            raise UnsupportedOpError(f"node {node.name!r} ({node.op}): only int8 tensors are compiled as xformer does")
+        if node.op == "softmax":
+            shape = graph.tensors[node.inputs[0]].shape
+            if float(node.attrs.get("beta", 1.0)) != 1.0 or len(shape) != 1 or \
+                    float(np.asarray(q_out.scale)) != 1 / 256 or int(np.asarray(q_out.zero_point)) != -128:
+                raise UnsupportedOpError(f"node {node.name!r}: only a SOFTMAX with beta 1 over one row (a (1, n) "
+                                         "tensor) with output quantisation 1/256, -128 becomes XC_softmax; xformer "
+                                         f"keeps this one (beta {node.attrs.get('beta', 1.0)}, shape {shape}) as a "
+                                         "TFLM op or a batched XC op, which is not implemented here")
+        if node.op == "mul":
+            shapes = [graph.tensors[t].shape for t in (*node.inputs, *node.outputs)]
+            if node.attrs.get("activation") is not None or len(set(shapes)) != 1:
+                raise UnsupportedOpError(f"node {node.name!r}: only MUL of same-shape inputs {shapes} without a fused "
+                                         "activation is compiled as XC_mul")
+        if node.op == "concat":
+            qs = {(float(np.asarray(graph.tensors[t].quant.scale)), int(np.asarray(graph.tensors[t].quant.zero_point)))
+                  for t in (*node.inputs, *node.outputs)}
+            if len(qs) != 1:
+                raise UnsupportedOpError(f"node {node.name!r}: a CONCATENATION whose tensors are quantised "
+                                         f"differently ({sorted(qs)}) becomes XC_concat, which copies bytes without "
+                                         "requantising; not emulated")
+    xc_linear = set()  # outputs of the linear ops (and average pools) that become XC_conv2d_v2
+    for node in graph.nodes:
+        if node.op == "avgpool":  # xformer's depthwise replacement
+            dw_attrs, dw = xformer_avgpool_as_depthwise(node.attrs, graph.tensors[node.inputs[0]].shape[-1])
+            node = node.replace(op="depthwise_conv", attrs=dw_attrs, params=dw)
+        if node.op in ("conv", "depthwise_conv", "dense"):
+            q_in = [graph.tensors[t].quant for t in node.inputs]
+            p = xformer_linear_params(node.op, node.params, q_in, graph.tensors[node.outputs[0]].quant)
+            initial_shift, final_shr = (int(v) for v in np.asarray(p["shifts"]))
+            if 2.0 ** -(final_shr + 7) <= ERR_THRESHOLD:
+                if not (-16 <= initial_shift <= 16 and -16 <= final_shr <= 15):
+                    raise UnsupportedOpError(f"node {node.name!r} ({node.op}): xformer's shifts ({initial_shift}, "
+                                             f"{final_shr}) leave the otfn_int8 ranges")
+                xc_linear.add(node.outputs[0])
+                continue
+            choice = xformer_transform_choice(
+                np.asarray(p["kernel"]), np.pad(np.asarray(node.params["bias"]), (0, p["kernel"].shape[0] -
+                                                                                   node.params["bias"].shape[0])),
+                np.asarray(q_in[0].scale), np.asarray(q_in[0].zero_point), np.asarray(_padded_scales(
+                    node.params, p["kernel"].shape[0])), np.asarray(graph.tensors[node.outputs[0]].quant.scale),
+                np.asarray(graph.tensors[node.outputs[0]].quant.zero_point))
+            if int(choice["mode"]) == 2:  # xformer leaves the TFLM op: TFLite must run it
+                TFLite("tflm").lowering(node.op).params(TFLite("tflm"), node.attrs, node.params, q_in,
+                                                        graph.tensors[node.outputs[0]].quant)
+            else:
+                xc_linear.add(node.outputs[0])
+    _check_activations(graph, xc_linear)
+
+
+def _check_activations(graph, xc_linear: set) -> None:
+    """Refuses an ``activation`` node that :func:`xformer_drops_activation` would drop
+    although xformer keeps it: one not fused (by the importer's split, ``:pre_activation``)
+    into a linear op or average pool xformer converts (``xc_linear``: their outputs), unless
+    its clamp is the whole int8 range (then dropping it changes nothing). Also a RELU after
+    a CONV_2D between different quantisations, which xformer merges into the conv
+    (``TFLPatterns.td``), which is not emulated."""
+    producer = {t: n for n in graph.nodes for t in n.outputs}
+    for node in graph.nodes:
+        if node.op != "activation":
+            continue
+        fn, src = node.attrs["fn"], node.inputs[0]
+        q_in, q_out = graph.tensors[src].quant, graph.tensors[node.outputs[0]].quant
+        if q_in is None or q_out is None:
+            continue
+        fused = src.endswith(PRE_ACTIVATION) and src in xc_linear
+        if not fused and bool(xformer_drops_activation(fn, q_in.scale, q_in.zero_point, q_out.scale,
+                                                       q_out.zero_point)) and \
+                activation_range(fn, q_out.scale, q_out.zero_point) != (-128, 127):
+            what = producer[src].op if src in producer else "a graph input"
+            raise UnsupportedOpError(f"node {node.name!r}: a {fn} with output zero point "
+                                     f"{int(np.asarray(q_out.zero_point))} that is not fused into a conv/depthwise/"
+                                     f"dense/avgpool which xformer converts (its input comes from {what}) is not "
+                                     "compiled as xformer does (xformer 1.4.2 drops it only when fused; not verified "
+                                     "otherwise)")
+        if fn == "relu" and src in producer and producer[src].op == "conv" and not src.endswith(PRE_ACTIVATION) and \
+                (float(np.asarray(q_in.scale)) != float(np.asarray(q_out.scale)) or
+                 int(np.asarray(q_in.zero_point)) != int(np.asarray(q_out.zero_point))):
+            raise UnsupportedOpError(f"node {node.name!r}: a RELU after a CONV_2D between different quantisations "
+                                     "(xformer merges it into the conv) is not compiled as xformer does")
+
+
+XS3Compiled.native = XS3Runtime.native | {"conv", "depthwise_conv", "dense", "mean", "add", "lut", "softmax", "mul",
+                                           "avgpool"}
+register("xs3-xformer", XS3Compiled)

@@ -1,0 +1,234 @@
+"""The xcore.ai runtime of xformer-converted files: XC ops on the XS3 VPU, builtins as TFLM.
+
+:class:`XS3Runtime` (registered as ``"xs3-tflm"``; ``Model.run(x, runtime="xs3")``) runs
+what lib_tflite_micro runs on an xformer-converted ``.tflite`` file (deployed.md §3):
+the ``xc_*`` op kinds of :mod:`hwjax.graph.ops.xcore` with the exact lib_nn kernels of
+:mod:`hwjax.xs3` (``variant`` selects the VPU model: ``"host"`` = the x86 host
+interpreter of xmos-ai-tools 1.4.2, ``"hardware"`` = the chip), and every builtin
+operator xformer left in place with TFLite Micro's reference arithmetic, inherited from
+:class:`hwjax.targets.TFLite` ``("tflm")``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax import xs3
+from hwjax.errors import RangeError
+from hwjax.targets._base import Target, no_acc, register
+from hwjax.targets._tflite import TFLite
+
+
+_I32 = jnp.int32
+
+
+@dataclass(frozen=True)
+class XS3Runtime(TFLite):
+    """lib_tflite_micro on xcore.ai: XC ops on the XS3 VPU, builtins as TFLM reference kernels.
+
+    ``variant``: the VPU model of the XC kernels (:data:`hwjax.xs3.VARIANTS`): ``"host"``
+    (default; bit-equal to ``TFLMHostInterpreter`` of xmos-ai-tools 1.4.2, verified) or
+    ``"hardware"`` (the chip: differs from ``"host"`` only in ``otfn_int8``'s final
+    shift, xs3.md §4.1). ``runtime`` is always ``"tflm"``.
+    """
+
+    runtime: str = "tflm"
+    variant: str = "host"
+    name: ClassVar[str] = "xs3-tflm"
+    #: op kinds with an XS3 implementation of their own (not TFLM's)
+    native: ClassVar[frozenset] = frozenset()
+
+    def __post_init__(self):
+        if self.runtime != "tflm":
+            raise RangeError(f"XS3Runtime runs builtins as TFLM does: runtime must be 'tflm', got {self.runtime!r}")
+        if self.variant not in xs3.VARIANTS:
+            raise RangeError(f"variant must be one of {xs3.VARIANTS}, got {self.variant!r}")
+
+    def lowering(self, op: str):
+        """Op kinds this class implements itself run their XS3 lowering; the others are
+        TFLite's, on runtime ``"tflm"`` (with its per-runtime verification)."""
+        if op in type(self).native:
+            return Target.lowering(self, op)
+        return super().lowering(op)
+
+
+def _stored(target, attrs, portable, q_in, q_out):
+    """XC nodes carry the file's integer parameters: lowering keeps them."""
+    return portable
+
+
+def _per_example(x: jax.Array) -> jax.Array:
+    """(B, ...) -> (B, N): each example's values in row-major (memory) order."""
+    return x.reshape(x.shape[0], -1)
+
+
+def _shaped(y: jax.Array, attrs) -> jax.Array:
+    return y.astype(_I32).reshape(y.shape[0], *attrs["out_shape"])
+
+
+# ------------------------------------------------------------------------ XC_conv2d_v2
+
+
+@XS3Runtime.implements("xc_conv2d", params=_stored)
+def _xc_conv2d(target, attrs, p, x, return_acc: bool = False):
+    """VALID convolution: ``hwjax.xs3.conv2d`` (direct and indirect kernels accumulate the
+    same 32-byte chunks of the patch) or ``hwjax.xs3.depthwise_conv2d``, then otfn_int8."""
+    out = tuple(attrs["out_shape"])
+    ohw = (1, 1) if len(out) == 1 else out[:2]
+    x = x.reshape(x.shape[0], *attrs["in_shape"])  # fully connected: the input as one pixel
+    common = dict(initial_shift=attrs["initial_shift"], final_shr=attrs["final_shr"], stride=attrs["stride"],
+                  pad_top_left=(0, 0), pad_value=0, out_shape=ohw, variant=target.variant)
+    if attrs["kernel_type"] == "depthwise":
+        y, acc = xs3.depthwise_conv2d(x, p["kernel"], p["multipliers"], p["biases"], return_accumulators=True,
+                                      **common)
+    else:
+        y, acc = xs3.conv2d(x, p["kernel"], p["multipliers"], p["biases"], dilation=attrs["dilation"],
+                            return_accumulators=True, **common)
+    if attrs.get("transform", "group") == "channelwise":  # same accumulators, the §4.2 transform
+        y = xs3.otfn_int8_channelwise(acc, p["shifts"], p["multipliers"], p["biases"], final_shr=attrs["final_shr"],
+                                      variant=target.variant)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+# ------------------------------------------------------------------ byte-moving ops
+
+
+@functools.lru_cache(maxsize=None)
+def _pad_index(start: int, pad: int, length: int, copies: int, end: int) -> np.ndarray:
+    """Source byte of every output byte of ``XC_pad`` (-1: the pad value)."""
+    parts = [np.full(start, -1)]
+    for i in range(copies + 1):
+        parts.append(np.arange(i * length, (i + 1) * length))
+        parts.append(np.full(pad if i < copies else end, -1))
+    return np.concatenate(parts).astype(np.int32)
+
+
+@XS3Runtime.implements("xc_pad", params=_stored)
+def _xc_pad(target, attrs, p, x, return_acc: bool = False):
+    idx = _pad_index(attrs["start"], attrs["pad"], attrs["length"], attrs["copies"], attrs["end"])
+    src = jnp.take(_per_example(x), jnp.asarray(np.maximum(idx, 0)), axis=1)
+    y = jnp.where(jnp.asarray(idx >= 0), src, attrs["value"])
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_pad_3_to_4", params=_stored)
+def _xc_pad_3_to_4(target, attrs, p, x, return_acc: bool = False):
+    y = jnp.concatenate([x, jnp.full((*x.shape[:-1], 1), attrs["value"], x.dtype)], axis=-1)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_slice", params=_stored)
+def _xc_slice(target, attrs, p, x, return_acc: bool = False):
+    s, o, n, l = attrs["start"], attrs["stride"], attrs["copies"], attrs["length"]
+    idx = (s + o * np.arange(n)[:, None] + np.arange(l)[None, :]).reshape(-1)
+    y = jnp.take(_per_example(x), jnp.asarray(idx, jnp.int32), axis=1)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("reshape")
+def _reshape(target, attrs, p, x, return_acc: bool = False):
+    """Row-major reshape (``XC_no_op``, TFLite ``RESHAPE``): the bytes do not move."""
+    return no_acc(x.reshape(x.shape[0], *attrs["shape"]), return_acc)
+
+
+# ------------------------------------------------------------------- arithmetic ops
+
+
+@XS3Runtime.implements("xc_lookup", params=_stored)
+def _xc_lookup(target, attrs, p, x, return_acc: bool = False):
+    """``y = table[u8(x)]`` (lookup8, xs3.md §6.6)."""
+    y = jnp.take(jnp.asarray(p["table"], _I32), x.astype(_I32) & 0xFF, axis=0)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_add", params=_stored)
+def _xc_add(target, attrs, p, x1, x2, return_acc: bool = False):
+    """``add_elementwise`` (xs3.md §6.4) through :func:`hwjax.xs3.add_int8`."""
+    y = xs3.add_int8(x1, x2, multiplier0=attrs["multiplier1"], multiplier1=attrs["multiplier2"], bias=attrs["bias"],
+                     shift=attrs["shift"], variant=target.variant)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_mean", params=_stored)
+def _xc_mean(target, attrs, p, x, return_acc: bool = False):
+    """Float32 mean (deployed.md §2): ``S`` the exact int32 sum over the reduced axis, then
+    ``clamp(rint(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)`` (each float32 operation
+    rounded; an optimisation barrier keeps the product from fusing into an FMA)."""
+    y = mean_f32(x, attrs["outer"], attrs["reduced"], attrs["inner"], attrs["in_zero_point"],
+                 attrs["out_zero_point"], attrs["scale"])
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+def mean_f32(x, outer: int, n: int, inner: int, zi, zo, scale) -> jax.Array:
+    """lib_nn's float32 mean of ``x`` (B, ...) viewed as (B, outer, n, inner) over axis 2:
+    ``clamp(rint(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)``, ``S`` the int32 sum, ``rint``
+    ties to even; ``zi``, ``zo``, ``scale`` float32 values (traced or not). Returns int32
+    (B, outer, inner)."""
+    s = x.astype(_I32).reshape(x.shape[0], outer, n, inner).sum(axis=2, dtype=_I32)
+    f32 = jnp.float32
+    centred = s.astype(f32) - jnp.asarray(zi, f32) * f32(n)  # exact: |values| < 2**24
+    prod = jax.lax.optimization_barrier(centred * jnp.asarray(scale, f32))
+    return jnp.clip(jnp.round(prod + jnp.asarray(zo, f32)), -128, 127).astype(_I32)
+
+
+@XS3Runtime.implements("xc_maxpool2d", params=_stored)
+def _xc_maxpool2d(target, attrs, p, x, return_acc: bool = False):
+    """Per channel the maximum over each VALID window (the kernel starts at -128, which
+    every int8 value reaches or exceeds)."""
+    (kh, kw), (sr, sc) = attrs["window"], attrs["stride"]
+    y = jax.lax.reduce_window(x.astype(_I32), jnp.int32(-128), jax.lax.max, (1, kh, kw, 1), (1, sr, sc, 1), "VALID")
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_concat", params=_stored)
+def _xc_concat(target, attrs, p, *xs, return_acc: bool = False):
+    """``XC_concat``: row ``j`` of the output is row ``j`` of every input in turn (bytes)."""
+    n = attrs["copies"]
+    y = jnp.concatenate([x.astype(_I32).reshape(x.shape[0], n, s) for x, s in zip(xs, attrs["sizes"])], axis=2)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_mul", params=_stored)
+def _xc_mul(target, attrs, p, x1, x2, return_acc: bool = False):
+    """lib_nn's ``mul_elementwise_ref`` (the host build's kernel), in int32 (no step can
+    overflow: ``|acc| <= 2**16``, ``|scalar * v| < 2**31``)."""
+    z1, z2 = (jnp.asarray(attrs[k], _I32) for k in ("in1_zero_point", "in2_zero_point"))
+    a, c = x1.astype(_I32), x2.astype(_I32)
+    acc = z2 * a + z1 * c + a * c + z1 * z2 + a + c + z1 + z2
+    v = (acc + 1) >> 1
+    v = (jnp.asarray(attrs["scalar"], _I32) * v + (1 << 13)) >> 14
+    v = jnp.clip(v + jnp.asarray(attrs["bias"], _I32), -32767, 32767)
+    shr = jnp.asarray(attrs["vlashr_shr"], _I32)
+    v = jnp.clip(jnp.where(shr > 0, v >> jnp.maximum(shr, 0), v << jnp.maximum(-shr, 0)), -32767, 32767)
+    y = jnp.clip((v + 128) >> 8, -128, 127)
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+@XS3Runtime.implements("xc_softmax", params=_stored)
+def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
+    """lib_nn's float32 softmax over every value of an example, as lib_tflite_micro runs it
+    with one thread (xformer's default ``--xcore-thread-count=1``; more threads would sum
+    in parts): the sum in element order (one rounding per addition), ``inv = fl32(1 / S)
+    * 256``, then ``roundf(fl32(e * inv)) - 128`` with ``roundf`` ties away from zero and
+    the C conversion to int8 keeping the low byte (optimisation barriers keep each
+    float32 operation rounded on its own)."""
+    f32 = jnp.float32
+    e = jnp.take(jnp.asarray(p["table"], f32), _per_example(x).astype(_I32) + 128, axis=0)
+    total = jax.lax.fori_loop(1, e.shape[1], lambda i, t: t + e[:, i], e[:, 0])  # in order, no reassociation
+    inv = jax.lax.optimization_barrier(f32(1.0) / total)
+    inv = jax.lax.optimization_barrier(inv * f32(256.0))
+    prod = jax.lax.optimization_barrier(e * inv[:, None])
+    t = jnp.trunc(prod)  # roundf: half away from zero (prod - t is exact)
+    r = t + jnp.where(jnp.abs(prod - t) >= f32(0.5), jnp.sign(prod), f32(0))
+    y = ((r.astype(_I32) - 128 + 128) & 0xFF) - 128  # (int8_t)(r - 128): the low byte
+    return no_acc(_shaped(y, attrs), return_acc)
+
+
+XS3Runtime.native = frozenset(XS3Runtime._impls) - frozenset(TFLite._impls) | {"reshape"}
+register("xs3-tflm", XS3Runtime)
