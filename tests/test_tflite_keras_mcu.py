@@ -8,9 +8,9 @@ TFLM's reference kernels). Every comparison is exact (int8 equality):
 
 * the xformed file on runtime="xs3" (XC ops incl. XC_concat, XC_mul, XC_softmax) == y_xs3;
 * hwjax's own compilation of the original on runtime="xs3" (xformer's recipe) == y_xs3;
-* runtime="tflm" on the original == y_tflm: every model ends in a FULLY_CONNECTED with
-  per-channel filter scales, which TFLM 1.4.2 requantises with the first scale only, and
-  so does hwjax's "tflm" (tests/test_tflite_tflm.py).
+* the original on xmos' TFLM (``TFLite("tflm", tflm="xmos-1.4.2")``) == y_tflm: every model
+  ends in a FULLY_CONNECTED with per-channel filter scales, which that TFLM build requantises
+  with the first scale only, and so does that target (tests/test_tflite_tflm.py).
 """
 
 from __future__ import annotations
@@ -88,12 +88,14 @@ def test_original_xs3_equals_host_interpreter_of_xformed(name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_original_on_tflm_equals_host_interpreter(name):
-    """The original model on ``"tflm"``: its per-channel FULLY_CONNECTED layers run as
-    TFLM 1.4.2 runs them, with the first filter scale for every channel."""
+    """The original model on xmos' TFLM 1.4.2: its per-channel FULLY_CONNECTED layers run
+    with the first filter scale for every channel."""
+    from hwjax.targets import TFLite
+
     m = _original(name)
     assert any(n.op == "dense" and np.size(n.params["w_scale"]) > 1 for n in m.graph.nodes)
     d = _data(name)
-    _check(m.run(d["x"], runtime="tflm"), d["y_tflm"], f"{name}.tflite on tflm")
+    _check(m.run(d["x"], runtime=TFLite("tflm", tflm="xmos-1.4.2")), d["y_tflm"], f"{name}.tflite on tflm")
 
 
 def test_compiled_parameters_equal_xformers():

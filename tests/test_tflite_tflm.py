@@ -22,7 +22,9 @@ from hwjax.targets import TFLite
 DATA = os.path.join(os.path.dirname(__file__), "data", "tflm")
 MODELS = sorted(f[:-4] for f in os.listdir(DATA) if f.endswith(".npz"))
 REFUSED_BY_TFLM = sorted(f[:-len(".refused.txt")] for f in os.listdir(DATA) if f.endswith(".refused.txt"))
-# TFLM runs it, with the first filter scale for every channel: hwjax refuses it on "tflm"
+# the stored outputs are those of the TFLM inside xmos-ai-tools 1.4.2
+XMOS = TFLite("tflm", tflm="xmos-1.4.2")
+# xmos' TFLM runs it with the first filter scale for every channel (test below)
 REFUSED_BY_HWJAX = {"fc_per_channel"}
 # TFLM's arithmetic differs from LiteRT's reference kernel on these (each needs its tflm path)
 DIFFER_FROM_LITERT_REFERENCE = ["logistic_large_scale", "relu6", "tanh_other_out"]
@@ -64,8 +66,25 @@ def test_the_data_covers_every_op():
 @pytest.mark.parametrize("name", [m for m in MODELS if m not in REFUSED_BY_HWJAX])
 def test_model_equals_tflm(name):
     d = _data(name)
-    bad = _mismatches(_model(name).run(d["x"], runtime="tflm"), d["y"])
+    bad = _mismatches(_model(name).run(d["x"], runtime=XMOS), d["y"])
     assert bad == 0, f"{name}: {bad} of {d['y'].size} outputs differ from TFLM"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_equals_the_official_tflite_micro_package(name):
+    """runtime="tflm" (current TFLM) against the official ``tflite-micro`` interpreter,
+    live, on the same stored models and inputs (one example per invoke)."""
+    runtime = pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    d = _data(name)
+    with open(os.path.join(DATA, f"{name}.tflite"), "rb") as f:
+        ip = runtime.Interpreter.from_bytes(f.read())
+    want = []
+    for x in d["x"]:
+        ip.set_input(x[None], 0)
+        ip.invoke()
+        want.append(ip.get_output(0)[0].copy())
+    bad = _mismatches(_model(name).run(d["x"], runtime="tflm"), np.stack(want))
+    assert bad == 0, f"{name}: {bad} outputs differ from the official TFLM"
 
 
 def test_tflm_differs_from_litert_reference_where_it_has_its_own_kernels():
@@ -77,14 +96,16 @@ def test_tflm_differs_from_litert_reference_where_it_has_its_own_kernels():
         assert _mismatches(_model(name).run(d["x"], runtime="reference"), d["y"]) > 0, name
 
 
-def test_per_channel_fully_connected_uses_the_first_filter_scale():
-    """TFLM 1.4.2 requantises every channel of a per-channel FULLY_CONNECTED with the
-    first filter scale (its outputs equal a per-tensor model's); hwjax's "tflm" does the
-    same, and differs from LiteRT's reference there."""
+def test_per_channel_fully_connected_uses_the_first_filter_scale_on_xmos_tflm():
+    """xmos' TFLM 1.4.2 requantises every channel of a per-channel FULLY_CONNECTED with the
+    first filter scale (its outputs equal a per-tensor model's); hwjax's target with
+    ``tflm="xmos-1.4.2"`` does the same. Current TFLM (``runtime="tflm"``) applies each
+    channel's scale, as LiteRT's reference kernel does."""
     d = _data("fc_per_channel")
     m = _model("fc_per_channel")
-    assert _mismatches(m.run(d["x"], runtime="tflm"), d["y"]) == 0
+    assert _mismatches(m.run(d["x"], runtime=XMOS), d["y"]) == 0
     assert _mismatches(m.run(d["x"], runtime="reference"), d["y"]) > 0
+    assert _mismatches(m.run(d["x"], runtime="tflm"), d["y"]) > 0
 
 
 def test_models_tflm_refuses():
@@ -105,7 +126,7 @@ def test_jit_and_x64_do_not_change_the_results():
     for name in ("tanh_other_out", "relu6"):
         d = _data(name)
         m = _model(name)
-        y = hg.jit_run(m.graph, d["x"].astype(np.int32), TFLite("tflm"))
+        y = hg.jit_run(m.graph, d["x"].astype(np.int32), XMOS)
         assert _mismatches(np.asarray(y).astype(np.int8), d["y"]) == 0, name
         with jax.enable_x64(True):
-            assert _mismatches(m.run(d["x"], runtime="tflm"), d["y"]) == 0, name
+            assert _mismatches(m.run(d["x"], runtime=XMOS), d["y"]) == 0, name

@@ -43,6 +43,10 @@ from hwjax.litert import (
 )
 
 RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
+#: TFLite Micro builds whose arithmetic differs (``TFLite.tflm``): ``"current"`` the official
+#: ``tflite-micro`` package; ``"xmos-1.4.2"`` the TFLM inside xmos-ai-tools 1.4.2, whose
+#: per-channel FULLY_CONNECTED applies the first filter scale to every channel
+TFLM_BUILDS = ("current", "xmos-1.4.2")
 
 # requantisation convention per runtime and op (spec gemmlowp.md §2.9, deployed.md §1)
 _REQUANT = {
@@ -99,14 +103,23 @@ class TFLite(Target):
     kernels without delegate, ruy; x86), ``"xnnpack"`` (LiteRT's default interpreter,
     XNNPACK delegate; x86), ``"tflm"`` (TFLite Micro reference kernels, double-rounding
     build). Fully connected, conv and depthwise requantise per :data:`_REQUANT`.
+
+    ``tflm`` (runtime ``"tflm"`` only; :data:`TFLM_BUILDS`): ``"current"`` (default) computes
+    what the official ``tflite-micro`` package computes; ``"xmos-1.4.2"`` what the TFLM inside
+    xmos-ai-tools 1.4.2 computes (its host interpreter and lib_tflite_micro on xcore.ai): the
+    same except a per-channel FULLY_CONNECTED, which that build runs with the filter's
+    first scale for every channel.
     """
 
     runtime: str = "reference"
+    tflm: str = "current"
     name: ClassVar[str] = "tflite"
 
     def __post_init__(self):
         if self.runtime not in RUNTIMES:
             raise RangeError(f"runtime must be one of {RUNTIMES}, got {self.runtime!r}")
+        if self.tflm not in TFLM_BUILDS:
+            raise RangeError(f"tflm must be one of {TFLM_BUILDS}, got {self.tflm!r}")
 
     def requant(self, op: str) -> str:
         return _REQUANT[self.runtime][op]
@@ -137,14 +150,20 @@ def _linear_params(op):
         n_out = kernel.shape[-1] if op == "depthwise_conv" else kernel.shape[0]
         act = attrs.get("activation")
         w_scale = portable["w_scale"]
-        if target.runtime == "tflm" and op == "dense" and np.size(w_scale) > 1:
-            # TFLM 1.4.2's FULLY_CONNECTED reads only the filter tensor's first scale and
-            # runs its per-tensor kernel with it (observed: tests/test_tflite_keras_mcu.py)
+        if target.runtime == "tflm" and target.tflm == "xmos-1.4.2" and op == "dense" and np.size(w_scale) > 1:
+            # xmos-ai-tools 1.4.2's TFLM FULLY_CONNECTED reads only the filter tensor's first
+            # scale and runs its per-tensor kernel with it (observed: tests/test_tflite_keras_mcu.py);
+            # current TFLM applies each channel's scale, as LiteRT's reference kernel does
             w_scale = w_scale[0]
+
+        # current TFLM derives a per-tensor FULLY_CONNECTED's multiplier from the double
+        # product of the scales (tests/data/tflm/fc_relu_nobias differs by one output from
+        # xmos' build, which takes the float32 product as LiteRT does)
+        current_tflm = target.runtime == "tflm" and target.tflm == "current"
 
         def recipe(s_in, w_scale, s_out, z_out):
             rq = requant_params(s_in, w_scale, s_out, requant, channels=n_out,
-                                float32_product=op == "dense" and np.size(w_scale) == 1)
+                                float32_product=op == "dense" and np.size(w_scale) == 1 and not current_tflm)
             lo, hi = activation_range(act, s_out, int(z_out))
             return {"rq": rq, "act_min": np.int32(lo), "act_max": np.int32(hi)}
 

@@ -35,10 +35,12 @@ class XS3Runtime(TFLite):
     ``variant``: the VPU model of the XC kernels (:data:`hwjax.xs3.VARIANTS`): ``"host"``
     (default; bit-equal to ``TFLMHostInterpreter`` of xmos-ai-tools 1.4.2, verified) or
     ``"hardware"`` (the chip: differs from ``"host"`` only in ``otfn_int8``'s final
-    shift, xs3.md §4.1). ``runtime`` is always ``"tflm"``.
+    shift, xs3.md §4.1). ``runtime`` is always ``"tflm"``, and its builtins run as the
+    TFLM of xmos-ai-tools 1.4.2 (``tflm="xmos-1.4.2"``).
     """
 
     runtime: str = "tflm"
+    tflm: str = "xmos-1.4.2"
     variant: str = "host"
     name: ClassVar[str] = "xs3-tflm"
     #: op kinds with an XS3 implementation of their own (not TFLM's)
@@ -47,6 +49,7 @@ class XS3Runtime(TFLite):
     def __post_init__(self):
         if self.runtime != "tflm":
             raise RangeError(f"XS3Runtime runs builtins as TFLM does: runtime must be 'tflm', got {self.runtime!r}")
+        super().__post_init__()
         if self.variant not in xs3.VARIANTS:
             raise RangeError(f"variant must be one of {xs3.VARIANTS}, got {self.variant!r}")
 

@@ -3,10 +3,13 @@ and QUANTIZE (int8 -> int8, float32 -> int8/uint8) into graph nodes (registered 
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 
 from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.graph import Node, Tensor
 from hwjax.tflite._import import PADDING, Builder, OpContext, bias_vector, converts, explicit_padding, same_quant, \
     w_scales
 
@@ -19,21 +22,44 @@ def _split_act(act):
 
 @converts("FULLY_CONNECTED")
 def _fully_connected(b: Builder, op: OpContext) -> None:
+    """FULLY_CONNECTED -> ``dense``. TFLite reads the input as rows of the filter's depth
+    ``I``; with one row per example (any input shape of ``I`` elements, e.g. a 4-D tensor
+    without a RESHAPE) the input is flattened first, and with ``keep_num_dims`` the ``(N,)``
+    result is reshaped to the output's shape (its leading axes all 1). Several rows per
+    example are refused."""
     where, ins, o = op.where, op.inputs, op.one_output()
     x = b.act(ins[0], where)
     w = b.const(ins[1], where, "filter")
     bias = b.const(ins[2], where, "bias") if len(ins) > 2 and ins[2] >= 0 else None
     act = op.activation(0)
-    if op.option(1, "b", 0) != 0 or op.option(2, "b", 0) != 0:
-        raise UnsupportedOpError(f"{where}: shuffled weights or keep_num_dims are not supported")
-    if w.data.ndim != 2 or b.tensors[x].shape != (w.data.shape[1],):
-        raise UnsupportedOpError(f"{where}: input {b.ft[ins[0]].shape} and filter {w.data.shape}: only (1, I) "
-                                 "inputs are supported")
-    n = w.data.shape[0]
+    if op.option(1, "b", 0) != 0:
+        raise UnsupportedOpError(f"{where}: shuffled weights are not supported")
+    if w.data.ndim != 2:
+        raise FormatError(f"{where}: filter {w.name!r} has shape {w.data.shape}; (N, I) expected")
+    n, depth = (int(v) for v in w.data.shape)
+    shape = b.tensors[x].shape
+    if math.prod(shape) != depth:
+        raise UnsupportedOpError(f"{where}: input {b.ft[ins[0]].shape} holds {math.prod(shape)} values per example, "
+                                 f"the filter's depth is {depth}: only one row per example is supported")
+    if shape != (depth,):  # one row of the filter's depth: flatten first (as TFLite reads it)
+        flat = x + ":rows"
+        b.tensors[flat] = Tensor(flat, (depth,), b.tensors[x].dtype, b.tensors[x].quant)
+        b.nodes.append(Node("flatten", (x,), (flat,), {}, None, name=flat))
+        x = flat
     params = jax.device_put({"kernel": np.asarray(w.data, np.int8), "bias": np.asarray(bias_vector(bias, n, where)),
                             "w_scale": np.asarray(w_scales(w, n, 0, where))})  # (1,) per tensor: TFLite's float32 product
     fused, separate = _split_act(act)
-    b.node("dense", (x,), o, {"features": n, "activation": fused}, params, separate, where)
+    out_shape = tuple(b.ft[o].shape[1:])
+    if out_shape == (n,):
+        b.node("dense", (x,), o, {"features": n, "activation": fused}, params, separate, where)
+        return
+    if math.prod(out_shape) != n:
+        raise FormatError(f"{where}: output {b.ft[o].shape} does not hold the {n} features of one row")
+    out = b.act(o, where)  # keep_num_dims: (1, ..., 1, N)
+    rows = out + ":rows"
+    b.tensors[rows] = Tensor(rows, (n,), b.tensors[out].dtype, b.tensors[out].quant)
+    b.nodes.append(Node("dense", (x,), (rows,), {"features": n, "activation": fused}, params, name=rows))
+    b.node("reshape", (rows,), o, {"shape": out_shape}, None, separate, where)
 
 
 @converts("CONV_2D", "DEPTHWISE_CONV_2D")
