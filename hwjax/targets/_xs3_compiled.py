@@ -216,16 +216,23 @@ def _mean(target, attrs, p, x, return_acc: bool = False):
 
 
 def _add_params(target, attrs, portable, q_in, q_out):
-    return host_recipe(xformer_add_params, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point,
-                       q_out.scale, q_out.zero_point)
+    p = host_recipe(xformer_add_params, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point,
+                    q_out.scale, q_out.zero_point)
+    if attrs.get("activation") == "relu":  # the separate XC_lookup xformer puts after the XC_add
+        p["table"] = host_recipe(lambda s, z: {"t": xformer_lut_table("relu", s, z, s, z)}, q_out.scale,
+                                 q_out.zero_point)["t"]
+    return p
 
 
-@XS3Compiled.implements("add", params=_add_params)
+@XS3Compiled.implements("add", params=_add_params, host_params=_add_params)
 def _add(target, attrs, p, x1, x2, return_acc: bool = False):
-    """TFLite ADD (no fused activation) as ``XC_add``."""
+    """TFLite ADD as ``XC_add``; a fused RELU as xformer's ``XC_lookup`` after it (the
+    table of :func:`xformer_lut_table` between equal quantisations: ``max(v, z_out)``)."""
     y = xs3.add_int8(x1, x2, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"],
-                     variant=target.variant)
-    return no_acc(y.astype(_I32), return_acc)
+                     variant=target.variant).astype(_I32)
+    if "table" in p:
+        y = jnp.take(p["table"], y & 0xFF, axis=0)
+    return no_acc(y, return_acc)
 
 
 def xformer_avgpool_as_depthwise(attrs, channels: int):
@@ -340,8 +347,9 @@ def _check_xformer_lowering(graph) -> None:
             raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
                                      f"compiled as xformer does yet (supported: {list(COMPILED_OPS)}); convert the "
                                      "model with xformer and load its output instead")
-        if node.op == "add" and node.attrs.get("activation") is not None:
-            raise UnsupportedOpError(f"node {node.name!r}: ADD with a fused activation is not compiled yet")
+        if node.op == "add" and node.attrs.get("activation") not in (None, "relu"):
+            raise UnsupportedOpError(f"node {node.name!r}: ADD with a fused {node.attrs['activation']} is not "
+                                     "compiled yet")
         axes = tuple(node.attrs.get("axes", ()))
         if node.op == "mean" and axes != tuple(range(axes[0], axes[-1] + 1)):
             raise UnsupportedOpError(f"node {node.name!r}: MEAN over non-contiguous axes {axes} stays a TFLM op "
