@@ -61,15 +61,28 @@ def demo_model(seed: int = 0, in_shape=(8, 8, 2), classes: int = 4) -> bytes:
     w = mb.tensor((c, 3, 3, in_shape[2]), "int8", s_w, np.zeros(c), rng.integers(-127, 128, (c, 3, 3, in_shape[2])))
     b = mb.tensor((c,), "int32", s_in * s_w, np.zeros(c), rng.integers(-200, 200, c))
     h1 = mb.tensor((1, *in_shape[:2], c), "int8", s_h, -128, name="conv")
-    mb.op("CONV_2D", [x, w, b], [h1], ("Conv2DOptions", {"padding": 0, "strideH": 1, "strideW": 1,
-                                                          "fusedActivationFunction": 1}), 3)
+    mb.op(
+        "CONV_2D",
+        [x, w, b],
+        [h1],
+        ("Conv2DOptions", {"padding": 0, "strideH": 1, "strideW": 1, "fusedActivationFunction": 1}),
+        3,
+    )
     hw = ((in_shape[0] + 1) // 2, (in_shape[1] + 1) // 2)
     s_w1 = rng.uniform(0.01, 0.03, c).astype(np.float32)
     w1 = mb.tensor((1, 3, 3, c), "int8", s_w1, np.zeros(c), rng.integers(-127, 128, (1, 3, 3, c)), axis=3)
     b1 = mb.tensor((c,), "int32", s_h * s_w1, np.zeros(c), rng.integers(-200, 200, c))
     h2 = mb.tensor((1, *hw, c), "int8", s_h, -128, name="depthwise")
-    mb.op("DEPTHWISE_CONV_2D", [h1, w1, b1], [h2], ("DepthwiseConv2DOptions", {
-        "padding": 0, "strideH": 2, "strideW": 2, "depthMultiplier": 1, "fusedActivationFunction": 1}), 3)
+    mb.op(
+        "DEPTHWISE_CONV_2D",
+        [h1, w1, b1],
+        [h2],
+        (
+            "DepthwiseConv2DOptions",
+            {"padding": 0, "strideH": 2, "strideW": 2, "depthMultiplier": 1, "fusedActivationFunction": 1},
+        ),
+        3,
+    )
     n = hw[0] * hw[1] * c
     h3 = mb.tensor((1, n), "int8", s_h, -128, name="flat")
     shape = mb.tensor((2,), "int32", data=np.array([1, n], np.int32), name="flat_shape")
@@ -90,8 +103,7 @@ def with_quantize_input(graph: Graph) -> Graph:
     inp = graph.tensors[graph.inputs[0]]
     front = Tensor(FLOAT_INPUT, inp.shape, "float32", None)
     node = Node("quantize", (FLOAT_INPUT,), (inp.name,), {}, None)
-    return Graph({FLOAT_INPUT: front, **graph.tensors}, (node, *graph.nodes), (FLOAT_INPUT,),
-                 graph.outputs).validate()
+    return Graph({FLOAT_INPUT: front, **graph.tensors}, (node, *graph.nodes), (FLOAT_INPUT,), graph.outputs).validate()
 
 
 def without_quantize_input(graph: Graph) -> Graph:
@@ -108,8 +120,9 @@ def int8_input(graph: Graph, x) -> hn.QArray:
     (values in float32, the input tensor's scale and zero point): the front ``Quantize``
     layer passes it through, so the layers see exactly the file's input integers."""
     q = graph.tensors[graph.inputs[0]].quant
-    return hn.QArray(jnp.asarray(x, jnp.float32), jnp.asarray(q.scale, jnp.float32),
-                     jnp.asarray(q.zero_point, jnp.int32))
+    return hn.QArray(
+        jnp.asarray(x, jnp.float32), jnp.asarray(q.scale, jnp.float32), jnp.asarray(q.zero_point, jnp.int32)
+    )
 
 
 def tuned_graph(layers: hn.GraphModel) -> Graph:
@@ -167,16 +180,31 @@ def main(argv: Optional[list[str]] = None) -> dict:
     litert = run_litert(data, x, "reference")
     hw_file = np.asarray(tfl.load(data).run(x, runtime="reference"))
     hw_layers = np.asarray(forward(layers, int8_input(graph, x))).astype(np.int8)
-    changed = sum(int(np.sum(np.asarray(a.params["kernel"]) != np.asarray(b.params["kernel"])))
-                  for a, b in zip(graph.nodes, tuned.nodes) if a.params is not None)
-    result = {"x": x, "losses": losses, "changed_weights": changed, "litert": litert, "hwjax_file": hw_file,
-              "hwjax_layers": hw_layers, "bytes": data, "graph": tuned,
-              "exact": bool(np.array_equal(litert, hw_file) and np.array_equal(litert, hw_layers))}
-    print(f"loss {losses[0]:.4f} before, {losses[-1]:.4f} before the last of {args.steps} steps; {changed} int8 "
-          "weights changed")
-    print(f"saved {len(data)} bytes{f' to {args.out}' if args.out else ''}; LiteRT (reference kernels) on "
-          f"{len(x)} inputs: {int(np.sum(litert != hw_file))} outputs differ from hwjax's Model.run of the saved file, "
-          f"{int(np.sum(litert != hw_layers))} from the fine-tuned layers")
+    changed = sum(
+        int(np.sum(np.asarray(a.params["kernel"]) != np.asarray(b.params["kernel"])))
+        for a, b in zip(graph.nodes, tuned.nodes)
+        if a.params is not None
+    )
+    result = {
+        "x": x,
+        "losses": losses,
+        "changed_weights": changed,
+        "litert": litert,
+        "hwjax_file": hw_file,
+        "hwjax_layers": hw_layers,
+        "bytes": data,
+        "graph": tuned,
+        "exact": bool(np.array_equal(litert, hw_file) and np.array_equal(litert, hw_layers)),
+    }
+    print(
+        f"loss {losses[0]:.4f} before, {losses[-1]:.4f} before the last of {args.steps} steps; {changed} int8 "
+        "weights changed"
+    )
+    print(
+        f"saved {len(data)} bytes{f' to {args.out}' if args.out else ''}; LiteRT (reference kernels) on "
+        f"{len(x)} inputs: {int(np.sum(litert != hw_file))} outputs differ from hwjax's Model.run of the saved file, "
+        f"{int(np.sum(litert != hw_layers))} from the fine-tuned layers"
+    )
     return result
 
 

@@ -7,8 +7,6 @@ Run: ``python examples/train_for_xs3.py`` (about a minute on a 2-core CPU).
 
 import tempfile
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -25,11 +23,13 @@ x_train, y_train, x_test, y_test = x[:1400], y[:1400], x[1400:], y[1400:]
 
 target = XS3(variant="hardware")
 rngs = nnx.Rngs(0)
-model = hn.Sequential({
-    "input": hn.Quantize(target=target),
-    "hidden": hn.Dense(64, 32, activation="relu", target=target, rngs=rngs),
-    "logits": hn.Dense(32, 10, target=target, rngs=rngs),
-})
+model = hn.Sequential(
+    {
+        "input": hn.Quantize(target=target),
+        "hidden": hn.Dense(64, 32, activation="relu", target=target, rngs=rngs),
+        "logits": hn.Dense(32, 10, target=target, rngs=rngs),
+    }
+)
 
 
 def train(model, epochs: int, lr: float) -> None:
@@ -71,6 +71,5 @@ with tempfile.TemporaryDirectory() as folder:  # 5. export in the chip's formats
     loaded = hwjax.load(folder)
     same = np.array_equal(hwjax.evaluate(loaded, x_test).outputs, hwjax.evaluate(model, x_test).outputs)
 
-print(f"float {float_acc:.2%}  PTQ {ptq_acc:.2%}  hardware-aware {hat_acc:.2%}  "
-      f"exported model bit-identical: {same}")
+print(f"float {float_acc:.2%}  PTQ {ptq_acc:.2%}  hardware-aware {hat_acc:.2%}  exported model bit-identical: {same}")
 assert same

@@ -13,9 +13,9 @@ from hwjax.core import (
 
 from hwjax._version import __version__
 
-from hwjax import nn, targets  # noqa: E402
-from hwjax._evaluate import EvalResult, evaluate  # noqa: E402
-from hwjax._export import ExportError, LoadedModel, export, load  # noqa: E402
+from hwjax import nn, targets
+from hwjax._evaluate import EvalResult, evaluate
+from hwjax._export import ExportError, LoadedModel, export, load
 
 __all__ = [
     "EvalResult",

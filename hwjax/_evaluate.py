@@ -77,8 +77,10 @@ def _check_labels(y: np.ndarray, n: int, n_classes: Optional[int]) -> np.ndarray
         lo, hi = y.min(), y.max()
         top = n_classes - 1 if n_classes is not None else None
         if lo < 0 or (top is not None and hi > top):
-            raise RangeError(f"labels must lie in [0, {top if top is not None else 'n_classes - 1'}] "
-                             f"(the model has {n_classes} output classes); found {lo if lo < 0 else hi}")
+            raise RangeError(
+                f"labels must lie in [0, {top if top is not None else 'n_classes - 1'}] "
+                f"(the model has {n_classes} output classes); found {lo if lo < 0 else hi}"
+            )
     return y.astype(np.int64)
 
 
@@ -159,15 +161,18 @@ def _predict_fn(model, input_shape=None) -> tuple[Callable, Any]:
     if hasattr(model, "apply") and hasattr(model, "state"):
         fn = getattr(model, "_hwjax_predict", None)
         if fn is None:
+
             def fn(st, x):
                 return _as_output(model.apply(st, x))
+
             model._hwjax_predict = fn
         return fn, model.state()
     raise ArgTypeError(f"model must be a flax.nnx.Module or a hwjax.load() model, got {type(model).__name__}")
 
 
-def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
-             axis: Optional[str | tuple[str, ...]] = None) -> EvalResult:
+def evaluate(
+    model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None, axis: Optional[str | tuple[str, ...]] = None
+) -> EvalResult:
     """Runs ``model`` over ``data`` in jitted batches; optionally data-parallel over ``mesh``.
 
     Args:
@@ -220,14 +225,14 @@ def evaluate(model, data, *, batch_size: int = 256, mesh: Optional[Mesh] = None,
     n = x.shape[0]
     outs, qp = [], None
     for start in range(0, n, batch_size):
-        xb = x[start:start + batch_size]
+        xb = x[start : start + batch_size]
         pad = batch_size - xb.shape[0]
         if pad:
             xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
         if x_sharding is not None:  # each process supplies its own devices' slices (multi-host safe)
             xb = jax.make_array_from_callback(xb.shape, x_sharding, xb.__getitem__)
         out, qp = jitted(state, xb)
-        outs.append(np.asarray(out)[:batch_size - pad])
+        outs.append(np.asarray(out)[: batch_size - pad])
     outputs = np.concatenate(outs)
     preds = outputs.reshape(n, -1).argmax(axis=-1) if outputs.ndim > 1 else outputs
     acc = None

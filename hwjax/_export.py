@@ -90,8 +90,13 @@ def _write_blob(folder: Path, fname: str, arr: np.ndarray) -> dict[str, Any]:
     arr = np.ascontiguousarray(arr)
     data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
     (folder / fname).write_bytes(data)
-    return {"file": fname, "dtype": arr.dtype.name, "shape": list(arr.shape), "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest()}
+    return {
+        "file": fname,
+        "dtype": arr.dtype.name,
+        "shape": list(arr.shape),
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 # ============================================================================ export
@@ -107,8 +112,10 @@ def _check_finite_weights(model) -> None:
     for path, value in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         a = np.asarray(value.get_value() if hasattr(value, "get_value") else value)
         if V.is_float_dtype(a.dtype) and not np.all(np.isfinite(a)):
-            raise RangeError(f"layer {_layer_name(model, path)}: parameter {path[-1]} holds non-finite values "
-                             f"(NaN or Inf); a model with non-finite weights cannot be exported")
+            raise RangeError(
+                f"layer {_layer_name(model, path)}: parameter {path[-1]} holds non-finite values "
+                f"(NaN or Inf); a model with non-finite weights cannot be exported"
+            )
 
 
 def _layer_name(model, path) -> str:
@@ -136,14 +143,17 @@ def _check_finite_graph(graph: Graph) -> None:
     scale of the lowered graph is not finite."""
     for t in graph.tensors.values():
         if t.quant is not None and not np.all(np.isfinite(np.asarray(t.quant.scale, np.float64))):
-            raise RangeError(f"tensor {t.name}: quantisation scale {np.asarray(t.quant.scale)} is not finite; "
-                             f"it cannot be exported")
+            raise RangeError(
+                f"tensor {t.name}: quantisation scale {np.asarray(t.quant.scale)} is not finite; it cannot be exported"
+            )
     for n in graph.nodes:
         for path, leaf in jax.tree_util.tree_flatten_with_path(n.params)[0]:
             a = np.asarray(leaf)
             if V.is_float_dtype(a.dtype) and not np.all(np.isfinite(a)):
-                raise RangeError(f"layer {n.name}: parameter {jax.tree_util.keystr(path)} holds non-finite values "
-                                 f"(NaN or Inf); it cannot be exported")
+                raise RangeError(
+                    f"layer {n.name}: parameter {jax.tree_util.keystr(path)} holds non-finite values "
+                    f"(NaN or Inf); it cannot be exported"
+                )
 
 
 def _check_input_shape(input_shape) -> Optional[tuple[int, ...]]:
@@ -152,10 +162,12 @@ def _check_input_shape(input_shape) -> Optional[tuple[int, ...]]:
     if isinstance(input_shape, (str, bytes)) or not hasattr(input_shape, "__iter__"):
         raise V.ArgTypeError(f"input_shape must be a tuple of positive ints, got {input_shape!r}")
     shape = tuple(input_shape)
-    if not shape or not all(isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
-                            and d >= 1 for d in shape):
-        raise ShapeError(f"input_shape must be a non-empty tuple of positive ints (one example, no batch "
-                         f"axis), got {input_shape!r}")
+    if not shape or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) and d >= 1 for d in shape
+    ):
+        raise ShapeError(
+            f"input_shape must be a non-empty tuple of positive ints (one example, no batch axis), got {input_shape!r}"
+        )
     return tuple(int(d) for d in shape)
 
 
@@ -172,8 +184,9 @@ def _as_graph(model, input_shape, target) -> Graph:
         try:
             graph.validate()
         except FormatError as e:  # the layers do not fit input_shape
-            raise ShapeError(f"input_shape {tuple(graph.tensors[graph.inputs[0]].shape)} does not fit the model: "
-                             f"{e}") from None
+            raise ShapeError(
+                f"input_shape {tuple(graph.tensors[graph.inputs[0]].shape)} does not fit the model: {e}"
+            ) from None
     _check_finite_graph(graph)
     return graph
 
@@ -196,9 +209,15 @@ def _node_entry(graph: Graph, node: Node, folder: Path) -> dict[str, Any]:
         tensors, meta = impl.export(graph.target, node.attrs, node.params) if impl.export else ({}, {})
     except ValueError as e:
         raise RangeError(f"layer {node.name}: {e}") from None
-    return {"name": node.name, "op": node.op, "inputs": list(node.inputs), "outputs": list(node.outputs),
-            "attrs": {k: _json(v) for k, v in node.attrs.items()}, "meta": meta,
-            "tensors": {role: _write_blob(folder, f"{node.name}.{role}.bin", arr) for role, arr in tensors.items()}}
+    return {
+        "name": node.name,
+        "op": node.op,
+        "inputs": list(node.inputs),
+        "outputs": list(node.outputs),
+        "attrs": {k: _json(v) for k, v in node.attrs.items()},
+        "meta": meta,
+        "tensors": {role: _write_blob(folder, f"{node.name}.{role}.bin", arr) for role, arr in tensors.items()},
+    }
 
 
 def export(model, path, *, input_shape: Optional[tuple[int, ...]] = None, target=None) -> Path:
@@ -224,11 +243,15 @@ def export(model, path, *, input_shape: Optional[tuple[int, ...]] = None, target
     folder.mkdir(parents=True, exist_ok=True)
     nodes = [_node_entry(graph, n, folder) for n in graph.nodes]
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "hwjax_version": _version(),
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "hwjax_version": _version(),
         "target": graph.target.describe(),
-        "inputs": list(graph.inputs), "outputs": list(graph.outputs),
-        "tensors": {t.name: {"shape": list(t.shape), "dtype": t.dtype, **_quant_json(t.quant)}
-                    for t in graph.tensors.values()},
+        "inputs": list(graph.inputs),
+        "outputs": list(graph.outputs),
+        "tensors": {
+            t.name: {"shape": list(t.shape), "dtype": t.dtype, **_quant_json(t.quant)} for t in graph.tensors.values()
+        },
         "nodes": nodes,
     }
     manifest["digest"] = manifest_digest(manifest)
@@ -272,8 +295,7 @@ class LoadedModel:
 
         x = V.as_array(x, "x")
         if x.shape[1:] != self.input_shape:
-            raise ShapeError(f"input x must have shape (batch, {', '.join(map(str, self.input_shape))}), "
-                             f"got {x.shape}")
+            raise ShapeError(f"input x must have shape (batch, {', '.join(map(str, self.input_shape))}), got {x.shape}")
         if V.kind(x, "x") == "float":
             V.check_finite(x, "x")  # the NaN rule (traced: under hwjax.checked)
         else:
@@ -294,8 +316,13 @@ def _run(graph: Graph, x):
 
 def _read_blob(folder: Path, node: str, role: str, spec: dict) -> np.ndarray:
     try:
-        fname, dtype, shape, nbytes, digest = (spec["file"], np.dtype(spec["dtype"]), tuple(spec["shape"]),
-                                               int(spec["bytes"]), spec["sha256"])
+        fname, dtype, shape, nbytes, digest = (
+            spec["file"],
+            np.dtype(spec["dtype"]),
+            tuple(spec["shape"]),
+            int(spec["bytes"]),
+            spec["sha256"],
+        )
     except (KeyError, TypeError) as e:
         raise ExportError(f"layer {node}: malformed tensor entry {role!r} in the manifest ({e})") from None
     if os.sep in fname or fname.startswith(".") or "/" in fname:
@@ -306,11 +333,15 @@ def _read_blob(folder: Path, node: str, role: str, spec: dict) -> np.ndarray:
     data = f.read_bytes()
     expected = math.prod(shape) * dtype.itemsize
     if nbytes != expected:
-        raise ExportError(f"layer {node}: {fname}: manifest says {nbytes} bytes but shape {list(shape)} of "
-                          f"{dtype.name} needs {expected}")
+        raise ExportError(
+            f"layer {node}: {fname}: manifest says {nbytes} bytes but shape {list(shape)} of "
+            f"{dtype.name} needs {expected}"
+        )
     if len(data) != expected:
-        raise ExportError(f"layer {node}: {fname} holds {len(data)} bytes, expected {expected} "
-                          f"({'truncated' if len(data) < expected else 'too long'})")
+        raise ExportError(
+            f"layer {node}: {fname} holds {len(data)} bytes, expected {expected} "
+            f"({'truncated' if len(data) < expected else 'too long'})"
+        )
     if hashlib.sha256(data).hexdigest() != digest:
         raise ExportError(f"layer {node}: {fname}: sha256 checksum mismatch (the file was modified)")
     return np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
@@ -327,13 +358,17 @@ def _read_manifest(folder: Path) -> dict:
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise ExportError(f"{mpath} is not a {FORMAT} manifest")
     if m.get("format_version") != FORMAT_VERSION:
-        raise ExportError(f"export format version {m.get('format_version')!r} is not supported "
-                          f"(this hwjax reads version {FORMAT_VERSION})")
+        raise ExportError(
+            f"export format version {m.get('format_version')!r} is not supported "
+            f"(this hwjax reads version {FORMAT_VERSION})"
+        )
     if m.get("digest") != manifest_digest(m):
         raise ExportError(f"{mpath}: digest mismatch (the manifest was modified after export)")
     if _major_minor(m.get("hwjax_version", "")) != _major_minor(_version()):
-        raise ExportError(f"the export was written by hwjax {m.get('hwjax_version')}, this is hwjax {_version()}: "
-                          f"integer semantics are only guaranteed within one major.minor version")
+        raise ExportError(
+            f"the export was written by hwjax {m.get('hwjax_version')}, this is hwjax {_version()}: "
+            f"integer semantics are only guaranteed within one major.minor version"
+        )
     return m
 
 
@@ -366,8 +401,9 @@ def _tensor_from(name: str, spec: Any) -> Tensor:
     if not (np.all(np.isfinite(scale)) and np.all(scale > 0) and np.all(scale < 3.4e38)):
         raise ExportError(f"tensor {name!r}: scale must be finite and > 0, got {spec['scale']}")
     if zp.dtype.kind not in "iu" or np.any(zp < info.min) or np.any(zp > info.max):
-        raise ExportError(f"tensor {name!r}: zero_point must be an integer in [{info.min}, {info.max}], "
-                          f"got {spec['zero_point']}")
+        raise ExportError(
+            f"tensor {name!r}: zero_point must be an integer in [{info.min}, {info.max}], got {spec['zero_point']}"
+        )
     return Tensor(name, shape, dtype, Quant.of(scale.astype(np.float32), zp.astype(np.int32), spec.get("axis")))
 
 

@@ -41,11 +41,14 @@ def _xs3_demo(rng: np.random.Generator) -> None:
     k = rng.integers(-128, 128, (16, 3, 3, 32), dtype=np.int8)
     bias = np.full(16, 1000, np.int32)
     bias[3] = M32 - 200_000
-    bso = xs3.make_bso(bias, np.full(16, 8), np.full(16, 16384), np.zeros(16, np.int16),
-                       np.zeros(16, np.int16), np.full(16, 17))
+    bso = xs3.make_bso(
+        bias, np.full(16, 8), np.full(16, 16384), np.zeros(16, np.int16), np.zeros(16, np.int16), np.full(16, 17)
+    )
     geo = dict(zero_point=0, window_start=(-1, -1), window_stride=(1, 1), out_shape=(16, 16))
-    run = {v: jax.jit(lambda a, v=v: xs3.conv2d_deep(a, k, bso, variant=v, return_stats=True, **geo))
-           for v in ("hardware", "host")}
+    run = {
+        v: jax.jit(lambda a, v=v: xs3.conv2d_deep(a, k, bso, variant=v, return_stats=True, **geo))
+        for v in ("hardware", "host")
+    }
     (y_hw, stats), (y_host, _) = run["hardware"](x), run["host"](x)
     t0 = time.perf_counter()
     jax.block_until_ready(run["hardware"](x))
@@ -59,10 +62,18 @@ def _xs3_demo(rng: np.random.Generator) -> None:
 def _nvdla_demo() -> None:
     print("== NVDLA SDP LUT programmed with a sigmoid")
     sig = lambda v: 1 / (1 + np.exp(-v))
-    cfg, report = nv.program_lut(sig, input_scale=2.0**12, output_scale=32767.0, x_range=(-8.0, 8.0),
-                                 uflow_slope=0.0, oflow_slope=0.0, return_report=True)
-    print(f"  max error {report.max_abs_lsb:.2f} LSB, mean {report.mean_abs_lsb:.2f} LSB "
-          f"over {report.num_points} points")
+    cfg, report = nv.program_lut(
+        sig,
+        input_scale=2.0**12,
+        output_scale=32767.0,
+        x_range=(-8.0, 8.0),
+        uflow_slope=0.0,
+        oflow_slope=0.0,
+        return_report=True,
+    )
+    print(
+        f"  max error {report.max_abs_lsb:.2f} LSB, mean {report.mean_abs_lsb:.2f} LSB over {report.num_points} points"
+    )
     xs = jnp.asarray(np.array([-10.0, -2.0, 0.0, 2.0, 10.0]) * 2.0**12, jnp.int32)
     y, stats = jax.jit(nv.sdp_lut)(xs, cfg)
     print(f"  sdp_lut({[-10, -2, 0, 2, 10]}) = {np.asarray(y).tolist()}  (x 1/32767)")

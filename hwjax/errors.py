@@ -45,5 +45,13 @@ class UnknownOpError(UnsupportedOpError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-__all__ = ["ArgTypeError", "FileError", "FormatError", "HwjaxError", "RangeError", "ShapeError", "UnknownOpError",
-           "UnsupportedOpError"]
+__all__ = [
+    "ArgTypeError",
+    "FileError",
+    "FormatError",
+    "HwjaxError",
+    "RangeError",
+    "ShapeError",
+    "UnknownOpError",
+    "UnsupportedOpError",
+]

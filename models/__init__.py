@@ -25,14 +25,16 @@ class DigitsCNN(hn.Sequential):
 
     def __init__(self, target, *, rngs: nnx.Rngs, width: int = 16, classes: int = 10, learn_scale: bool = False):
         ls = {"learn_scale": learn_scale}
-        super().__init__({
-            "input": hn.Quantize(target=target),
-            "conv1": hn.Conv(1, width, 3, activation="relu", target=target, rngs=rngs, **ls),
-            "conv2": hn.Conv(width, 2 * width, 3, strides=2, activation="relu", target=target, rngs=rngs, **ls),
-            "pool": hn.MaxPool(2, target=target),
-            "flatten": hn.Flatten(target=target),
-            "logits": hn.Dense(2 * width * 4, classes, target=target, rngs=rngs, **ls),
-        })
+        super().__init__(
+            {
+                "input": hn.Quantize(target=target),
+                "conv1": hn.Conv(1, width, 3, activation="relu", target=target, rngs=rngs, **ls),
+                "conv2": hn.Conv(width, 2 * width, 3, strides=2, activation="relu", target=target, rngs=rngs, **ls),
+                "pool": hn.MaxPool(2, target=target),
+                "flatten": hn.Flatten(target=target),
+                "logits": hn.Dense(2 * width * 4, classes, target=target, rngs=rngs, **ls),
+            }
+        )
 
 
 class DigitsMLP(hn.Sequential):
@@ -40,13 +42,22 @@ class DigitsMLP(hn.Sequential):
 
     input_shape = (64,)
 
-    def __init__(self, target, *, rngs: nnx.Rngs, hidden: tuple[int, ...] = (64, 32), classes: int = 10,
-                 in_features: int = 64, learn_scale: bool = False):
+    def __init__(
+        self,
+        target,
+        *,
+        rngs: nnx.Rngs,
+        hidden: tuple[int, ...] = (64, 32),
+        classes: int = 10,
+        in_features: int = 64,
+        learn_scale: bool = False,
+    ):
         layers: dict = {"input": hn.Quantize(target=target)}
         n = in_features
         for i, h in enumerate(hidden):
-            layers[f"dense{i + 1}"] = hn.Dense(n, h, activation="relu", target=target, rngs=rngs,
-                                               learn_scale=learn_scale)
+            layers[f"dense{i + 1}"] = hn.Dense(
+                n, h, activation="relu", target=target, rngs=rngs, learn_scale=learn_scale
+            )
             n = h
         layers["logits"] = hn.Dense(n, classes, target=target, rngs=rngs, learn_scale=learn_scale)
         super().__init__(layers)
@@ -61,8 +72,17 @@ class LutMLP(hn.Sequential):
 
     input_shape = (64,)
 
-    def __init__(self, target, *, rngs: nnx.Rngs, fn: str = "tanh", hidden: tuple[int, ...] = (64, 32),
-                 classes: int = 10, in_features: int = 64, learn_scale: bool = False):
+    def __init__(
+        self,
+        target,
+        *,
+        rngs: nnx.Rngs,
+        fn: str = "tanh",
+        hidden: tuple[int, ...] = (64, 32),
+        classes: int = 10,
+        in_features: int = 64,
+        learn_scale: bool = False,
+    ):
         layers: dict = {"input": hn.Quantize(target=target)}
         n = in_features
         for i, h in enumerate(hidden):

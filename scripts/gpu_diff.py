@@ -21,17 +21,26 @@ os.environ.setdefault("HWJAX_TEST_FAST_COMPILE", "0")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 CPU = jax.devices("cpu")[0]
 try:
     ACC = jax.devices("gpu")[0]
 except RuntimeError:
     ACC = CPU  # a dry run of the script itself
-CALLS = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
-         "custom_vjp_call_jaxpr", "remat", "checkpoint")
+CALLS = (
+    "pjit",
+    "jit",
+    "closed_call",
+    "core_call",
+    "custom_jvp_call",
+    "custom_vjp_call",
+    "custom_vjp_call_jaxpr",
+    "remat",
+    "checkpoint",
+)
 GOLDEN = os.environ.get("HWJAX_GOLDEN", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "golden"))
 _reported: list[str] = []
 MAX_LINES = 30  # reports per case
@@ -80,7 +89,7 @@ def _descend(eqn, ins):
         return sub, ins
     if name == "while":
         nc, nb = p["cond_nconsts"], p["body_nconsts"]
-        return p["body_jaxpr"], ins[nc:nc + nb] + ins[nc + nb:]
+        return p["body_jaxpr"], ins[nc : nc + nb] + ins[nc + nb :]
     if name == "scan":
         n = p["num_consts"] + p["num_carry"]
         xs = [np.asarray(x)[-1 if p.get("reverse") else 0] for x in ins[n:]]
@@ -137,7 +146,7 @@ def walk(closed, args, path: str, depth: int = 0) -> int:
         try:
             cpu = _on(CPU, f, *ins)
             acc = _on(ACC, f, *ins)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             print(f"{'  ' * depth}{path}/{i}:{eqn.primitive.name}: could not replay ({type(e).__name__}: {e})"[:400])
             return found
         outs = cpu if eqn.primitive.multiple_results else [cpu]
@@ -147,8 +156,7 @@ def walk(closed, args, path: str, depth: int = 0) -> int:
         if n:
             found += 1
             avals = ", ".join(str(getattr(v, "aval", v)) for v in eqn.invars)
-            line = (f"{'  ' * depth}{path}/{i}:{eqn.primitive.name} differs in {n} outputs; "
-                    f"in ({avals}) {_short(eqn)}")
+            line = f"{'  ' * depth}{path}/{i}:{eqn.primitive.name} differs in {n} outputs; in ({avals}) {_short(eqn)}"
             print(line)
             print(f"{'  ' * depth}    {_example(ins, cpu, acc)}"[:600])
             sub = _descend(eqn, ins)
@@ -156,8 +164,10 @@ def walk(closed, args, path: str, depth: int = 0) -> int:
                 inner = walk(sub[0], sub[1], f"{path}/{i}:{eqn.primitive.name}", depth + 1)
                 if inner == 0:
                     prims = sorted({e.primitive.name for e in getattr(sub[0], "jaxpr", sub[0]).eqns})
-                    print(f"{'  ' * depth}    no single equation differs: fusion-level difference; "
-                          f"its primitives: {prims}")
+                    print(
+                        f"{'  ' * depth}    no single equation differs: fusion-level difference; "
+                        f"its primitives: {prims}"
+                    )
             _reported.append(eqn.primitive.name)
         for v, o in zip(eqn.outvars, outs):
             env[v] = o
@@ -183,12 +193,14 @@ def case(name: str, fn, *args) -> None:
             closed_acc = jax.make_jaxpr(fn)(*args)
         for j, (c1, c2) in enumerate(zip(closed.consts, closed_acc.consts)):
             if _differ(c1, c2):
-                print(f"trace-time constant {j} {np.shape(c1)} differs between the two traces: computed eagerly "
-                      "on the default device")
+                print(
+                    f"trace-time constant {j} {np.shape(c1)} differs between the two traces: computed eagerly "
+                    "on the default device"
+                )
         found = walk(closed, [np.asarray(a) for a in args], name)
         if not found:
             print("no equation differs on replay: the difference is in trace-time constants or fusion at top level")
-    except Exception:  # noqa: BLE001
+    except Exception:
         traceback.print_exc(limit=6)
 
 
@@ -215,28 +227,58 @@ def main() -> int:
     if os.path.exists(gp):
         g = np.load(gp)
         lo, ro = int(g["A__lhs_offset"]), int(g["A__rhs_offset"])
-        case("gemmlowp gemm accumulator A", lambda l, r: G.gemm(l, r, lhs_offset=lo, rhs_offset=ro),
-             g["A__lhs"], g["A__rhs"])
+        case(
+            "gemmlowp gemm accumulator A",
+            lambda l, r: G.gemm(l, r, lhs_offset=lo, rhs_offset=ro),
+            g["A__lhs"],
+            g["A__rhs"],
+        )
     lp = os.path.join(GOLDEN, "gemmlowp", "litert_int8_cases.npz")
     if os.path.exists(lp):
         d = np.load(lp)
         n = "fc_per_channel_relu6_b10_i29_o9"
-        kw = dict(input_scale=d[f"{n}__input_scale"], input_zero_point=d[f"{n}__input_zero_point"],
-                  filter_scales=d[f"{n}__filter_scales"], output_scale=d[f"{n}__output_scale"],
-                  output_zero_point=d[f"{n}__output_zero_point"], activation="relu6")
+        kw = dict(
+            input_scale=d[f"{n}__input_scale"],
+            input_zero_point=d[f"{n}__input_zero_point"],
+            filter_scales=d[f"{n}__filter_scales"],
+            output_scale=d[f"{n}__output_scale"],
+            output_zero_point=d[f"{n}__output_zero_point"],
+            activation="relu6",
+        )
         for rq in ("ruy", "float64"):
-            case(f"tflite fully_connected per-channel {rq}",
-                 lambda x, w, b, rq=rq: T.fully_connected(x, w, b, requant=rq, **kw),
-                 d[f"{n}__input"], d[f"{n}__filter"], d[f"{n}__bias"])
+            case(
+                f"tflite fully_connected per-channel {rq}",
+                lambda x, w, b, rq=rq: T.fully_connected(x, w, b, requant=rq, **kw),
+                d[f"{n}__input"],
+                d[f"{n}__filter"],
+                d[f"{n}__bias"],
+            )
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (2, 5, 6, 3)).astype(np.int8)
     k = rng.integers(-128, 128, (4, 3, 2, 3)).astype(np.int8)
-    case("nvdla conv2d_int8 stride (2,1), explicit padding",
-         lambda x, k: nv.conv2d_int8(x, k, stride=(2, 1), padding=((1, 0), (1, 1)), pad_value=0, relu=False,
-                                     cacc_truncate=0, bias16=np.zeros(4, np.int32), bias_shift=0,
-                                     mul16=np.ones(4, np.int32), mul_shift=0, out_offset=0, out_scale=1,
-                                     out_shift=0)[1], x, k)
+    case(
+        "nvdla conv2d_int8 stride (2,1), explicit padding",
+        lambda x, k: nv.conv2d_int8(
+            x,
+            k,
+            stride=(2, 1),
+            padding=((1, 0), (1, 1)),
+            pad_value=0,
+            relu=False,
+            cacc_truncate=0,
+            bias16=np.zeros(4, np.int32),
+            bias_shift=0,
+            mul16=np.ones(4, np.int32),
+            mul_shift=0,
+            out_offset=0,
+            out_scale=1,
+            out_shift=0,
+        )[1],
+        x,
+        k,
+    )
     from hwjax.nvdla import winograd_transform
+
     g = rng.uniform(-3000, 3000, (1, 2, 3, 3)).astype(np.float16)
     case("nvdla winograd_transform fp16", winograd_transform, g)
     data = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "tflm")
@@ -246,12 +288,17 @@ def main() -> int:
         case(f"tflm model {m}", lambda x, model=model: model.run(x, runtime="tflm"), z["x"])
     # XLA's own integer dots, and int_dot's integer route (which widens 8-bit operands on GPU)
     from hwjax import core
+
     a = rng.integers(-128, 128, (11, 45)).astype(np.int8)
     b = rng.integers(-128, 128, (45, 13)).astype(np.int8)
     dims = (((1,), (0,)), ((), ()))
     for dt in (np.int8, np.int16, np.int32):
-        case(f"XLA dot_general {np.dtype(dt).name} -> int32",
-             lambda a, b: jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.int32), a.astype(dt), b.astype(dt))
+        case(
+            f"XLA dot_general {np.dtype(dt).name} -> int32",
+            lambda a, b: jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.int32),
+            a.astype(dt),
+            b.astype(dt),
+        )
     for route in ("int", "float"):
         case(f"core.int_dot route={route}", lambda a, b, r=route: core.int_dot(a, b, dims, route=r), a, b)
         case(f"core.mac route={route}", lambda a, b, r=route: core.mac(np.int32(0), a, b.T, route=r), a, b)

@@ -42,7 +42,7 @@ def images(n: int, rng: np.random.Generator):
     for i, k in enumerate(y):
         if k < 9:
             r0, c0 = (k // 3) * 5 + rng.integers(0, 2), (k % 3) * 5 + rng.integers(0, 2)
-            x[i, r0:r0 + 4, c0:c0 + 4, :] += 1.5 * tints[k % 4]
+            x[i, r0 : r0 + 4, c0 : c0 + 4, :] += 1.5 * tints[k % 4]
     return x, y
 
 
@@ -69,18 +69,18 @@ def _mobilenet_v2_tiny(keras):
 
     def inverted_residual(x, out_ch, expand, stride):
         in_ch = x.shape[-1]
-        h = conv_bn(x, in_ch * expand)                                   # 1x1 expand
+        h = conv_bn(x, in_ch * expand)  # 1x1 expand
         if stride == 2:  # explicit symmetric zero padding, VALID depthwise (not SAME's: stays a PAD op)
             h = L.ZeroPadding2D(1)(h)
         h = L.DepthwiseConv2D(3, strides=stride, padding="same" if stride == 1 else "valid", use_bias=False)(h)
-        h = L.ReLU(6.0)(L.BatchNormalization(momentum=0.9)(h))          # depthwise 3x3
-        h = conv_bn(h, out_ch, relu6=False)                              # 1x1 linear project
+        h = L.ReLU(6.0)(L.BatchNormalization(momentum=0.9)(h))  # depthwise 3x3
+        h = conv_bn(h, out_ch, relu6=False)  # 1x1 linear project
         return L.Add()([x, h]) if stride == 1 and in_ch == out_ch else h
 
     x = inp = keras.Input(IMG)
-    x = conv_bn(x, 8, 3, 2)                                              # stem: 8x8x8
+    x = conv_bn(x, 8, 3, 2)  # stem: 8x8x8
     x = inverted_residual(x, 8, 3, 1)
-    x = inverted_residual(x, 16, 3, 2)                                   # 4x4x16
+    x = inverted_residual(x, 16, 3, 2)  # 4x4x16
     x = inverted_residual(x, 16, 3, 1)
     x = conv_bn(x, 32)
     x = L.GlobalAveragePooling2D()(x)
@@ -91,13 +91,13 @@ def _cnn_branches(keras):
     L = keras.layers
     x = inp = keras.Input(IMG)
     x = L.Conv2D(8, 3, padding="same", activation="tanh")(x)
-    a = L.MaxPooling2D(2)(x)                                             # 8x8x8
+    a = L.MaxPooling2D(2)(x)  # 8x8x8
     a = L.Conv2D(6, 3, padding="same", activation="relu")(a)
-    b = L.AveragePooling2D(2)(x)                                         # 8x8x8
+    b = L.AveragePooling2D(2)(x)  # 8x8x8
     b = L.Conv2D(6, 1, activation="sigmoid")(b)
-    x = L.Concatenate()([a, L.Multiply()([a, b])])                       # 8x8x12: a and a gated by b
+    x = L.Concatenate()([a, L.Multiply()([a, b])])  # 8x8x12: a and a gated by b
     x = L.Conv2D(8, 3, strides=2, padding="valid", activation="tanh")(x)  # 3x3x8
-    x = L.AveragePooling2D(2, strides=1, padding="valid")(x)             # 2x2x8
+    x = L.AveragePooling2D(2, strides=1, padding="valid")(x)  # 2x2x8
     x = L.Flatten()(x)
     return keras.Model(inp, L.Dense(CLASSES)(x)), "sparse_categorical_crossentropy_logits"
 
@@ -137,7 +137,7 @@ def build():
 
         def representative():
             for i in range(N_REP):
-                yield [rep[i:i + 1]]
+                yield [rep[i : i + 1]]
 
         conv = tf.lite.TFLiteConverter.from_keras_model(model)
         conv.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -147,8 +147,10 @@ def build():
         conv.inference_output_type = tf.int8
         data = conv.convert()
         (OUT / f"{name}.tflite").write_bytes(data)
-        print(f"{name}: loss {hist.history['loss'][0]:.3f} -> {hist.history['loss'][-1]:.3f}, "
-              f"{len(data)} bytes, TF {tf.__version__}")
+        print(
+            f"{name}: loss {hist.history['loss'][0]:.3f} -> {hist.history['loss'][-1]:.3f}, "
+            f"{len(data)} bytes, TF {tf.__version__}"
+        )
 
 
 # --------------------------------------------------------------------- LiteRT outputs (main venv)
@@ -171,8 +173,10 @@ def outputs():
         assert x.shape[0] == N_INPUTS and tuple(d["shape"][1:]) == x.shape[1:]
         ys = {rt: run_litert(data, x, rt) for rt in ("reference", "optimized", "xnnpack")}
         np.savez_compressed(OUT / f"{name}.npz", x=x, **ys)
-        diff = {f"{a}/{b}": int((ys[a] != ys[b]).sum()) for a, b in
-                (("reference", "optimized"), ("reference", "xnnpack"), ("optimized", "xnnpack"))}
+        diff = {
+            f"{a}/{b}": int((ys[a] != ys[b]).sum())
+            for a, b in (("reference", "optimized"), ("reference", "xnnpack"), ("optimized", "xnnpack"))
+        }
         print(f"{name}: x {x.shape}, y {ys['reference'].shape} {ys['reference'].dtype}, differing outputs {diff}")
 
 

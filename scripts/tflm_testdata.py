@@ -59,6 +59,7 @@ def _models():
             b = T.act_tensor(mb, rng, shape, s_out, z_out)
             mb.op(op, [a], [b], options)
             return mb.finish([a], [b]), shape
+
         return make
 
     def same_quant_unary(op, shape=(64,), s=None):
@@ -69,6 +70,7 @@ def _models():
             b = T.act_tensor(mb, rng, shape, sc, zp)
             mb.op(op, [a], [b])
             return mb.finish([a], [b]), shape
+
         return make
 
     def dequantize(rng):
@@ -114,6 +116,7 @@ def _models():
             y = T.act_tensor(mb, rng, shape, np.float32(s_o * 10 ** rng.uniform(1.0, 2.2)))
             mb.op("MUL", [x, other], [y], ("MulOptions", {"fusedActivationFunction": T.ACTIVATION_CODES[act]}))
             return mb.finish([x], [y]), shape
+
         return make
 
     def add(act=None):
@@ -125,14 +128,18 @@ def _models():
             s, zp = T.random_scale(rng, -2, -0.5), int(rng.integers(-40, 40))
             x = T.act_tensor(mb, rng, shape, s, zp)
             a = mb.tensor((len(axes),), "int32", data=np.array(axes, np.int32))
-            out = [1 if i + 1 in axes else d for i, d in enumerate(shape)] if keep else \
-                [d for i, d in enumerate(shape) if i + 1 not in axes]
+            out = (
+                [1 if i + 1 in axes else d for i, d in enumerate(shape)]
+                if keep
+                else [d for i, d in enumerate(shape) if i + 1 not in axes]
+            )
             if same_quant:
                 y = T.act_tensor(mb, rng, tuple(out), s, zp)
             else:
                 y = T.act_tensor(mb, rng, tuple(out), np.float32(s * 10 ** rng.uniform(-0.7, 0.3)))
             mb.op("MEAN", [x, a], [y], ("ReducerOptions", {"keepDims": keep}))
             return mb.finish([x], [y]), shape
+
         return make
 
     def pad(v2=False):
@@ -149,6 +156,7 @@ def _models():
             else:
                 mb.op("PAD", [x, p], [y], ("PadOptions", {}), 2)
             return mb.finish([x], [y]), shape
+
         return make
 
     def concat(rng):
@@ -198,35 +206,40 @@ def _models():
         return unary(op, (256,), np.float32(s_in), z_in, np.float32(s_out), z_out)
 
     def softmax(shape, s_in, z_in, beta):
-        return unary("SOFTMAX", shape, np.float32(s_in), z_in, np.float32(1 / 256), -128,
-                     ("SoftmaxOptions", {"beta": beta}))
+        return unary(
+            "SOFTMAX", shape, np.float32(s_in), z_in, np.float32(1 / 256), -128, ("SoftmaxOptions", {"beta": beta})
+        )
 
     return {
         # linear ops
         "fc_per_tensor": lin("FULLY_CONNECTED", in_shape=(37,), out_ch=11, per_channel=False),
-        "fc_per_tensor_relu6": lin("FULLY_CONNECTED", in_shape=(29,), out_ch=9, per_channel=False,
-                                   activation="relu6"),
+        "fc_per_tensor_relu6": lin("FULLY_CONNECTED", in_shape=(29,), out_ch=9, per_channel=False, activation="relu6"),
         "fc_per_channel": lin("FULLY_CONNECTED", in_shape=(24,), out_ch=7),
-        "fc_relu_nobias": lin("FULLY_CONNECTED", in_shape=(16,), out_ch=5, activation="relu", bias=False,
-                              per_channel=False),
+        "fc_relu_nobias": lin(
+            "FULLY_CONNECTED", in_shape=(16,), out_ch=5, activation="relu", bias=False, per_channel=False
+        ),
         "conv_same_s2_relu": lin("CONV_2D", in_shape=(9, 8, 3), out_ch=5, stride=(2, 2), activation="relu"),
-        "conv_valid_per_tensor": lin("CONV_2D", in_shape=(7, 6, 4), out_ch=3, k=(3, 2), padding="VALID",
-                                     per_channel=False),
-        "conv_same_k5_s12_n1to1": lin("CONV_2D", in_shape=(8, 9, 2), out_ch=7, k=(5, 5), stride=(1, 2),
-                                      activation="relu_n1_to_1"),
+        "conv_valid_per_tensor": lin(
+            "CONV_2D", in_shape=(7, 6, 4), out_ch=3, k=(3, 2), padding="VALID", per_channel=False
+        ),
+        "conv_same_k5_s12_n1to1": lin(
+            "CONV_2D", in_shape=(8, 9, 2), out_ch=7, k=(5, 5), stride=(1, 2), activation="relu_n1_to_1"
+        ),
         "conv_1x1_relu6": lin("CONV_2D", in_shape=(5, 5, 9), out_ch=6, k=(1, 1), activation="relu6"),
         "dw_same_s21": lin("DEPTHWISE_CONV_2D", in_shape=(8, 7, 5), stride=(2, 1)),
-        "dw_valid_relu6_per_tensor": lin("DEPTHWISE_CONV_2D", in_shape=(6, 6, 3), k=(2, 3), padding="VALID",
-                                         per_channel=False, activation="relu6"),
+        "dw_valid_relu6_per_tensor": lin(
+            "DEPTHWISE_CONV_2D", in_shape=(6, 6, 3), k=(2, 3), padding="VALID", per_channel=False, activation="relu6"
+        ),
         "dw_same_s2_relu_odd": lin("DEPTHWISE_CONV_2D", in_shape=(7, 7, 7), stride=(2, 2), activation="relu"),
-        "dw_valid_n1to1": lin("DEPTHWISE_CONV_2D", in_shape=(6, 5, 4), padding="VALID",
-                              activation="relu_n1_to_1"),
+        "dw_valid_n1to1": lin("DEPTHWISE_CONV_2D", in_shape=(6, 5, 4), padding="VALID", activation="relu_n1_to_1"),
         # pools
         "avgpool_same_s2": pool("AVERAGE_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2), padding="SAME"),
-        "avgpool_valid_relu": pool("AVERAGE_POOL_2D", in_shape=(6, 5, 3), window=(2, 2), stride=(2, 1),
-                                   padding="VALID", activation="relu"),
-        "maxpool_same_relu6": pool("MAX_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2), padding="SAME",
-                                   activation="relu6"),
+        "avgpool_valid_relu": pool(
+            "AVERAGE_POOL_2D", in_shape=(6, 5, 3), window=(2, 2), stride=(2, 1), padding="VALID", activation="relu"
+        ),
+        "maxpool_same_relu6": pool(
+            "MAX_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2), padding="SAME", activation="relu6"
+        ),
         "maxpool_valid": pool("MAX_POOL_2D", in_shape=(8, 6, 4), window=(2, 2), stride=(2, 2), padding="VALID"),
         # element-wise
         "add": add(),
@@ -358,7 +371,7 @@ def attach(work: str) -> None:
 
 
 def _models_in(work: str) -> list[str]:
-    return sorted(f[:-len(".x.npy")] for f in os.listdir(work) if f.endswith(".x.npy"))
+    return sorted(f[: -len(".x.npy")] for f in os.listdir(work) if f.endswith(".x.npy"))
 
 
 # ------------------------------------------------------ stage 4: host interpreter (xmos venv)
@@ -387,7 +400,7 @@ def run_one(work: str, name: str) -> None:
     x = np.load(os.path.join(work, f"{name}.x.npy"))
     try:
         y = _run_host(os.path.join(OUT, f"{name}.tflite"), x)
-    except Exception as e:  # noqa: BLE001 - the interpreter's refusal is the datum
+    except Exception as e:
         with open(os.path.join(OUT, f"{name}.refused.txt"), "w") as f:
             f.write(f"{type(e).__name__}: {e}\n")
         print(f"{name}: refused ({type(e).__name__}: {e})")
@@ -424,7 +437,10 @@ if __name__ == "__main__":
     elif len(sys.argv) == 4 and sys.argv[1] == "run":
         run_one(sys.argv[2], sys.argv[3])
     elif len(sys.argv) <= 2:
-        main(sys.argv[1] if len(sys.argv) == 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                                                 ".venv-xmos", "bin", "python"))
+        main(
+            sys.argv[1]
+            if len(sys.argv) == 2
+            else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".venv-xmos", "bin", "python")
+        )
     else:
         sys.exit("usage: tflm_testdata.py [XMOS_PYTHON]  (see the module docstring)")

@@ -36,7 +36,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import xformer_testdata as xt  # noqa: E402
+import xformer_testdata as xt
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "xformer_act")
 ACTS = {"none": 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
@@ -55,9 +55,22 @@ def _model(op: str, act: str, zp: int):
         if op == "avgpool":
             x = mb.tensor((1, 4, 4, 4), "int8", s_out, zp)  # xformer: the same quantisation in and out
             y = mb.tensor((1, 2, 2, 4), "int8", s_out, zp)
-            mb.op("AVERAGE_POOL_2D", [x], [y], ("Pool2DOptions", {
-                "padding": 1, "strideH": 2, "strideW": 2, "filterHeight": 2, "filterWidth": 2,
-                "fusedActivationFunction": fa}))
+            mb.op(
+                "AVERAGE_POOL_2D",
+                [x],
+                [y],
+                (
+                    "Pool2DOptions",
+                    {
+                        "padding": 1,
+                        "strideH": 2,
+                        "strideW": 2,
+                        "filterHeight": 2,
+                        "filterWidth": 2,
+                        "fusedActivationFunction": fa,
+                    },
+                ),
+            )
             return mb.finish([x], [y]), (4, 4, 4)
         s_in = np.float32(0.05)
         if op == "dense":
@@ -70,19 +83,29 @@ def _model(op: str, act: str, zp: int):
             s_w = rng.uniform(0.006, 0.01, 4).astype(np.float32)
         x = mb.tensor((1, *in_shape), "int8", s_in, -5)
         w = mb.tensor(w_shape, "int8", s_w, np.zeros(s_w.shape), rng.integers(-127, 128, w_shape), axis=axis)
-        b = mb.tensor((n,), "int32", (s_in * s_w).astype(np.float32), np.zeros(s_w.shape),
-                      rng.integers(-3000, 3000, n))
+        b = mb.tensor((n,), "int32", (s_in * s_w).astype(np.float32), np.zeros(s_w.shape), rng.integers(-3000, 3000, n))
         if op == "dense":
             y = mb.tensor((1, n), "int8", s_out, zp)
             mb.op("FULLY_CONNECTED", [x, w, b], [y], ("FullyConnectedOptions", {"fusedActivationFunction": fa}), 1)
         else:
             y = mb.tensor((1, 2, 2, n), "int8", s_out, zp)
-            f = {"padding": 1, "strideH": 1, "strideW": 1, "fusedActivationFunction": fa,
-                 "dilationHFactor": 1, "dilationWFactor": 1}
+            f = {
+                "padding": 1,
+                "strideH": 1,
+                "strideW": 1,
+                "fusedActivationFunction": fa,
+                "dilationHFactor": 1,
+                "dilationWFactor": 1,
+            }
             if op == "depthwise":
                 f["depthMultiplier"] = 1
-            mb.op("CONV_2D" if op == "conv" else "DEPTHWISE_CONV_2D", [x, w, b], [y],
-                  ("Conv2DOptions" if op == "conv" else "DepthwiseConv2DOptions", f), 3)
+            mb.op(
+                "CONV_2D" if op == "conv" else "DEPTHWISE_CONV_2D",
+                [x, w, b],
+                [y],
+                ("Conv2DOptions" if op == "conv" else "DepthwiseConv2DOptions", f),
+                3,
+            )
         return mb.finish([x], [y]), in_shape
 
     return make
@@ -139,7 +162,10 @@ if __name__ == "__main__":
         _use_our_data()
         {"convert": xt.convert, "run": xt.run}[sys.argv[1]](sys.argv[2])
     elif len(sys.argv) <= 2:
-        main(sys.argv[1] if len(sys.argv) == 2 else os.path.join(os.path.dirname(OUT), "..", "..", ".venv-xmos",
-                                                                 "bin", "python"))
+        main(
+            sys.argv[1]
+            if len(sys.argv) == 2
+            else os.path.join(os.path.dirname(OUT), "..", "..", ".venv-xmos", "bin", "python")
+        )
     else:
         sys.exit("usage: xformer_act_testdata.py [XMOS_PYTHON]  (see the module docstring)")

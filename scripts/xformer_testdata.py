@@ -42,8 +42,9 @@ def _models():
     from hwjax.tflite import testing as T
 
     def conv(in_shape, out_ch, k, stride, padding, act=None):
-        return lambda rng: T.linear_model(rng, "CONV_2D", in_shape=in_shape, out_ch=out_ch, k=k, stride=stride,
-                                          padding=padding, activation=act)
+        return lambda rng: T.linear_model(
+            rng, "CONV_2D", in_shape=in_shape, out_ch=out_ch, k=k, stride=stride, padding=padding, activation=act
+        )
 
     def mean(rng):
         mb = T.ModelBuilder()
@@ -98,15 +99,27 @@ def _models():
         "conv_16_17_s2": (3, conv((9, 9, 16), 17, (3, 3), (2, 2), "SAME", "relu6")),
         "conv_1x1": (4, conv((5, 5, 32), 16, (1, 1), (1, 1), "VALID")),
         "conv_direct": (5, conv((6, 6, 32), 16, (3, 3), (1, 1), "VALID")),
-        "depthwise": (6, lambda rng: T.linear_model(rng, "DEPTHWISE_CONV_2D", in_shape=(8, 8, 16), k=(3, 3),
-                                                    stride=(1, 1), padding="SAME")),
-        "depthwise_valid_s2": (7, lambda rng: T.linear_model(rng, "DEPTHWISE_CONV_2D", in_shape=(9, 9, 8),
-                                                             k=(3, 3), stride=(2, 2), padding="VALID")),
+        "depthwise": (
+            6,
+            lambda rng: T.linear_model(
+                rng, "DEPTHWISE_CONV_2D", in_shape=(8, 8, 16), k=(3, 3), stride=(1, 1), padding="SAME"
+            ),
+        ),
+        "depthwise_valid_s2": (
+            7,
+            lambda rng: T.linear_model(
+                rng, "DEPTHWISE_CONV_2D", in_shape=(9, 9, 8), k=(3, 3), stride=(2, 2), padding="VALID"
+            ),
+        ),
         "fully_connected": (8, lambda rng: T.linear_model(rng, "FULLY_CONNECTED", in_shape=(20,), out_ch=10)),
         "mean": (9, mean),
         "pad": (10, pad),
-        "maxpool": (11, lambda rng: T.pool_model(rng, "MAX_POOL_2D", in_shape=(8, 8, 8), window=(2, 2),
-                                                 stride=(2, 2), padding="VALID")),
+        "maxpool": (
+            11,
+            lambda rng: T.pool_model(
+                rng, "MAX_POOL_2D", in_shape=(8, 8, 8), window=(2, 2), stride=(2, 2), padding="VALID"
+            ),
+        ),
         "add": (12, lambda rng: T.add_model(rng, shape=(4, 4, 8))),
         "reshape": (13, reshape),
         "chain": (14, lambda rng: T.chain_model(rng, in_shape=(9, 8, 3), quantize=False)),
@@ -205,7 +218,7 @@ def run(work: str) -> None:
 
 
 def _names() -> list[str]:
-    return sorted(f[:-len(".tflite")] for f in os.listdir(OUT) if f.endswith(".tflite") and ".xc." not in f)
+    return sorted(f[: -len(".tflite")] for f in os.listdir(OUT) if f.endswith(".tflite") and ".xc." not in f)
 
 
 def main(xmos_python: str) -> None:
@@ -224,7 +237,10 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] in ("convert", "run"):
         {"convert": convert, "run": run}[sys.argv[1]](sys.argv[2])
     elif len(sys.argv) <= 2:
-        main(sys.argv[1] if len(sys.argv) == 2 else os.path.join(os.path.dirname(OUT), "..", "..", ".venv-xmos",
-                                                                 "bin", "python"))
+        main(
+            sys.argv[1]
+            if len(sys.argv) == 2
+            else os.path.join(os.path.dirname(OUT), "..", "..", ".venv-xmos", "bin", "python")
+        )
     else:
         sys.exit("usage: xformer_testdata.py [XMOS_PYTHON]  (see the module docstring)")

@@ -96,13 +96,15 @@ if FAST_COMPILE and os.environ.get("HWJAX_TEST_SHARED_MLIR_CONTEXT", "1") != "0"
     _share_one_mlir_context()
 
 
-settings.register_profile("ci", max_examples=25, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("thorough", max_examples=1000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-GOLDEN_ROOT = Path(os.environ.get("HWJAX_GOLDEN", Path(__file__).resolve().parents[1] / ".." / "shared" / "golden")).resolve()
+GOLDEN_ROOT = Path(
+    os.environ.get("HWJAX_GOLDEN", Path(__file__).resolve().parents[1] / ".." / "shared" / "golden")
+).resolve()
 
 
 def golden_path(*parts: str) -> Path:
@@ -130,8 +132,11 @@ _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 #: the three stages of making a program, as jax.monitoring reports them (a trace nested in
 #: another's is reported too, so trace seconds may count twice)
-_STAGES = {"/jax/core/compile/jaxpr_trace_duration": 0, "/jax/core/compile/jaxpr_to_mlir_module_duration": 1,
-           _COMPILE_EVENT: 2}
+_STAGES = {
+    "/jax/core/compile/jaxpr_trace_duration": 0,
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": 1,
+    _COMPILE_EVENT: 2,
+}
 _stats = {"file": None, "test": None}
 _per_file = collections.defaultdict(lambda: [0, 0.0, 0, 0.0, 0.0, 0.0])  # compiles, secs, hits, wall, trace, lower
 _per_test = collections.Counter()
@@ -139,9 +144,13 @@ _per_name = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # function name
 
 
 def pytest_addoption(parser):
-    parser.addoption("--compile-stats", action="store_true", default=False,
-                     help="report XLA compilations (and trace/lowering time) per test file and the top tests "
-                          "and functions (use with -n 0: the workers' numbers are not collected)")
+    parser.addoption(
+        "--compile-stats",
+        action="store_true",
+        default=False,
+        help="report XLA compilations (and trace/lowering time) per test file and the top tests "
+        "and functions (use with -n 0: the workers' numbers are not collected)",
+    )
 
 
 def _on_duration(event, secs, **kw):
@@ -209,12 +218,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tot = [0] * 6
     for f, rec in sorted(_per_file.items(), key=lambda kv: -kv[1][3]):
         n, s, hits, wall, tr_s, lo_s = rec
-        tr.write_line(f"{f:40s} requests={n:5d} cache_hits={hits:5d} trace_s={tr_s:6.1f} lower_s={lo_s:6.1f} "
-                      f"compile_s={s:6.1f} wall_s={wall:6.1f}")
+        tr.write_line(
+            f"{f:40s} requests={n:5d} cache_hits={hits:5d} trace_s={tr_s:6.1f} lower_s={lo_s:6.1f} "
+            f"compile_s={s:6.1f} wall_s={wall:6.1f}"
+        )
         tot = [a + b for a, b in zip(tot, rec)]
     n, s, hits, wall, tr_s, lo_s = tot
-    tr.write_line(f"{'total':40s} requests={n:5d} cache_hits={hits:5d} trace_s={tr_s:6.1f} lower_s={lo_s:6.1f} "
-                  f"compile_s={s:6.1f} wall_s={wall:6.1f}")
+    tr.write_line(
+        f"{'total':40s} requests={n:5d} cache_hits={hits:5d} trace_s={tr_s:6.1f} lower_s={lo_s:6.1f} "
+        f"compile_s={s:6.1f} wall_s={wall:6.1f}"
+    )
     tr.section("tests with the most compilations")
     for nodeid, n in _per_test.most_common(25):
         tr.write_line(f"{n:5d}  {nodeid}")
@@ -231,16 +244,49 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # Files not listed (new or light ones) come last, in collection order. Only the order
 # changes: every test still runs.
 _FILE_SECONDS = {
-    "test_nn": 44, "test_gemmlowp_target": 40, "test_core_mac": 39, "test_nn_tflite_layers": 39, "test_graph": 38,
-    "test_train": 36, "test_xs3_grad": 34, "test_tflite_keras_mcu": 33, "test_nvdla_lut": 32, "test_nvdla_formats": 24,
-    "test_export": 23, "test_evaluate": 23, "test_tflite_models": 22, "test_xs3_legacy": 22,
-    "test_tflite_xformer_act": 21, "test_tflite_save_xcore": 21, "test_xs3_current": 18, "test_tflite_xnnpack": 16,
-    "test_tflite_tflm": 16, "test_bad_input_kernels": 16, "test_tflite_nonlinear": 15, "test_nvdla_cvt": 15,
-    "test_xs3_vpu": 14, "test_bad_input_nvdla": 14, "test_tflite_keras": 13, "test_gemmlowp_lt8": 13,
-    "test_bad_input_xs3": 13, "test_nvdla_layers": 12, "test_nvdla_program": 12, "test_checked": 12,
-    "test_tflite_xcore": 10, "test_tflite_tensor_ops": 9, "test_core_ops": 9, "test_tflite_cli": 9, "test_gemmlowp": 8,
-    "test_tflite_save": 8, "test_tflite_dilation": 7, "test_tflite_arith": 6, "test_tflite_float_io": 5,
-    "test_core_dot": 4, "test_bad_input": 3, "test_tflite_save_ops": 3, "test_core_geometry": 3,
+    "test_nn": 44,
+    "test_gemmlowp_target": 40,
+    "test_core_mac": 39,
+    "test_nn_tflite_layers": 39,
+    "test_graph": 38,
+    "test_train": 36,
+    "test_xs3_grad": 34,
+    "test_tflite_keras_mcu": 33,
+    "test_nvdla_lut": 32,
+    "test_nvdla_formats": 24,
+    "test_export": 23,
+    "test_evaluate": 23,
+    "test_tflite_models": 22,
+    "test_xs3_legacy": 22,
+    "test_tflite_xformer_act": 21,
+    "test_tflite_save_xcore": 21,
+    "test_xs3_current": 18,
+    "test_tflite_xnnpack": 16,
+    "test_tflite_tflm": 16,
+    "test_bad_input_kernels": 16,
+    "test_tflite_nonlinear": 15,
+    "test_nvdla_cvt": 15,
+    "test_xs3_vpu": 14,
+    "test_bad_input_nvdla": 14,
+    "test_tflite_keras": 13,
+    "test_gemmlowp_lt8": 13,
+    "test_bad_input_xs3": 13,
+    "test_nvdla_layers": 12,
+    "test_nvdla_program": 12,
+    "test_checked": 12,
+    "test_tflite_xcore": 10,
+    "test_tflite_tensor_ops": 9,
+    "test_core_ops": 9,
+    "test_tflite_cli": 9,
+    "test_gemmlowp": 8,
+    "test_tflite_save": 8,
+    "test_tflite_dilation": 7,
+    "test_tflite_arith": 6,
+    "test_tflite_float_io": 5,
+    "test_core_dot": 4,
+    "test_bad_input": 3,
+    "test_tflite_save_ops": 3,
+    "test_core_geometry": 3,
 }
 
 
@@ -248,5 +294,4 @@ def pytest_collection_modifyitems(session, config, items):
     first = {}
     for i, item in enumerate(items):
         first.setdefault(item.location[0], i)
-    items.sort(key=lambda it: (-_FILE_SECONDS.get(os.path.basename(it.location[0])[:-3], 0),
-                               first[it.location[0]]))
+    items.sort(key=lambda it: (-_FILE_SECONDS.get(os.path.basename(it.location[0])[:-3], 0), first[it.location[0]]))

@@ -71,8 +71,19 @@ CASES = [
     (lambda: T.lut_table("tanh", s_in=0.0, z_in=0, s_out=0.1, z_out=0), RangeError, "s_in"),
     (lambda: T.lut_table("tanh", s_in=0.1, z_in=300, s_out=0.1, z_out=0), RangeError, "z_in"),
     (lambda: T.lut_table("tanh", s_in=0.1, z_in=0, s_out=np.nan, z_out=0), RangeError, "s_out"),
-    (lambda: T.xs3_bso(np.ones((4, 3), np.int8), np.ones(4, np.int32), s_in=0.0, z_in=0,
-                       s_w=np.full(4, 0.01, F), s_out=0.1, z_out=0), RangeError, "s_in"),
+    (
+        lambda: T.xs3_bso(
+            np.ones((4, 3), np.int8),
+            np.ones(4, np.int32),
+            s_in=0.0,
+            z_in=0,
+            s_w=np.full(4, 0.01, F),
+            s_out=0.1,
+            z_out=0,
+        ),
+        RangeError,
+        "s_in",
+    ),
     (lambda: T.xs3_add_params(s1=0.0, z1=0, s2=0.1, z2=0, s_out=0.1, z_out=0), RangeError, "s1"),
     (lambda: T.xs3_add_params(s1=0.1, z1=0, s2=0.1, z2=999, s_out=0.1, z_out=0), RangeError, "z2"),
     (lambda: T.check_xformer_lowering("g"), ArgTypeError, "graph"),
@@ -98,6 +109,7 @@ CASES = [
 
 def _tflite():
     import hwjax.tflite
+
     return hwjax.tflite
 
 
@@ -118,8 +130,10 @@ def test_valid_alternative_forms_give_the_canonical_result():
     got = hn.act_qparams([-1.0, 2.0])
     assert [float(v) for v in got] == [float(v) for v in want]
     np.testing.assert_array_equal(np.asarray(hn.as_float([1.0, 2.0])), [1.0, 2.0])
-    np.testing.assert_array_equal(np.asarray(hn.weight_scales(np.ones((2, 3), F) * 127, 0)),
-                                  np.asarray(hn.weight_scales(np.ones((2, 3), F) * 127, (0,))))
+    np.testing.assert_array_equal(
+        np.asarray(hn.weight_scales(np.ones((2, 3), F) * 127, 0)),
+        np.asarray(hn.weight_scales(np.ones((2, 3), F) * 127, (0,))),
+    )
     # an empty range (an uncalibrated layer) is allowed: scale 1
     assert float(hn.act_qparams(np.array([np.inf, -np.inf], F))[0]) == 1.0
     # an unknown op kind is also a KeyError, as registry lookups are

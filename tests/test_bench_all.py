@@ -39,8 +39,12 @@ def test_unknown_bench_is_refused_naming_the_option(capsys):
 @pytest.mark.slow
 def test_every_bench_runs_in_its_quick_form(tmp_path):
     out = tmp_path / "BENCH.md"
-    r = subprocess.run([sys.executable, "-m", "hwjax.bench", "all", "--quick", "--markdown", "--out", str(out)],
-                       capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(
+        [sys.executable, "-m", "hwjax.bench", "all", "--quick", "--markdown", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     page = out.read_text()
     assert all(f"## {name}" in page for name in A.ABOUT) and "**Failed" not in page

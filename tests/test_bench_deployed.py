@@ -5,8 +5,8 @@ import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-from hwjax.bench import BENCHES  # noqa: E402
-from hwjax.bench import _deployed as D  # noqa: E402
+from hwjax.bench import BENCHES
+from hwjax.bench import _deployed as D
 
 
 def test_registered():

@@ -84,7 +84,7 @@ def test_float_operands_must_hold_integers():
 def test_in_range_results_identical():
     x = jnp.asarray(np.random.default_rng(0).integers(-128, 128, (3, 40)), jnp.int8)
     w = jnp.asarray(np.random.default_rng(1).integers(-128, 128, (5, 40)), jnp.int8)
-    xv = jnp.asarray(np.random.default_rng(2).integers(-2**31, 2**31, (3, 8), dtype=np.int64), jnp.int32)
+    xv = jnp.asarray(np.random.default_rng(2).integers(-(2**31), 2**31, (3, 8), dtype=np.int64), jnp.int32)
     cases = [
         (jax.jit(_shift), (xv, jnp.int32(3))),
         (jax.vmap(_shift), (xv, jnp.array([0, 5, 31]))),

@@ -30,8 +30,9 @@ _int_dot_jit = jax.jit(core.int_dot, static_argnums=2, static_argnames="route")
 
 
 @pytest.mark.parametrize("route", ["int", "float", "auto"])
-@pytest.mark.parametrize("dts", [(np.int8, np.int8), (np.uint8, np.int8), (np.int16, np.int8),
-                                 (np.int16, np.int16), (np.int32, np.int8)])
+@pytest.mark.parametrize(
+    "dts", [(np.int8, np.int8), (np.uint8, np.int8), (np.int16, np.int8), (np.int16, np.int16), (np.int32, np.int8)]
+)
 @settings(max_examples=8)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_int_dot_equals_the_integer_model(route, dts, seed):
@@ -94,8 +95,9 @@ def _fp16_models(x):
     bits = rne.view(np.uint16).copy()
     too_far = np.isfinite(x) & (np.abs(rne.astype(np.float32)) > np.abs(x))
     bits[too_far] -= 1
-    bits[np.isfinite(x) & (np.abs(x) >= 65504)] = (np.signbit(x[np.isfinite(x) & (np.abs(x) >= 65504)])
-                                                   .astype(np.uint16) << 15) | 0x7BFF
+    bits[np.isfinite(x) & (np.abs(x) >= 65504)] = (
+        np.signbit(x[np.isfinite(x) & (np.abs(x) >= 65504)]).astype(np.uint16) << 15
+    ) | 0x7BFF
     return rne, bits.view(np.float16)
 
 

@@ -33,7 +33,7 @@ def py_patches(x: np.ndarray, start, stride, dilation, kernel, out_hw, pad_value
                     r = start[0] + oy * stride[0] + i * dilation[0]
                     s = start[1] + ox * stride[1] + j * dilation[1]
                     t = (i * kw + j) * c
-                    out[..., oy, ox, t:t + c] = x[..., r, s, :] if 0 <= r < h and 0 <= s < w else pad_value
+                    out[..., oy, ox, t : t + c] = x[..., r, s, :] if 0 <= r < h and 0 <= s < w else pad_value
     return out
 
 
@@ -47,9 +47,16 @@ def py_geometry_patches(x, g: ConvGeometry, pad_value):
 def _lax_out_hw(in_hw, kernel, stride, padding, dilation):
     """Output (H, W) of jax.lax.conv_general_dilated with this geometry (shape only)."""
     shape = jax.eval_shape(
-        functools.partial(jax.lax.conv_general_dilated, window_strides=stride, padding=padding,
-                          rhs_dilation=dilation, dimension_numbers=_DN),
-        jax.ShapeDtypeStruct((1, *in_hw, 1), jnp.float32), jax.ShapeDtypeStruct((*kernel, 1, 1), jnp.float32)).shape
+        functools.partial(
+            jax.lax.conv_general_dilated,
+            window_strides=stride,
+            padding=padding,
+            rhs_dilation=dilation,
+            dimension_numbers=_DN,
+        ),
+        jax.ShapeDtypeStruct((1, *in_hw, 1), jnp.float32),
+        jax.ShapeDtypeStruct((*kernel, 1, 1), jnp.float32),
+    ).shape
     return tuple(shape[1:3])
 
 
@@ -57,10 +64,21 @@ small = st.integers(1, 4)
 
 
 @settings(max_examples=80)
-@given(h=st.integers(1, 20), w=st.integers(1, 20), kh=small, kw=small, sv=small, sh=small, dv=small, dh=small,
-       padding=st.one_of(st.sampled_from(["SAME", "VALID"]), st.integers(0, 3),
-                         st.tuples(st.tuples(st.integers(0, 3), st.integers(0, 3)),
-                                   st.tuples(st.integers(0, 3), st.integers(0, 3)))))
+@given(
+    h=st.integers(1, 20),
+    w=st.integers(1, 20),
+    kh=small,
+    kw=small,
+    sv=small,
+    sh=small,
+    dv=small,
+    dh=small,
+    padding=st.one_of(
+        st.sampled_from(["SAME", "VALID"]),
+        st.integers(0, 3),
+        st.tuples(st.tuples(st.integers(0, 3), st.integers(0, 3)), st.tuples(st.integers(0, 3), st.integers(0, 3))),
+    ),
+)
 def test_make_matches_lax(h, w, kh, kw, sv, sh, dv, dh, padding):
     """out_hw and the explicit padding agree with jax.lax (SAME via padtype_to_pads on the
     dilated kernel); geometries without output pixels raise."""
@@ -72,8 +90,10 @@ def test_make_matches_lax(h, w, kh, kw, sv, sh, dv, dh, padding):
         want_pads = ((0, 0), (0, 0))
     else:
         want_pads = lax_pad
-    want_out = tuple((n + sum(p) - ((k - 1) * d + 1)) // s + 1
-                     for n, p, k, s, d in zip((h, w), want_pads, (kh, kw), (sv, sh), (dv, dh)))
+    want_out = tuple(
+        (n + sum(p) - ((k - 1) * d + 1)) // s + 1
+        for n, p, k, s, d in zip((h, w), want_pads, (kh, kw), (sv, sh), (dv, dh))
+    )
     if min(want_out) < 1:
         with pytest.raises(ValueError, match="no output pixels"):
             ConvGeometry.make((h, w), (kh, kw), (sv, sh), padding, (dv, dh))
@@ -88,8 +108,16 @@ def test_make_matches_lax(h, w, kh, kw, sv, sh, dv, dh, padding):
 
 
 @settings(max_examples=50)
-@given(h=st.integers(1, 12), w=st.integers(1, 12), kh=small, kw=small, sv=small, sh=small,
-       r0=st.integers(-2, 3), c0=st.integers(-2, 3))
+@given(
+    h=st.integers(1, 12),
+    w=st.integers(1, 12),
+    kh=small,
+    kw=small,
+    sv=small,
+    sh=small,
+    r0=st.integers(-2, 3),
+    c0=st.integers(-2, 3),
+)
 def test_pool_out_hw_matches_reduce_window(h, w, kh, kw, sv, sh, r0, c0):
     """VALID pools: pool_out_hw is reduce_window's shape on the image cropped at the start."""
     if r0 < 0 or c0 < 0:
@@ -101,8 +129,10 @@ def test_pool_out_hw_matches_reduce_window(h, w, kh, kw, sv, sh, r0, c0):
         with pytest.raises(ValueError, match="fits inside"):
             pool_out_hw((h, w), (kh, kw), (sv, sh), (r0, c0))
         return
-    shape = jax.eval_shape(lambda a: jax.lax.reduce_window(a, 0.0, jax.lax.add, (kh, kw), (sv, sh), "VALID"),
-                           jax.ShapeDtypeStruct((hh, ww), jnp.float32)).shape
+    shape = jax.eval_shape(
+        lambda a: jax.lax.reduce_window(a, 0.0, jax.lax.add, (kh, kw), (sv, sh), "VALID"),
+        jax.ShapeDtypeStruct((hh, ww), jnp.float32),
+    ).shape
     assert pool_out_hw((h, w), (kh, kw), (sv, sh), (r0, c0)) == tuple(shape)
     if (r0, c0) == (0, 0):
         assert ConvGeometry.make((h, w), (kh, kw), (sv, sh), "VALID").out_hw == tuple(shape)
@@ -176,7 +206,7 @@ def test_window_taps_are_the_patch_blocks():
     assert len(taps) == g.kernel[0] * g.kernel[1]
     want = py_geometry_patches(x, g, -3)
     for t, tap in enumerate(taps):
-        np.testing.assert_array_equal(np.asarray(tap), want[..., t * c:(t + 1) * c])
+        np.testing.assert_array_equal(np.asarray(tap), want[..., t * c : (t + 1) * c])
 
 
 def test_other_dtypes_and_leading_axes():
@@ -204,7 +234,7 @@ def _float_loop(x, g, pad):
                     r = g.window_start[0] + oy * g.stride[0] + i * g.dilation[0]
                     s = g.window_start[1] + ox * g.stride[1] + j * g.dilation[1]
                     t = (i * kw + j) * c
-                    out[oy, ox, t:t + c] = x[r, s] if 0 <= r < h and 0 <= s < w else pad
+                    out[oy, ox, t : t + c] = x[r, s] if 0 <= r < h and 0 <= s < w else pad
     return out
 
 
@@ -237,7 +267,7 @@ def test_grad_counts_uses():
                     r = g.window_start[0] + oy * g.stride[0] + i * g.dilation[0]
                     s = g.window_start[1] + ox * g.stride[1] + j * g.dilation[1]
                     if 0 <= r < 7 and 0 <= s < 6:
-                        want[r, s] += v[oy, ox, (i * kw + j) * c:(i * kw + j + 1) * c]
+                        want[r, s] += v[oy, ox, (i * kw + j) * c : (i * kw + j + 1) * c]
     np.testing.assert_array_equal(np.asarray(grad), want)
 
 
@@ -245,8 +275,11 @@ def test_no_gathers():
     """The patches come from a pad, slices (static, or at a traced tap origin in XLA:CPU's
     loop) and a concatenation or in-place updates: no gather, no scatter."""
     for _, c, g in GEOMS:
-        jaxpr = str(jax.make_jaxpr(lambda x, p: extract_patches(x, g, pad_value=p))(
-            jnp.zeros((2, 7, 6, c), jnp.int8), jnp.int32(0)))
+        jaxpr = str(
+            jax.make_jaxpr(lambda x, p: extract_patches(x, g, pad_value=p))(
+                jnp.zeros((2, 7, 6, c), jnp.int8), jnp.int32(0)
+            )
+        )
         assert "gather" not in jaxpr and "scatter" not in jaxpr
 
 
@@ -283,7 +316,7 @@ def test_the_loop_is_for_small_patches():
 
     def staged(batch, vmapped=False):
         x = jax.ShapeDtypeStruct((batch, 16, 16, 8), jnp.int8)
-        f = lambda v: extract_patches(v, g, pad_value=0)  # noqa: E731
+        f = lambda v: extract_patches(v, g, pad_value=0)
         return str(jax.make_jaxpr(jax.vmap(f) if vmapped else f)(x))
 
     per_example = 16 * 16 * 9 * 8

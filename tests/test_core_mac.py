@@ -23,7 +23,7 @@ def py_mac(acc0, x, w, order, chunk, acc_bits=32, clips=False):
     order = list(order) + [-1] * ((-len(order)) % chunk)
     acc, clipped = int(acc0), 0
     for c in range(0, len(order), chunk):
-        s = sum(int(x[k]) * int(w[k]) for k in order[c:c + chunk] if k >= 0)
+        s = sum(int(x[k]) * int(w[k]) for k in order[c : c + chunk] if k >= 0)
         clipped += not -m <= acc + s <= m
         acc = min(max(acc + s, -m), m)
     return (acc, clipped) if clips else acc
@@ -33,8 +33,10 @@ def py_mac_all(acc0, x, w, order, chunk, acc_bits=32, clips=False):
     """All outputs of x (B, K), w (N, K); with ``clips`` the pair (acc, clip counts)."""
     b, n = x.shape[0], w.shape[0]
     acc0 = np.broadcast_to(acc0, (b, n))
-    r = np.array([[py_mac(acc0[i, j], x[i], w[j], order, chunk, acc_bits, clips=True) for j in range(n)]
-                  for i in range(b)], dtype=np.int64).reshape(b, n, 2)
+    r = np.array(
+        [[py_mac(acc0[i, j], x[i], w[j], order, chunk, acc_bits, clips=True) for j in range(n)] for i in range(b)],
+        dtype=np.int64,
+    ).reshape(b, n, 2)
     return (r[..., 0], r[..., 1]) if clips else r[..., 0]
 
 
@@ -89,8 +91,11 @@ def test_mac_matches_python_model_and_reference(case):
 def test_mac_int16_operands(seed, chunk):
     rng = np.random.default_rng(seed)
     x = rng.integers(-(2**15), 2**15, (2, 20)).astype(np.int16)
-    w = rng.integers(-(2**15), 2**15, (3, 20)).astype(np.int16) if chunk == 1 else \
-        rng.integers(-128, 128, (3, 20)).astype(np.int8)
+    w = (
+        rng.integers(-(2**15), 2**15, (3, 20)).astype(np.int16)
+        if chunk == 1
+        else rng.integers(-128, 128, (3, 20)).astype(np.int8)
+    )
     acc0 = rng.choice([0, M32, -M32, M32 - 2**30], (2, 3)).astype(np.int32)
     order = rng.permutation(20)
     want = py_mac_all(acc0, x, w, order, chunk)
@@ -141,15 +146,18 @@ def test_walk_edges_equal_model():
     for a in (lo32, -M32, 0, M32, M32 - 2**30):
         acc = np.array([[a, a]], np.int32)
         for route in ("int", "float"):
-            np.testing.assert_array_equal(np.asarray(mac(acc, x16, w16, chunk=1, route=route)),
-                                          py_mac_all(acc, x16, w16, range(6), 1))
+            np.testing.assert_array_equal(
+                np.asarray(mac(acc, x16, w16, chunk=1, route=route)), py_mac_all(acc, x16, w16, range(6), 1)
+            )
     rng = np.random.default_rng(11)
     xs = rng.integers(-128, 128, (3, 300)).astype(np.int8)
     ws = rng.integers(-128, 128, (4, 300)).astype(np.int8)
     a12 = rng.integers(-2048, 2048, (3, 4)).astype(np.int32)
     for chunk in (1, 4):
-        np.testing.assert_array_equal(np.asarray(mac(a12, xs, ws, chunk=chunk, acc_bits=12)),
-                                      py_mac_all(a12, xs, ws, range(300), chunk, acc_bits=12))
+        np.testing.assert_array_equal(
+            np.asarray(mac(a12, xs, ws, chunk=chunk, acc_bits=12)),
+            py_mac_all(a12, xs, ws, range(300), chunk, acc_bits=12),
+        )
 
 
 def test_order_changes_result_when_saturating():
@@ -230,8 +238,9 @@ def test_grad_is_linear_surrogate_masked_where_saturated():
     np.testing.assert_array_equal(np.asarray(gw), live.T @ np.asarray(x))
     # Away from saturation the surrogate is the derivative of the float function x @ w.T:
     f = lambda a: (a @ w.T).sum()
-    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: mac(0.0, a, w, chunk=1).sum())(x[:1])),
-                                  np.asarray(jax.grad(f)(x[:1])))
+    np.testing.assert_array_equal(
+        np.asarray(jax.grad(lambda a: mac(0.0, a, w, chunk=1).sum())(x[:1])), np.asarray(jax.grad(f)(x[:1]))
+    )
 
 
 def test_float_inputs_forward_exact():
@@ -367,8 +376,7 @@ def test_vmap_in_axes_and_nesting():
     # Nested: vmap of vmap, vmap of jit of vmap, jit of vmap of vmap over (2, 3, B, K).
     chunk = 3
     x2, a2 = np.stack([x, x[::-1]]), np.stack([acc0, acc0[:, ::-1]])
-    want = tuple(np.stack(p) for p in zip(*[stack([model(a2[j, i], x2[j, i], w) for i in range(v)])
-                                            for j in range(2)]))
+    want = tuple(np.stack(p) for p in zip(*[stack([model(a2[j, i], x2[j, i], w) for i in range(v)]) for j in range(2)]))
     g = lambda a, xx: f(a, xx, w)
     for fn in (jax.vmap(jax.vmap(g)), jax.vmap(jax.jit(jax.vmap(g))), jax.jit(jax.vmap(jax.vmap(g)))):
         assert_pair_equal(fn(a2, x2), want)
@@ -424,8 +432,9 @@ def test_grad_under_vmap():
     loss = lambda a, xx, ww: (mac(a, xx, ww, chunk=4) * jnp.arange(1.0, 5.0)).sum()
     per = [jax.grad(loss, argnums=(0, 1, 2))(af[i], xf[i], wf) for i in range(x.shape[0])]
     g_vg = jax.vmap(jax.grad(loss, argnums=(0, 1, 2)), in_axes=(0, 0, None))(af, xf, wf)
-    g_gv = jax.grad(lambda a, xx, ww: jax.vmap(loss, in_axes=(0, 0, None))(a, xx, ww).sum(),
-                    argnums=(0, 1, 2))(af, xf, wf)
+    g_gv = jax.grad(lambda a, xx, ww: jax.vmap(loss, in_axes=(0, 0, None))(a, xx, ww).sum(), argnums=(0, 1, 2))(
+        af, xf, wf
+    )
     for j in range(2):
         np.testing.assert_array_equal(np.asarray(g_vg[j]), np.stack([p[j] for p in per]))
         np.testing.assert_array_equal(np.asarray(g_gv[j]), np.stack([p[j] for p in per]))
@@ -434,8 +443,9 @@ def test_grad_under_vmap():
     assert np.any(np.asarray(g_vg[0]) == 0)  # some outputs saturate: their gradient is zeroed
     wb = np.stack([wf, -wf, wf])
     g_wb = jax.vmap(jax.grad(loss, argnums=2))(af, xf, wb)
-    np.testing.assert_array_equal(np.asarray(g_wb), np.stack(
-        [jax.grad(loss, argnums=2)(af[i], xf[i], wb[i]) for i in range(3)]))
+    np.testing.assert_array_equal(
+        np.asarray(g_wb), np.stack([jax.grad(loss, argnums=2)(af[i], xf[i], wb[i]) for i in range(3)])
+    )
     # The clip counts of the float path, under vmap: those of the integer model.
     acc, clipped = jax.vmap(lambda a, xx: mac(a, xx, wf, chunk=4, return_clipped=True))(af, xf)
     want = _want_stacked(acc0, x, w, range(x.shape[-1]), 4, 32)

@@ -56,8 +56,8 @@ def test_shift_right_matches_bigint_model(x, s, rounding):
 def test_shift_right_left_shifts_saturate_to_int32(x, s, rounding):
     # Padded to one shape (one compilation per rounding mode); only the drawn values are checked.
     padded = np.zeros(16, np.int32)
-    padded[:len(x)] = x
-    got = np.asarray(shift_right(padded, s, rounding=rounding, allow_left=True))[:len(x)]
+    padded[: len(x)] = x
+    got = np.asarray(shift_right(padded, s, rounding=rounding, allow_left=True))[: len(x)]
     want = [py_sat(py_round_shift(v, s, rounding), 32, symmetric=False) for v in x]
     np.testing.assert_array_equal(got, np.array(want, np.int64))
 
@@ -67,15 +67,25 @@ def test_saturate_matches_model(x, bits, symmetric):
     assert int(saturate(np.int32(x), bits, symmetric=symmetric)) == py_sat(x, bits, symmetric)
 
 
-@given(x=I32, m=I32, f=st.integers(0, 62), bits=st.integers(2, 32),
-       rounding=st.sampled_from(ROUNDING_MODES), symmetric=st.booleans())
+@given(
+    x=I32,
+    m=I32,
+    f=st.integers(0, 62),
+    bits=st.integers(2, 32),
+    rounding=st.sampled_from(ROUNDING_MODES),
+    symmetric=st.booleans(),
+)
 def test_fixed_mul_int32_operands_exact(x, m, f, bits, rounding, symmetric):
     got = int(fixed_mul(np.int32(x), np.int32(m), f, rounding=rounding, bits=bits, symmetric=symmetric))
     assert got == py_sat(py_round_shift(x * m, f, rounding), bits, symmetric)
 
 
-@given(x=st.integers(-(2**15), 2**15 - 1), m=st.integers(-(2**15), 2**15 - 1),
-       f=st.integers(0, 31), rounding=st.sampled_from(ROUNDING_MODES))
+@given(
+    x=st.integers(-(2**15), 2**15 - 1),
+    m=st.integers(-(2**15), 2**15 - 1),
+    f=st.integers(0, 31),
+    rounding=st.sampled_from(ROUNDING_MODES),
+)
 def test_fixed_mul_int16_operands_exact(x, m, f, rounding):
     got = int(fixed_mul(np.int16(x), np.int16(m), f, rounding=rounding, bits=16))
     assert got == py_sat(py_round_shift(x * m, f, rounding), 16)
@@ -84,8 +94,13 @@ def test_fixed_mul_int16_operands_exact(x, m, f, rounding):
 _DIVMOD = jax.jit(floor_divmod_small)  # one program: every example below has shape (8,)
 
 
-@given(st.lists(st.tuples(st.integers(1, 2**24), st.integers(-(2**20) + 1, 2**20 - 1), st.integers(0, 2**24 - 1)),
-                min_size=8, max_size=8))
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 2**24), st.integers(-(2**20) + 1, 2**20 - 1), st.integers(0, 2**24 - 1)),
+        min_size=8,
+        max_size=8,
+    )
+)
 def test_floor_divmod_small_matches_python(cases):
     """floor(r / d) and the remainder for every d in [1, 2**24] and |r / d| < 2**20 that
     fits int32, near quotient boundaries too (r = q d + rem with a random rem in [0, d))."""
@@ -157,10 +172,11 @@ class TestTransforms(chex.TestCase):
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_fixed_mul_variants(self):
-        x = np.arange(-2**15, 2**15, 997, dtype=np.int32)
+        x = np.arange(-(2**15), 2**15, 997, dtype=np.int32)
         f = self.variant(lambda a: fixed_mul(a, np.int32(-20000), 14, bits=16))
-        np.testing.assert_array_equal(np.asarray(f(x)),
-                                      [py_sat(py_round_shift(int(v) * -20000, 14, "half_up"), 16) for v in x])
+        np.testing.assert_array_equal(
+            np.asarray(f(x)), [py_sat(py_round_shift(int(v) * -20000, 14, "half_up"), 16) for v in x]
+        )
 
     def test_vmap_per_element_shift(self):
         x = np.arange(-50, 50, dtype=np.int32).reshape(10, 10)
@@ -178,7 +194,9 @@ def test_results_identical_with_x64():
 
     def run():
         return [np.asarray(shift_right(x, s, rounding=r)) for r in ROUNDING_MODES] + [
-            np.asarray(fixed_mul(x, m, 31, rounding="half_away")), np.asarray(saturate(x, 20))]
+            np.asarray(fixed_mul(x, m, 31, rounding="half_away")),
+            np.asarray(saturate(x, 20)),
+        ]
 
     base = run()
     with jax.enable_x64(True):
@@ -203,7 +221,7 @@ def test_grad_shift_right_is_straight_through_scale():
     g = jax.grad(lambda a: shift_right(a, s, rounding="half_up").sum())(x)
     np.testing.assert_array_equal(np.asarray(g), 2.0 ** -np.arange(5))
     # The surrogate is the derivative of the float function it approximates, x / 2**s:
-    fd = (np.asarray(x + 0.5) / 2.0 ** np.arange(5) - np.asarray(x - 0.5) / 2.0 ** np.arange(5))
+    fd = np.asarray(x + 0.5) / 2.0 ** np.arange(5) - np.asarray(x - 0.5) / 2.0 ** np.arange(5)
     np.testing.assert_array_equal(np.asarray(g), fd)
 
 
@@ -240,8 +258,10 @@ def test_grad_fixed_mul_linear_part():
 
 def test_float_forward_equals_integer_forward():
     x = np.arange(-1000, 1000, 13)
-    np.testing.assert_array_equal(np.asarray(shift_right(x.astype(np.float32), 3, rounding="half_even")),
-                                  np.asarray(shift_right(x.astype(np.int32), 3, rounding="half_even")))
+    np.testing.assert_array_equal(
+        np.asarray(shift_right(x.astype(np.float32), 3, rounding="half_even")),
+        np.asarray(shift_right(x.astype(np.int32), 3, rounding="half_even")),
+    )
 
 
 # ---------------------------------------------------------------------- errors
@@ -322,8 +342,11 @@ def test_mul_rn_is_the_rounded_exact_product(a, b, neg_a, neg_b):
     assert got == want and np.signbit(got) == np.signbit(want) or (got == 0 and want == 0)
 
 
-@given(st.lists(st.integers(-(2**24), 2**24), min_size=8, max_size=8),
-       st.floats(min_value=2.0**-40, max_value=2.0**10, width=32), st.floats(-1e6, 1e6, width=32))
+@given(
+    st.lists(st.integers(-(2**24), 2**24), min_size=8, max_size=8),
+    st.floats(min_value=2.0**-40, max_value=2.0**10, width=32),
+    st.floats(-1e6, 1e6, width=32),
+)
 def test_mul_rn_then_add_rounds_twice_in_any_program(xs, s, c):
     """``mul_rn(x, s) + c`` is ``fl32(fl32(x s) + c)`` (two roundings) in a jitted program,
     where XLA may contract a plain ``x * s + c`` into one fused multiply-add, and
@@ -338,10 +361,18 @@ def test_mul_rn_then_add_rounds_twice_in_any_program(xs, s, c):
 def test_mul_rn_edges_and_transforms():
     big, tiny = np.float32(2.0**100), np.float32(2.0**-100)
     f32 = np.float32
-    cases = [(big, big, np.inf), (-big, big, -np.inf), (tiny, tiny, 0.0), (f32(0), f32(3), 0.0),
-             (f32(3), f32(-0.0), 0.0), (f32(np.inf), f32(2), np.inf), (f32(np.inf), f32(0), np.nan),
-             (f32(np.nan), f32(1), np.nan), (f32(1 + 2.0**-23), f32(1 + 2.0**-23), f32(1 + 2.0**-22)),
-             (f32(3), f32(1 / 3), f32(3) * f32(1 / 3))]
+    cases = [
+        (big, big, np.inf),
+        (-big, big, -np.inf),
+        (tiny, tiny, 0.0),
+        (f32(0), f32(3), 0.0),
+        (f32(3), f32(-0.0), 0.0),
+        (f32(np.inf), f32(2), np.inf),
+        (f32(np.inf), f32(0), np.nan),
+        (f32(np.nan), f32(1), np.nan),
+        (f32(1 + 2.0**-23), f32(1 + 2.0**-23), f32(1 + 2.0**-22)),
+        (f32(3), f32(1 / 3), f32(3) * f32(1 / 3)),
+    ]
     a, b, want = (np.array(v, np.float32) for v in zip(*cases))
     for fn in (mul_rn, jax.jit(mul_rn), jax.vmap(mul_rn)):
         np.testing.assert_array_equal(np.asarray(fn(a, b)), want)
@@ -385,10 +416,12 @@ def test_compute_once_is_fn_for_every_trigger(trigger):
     a, b = jnp.arange(-6, 6, dtype=jnp.int32).reshape(3, 4), jnp.int32(5)
     want = {"s": np.asarray(a) * 3 + 5, "d": np.asarray(a) - 5}
     t = jnp.int32(trigger)
-    got = [compute_once(fn, (a, b), t),
-           jax.jit(lambda a, b, t: compute_once(fn, (a, b), t))(a, b, t),
-           jax.vmap(lambda r: compute_once(fn, (r, b), t))(a),
-           jax.vmap(lambda r, tt: compute_once(fn, (r, b), tt))(a, jnp.full((3,), trigger, jnp.int32))]
+    got = [
+        compute_once(fn, (a, b), t),
+        jax.jit(lambda a, b, t: compute_once(fn, (a, b), t))(a, b, t),
+        jax.vmap(lambda r: compute_once(fn, (r, b), t))(a),
+        jax.vmap(lambda r, tt: compute_once(fn, (r, b), tt))(a, jnp.full((3,), trigger, jnp.int32)),
+    ]
     for g in got:
         assert {k: np.asarray(v).tolist() for k, v in g.items()} == {k: v.tolist() for k, v in want.items()}
 

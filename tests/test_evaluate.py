@@ -17,10 +17,14 @@ RNG = np.random.default_rng(3)
 def _model():
     t = T.XS3()
     r = nnx.Rngs(0)
-    m = hn.Sequential({"input": hn.Quantize(target=t),
-                       "conv": hn.Conv(1, 8, 3, strides=2, activation="relu", target=t, rngs=r),
-                       "flat": hn.Flatten(target=t),
-                       "fc": hn.Dense(4 * 4 * 8, 5, target=t, rngs=r)})
+    m = hn.Sequential(
+        {
+            "input": hn.Quantize(target=t),
+            "conv": hn.Conv(1, 8, 3, strides=2, activation="relu", target=t, rngs=r),
+            "flat": hn.Flatten(target=t),
+            "fc": hn.Dense(4 * 4 * 8, 5, target=t, rngs=r),
+        }
+    )
     x = RNG.uniform(0, 1, (37, 8, 8, 1)).astype(np.float32)
     hn.set_mode(m, "calibrate")
     m(jnp.asarray(x))
@@ -72,8 +76,9 @@ def test_bad_labels_and_inputs_name_themselves():
         evaluate(m, (x, ["a"] * 37), batch_size=64)
     with pytest.raises(ValueError, match=r"labels \(y\) must have shape \(37,\)"):
         evaluate(m, (x, np.zeros((37, 2))), batch_size=64)
-    np.testing.assert_equal(evaluate(m, (x, y.astype(np.float32)), batch_size=64).accuracy,
-                            evaluate(m, (x, y), batch_size=64).accuracy)  # integer-valued floats are labels
+    np.testing.assert_equal(
+        evaluate(m, (x, y.astype(np.float32)), batch_size=64).accuracy, evaluate(m, (x, y), batch_size=64).accuracy
+    )  # integer-valued floats are labels
     with pytest.raises(RangeError, match="x must be finite"):
         evaluate(m, np.where(np.arange(37)[:, None, None, None] == 3, np.nan, x), batch_size=64)
     with pytest.raises(TypeError, match="x must be an array of numbers"):
@@ -85,8 +90,7 @@ def _four_devices():
     from jax.sharding import Mesh
 
     if jax.device_count() < 4:
-        pytest.skip("needs 4 devices: run under tests/conftest.py (XLA_FLAGS "
-                    "--xla_force_host_platform_device_count=4)")
+        pytest.skip("needs 4 devices: run under tests/conftest.py (XLA_FLAGS --xla_force_host_platform_device_count=4)")
     return Mesh(np.asarray(jax.devices()[:4]), ("data",))
 
 
@@ -94,9 +98,14 @@ def _mesh_model():
     rng = np.random.default_rng(0)
     t = T.XS3()
     r = nnx.Rngs(0)
-    m = hn.Sequential({"input": hn.Quantize(target=t),
-                       "conv": hn.Conv(1, 8, 3, strides=2, activation="relu", target=t, rngs=r),
-                       "flat": hn.Flatten(target=t), "fc": hn.Dense(128, 5, target=t, rngs=r)})
+    m = hn.Sequential(
+        {
+            "input": hn.Quantize(target=t),
+            "conv": hn.Conv(1, 8, 3, strides=2, activation="relu", target=t, rngs=r),
+            "flat": hn.Flatten(target=t),
+            "fc": hn.Dense(128, 5, target=t, rngs=r),
+        }
+    )
     x = rng.uniform(0, 1, (50, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 5, 50).astype(np.int32)
     hn.set_mode(m, "calibrate")

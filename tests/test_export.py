@@ -22,16 +22,18 @@ RNG = np.random.default_rng(7)
 def _model(target):
     r = nnx.Rngs(0)
     body = hn.Sequential({"dw": hn.DepthwiseConv(8, 3, activation=None, target=target, rngs=r)})
-    return hn.Sequential({
-        "input": hn.Quantize(target=target),
-        "conv": hn.Conv(1, 8, 3, activation="relu", target=target, rngs=r),
-        "block": hn.Residual(body, hn.Add(activation="relu", target=target)),
-        "avg": hn.AvgPool(2, strides=1, target=target),
-        "max": hn.MaxPool(2, target=target),
-        "act": hn.LutActivation("sigmoid", target=target),
-        "flat": hn.Flatten(target=target),
-        "fc": hn.Dense(3 * 3 * 8, 10, target=target, rngs=r),
-    })
+    return hn.Sequential(
+        {
+            "input": hn.Quantize(target=target),
+            "conv": hn.Conv(1, 8, 3, activation="relu", target=target, rngs=r),
+            "block": hn.Residual(body, hn.Add(activation="relu", target=target)),
+            "avg": hn.AvgPool(2, strides=1, target=target),
+            "max": hn.MaxPool(2, target=target),
+            "act": hn.LutActivation("sigmoid", target=target),
+            "flat": hn.Flatten(target=target),
+            "fc": hn.Dense(3 * 3 * 8, 10, target=target, rngs=r),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +68,29 @@ def test_manifest_describes_the_graph(exported):
     assert m["target"] == {"name": "xs3", "variant": "hardware"}
     names = [n["name"] for n in m["nodes"]]
     assert names == ["input", "conv", "block.body.dw", "block.add", "avg", "max", "act", "flat", "fc"]
-    assert [n["op"] for n in m["nodes"]] == ["quantize", "conv", "depthwise_conv", "add", "avgpool", "maxpool",
-                                             "lut", "flatten", "dense"]
+    assert [n["op"] for n in m["nodes"]] == [
+        "quantize",
+        "conv",
+        "depthwise_conv",
+        "add",
+        "avgpool",
+        "maxpool",
+        "lut",
+        "flatten",
+        "dense",
+    ]
     add = m["nodes"][3]
     assert add["inputs"] == ["conv", "block.body.dw"] and add["outputs"] == ["block.add"]
     conv = m["nodes"][1]
     assert conv["tensors"]["weights"]["dtype"] == "int8"
     assert conv["tensors"]["output_transform"]["dtype"] == "int16"
-    assert conv["attrs"] == {"activation": "relu", "features": 8, "kernel_size": [3, 3], "stride": [1, 1],
-                             "padding": [[1, 1], [1, 1]]}
+    assert conv["attrs"] == {
+        "activation": "relu",
+        "features": 8,
+        "kernel_size": [3, 3],
+        "stride": [1, 1],
+        "padding": [[1, 1], [1, 1]],
+    }
     assert m["tensors"]["conv"]["zero_point"] == -128 and m["tensors"]["conv"]["shape"] == [7, 7, 8]
     assert m["inputs"] == ["float_input"] and m["outputs"] == ["fc"]
     for node in m["nodes"]:
@@ -97,10 +113,19 @@ def test_exported_tensors_feed_xs3_conv2d_directly(exported):
     k = xs3.reorder_kernel_weights_inverse(blob("weights").astype(np.int8), kshape)
     ot = xs3.deserialise_output_transform(blob("output_transform"), kshape[0])
     q_in = model.layers[0](x)
-    y = xs3.conv2d(np.asarray(q_in.q, np.int8), k, ot["multipliers"], ot["biases"],
-                   initial_shift=meta["initial_shift"], final_shr=meta["final_shr"], stride=tuple(cfg["stride"]),
-                   pad_top_left=(cfg["padding"][0][0], cfg["padding"][1][0]), pad_value=meta["pad_value"],
-                   out_shape=tuple(m["tensors"]["conv"]["shape"][:2]), variant=m["target"]["variant"])
+    y = xs3.conv2d(
+        np.asarray(q_in.q, np.int8),
+        k,
+        ot["multipliers"],
+        ot["biases"],
+        initial_shift=meta["initial_shift"],
+        final_shr=meta["final_shr"],
+        stride=tuple(cfg["stride"]),
+        pad_top_left=(cfg["padding"][0][0], cfg["padding"][1][0]),
+        pad_value=meta["pad_value"],
+        out_shape=tuple(m["tensors"]["conv"]["shape"][:2]),
+        variant=m["target"]["variant"],
+    )
     want = model.layers[1](q_in)
     np.testing.assert_array_equal(np.asarray(y), np.asarray(want.q).astype(np.int8))
     # the stream is lib_nn's reordered layout, byte for byte
@@ -154,27 +179,33 @@ def test_missing_truncated_and_tampered_files_are_rejected(exported, tmp_path):
         load(d)
     shutil.rmtree(d)
     d = _copy(path, tmp_path)  # any edit of the manifest without its digest: a layer's shift
-    _edit_manifest(d, lambda m: m["nodes"][1]["meta"].update(final_shr=m["nodes"][1]["meta"]["final_shr"] + 1),
-                   redigest=False)
+    _edit_manifest(
+        d, lambda m: m["nodes"][1]["meta"].update(final_shr=m["nodes"][1]["meta"]["final_shr"] + 1), redigest=False
+    )
     with pytest.raises(ExportError, match="digest mismatch"):
         load(d)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda m: m.update(format_version=1), "format version 1 is not supported"),
-    (lambda m: m.update(hwjax_version="9.0.0"), "written by hwjax 9.0.0"),
-    (lambda m: m.update(format="other"), "not a hwjax.export manifest"),
-    (lambda m: m["target"].update(name="tpu"), "unknown target 'tpu'"),
-    (lambda m: m["target"].update(variant="chip"), "invalid target"),
-    (lambda m: m["nodes"][1]["meta"].update(kernel_shape=[8, 3, 3, 2]),
-     r"'conv' \(conv\): its xs3 parameters do not fit its inputs \[\(7, 7, 1\)\]"),
-    (lambda m: m["tensors"]["conv"].update(shape=[7, 7, 9]), "'conv' has shape"),
-    (lambda m: m["nodes"][4]["attrs"].update(window=[3, 3]), "'avg' has shape"),
-    (lambda m: m["nodes"][3].update(inputs=["conv", "fc"]), "not a graph input or an earlier node"),
-    (lambda m: m["nodes"][2].update(op="fancy"), "unknown op kind 'fancy'"),
-    (lambda m: m["tensors"]["input"].update(scale=0.0), "scale must be finite and > 0"),
-    (lambda m: m["tensors"]["input"].update(zero_point=500), r"zero_point must be an integer in \[-128, 127\]"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m.update(format_version=1), "format version 1 is not supported"),
+        (lambda m: m.update(hwjax_version="9.0.0"), "written by hwjax 9.0.0"),
+        (lambda m: m.update(format="other"), "not a hwjax.export manifest"),
+        (lambda m: m["target"].update(name="tpu"), "unknown target 'tpu'"),
+        (lambda m: m["target"].update(variant="chip"), "invalid target"),
+        (
+            lambda m: m["nodes"][1]["meta"].update(kernel_shape=[8, 3, 3, 2]),
+            r"'conv' \(conv\): its xs3 parameters do not fit its inputs \[\(7, 7, 1\)\]",
+        ),
+        (lambda m: m["tensors"]["conv"].update(shape=[7, 7, 9]), "'conv' has shape"),
+        (lambda m: m["nodes"][4]["attrs"].update(window=[3, 3]), "'avg' has shape"),
+        (lambda m: m["nodes"][3].update(inputs=["conv", "fc"]), "not a graph input or an earlier node"),
+        (lambda m: m["nodes"][2].update(op="fancy"), "unknown op kind 'fancy'"),
+        (lambda m: m["tensors"]["input"].update(scale=0.0), "scale must be finite and > 0"),
+        (lambda m: m["tensors"]["input"].update(zero_point=500), r"zero_point must be an integer in \[-128, 127\]"),
+    ],
+)
 def test_inconsistent_manifests_are_rejected(exported, tmp_path, edit, message):
     _, _, path = exported
     d = _copy(path, tmp_path)
@@ -220,8 +251,11 @@ def test_export_rejects_non_finite_weights_and_shapes_the_model_cannot_take(expo
 @pytest.mark.parametrize("target", [T.XS3Legacy(variant="v2021"), T.NVDLA()], ids=["xs3-legacy", "nvdla"])
 def test_round_trip_on_the_other_targets(target, tmp_path):
     r = nnx.Rngs(1)
-    layers = {"input": hn.Quantize(target=target), "fc1": hn.Dense(12, 8, activation="relu", target=target, rngs=r),
-              "fc2": hn.Dense(8, 4, target=target, rngs=r)}
+    layers = {
+        "input": hn.Quantize(target=target),
+        "fc1": hn.Dense(12, 8, activation="relu", target=target, rngs=r),
+        "fc2": hn.Dense(8, 4, target=target, rngs=r),
+    }
     if isinstance(target, T.NVDLA):
         layers["act"] = hn.LutActivation("tanh", target=target)
     model = hn.Sequential(layers)
@@ -256,14 +290,19 @@ def _hardware_model(target, layers, x):
 def test_exported_legacy_tensors_feed_fully_connected_8(tmp_path):
     t = T.XS3Legacy(variant="host")
     x = jnp.asarray(RNG.uniform(-1, 1, (40, 12)), jnp.float32)
-    model = _hardware_model(t, {"input": hn.Quantize(target=t),
-                                "fc": hn.Dense(12, 20, activation="relu", target=t, rngs=nnx.Rngs(3))}, x)
+    model = _hardware_model(
+        t, {"input": hn.Quantize(target=t), "fc": hn.Dense(12, 20, activation="relu", target=t, rngs=nnx.Rngs(3))}, x
+    )
     path = export(model, tmp_path / "m", input_shape=(12,))
     spec = json.loads((path / "manifest.json").read_text())["nodes"][1]
     b = _blobs(path, spec)
     q = model.layers[0](x)
-    y = xs3.fully_connected_8(np.asarray(q.q, np.int8), b["weights"].astype(np.int8).reshape(20, 12),
-                              b["bso"].astype(np.int16).reshape(-1, 7, 16), variant="host")
+    y = xs3.fully_connected_8(
+        np.asarray(q.q, np.int8),
+        b["weights"].astype(np.int8).reshape(20, 12),
+        b["bso"].astype(np.int16).reshape(-1, 7, 16),
+        variant="host",
+    )
     np.testing.assert_array_equal(np.asarray(y), np.asarray(model.layers[1](q).q).astype(np.int8))
 
 
@@ -272,9 +311,15 @@ def test_exported_nvdla_tensors_feed_the_sdp_kernels(tmp_path):
 
     t = T.NVDLA()
     x = jnp.asarray(RNG.uniform(-1, 1, (40, 12)), jnp.float32)
-    model = _hardware_model(t, {"input": hn.Quantize(target=t),
-                                "fc": hn.Dense(12, 8, target=t, rngs=nnx.Rngs(4)),
-                                "act": hn.LutActivation("sigmoid", target=t)}, x)
+    model = _hardware_model(
+        t,
+        {
+            "input": hn.Quantize(target=t),
+            "fc": hn.Dense(12, 8, target=t, rngs=nnx.Rngs(4)),
+            "act": hn.LutActivation("sigmoid", target=t),
+        },
+        x,
+    )
     path = export(model, tmp_path / "m", input_shape=(12,))
     specs = json.loads((path / "manifest.json").read_text())["nodes"]
     q = model.layers[0](x)
@@ -284,8 +329,9 @@ def test_exported_nvdla_tensors_feed_the_sdp_kernels(tmp_path):
     kcrs = nvdla.unpack_dc_weights(b["weights"], (8, 12, 1, 1), dtype=jnp.int8)
     bias16, mul16 = nvdla.unpack_sdp_per_channel(b["sdp"], 8, dtype=jnp.int16)
     acc = np.asarray(q.q, np.int64) @ np.asarray(kcrs, np.int64)[:, :, 0, 0].T  # exact int32 (CMAC/CACC)
-    v = nvdla.cvt(acc.astype(np.int32), offset=-(np.asarray(bias16, np.int32) << fc["bias_shift"]), scale=1,
-                  shift=0, out_bits=32)
+    v = nvdla.cvt(
+        acc.astype(np.int32), offset=-(np.asarray(bias16, np.int32) << fc["bias_shift"]), scale=1, shift=0, out_bits=32
+    )
     v = nvdla.cvt(v, offset=0, scale=np.asarray(mul16, np.int32), shift=fc["mul_shift"], out_bits=32)
     want_h = nvdla.cvt(v, offset=0, scale=1, shift=0, out_bits=8, stage_bits=17)
     np.testing.assert_array_equal(np.asarray(h.q, np.int32), np.asarray(want_h))
@@ -293,6 +339,7 @@ def test_exported_nvdla_tensors_feed_the_sdp_kernels(tmp_path):
     meta, b = specs[2]["meta"], _blobs(path, specs[2])
     cfg = nvdla.SdpLutConfig(**meta["registers"], le_table=b["le_table"], lo_table=b["lo_table"])
     xq = nvdla.cvt(np.asarray(h.q, np.int32), offset=0, scale=meta["m_in"], shift=meta["sh_in"], out_bits=32)
-    want_y = nvdla.cvt(nvdla.sdp_lut(xq, cfg)[0], offset=0, scale=meta["m_out"], shift=meta["sh_out"],
-                       out_bits=8, stage_bits=17)
+    want_y = nvdla.cvt(
+        nvdla.sdp_lut(xq, cfg)[0], offset=0, scale=meta["m_out"], shift=meta["sh_out"], out_bits=8, stage_bits=17
+    )
     np.testing.assert_array_equal(np.asarray(y.q, np.int32), np.asarray(want_y))

@@ -19,8 +19,25 @@ from tests.conftest import golden_path
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # int32 values with the edges over-represented (fixed-length lists: one compilation)
-_EDGES = [INT32_MIN, INT32_MIN + 1, -(2**30) - 1, -(2**30), -(2**30) + 1, -3, -2, -1, 0, 1, 2, 3,
-          2**30 - 1, 2**30, 2**30 + 1, INT32_MAX - 1, INT32_MAX]
+_EDGES = [
+    INT32_MIN,
+    INT32_MIN + 1,
+    -(2**30) - 1,
+    -(2**30),
+    -(2**30) + 1,
+    -3,
+    -2,
+    -1,
+    0,
+    1,
+    2,
+    3,
+    2**30 - 1,
+    2**30,
+    2**30 + 1,
+    INT32_MAX - 1,
+    INT32_MAX,
+]
 I32 = st.one_of(st.sampled_from(_EDGES), st.integers(INT32_MIN, INT32_MAX))
 N = 64
 
@@ -143,9 +160,14 @@ def test_srdhm_matches_bigint_model(a, b):
     np.testing.assert_array_equal(got, [py_srdhm(x, y) for x, y in zip(a, b)])
 
 
-@given(a=st.lists(st.integers(-(2**15), 2**15 - 1), min_size=N, max_size=N),
-       b=st.lists(st.sampled_from([-(2**15), -(2**15) + 1, -1, 0, 1, 2**14, 2**15 - 1]) | st.integers(-(2**15), 2**15 - 1),
-                  min_size=N, max_size=N))
+@given(
+    a=st.lists(st.integers(-(2**15), 2**15 - 1), min_size=N, max_size=N),
+    b=st.lists(
+        st.sampled_from([-(2**15), -(2**15) + 1, -1, 0, 1, 2**14, 2**15 - 1]) | st.integers(-(2**15), 2**15 - 1),
+        min_size=N,
+        max_size=N,
+    ),
+)
 def test_srdhm_int16_matches_bigint_model(a, b):
     got = np.asarray(G.srdhm_int16(np.array(a, np.int16), np.array(b, np.int16)))
     np.testing.assert_array_equal(got, [py_srdhm16(x, y) for x, y in zip(a, b)])
@@ -159,8 +181,11 @@ def test_rdbpot_matches_bigint_models(x, e):
     assert want == [py_rdbpot_closed(v, k) for v, k in zip(x, e)]
 
 
-@given(x=st.lists(I32, min_size=N, max_size=N), e=st.lists(st.integers(0, 31), min_size=N, max_size=N),
-       overflow=st.sampled_from(["saturate", "wrap"]))
+@given(
+    x=st.lists(I32, min_size=N, max_size=N),
+    e=st.lists(st.integers(0, 31), min_size=N, max_size=N),
+    overflow=st.sampled_from(["saturate", "wrap"]),
+)
 def test_shift_left_matches_model(x, e, overflow):
     got = np.asarray(G.shift_left(np.array(x, np.int32), np.array(e, np.int32), overflow=overflow))
     np.testing.assert_array_equal(got, [py_shl(v, k, overflow) for v, k in zip(x, e)])
@@ -170,30 +195,50 @@ def test_shift_left_matches_model(x, e, overflow):
 
 
 def _stages_A(g, k: int):
-    p = lambda name: g[f"A__p{k}__{name}"]  # noqa: E731
+    p = lambda name: g[f"A__p{k}__{name}"]
     if k == 1:
-        return (G.QuantizeDownInt32ToUint8Scale(int(p("result_offset")), int(p("result_mult_int")),
-                                                int(p("result_shift"))), G.SaturatingCastToUint8())
+        return (
+            G.QuantizeDownInt32ToUint8Scale(int(p("result_offset")), int(p("result_mult_int")), int(p("result_shift"))),
+            G.SaturatingCastToUint8(),
+        )
     if k in (2, 7):
-        return (G.QuantizeDownInt32ToUint8Scale(int(p("result_offset")), int(p("result_mult_int")),
-                                                int(p("result_shift"))),)
+        return (
+            G.QuantizeDownInt32ToUint8Scale(int(p("result_offset")), int(p("result_mult_int")), int(p("result_shift"))),
+        )
     if k == 3:
-        return (G.BiasAddition(p("bias"), shape="row"),
-                G.QuantizeDownInt32ByFixedPoint(int(p("result_fixedpoint_multiplier")), int(p("result_shift")),
-                                                int(p("result_offset_after_shift"))),
-                G.SaturatingCastToInt8())
+        return (
+            G.BiasAddition(p("bias"), shape="row"),
+            G.QuantizeDownInt32ByFixedPoint(
+                int(p("result_fixedpoint_multiplier")), int(p("result_shift")), int(p("result_offset_after_shift"))
+            ),
+            G.SaturatingCastToInt8(),
+        )
     if k == 4:
-        return (G.ScaleInt32ByFixedPointAndExponent(int(p("result_fixedpoint_multiplier")), int(p("result_exponent")),
-                                                    int(p("result_offset_after_shift"))),
-                G.Clamp(int(p("clamp_min")), int(p("clamp_max"))), G.SaturatingCastToInt16())
+        return (
+            G.ScaleInt32ByFixedPointAndExponent(
+                int(p("result_fixedpoint_multiplier")), int(p("result_exponent")), int(p("result_offset_after_shift"))
+            ),
+            G.Clamp(int(p("clamp_min")), int(p("clamp_max"))),
+            G.SaturatingCastToInt16(),
+        )
     if k == 5:
-        return (G.ScaleInt32ByFixedPointAndExponentPC(p("result_fixedpoint_multiplier"), p("result_exponent"),
-                                                      int(p("result_offset_after_shift")), shape="col"),
-                G.SaturatingCastToUint8())
+        return (
+            G.ScaleInt32ByFixedPointAndExponentPC(
+                p("result_fixedpoint_multiplier"),
+                p("result_exponent"),
+                int(p("result_offset_after_shift")),
+                shape="col",
+            ),
+            G.SaturatingCastToUint8(),
+        )
     if k == 6:
-        return (G.QuantizeDownInt32ToUint8ScalePC(p("result_offset"), p("result_mult_int"), int(p("result_shift")),
-                                                  shape="row"),
-                G.Clamp(int(p("clamp_min")), int(p("clamp_max"))), G.TruncatingCastToUint8())
+        return (
+            G.QuantizeDownInt32ToUint8ScalePC(
+                p("result_offset"), p("result_mult_int"), int(p("result_shift")), shape="row"
+            ),
+            G.Clamp(int(p("clamp_min")), int(p("clamp_max"))),
+            G.TruncatingCastToUint8(),
+        )
     raise ValueError(k)
 
 
@@ -203,8 +248,13 @@ _OUT_DTYPES = {1: np.uint8, 2: np.int32, 3: np.int8, 4: np.int16, 5: np.uint8, 6
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7])
 def test_gemm_A_pipelines_golden(pipelines, k):
     g = pipelines
-    out = G.gemm(g["A__lhs"], g["A__rhs"], lhs_offset=int(g["A__lhs_offset"]), rhs_offset=int(g["A__rhs_offset"]),
-                 output_stages=_stages_A(g, k))
+    out = G.gemm(
+        g["A__lhs"],
+        g["A__rhs"],
+        lhs_offset=int(g["A__lhs_offset"]),
+        rhs_offset=int(g["A__rhs_offset"]),
+        output_stages=_stages_A(g, k),
+    )
     assert out.dtype == _OUT_DTYPES[k]
     np.testing.assert_array_equal(np.asarray(out), g[f"A__p{k}__out"])
 
@@ -214,11 +264,18 @@ def test_gemm_A_accumulator_and_legacy_golden(pipelines):
     acc = G.gemm(g["A__lhs"], g["A__rhs"], lhs_offset=int(g["A__lhs_offset"]), rhs_offset=int(g["A__rhs_offset"]))
     assert acc.dtype == np.int32
     np.testing.assert_array_equal(np.asarray(acc), g["A__acc_int32"])
-    np.testing.assert_array_equal(np.asarray(acc), py_gemm_acc(g["A__lhs"], g["A__rhs"], int(g["A__lhs_offset"]),
-                                                               int(g["A__rhs_offset"])))
-    legacy = G.eight_bit_int_gemm(g["A__lhs"], g["A__rhs"], a_offset=int(g["A__lhs_offset"]),
-                                  b_offset=int(g["A__rhs_offset"]), c_offset=int(g["A__p1__result_offset"]),
-                                  c_mult_int=int(g["A__p1__result_mult_int"]), c_shift=int(g["A__p1__result_shift"]))
+    np.testing.assert_array_equal(
+        np.asarray(acc), py_gemm_acc(g["A__lhs"], g["A__rhs"], int(g["A__lhs_offset"]), int(g["A__rhs_offset"]))
+    )
+    legacy = G.eight_bit_int_gemm(
+        g["A__lhs"],
+        g["A__rhs"],
+        a_offset=int(g["A__lhs_offset"]),
+        b_offset=int(g["A__rhs_offset"]),
+        c_offset=int(g["A__p1__result_offset"]),
+        c_mult_int=int(g["A__p1__result_mult_int"]),
+        c_shift=int(g["A__p1__result_shift"]),
+    )
     np.testing.assert_array_equal(np.asarray(legacy), g["A__p1__legacy_Gemm_out"])
 
 
@@ -235,10 +292,17 @@ def test_gemm_A_p2_has_negative_ties_away_from_zero(pipelines):
 
 def test_gemm_A_p8_shift_left_saturates_by_default_and_wraps_on_request(pipelines):
     g = pipelines
-    p = lambda name: int(g[f"A__p8__{name}"])  # noqa: E731
+    p = lambda name: int(g[f"A__p8__{name}"])
     args = (p("result_fixedpoint_multiplier"), p("result_exponent"), p("result_offset_after_shift"))
-    run = lambda st: np.asarray(G.gemm(g["A__lhs"], g["A__rhs"], lhs_offset=int(g["A__lhs_offset"]),  # noqa: E731
-                                       rhs_offset=int(g["A__rhs_offset"]), output_stages=(st,)))
+    run = lambda st: np.asarray(
+        G.gemm(
+            g["A__lhs"],
+            g["A__rhs"],
+            lhs_offset=int(g["A__lhs_offset"]),
+            rhs_offset=int(g["A__rhs_offset"]),
+            output_stages=(st,),
+        )
+    )
     sat = run(G.ScaleInt32ByFixedPointAndExponent(*args))
     np.testing.assert_array_equal(sat, g["A__p8__out_scalar"])
     wrapped = run(G.ScaleInt32ByFixedPointAndExponent(*args, shift_left_overflow="wrap"))
@@ -257,16 +321,29 @@ def test_gemm_B_per_channel_offsets_golden(pipelines):
     kw = dict(lhs_offset=g["B__lhs_offset"], rhs_offset=g["B__rhs_offset"])
     acc = G.gemm(g["B__lhs"], g["B__rhs"], **kw)
     np.testing.assert_array_equal(np.asarray(acc), g["B__acc_int32"])
-    np.testing.assert_array_equal(np.asarray(acc), py_gemm_acc(g["B__lhs"], g["B__rhs"], g["B__lhs_offset"],
-                                                               g["B__rhs_offset"]))
-    p1 = G.gemm(g["B__lhs"], g["B__rhs"], **kw, output_stages=(
-        G.ScaleInt32ByFixedPointAndExponent(int(g["B__p1__result_fixedpoint_multiplier"]),
-                                            int(g["B__p1__result_exponent"]),
-                                            int(g["B__p1__result_offset_after_shift"])),
-        G.SaturatingCastToUint8()))
+    np.testing.assert_array_equal(
+        np.asarray(acc), py_gemm_acc(g["B__lhs"], g["B__rhs"], g["B__lhs_offset"], g["B__rhs_offset"])
+    )
+    p1 = G.gemm(
+        g["B__lhs"],
+        g["B__rhs"],
+        **kw,
+        output_stages=(
+            G.ScaleInt32ByFixedPointAndExponent(
+                int(g["B__p1__result_fixedpoint_multiplier"]),
+                int(g["B__p1__result_exponent"]),
+                int(g["B__p1__result_offset_after_shift"]),
+            ),
+            G.SaturatingCastToUint8(),
+        ),
+    )
     np.testing.assert_array_equal(np.asarray(p1), g["B__p1__out"])
-    p2 = G.gemm(g["B__lhs"], g["B__rhs"], **kw, output_stages=[G.BiasAddition(g["B__p2__bias"], shape="col"),
-                                                              G.SaturatingCastToInt16()])
+    p2 = G.gemm(
+        g["B__lhs"],
+        g["B__rhs"],
+        **kw,
+        output_stages=[G.BiasAddition(g["B__p2__bias"], shape="col"), G.SaturatingCastToInt16()],
+    )
     assert p2.dtype == np.int16
     np.testing.assert_array_equal(np.asarray(p2), g["B__p2__out"])
 
@@ -293,8 +370,14 @@ def test_gemm_matches_bigint_model_with_wrapping_offsets(data):
 
 
 @settings(max_examples=25)
-@given(x=st.lists(I32, min_size=_ROWS * _COLS, max_size=_ROWS * _COLS), m=I32, e=st.integers(-31, 31),
-       o=I32, overflow=st.sampled_from(["saturate", "wrap"]), s=st.integers(0, 31))
+@given(
+    x=st.lists(I32, min_size=_ROWS * _COLS, max_size=_ROWS * _COLS),
+    m=I32,
+    e=st.integers(-31, 31),
+    o=I32,
+    overflow=st.sampled_from(["saturate", "wrap"]),
+    s=st.integers(0, 31),
+)
 def test_stages_match_bigint_models(x, m, e, o, overflow, s):
     acc = np.array(x, np.int32).reshape(_ROWS, _COLS)
     xs = [int(v) for v in acc.ravel()]
@@ -311,8 +394,11 @@ def test_clamp_applies_lower_bound_first_and_casts():
     acc = np.array([[-70000, -200, -1, 0, 200, 300, 70000]], np.int32)
     out = G.apply_output_stages(acc, [G.Clamp(10, 5)])
     np.testing.assert_array_equal(np.asarray(out), np.full_like(acc, 5))  # min > max yields max
-    for stage, lo, hi, dt in ((G.SaturatingCastToUint8(), 0, 255, np.uint8), (G.SaturatingCastToInt8(), -128, 127, np.int8),
-                              (G.SaturatingCastToInt16(), -32768, 32767, np.int16)):
+    for stage, lo, hi, dt in (
+        (G.SaturatingCastToUint8(), 0, 255, np.uint8),
+        (G.SaturatingCastToInt8(), -128, 127, np.int8),
+        (G.SaturatingCastToInt16(), -32768, 32767, np.int16),
+    ):
         out = G.apply_output_stages(acc, [stage])
         assert out.dtype == dt
         np.testing.assert_array_equal(np.asarray(out), np.clip(acc, lo, hi))
@@ -336,13 +422,19 @@ def test_gemm_under_jit_with_traced_stage_parameters():
 
     @jax.jit
     def f(lhs, rhs, lo, mult, exponent):
-        return G.gemm(lhs, rhs, lhs_offset=lo, rhs_offset=-7, output_stages=(
-            G.ScaleInt32ByFixedPointAndExponent(mult, exponent, 3), G.SaturatingCastToInt16()))
+        return G.gemm(
+            lhs,
+            rhs,
+            lhs_offset=lo,
+            rhs_offset=-7,
+            output_stages=(G.ScaleInt32ByFixedPointAndExponent(mult, exponent, 3), G.SaturatingCastToInt16()),
+        )
 
     got = f(lhs, rhs, np.int32(-100), np.int32(1500000000), np.int32(-4))
     acc = py_gemm_acc(lhs, rhs, -100, -7)
-    want = [[min(max(wrap32(py_rdbpot(py_srdhm(int(v), 1500000000), 4) + 3), -32768), 32767) for v in row]
-            for row in acc]
+    want = [
+        [min(max(wrap32(py_rdbpot(py_srdhm(int(v), 1500000000), 4) + 3), -32768), 32767) for v in row] for row in acc
+    ]
     assert got.dtype == np.int16
     np.testing.assert_array_equal(np.asarray(got), want)
 
@@ -352,8 +444,13 @@ def test_gemm_vmap_over_lhs_and_stage_parameters():
     mults = np.array([5, -7, 2**30], np.int32)
 
     def f(a, m):
-        return G.gemm(a, rhs, lhs_offset=-128, rhs_offset=np.arange(_COLS, dtype=np.int32) - 130,
-                      output_stages=[G.QuantizeDownInt32ToUint8Scale(17, m, 9)])
+        return G.gemm(
+            a,
+            rhs,
+            lhs_offset=-128,
+            rhs_offset=np.arange(_COLS, dtype=np.int32) - 130,
+            output_stages=[G.QuantizeDownInt32ToUint8Scale(17, m, 9)],
+        )
 
     got = jax.vmap(f)(lhs, mults)
     for i in range(3):
@@ -385,8 +482,12 @@ def test_results_identical_with_x64(pipelines):
         acc = G.gemm(g["B__lhs"], g["B__rhs"], lhs_offset=g["B__lhs_offset"], rhs_offset=g["B__rhs_offset"])
         a = np.asarray(acc)
         x = np.array([INT32_MIN, -(2**30), 2**30, INT32_MAX, -12345], np.int32)
-        return [a, np.asarray(G.srdhm(x, x[::-1])), np.asarray(G.rounding_divide_by_pot(x, 7)),
-                np.asarray(G.rounding_multiply_by_constant_fraction(x, 65025, 3937))]
+        return [
+            a,
+            np.asarray(G.srdhm(x, x[::-1])),
+            np.asarray(G.rounding_divide_by_pot(x, 7)),
+            np.asarray(G.rounding_multiply_by_constant_fraction(x, 65025, 3937)),
+        ]
 
     base = run()
     with jax.enable_x64(True):
@@ -398,7 +499,7 @@ def test_results_identical_with_x64(pipelines):
 
 
 def test_srdhm_and_rdbpot_gradients_for_float_inputs():
-    a = jnp.array([3.0, -2.0**20, 2.0**30])
+    a = jnp.array([3.0, -(2.0**20), 2.0**30])
     b = jnp.array([2.0**31 - 1, 2.0**12, -(2.0**31)])
     ga, gb = jax.grad(lambda x, y: G.srdhm(x, y).sum(), argnums=(0, 1))(a, b)
     np.testing.assert_array_equal(np.asarray(ga), np.asarray(b) / 2.0**31)

@@ -83,10 +83,10 @@ def py_pack(lhs, rhs, L, R, mode, bp):
     l2_rows, l2_cols, _, _, _, l1_depth = bp
     PL = np.zeros_like(lhs)
     for r0 in range(0, lhs.shape[0], l2_rows):
-        PL[r0:r0 + l2_rows] = py_pack_call(lhs[r0:r0 + l2_rows], L, mode, l1_depth)
+        PL[r0 : r0 + l2_rows] = py_pack_call(lhs[r0 : r0 + l2_rows], L, mode, l1_depth)
     PR = np.zeros_like(rhs)
     for c0 in range(0, rhs.shape[1], l2_cols):
-        PR[:, c0:c0 + l2_cols] = py_pack_call(rhs[:, c0:c0 + l2_cols].T, R, mode, l1_depth).T
+        PR[:, c0 : c0 + l2_cols] = py_pack_call(rhs[:, c0 : c0 + l2_cols].T, R, mode, l1_depth).T
     return PL, PR
 
 
@@ -118,11 +118,15 @@ def py_gemm_lt8(lhs, rhs, lo, ro, L, R, mode, bp=None, legacy=None):
         for r in range(rows):
             for c in range(cols):
                 lr, rc = int(lo[r]), int(ro[c])
-                acc[r, c] = wrap32(py_rmcf(int(xx[r, c]), 65025, ML * MR) + py_rmcf(wrap32(int(rs[r]) * rc), 255, ML)
-                                   + py_rmcf(wrap32(int(cs[c]) * lr), 255, MR) + wrap32(lr * rc * depth))
+                acc[r, c] = wrap32(
+                    py_rmcf(int(xx[r, c]), 65025, ML * MR)
+                    + py_rmcf(wrap32(int(rs[r]) * rc), 255, ML)
+                    + py_rmcf(wrap32(int(cs[c]) * lr), 255, MR)
+                    + wrap32(lr * rc * depth)
+                )
     if legacy is not None:
         off, mult, shift = legacy
-        f = lambda v: min(max(_rdbpot(wrap32(wrap32(v + off) * mult), shift), 0), 255)  # noqa: E731
+        f = lambda v: min(max(_rdbpot(wrap32(wrap32(v + off) * mult), shift), 0), 255)
         return np.vectorize(f, otypes=[np.int64])(acc)
     return acc.astype(np.int64)
 
@@ -183,7 +187,7 @@ def test_requantize_matches_model_and_endpoints(requant):
 
 
 def test_rmcf_golden(requant):
-    pairs = sorted({k[:-len("__x")] for k in requant.files if k.startswith("frac_") and k.endswith("__x")})
+    pairs = sorted({k[: -len("__x")] for k in requant.files if k.startswith("frac_") and k.endswith("__x")})
     assert len(pairs) == 8
     for base in pairs:
         n, d = int(requant[base + "__numerator"]), int(requant[base + "__denominator"])
@@ -193,8 +197,10 @@ def test_rmcf_golden(requant):
         np.testing.assert_array_equal(got, [py_rmcf(int(v), n, d) for v in x], err_msg=base)
 
 
-@given(x=st.lists(st.integers(INT32_MIN, INT32_MAX), min_size=32, max_size=32),
-       frac=st.sampled_from([(65025, 3937), (65025, 961), (65025, 945), (65025, 21), (255, 127), (255, 7)]))
+@given(
+    x=st.lists(st.integers(INT32_MIN, INT32_MAX), min_size=32, max_size=32),
+    frac=st.sampled_from([(65025, 3937), (65025, 961), (65025, 945), (65025, 21), (255, 127), (255, 7)]),
+)
 @settings(max_examples=30)
 def test_rmcf_matches_bigint_model(x, frac):
     got = np.asarray(G.rounding_multiply_by_constant_fraction(np.array(x, np.int32), *frac))
@@ -232,27 +238,43 @@ def test_uint16_local_accumulator_bound():
     with pytest.raises(ValueError, match=r"17 \* 127 \* 31 = 66929 > 65535; at most 16 products"):
         G.check_uint16_accumulators(7, 5, 17)
     with pytest.raises(ValueError, match="at most 1 products"):
-        G.gemm_lt8(np.zeros((2, 3), np.uint8), np.zeros((3, 2), np.uint8), lhs_offset=0, rhs_offset=0,
-                   lhs_bits=8, rhs_bits=8, uint16_lane_products=2)
+        G.gemm_lt8(
+            np.zeros((2, 3), np.uint8),
+            np.zeros((3, 2), np.uint8),
+            lhs_offset=0,
+            rhs_offset=0,
+            lhs_bits=8,
+            rhs_bits=8,
+            uint16_lane_products=2,
+        )
 
 
 # --------------------------------------------------------------------- golden GEMMs
 
-_CASES = ["lt8_L6R4_nearest_ragged", "lt8_L7R5_addmod_ragged", "lt8_L7R5_xorshift_depth384",
-          "lt8_L7R5_xorshift_depth383_nearest", "lt8_L4R6_addmod_l1split", "lt8_L5R7_xorshift_l1split_ragged",
-          "lt8_L8R4_addmod", "lt8_L3R2_nearest_worth_boundary", "lt8_L7R5_fallback_not_worth_it",
-          "lt8_L7R5_gemv_fallback"]
+_CASES = [
+    "lt8_L6R4_nearest_ragged",
+    "lt8_L7R5_addmod_ragged",
+    "lt8_L7R5_xorshift_depth384",
+    "lt8_L7R5_xorshift_depth383_nearest",
+    "lt8_L4R6_addmod_l1split",
+    "lt8_L5R7_xorshift_l1split_ragged",
+    "lt8_L8R4_addmod",
+    "lt8_L3R2_nearest_worth_boundary",
+    "lt8_L7R5_fallback_not_worth_it",
+    "lt8_L7R5_gemv_fallback",
+]
 
 
 def _case(cases, name):
-    g = {k[len(name) + 2:]: cases[k] for k in cases.files if k.startswith(name + "__")}
+    g = {k[len(name) + 2 :]: cases[k] for k in cases.files if k.startswith(name + "__")}
     assert g, name
     return g
 
 
 def _strategy(g):
-    return G.RoundingStrategy(_MODE[str(g["small_size_mode"])], _MODE[str(g["large_size_mode"])],
-                              int(g["size_threshold"]))
+    return G.RoundingStrategy(
+        _MODE[str(g["small_size_mode"])], _MODE[str(g["large_size_mode"])], int(g["size_threshold"])
+    )
 
 
 def test_all_golden_cases_are_covered(cases):
@@ -271,10 +293,12 @@ def test_lt8_gemm_golden(cases, name):
         used = str(g[f"{side}_mode_used"])
         if used in _MODE:
             assert strat.mode(depth) == _MODE[used]
-    kw = dict(lhs_offset=int(g["lhs_offset"]), rhs_offset=int(g["rhs_offset"]), lhs_bits=L, rhs_bits=R,
-              rounding=strat)
-    legacy = dict(result_offset=int(g["result_offset"]), result_mult_int=int(g["result_mult_int"]),
-                  result_shift=int(g["result_shift"]))
+    kw = dict(lhs_offset=int(g["lhs_offset"]), rhs_offset=int(g["rhs_offset"]), lhs_bits=L, rhs_bits=R, rounding=strat)
+    legacy = dict(
+        result_offset=int(g["result_offset"]),
+        result_mult_int=int(g["result_mult_int"]),
+        result_shift=int(g["result_shift"]),
+    )
 
     requantized = "lhs_requantized" in g
 
@@ -304,9 +328,16 @@ def test_default_params_and_eight_bit_int_gemm_golden(cases):
     depth 517), through the eager (non-jitted) entry points."""
     g = _case(cases, "lt8_L7R5_addmod_ragged")
     assert str(g["bit_depth_params"]) == "DefaultL7R5BitDepthParams"
-    out = G.eight_bit_int_gemm(g["lhs"], g["rhs"], a_offset=int(g["lhs_offset"]), b_offset=int(g["rhs_offset"]),
-                               c_offset=int(g["result_offset"]), c_mult_int=int(g["result_mult_int"]),
-                               c_shift=int(g["result_shift"]), bit_depth=G.A5B7)
+    out = G.eight_bit_int_gemm(
+        g["lhs"],
+        g["rhs"],
+        a_offset=int(g["lhs_offset"]),
+        b_offset=int(g["rhs_offset"]),
+        c_offset=int(g["result_offset"]),
+        c_mult_int=int(g["result_mult_int"]),
+        c_shift=int(g["result_shift"]),
+        bit_depth=G.A5B7,
+    )
     np.testing.assert_array_equal(np.asarray(out), g["result_uint8"])
 
 
@@ -326,9 +357,13 @@ _R, _K, _C = 100, 37, 103  # worth it (2*100*103 >= 100*203), ragged width and d
 
 
 @settings(max_examples=4)
-@given(seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(G.MODES),
-       bits=st.sampled_from([(7, 5), (4, 4), (3, 6), (8, 2), (1, 1)]),
-       lo=st.integers(-255, 0) | st.integers(INT32_MIN, INT32_MAX), ro=st.integers(-255, 0))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    mode=st.sampled_from(G.MODES),
+    bits=st.sampled_from([(7, 5), (4, 4), (3, 6), (8, 2), (1, 1)]),
+    lo=st.integers(-255, 0) | st.integers(INT32_MIN, INT32_MAX),
+    ro=st.integers(-255, 0),
+)
 def test_gemm_lt8_matches_literal_model(seed, mode, bits, lo, ro):
     rng = np.random.default_rng(seed)
     lhs = rng.integers(0, 256, (_R, _K)).astype(np.uint8)
@@ -434,9 +469,16 @@ def test_bench_numpy_reference_is_exact_on_golden_cases(cases):
     for name in ("lt8_L7R5_addmod_ragged", "lt8_L5R7_xorshift_l1split_ragged", "lt8_L6R4_nearest_ragged"):
         g = _case(cases, name)
         mode = _strategy(g).mode(int(g["depth"]))
-        out = np_gemm_lt8(g["lhs"], g["rhs"], int(g["lhs_offset"]), int(g["rhs_offset"]), int(g["lhs_bits"]),
-                          int(g["rhs_bits"]), mode,
-                          (int(g["result_offset"]), int(g["result_mult_int"]), int(g["result_shift"])))
+        out = np_gemm_lt8(
+            g["lhs"],
+            g["rhs"],
+            int(g["lhs_offset"]),
+            int(g["rhs_offset"]),
+            int(g["lhs_bits"]),
+            int(g["rhs_bits"]),
+            mode,
+            (int(g["result_offset"]), int(g["result_mult_int"]), int(g["result_shift"])),
+        )
         np.testing.assert_array_equal(out, g["result_uint8"], err_msg=name)
 
 
@@ -445,8 +487,30 @@ def test_lt8_study_smoke(tmp_path, capsys):
     from hwjax.studies.__main__ import main
 
     out = tmp_path / "lt8.png"
-    assert main(["lt8", "--rows", "100", "--cols", "100", "--depths", "32", "--pairs", "L4R4", "--modes", "nearest",
-                 "--data", "uniform", "--seeds", "1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "lt8",
+                "--rows",
+                "100",
+                "--cols",
+                "100",
+                "--depths",
+                "32",
+                "--pairs",
+                "L4R4",
+                "--modes",
+                "nearest",
+                "--data",
+                "uniform",
+                "--seeds",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     row = next(line for line in text.splitlines() if line.startswith("| 32 |"))
     rms = float(row.split("|")[2].strip(" *").split()[0])

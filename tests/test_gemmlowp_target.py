@@ -22,7 +22,7 @@ from hwjax.graph import Attrs, Quant
 from hwjax.targets._gemmlowp import lt8_always
 
 RNG = np.random.default_rng(2024)
-I32_MIN, I32_MAX = -2**31, 2**31 - 1
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
 
 # ------------------------------------------------------------- big-int reference model
@@ -42,7 +42,7 @@ def rdbpot(x: int, e: int) -> int:
     if e == 0:
         return x
     s = -1 if x < 0 else 1
-    return s * ((abs(x) + 2**(e - 1)) >> e)  # ties away from zero
+    return s * ((abs(x) + 2 ** (e - 1)) >> e)  # ties away from zero
 
 
 def multiplier(s_in, s_w, s_out) -> tuple[int, int]:
@@ -59,7 +59,7 @@ def multiplier(s_in, s_w, s_out) -> tuple[int, int]:
 def pipeline(acc: int, bias: int, m: int, e: int, z_out: int, act_min: int) -> int:
     """BiasAddition, ScaleInt32ByFixedPointAndExponent (saturating SHL), Clamp, int8 cast."""
     v = wrap32(acc + bias)
-    v = min(max(v * 2**max(e, 0), I32_MIN), I32_MAX)
+    v = min(max(v * 2 ** max(e, 0), I32_MIN), I32_MAX)
     v = rdbpot(srdhm(v, m), max(-e, 0))
     v = wrap32(v + z_out)
     return min(max(v, act_min, -128), 127)
@@ -98,8 +98,7 @@ def requantize_side(s: np.ndarray, bits: int, mode: str) -> np.ndarray:
     out = np.zeros(s.shape, np.int64)
     for w in range(w_n):
         for d in range(d_n):
-            n = ((w // 8) * 8 * krd + (d // 16) * 128 + ((d % 16) // 4) * 32 + ((w % 8) // 4) * 16 + (w % 4) * 4
-                 + d % 4)
+            n = (w // 8) * 8 * krd + (d // 16) * 128 + ((d % 16) // 4) * 32 + ((w % 8) // 4) * 16 + (w % 4) * 4 + d % 4
             o = {"nearest": 127, "xorshift": xs[n % 255], "addmod": (98 + 97 * n) % 255}[mode]
             out[w, d] = (int(s[w, d]) * (2**bits - 1) + o) // 255
     return out
@@ -109,11 +108,14 @@ def im2col(x: np.ndarray, kh: int, kw: int, stride, pad, fill: int) -> np.ndarra
     """(H, W, C) -> (OH*OW, kh*kw*C) with ``fill`` outside the image (NumPy loops)."""
     (pt, pb), (pl, pr) = pad
     xp = np.full((x.shape[0] + pt + pb, x.shape[1] + pl + pr, x.shape[2]), fill, np.int64)
-    xp[pt:pt + x.shape[0], pl:pl + x.shape[1]] = x
+    xp[pt : pt + x.shape[0], pl : pl + x.shape[1]] = x
     oh = (xp.shape[0] - kh) // stride[0] + 1
     ow = (xp.shape[1] - kw) // stride[1] + 1
-    rows = [xp[oy * stride[0]:oy * stride[0] + kh, ox * stride[1]:ox * stride[1] + kw].reshape(-1)
-            for oy in range(oh) for ox in range(ow)]
+    rows = [
+        xp[oy * stride[0] : oy * stride[0] + kh, ox * stride[1] : ox * stride[1] + kw].reshape(-1)
+        for oy in range(oh)
+        for ox in range(ow)
+    ]
     return np.stack(rows), (oh, ow)
 
 
@@ -127,7 +129,7 @@ def _layer(op: str, *, o: int, c: int, k: int = 3, seed: int = 0, r_big: bool = 
     kernel = rng.integers(-127, 128, shape).astype(np.int8)
     kernel[0].flat[0] = -127  # both extremes present
     kernel[-1].flat[-1] = 127
-    bias = rng.integers(-2**14, 2**14, o).astype(np.int32)
+    bias = rng.integers(-(2**14), 2**14, o).astype(np.int32)
     w_scale = rng.uniform(0.002, 0.02, o).astype(np.float32)
     s_in, z_in = np.float32(rng.uniform(0.01, 0.05)), int(rng.integers(-128, 128))
     s_out = np.float32(rng.uniform(0.05, 0.5) * math.sqrt(kernel[0].size / 27))
@@ -155,8 +157,10 @@ def _reference_conv(x, portable, qi, qo, attrs, *, relu):
     for xb in np.asarray(x, np.int64):
         cols, (oh, ow) = im2col(xb, kh, kw, attrs["stride"], attrs["padding"], fill=z_in)
         acc = (cols - z_in) @ k.reshape(o, -1).T  # (P, O), exact in int64
-        y = [[pipeline(wrap32(int(acc[p, ch])), int(bias[ch]), *mes[ch], z_out, act_min) for ch in range(o)]
-             for p in range(acc.shape[0])]
+        y = [
+            [pipeline(wrap32(int(acc[p, ch])), int(bias[ch]), *mes[ch], z_out, act_min) for ch in range(o)]
+            for p in range(acc.shape[0])
+        ]
         out.append(np.asarray(y).reshape(oh, ow, o))
     return np.stack(out), mes
 
@@ -167,18 +171,22 @@ def _reference_conv(x, portable, qi, qo, attrs, *, relu):
 def test_registry_and_options():
     t = T.get("gemmlowp", lhs_bits=4, rhs_bits=4)
     assert isinstance(t, T.Gemmlowp) and t == T.Gemmlowp(4, 4)
-    assert t.describe() == {"name": "gemmlowp", "lhs_bits": 4, "rhs_bits": 4, "rounding": "auto",
-                            "requantize": "auto"}
+    assert t.describe() == {"name": "gemmlowp", "lhs_bits": 4, "rhs_bits": 4, "rounding": "auto", "requantize": "auto"}
     assert T.resolve(t.describe()) == t and T.resolve("gemmlowp") == T.Gemmlowp(8, 8)
     assert "gemmlowp" in T.available()
     assert T.Gemmlowp(np.int64(3), 2, "xorshift", "always").lhs_bits == 3
     assert t.ops() >= {"conv", "dense", "maxpool", "avgpool", "quantize", "flatten"}
-    for kw, match in ((dict(lhs_bits=0), r"lhs_bits must lie in \[1, 8\], got 0"),
-                      (dict(rhs_bits=9), r"rhs_bits must lie in \[1, 8\], got 9"),
-                      (dict(rounding="round"), r"rounding must be one of \('auto', 'nearest', 'xorshift', "
-                                               r"'addmod', 'exact'\), got 'round'"),
-                      (dict(lhs_bits=4, rounding="exact"), "rounding='exact' requires lhs_bits == rhs_bits == 8"),
-                      (dict(requantize="never"), r"requantize must be one of \('auto', 'always'\)")):
+    for kw, match in (
+        (dict(lhs_bits=0), r"lhs_bits must lie in \[1, 8\], got 0"),
+        (dict(rhs_bits=9), r"rhs_bits must lie in \[1, 8\], got 9"),
+        (
+            dict(rounding="round"),
+            r"rounding must be one of \('auto', 'nearest', 'xorshift', "
+            r"'addmod', 'exact'\), got 'round'",
+        ),
+        (dict(lhs_bits=4, rounding="exact"), "rounding='exact' requires lhs_bits == rhs_bits == 8"),
+        (dict(requantize="never"), r"requantize must be one of \('auto', 'always'\)"),
+    ):
         with pytest.raises(RangeError, match=match):
             T.Gemmlowp(**kw)
         with pytest.raises(ValueError, match=match):
@@ -197,8 +205,9 @@ def test_registry_and_options():
 
 
 def test_eight_bits_is_exact_int8_with_the_tflite_pipeline():
-    attrs = Attrs({"features": 6, "kernel_size": (3, 3), "stride": (2, 1), "padding": ((1, 1), (0, 2)),
-                   "activation": "relu"})
+    attrs = Attrs(
+        {"features": 6, "kernel_size": (3, 3), "stride": (2, 1), "padding": ((1, 1), (0, 2)), "activation": "relu"}
+    )
     portable, qi, qo = _layer("conv", o=6, c=3, seed=1, r_big=True)
     x = RNG.integers(-128, 128, (2, 5, 6, 3)).astype(np.int32)
     want, mes = _reference_conv(x, portable, qi, qo, attrs, relu=True)
@@ -228,8 +237,15 @@ def test_multiplier_recipe_edges():
 
     r = np.asarray([0.0, 0.3, 1.0, 2.0**-40, 2.0**40, np.float32(0.7).item(), 3.999], np.float32)
     m, e = (np.asarray(a) for a in jax.jit(quantize_multiplier)(r))
-    want = [(0, 0), multiplier(0.3, 1, 1), (2**30, 1), (0, 0), (I32_MAX, 31), multiplier(0.7, 1, 1),
-            multiplier(3.999, 1, 1)]
+    want = [
+        (0, 0),
+        multiplier(0.3, 1, 1),
+        (2**30, 1),
+        (0, 0),
+        (I32_MAX, 31),
+        multiplier(0.7, 1, 1),
+        multiplier(3.999, 1, 1),
+    ]
     assert list(zip(m.tolist(), e.tolist())) == want
 
 
@@ -243,27 +259,45 @@ def _expected_lt8_conv(x, portable, qi, qo, attrs, *, bits, rounding, relu=False
     o, kh, kw, c = k.shape
     lhs = (k.reshape(o, -1) + 128).astype(np.uint8)
     mes = [multiplier(qi[0], s, qo[0]) for s in np.asarray(portable["w_scale"])]
-    stages = (gl.BiasAddition(np.asarray(portable["bias"]), shape="col"),
-              gl.ScaleInt32ByFixedPointAndExponentPC(np.asarray([m for m, _ in mes], np.int32),
-                                                     np.asarray([e for _, e in mes], np.int32), qo[1], shape="col"),
-              gl.Clamp(max(qo[1], -128) if relu else -128, 127), gl.SaturatingCastToInt8())
+    stages = (
+        gl.BiasAddition(np.asarray(portable["bias"]), shape="col"),
+        gl.ScaleInt32ByFixedPointAndExponentPC(
+            np.asarray([m for m, _ in mes], np.int32), np.asarray([e for _, e in mes], np.int32), qo[1], shape="col"
+        ),
+        gl.Clamp(max(qo[1], -128) if relu else -128, 127),
+        gl.SaturatingCastToInt8(),
+    )
     out = []
     for xb in np.asarray(x, np.int64):
         cols, (oh, ow) = im2col(xb + 128, kh, kw, attrs["stride"], attrs["padding"], fill=qi[1] + 128)
-        y = gl.gemm_lt8(lhs, cols.T.astype(np.uint8), lhs_offset=-128, rhs_offset=-(qi[1] + 128), lhs_bits=bits[0],
-                        rhs_bits=bits[1], rounding=rounding, output_stages=stages)
+        y = gl.gemm_lt8(
+            lhs,
+            cols.T.astype(np.uint8),
+            lhs_offset=-128,
+            rhs_offset=-(qi[1] + 128),
+            lhs_bits=bits[0],
+            rhs_bits=bits[1],
+            rounding=rounding,
+            output_stages=stages,
+        )
         out.append(np.asarray(y, np.int32).T.reshape(oh, ow, o))
     return np.stack(out)
 
 
-@pytest.mark.parametrize("rounding,depth_c,k", [("auto", 4, 3), ("xorshift", 4, 3), ("addmod", 4, 3),
-                                                ("auto", 400, 1)])
+@pytest.mark.parametrize("rounding,depth_c,k", [("auto", 4, 3), ("xorshift", 4, 3), ("addmod", 4, 3), ("auto", 400, 1)])
 def test_fewer_bits_equal_gemm_lt8_on_the_same_operands(rounding, depth_c, k):
     """64 output channels x 256 pixels: gemmlowp requantizes (2*64*256 >= 100*(64+256)).
     Depth 400 with "auto" is gemmlowp's ProbabilisticAddmod mode (depth >= 384)."""
     o = 64
-    attrs = Attrs({"features": o, "kernel_size": (k, k), "stride": (1, 1),
-                   "padding": ((k // 2, k // 2), (k // 2, k // 2)), "activation": None})
+    attrs = Attrs(
+        {
+            "features": o,
+            "kernel_size": (k, k),
+            "stride": (1, 1),
+            "padding": ((k // 2, k // 2), (k // 2, k // 2)),
+            "activation": None,
+        }
+    )
     portable, qi, qo = _layer("conv", o=o, c=depth_c, k=k, seed=3)
     x = RNG.integers(-128, 128, (2, 16, 16, depth_c)).astype(np.int32)
     bits = (5, 3) if k == 1 else (4, 4)
@@ -276,8 +310,9 @@ def test_fewer_bits_equal_gemm_lt8_on_the_same_operands(rounding, depth_c, k):
         y = np.asarray(jax.jit(lambda v, p: t.lowering("conv").run(t, attrs, p, v))(jnp.asarray(x), p))
         np.testing.assert_array_equal(y, want)
         t8 = T.Gemmlowp()
-        eight = np.asarray(t8.lowering("conv").run(t8, attrs, _lower(t8, "conv", attrs, portable, qi, qo),
-                                                   jnp.asarray(x)))
+        eight = np.asarray(
+            t8.lowering("conv").run(t8, attrs, _lower(t8, "conv", attrs, portable, qi, qo), jnp.asarray(x))
+        )
     assert np.mean(y != eight) > 0.2  # the requantized arithmetic really differs from 8-bit
     if rounding != "auto":
         nearest = _expected_lt8_conv(x, portable, qi, qo, attrs, bits=bits, rounding="nearest")
@@ -322,15 +357,19 @@ def test_requantize_always_is_the_lt8_arithmetic_on_a_gemv(dense_case):
     lo, ro, depth = -128, -(qi[1] + 128), k.shape[1]
     for bits, mode in (((4, 4), "nearest"), ((3, 5), "xorshift"), ((6, 2), "addmod")):
         y = _run(T.Gemmlowp(*bits, mode, "always"), "dense", attrs, portable, qi, qo, x)
-        ml, mr = 2**bits[0] - 1, 2**bits[1] - 1
+        ml, mr = 2 ** bits[0] - 1, 2 ** bits[1] - 1
         pl = requantize_side(k + 128, bits[0], mode)  # one packing call, W = 10 rows
         want = []
         for xi in x:
             pr = requantize_side((xi.astype(np.int64) + 128)[None, :], bits[1], mode)[0]  # W = 1 column
             row = []
             for ch in range(k.shape[0]):
-                acc = wrap32(rmcf(int(pl[ch] @ pr), 255 * 255, ml * mr) + rmcf(wrap32(int(pl[ch].sum()) * ro), 255, ml)
-                             + rmcf(wrap32(int(pr.sum()) * lo), 255, mr) + wrap32(lo * ro * depth))
+                acc = wrap32(
+                    rmcf(int(pl[ch] @ pr), 255 * 255, ml * mr)
+                    + rmcf(wrap32(int(pl[ch].sum()) * ro), 255, ml)
+                    + rmcf(wrap32(int(pr.sum()) * lo), 255, mr)
+                    + wrap32(lo * ro * depth)
+                )
                 row.append(pipeline(acc, int(b[ch]), *mes[ch], qo[1], max(qo[1], -128)))
             want.append(row)
         np.testing.assert_array_equal(y, want)
@@ -369,14 +408,16 @@ def test_pools():
 
 def _model(target):
     r = nnx.Rngs(0)
-    return hn.Sequential({
-        "input": hn.Quantize(target=target),
-        "conv": hn.Conv(2, 8, 3, activation="relu", target=target, rngs=r, learn_scale=True),
-        "max": hn.MaxPool(2, target=target),
-        "avg": hn.AvgPool(2, strides=1, target=target),
-        "flat": hn.Flatten(target=target),
-        "fc": hn.Dense(2 * 2 * 8, 5, target=target, rngs=r),
-    })
+    return hn.Sequential(
+        {
+            "input": hn.Quantize(target=target),
+            "conv": hn.Conv(2, 8, 3, activation="relu", target=target, rngs=r, learn_scale=True),
+            "max": hn.MaxPool(2, target=target),
+            "avg": hn.AvgPool(2, strides=1, target=target),
+            "flat": hn.Flatten(target=target),
+            "fc": hn.Dense(2 * 2 * 8, 5, target=target, rngs=r),
+        }
+    )
 
 
 TARGET = T.Gemmlowp(4, 4, "xorshift", "always")
@@ -405,12 +446,21 @@ def test_export_load_round_trip_is_bit_exact(model, exported):
     np.testing.assert_array_equal(np.asarray(loaded(x)), want)
     g = hn.to_graph(m, (6, 6, 2))
     man = json.loads((exported / "manifest.json").read_text())
-    assert man["target"] == {"name": "gemmlowp", "lhs_bits": 4, "rhs_bits": 4, "rounding": "xorshift",
-                             "requantize": "always"}
+    assert man["target"] == {
+        "name": "gemmlowp",
+        "lhs_bits": 4,
+        "rhs_bits": 4,
+        "rounding": "xorshift",
+        "requantize": "always",
+    }
     conv = next(n for n in man["nodes"] if n["name"] == "conv")
     assert conv["tensors"]["weights"]["dtype"] == "uint8" and conv["tensors"]["weights"]["shape"] == [8, 18]
     assert [s["stage"] for s in conv["meta"]["output_stages"]] == [
-        "BiasAddition", "ScaleInt32ByFixedPointAndExponentPC", "Clamp", "SaturatingCastToInt8"]
+        "BiasAddition",
+        "ScaleInt32ByFixedPointAndExponentPC",
+        "Clamp",
+        "SaturatingCastToInt8",
+    ]
     kernel = np.asarray(g.node("conv").params["kernel"], np.int64)
     blob = np.frombuffer((exported / conv["tensors"]["weights"]["file"]).read_bytes(), np.uint8)
     np.testing.assert_array_equal(blob.reshape(8, 18), kernel.reshape(8, -1) + 128)
@@ -423,9 +473,14 @@ def test_load_rejects_an_inconsistent_pipeline(exported, tmp_path):
 
     from hwjax._export import manifest_digest
 
-    for edit, match in ((lambda st: st.__setitem__(2, {"stage": "Clamp8"}), "output_stages must be the pipeline"),
-                        (lambda st: st[1].__setitem__("result_exponent", [40] * 8), r"result_exponent must be an "
-                                                                                   r"integer in \[-31, 31\]")):
+    for edit, match in (
+        (lambda st: st.__setitem__(2, {"stage": "Clamp8"}), "output_stages must be the pipeline"),
+        (
+            lambda st: st[1].__setitem__("result_exponent", [40] * 8),
+            r"result_exponent must be an "
+            r"integer in \[-31, 31\]",
+        ),
+    ):
         d = tmp_path / f"copy{len(match)}"
         shutil.copytree(exported, d)
         man = json.loads((d / "manifest.json").read_text())
@@ -469,8 +524,19 @@ def test_hardware_mode_trains_through_the_surrogates(model):
 def test_cli_target_options():
     from train.__main__ import make_target, parser, target_label, target_options
 
-    args = parser().parse_args(["digits", "--target", "gemmlowp", "--bits", "3,2", "--target-opt", "requantize=always",
-                                "--target-opt", "rounding=xorshift"])
+    args = parser().parse_args(
+        [
+            "digits",
+            "--target",
+            "gemmlowp",
+            "--bits",
+            "3,2",
+            "--target-opt",
+            "requantize=always",
+            "--target-opt",
+            "rounding=xorshift",
+        ]
+    )
     opts = target_options(args)
     assert opts == {"requantize": "always", "rounding": "xorshift", "lhs_bits": 3, "rhs_bits": 2}
     t = make_target("gemmlowp", None, opts)

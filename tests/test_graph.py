@@ -58,8 +58,11 @@ def toy():
 
 def _toy_graph():
     q = hg.Quant.of(0.5, 0)
-    tensors = {"x": hg.Tensor("x", (4,), "float32"), "q": hg.Tensor("q", (4,), "int8", q),
-               "y": hg.Tensor("y", (4,), "int8", q)}
+    tensors = {
+        "x": hg.Tensor("x", (4,), "float32"),
+        "q": hg.Tensor("q", (4,), "int8", q),
+        "y": hg.Tensor("y", (4,), "int8", q),
+    }
     nodes = (hg.Node("quantize", ("x",), ("q",)), hg.Node("toy_double", ("q",), ("y",), {"offset": 1}))
     return hg.Graph(tensors, nodes, ("x",), ("y",)).validate()
 
@@ -116,15 +119,17 @@ def _calibrated(model, x):
 def _block_model(target):
     r = nnx.Rngs(5)
     body = hn.Sequential({"dw": hn.DepthwiseConv(8, 3, target=target, rngs=r)})
-    return hn.Sequential({
-        "input": hn.Quantize(target=target),
-        "conv": hn.Conv(2, 8, 3, activation="relu", target=target, rngs=r),
-        "block": hn.Residual(body, hn.Add(target=target)),
-        "avg": hn.AvgPool(2, strides=1, target=target),
-        "max": hn.MaxPool(2, target=target),
-        "flat": hn.Flatten(target=target),
-        "fc": hn.Dense(2 * 2 * 8, 5, target=target, rngs=r),
-    })
+    return hn.Sequential(
+        {
+            "input": hn.Quantize(target=target),
+            "conv": hn.Conv(2, 8, 3, activation="relu", target=target, rngs=r),
+            "block": hn.Residual(body, hn.Add(target=target)),
+            "avg": hn.AvgPool(2, strides=1, target=target),
+            "max": hn.MaxPool(2, target=target),
+            "flat": hn.Flatten(target=target),
+            "fc": hn.Dense(2 * 2 * 8, 5, target=target, rngs=r),
+        }
+    )
 
 
 @pytest.mark.parametrize("target", [T.XS3(), T.NVDLA()], ids=["xs3", "nvdla"])
@@ -132,8 +137,16 @@ def test_graph_of_a_model_runs_its_hardware_mode_bit_exactly(target, tmp_path):
     x = jnp.asarray(RNG.uniform(-1, 1, (16, 6, 6, 2)), jnp.float32)
     model = _calibrated(_block_model(target), x)
     g = hn.to_graph(model, (6, 6, 2))
-    assert [n.op for n in g.nodes] == ["quantize", "conv", "depthwise_conv", "add", "avgpool", "maxpool",
-                                       "flatten", "dense"]
+    assert [n.op for n in g.nodes] == [
+        "quantize",
+        "conv",
+        "depthwise_conv",
+        "add",
+        "avgpool",
+        "maxpool",
+        "flatten",
+        "dense",
+    ]
     want = np.asarray(model(x).q, np.int32)
     np.testing.assert_array_equal(np.asarray(hg.jit_run(g, x, target)), want)
     np.testing.assert_array_equal(np.asarray(hg.jit_run(hg.lower(g, target), x)), want)
@@ -178,12 +191,28 @@ def test_nvdla_depthwise_add_and_avgpool_are_the_nvdla_kernels():
     _, v = hg.run(g, x, intermediates=True)
     dw, add, avg = (g.node(n) for n in ("block.body.dw", "block.add", "avg"))
     p = dw.params
-    y_dw, _ = nvdla.depthwise_conv2d_int8(v["conv"], p.kernel, stride=1, padding=((1, 1), (1, 1)), bias16=p.bias16,
-                                          bias_shift=p.bias_shift, mul16=p.mul16, mul_shift=p.mul_shift)
+    y_dw, _ = nvdla.depthwise_conv2d_int8(
+        v["conv"],
+        p.kernel,
+        stride=1,
+        padding=((1, 1), (1, 1)),
+        bias16=p.bias16,
+        bias_shift=p.bias_shift,
+        mul16=p.mul16,
+        mul_shift=p.mul_shift,
+    )
     np.testing.assert_array_equal(np.asarray(v["block.body.dw"]), np.asarray(y_dw, np.int32))
     a = add.params
-    y_add = nvdla.sdp_add_int8(v["conv"], v["block.body.dw"], x_mul=a["x_mul"], x_shift=a["x_shift"],
-                               y_scale=a["y_scale"], y_shift=a["y_shift"], out_scale=1, out_shift=8)
+    y_add = nvdla.sdp_add_int8(
+        v["conv"],
+        v["block.body.dw"],
+        x_mul=a["x_mul"],
+        x_shift=a["x_shift"],
+        y_scale=a["y_scale"],
+        y_shift=a["y_shift"],
+        out_scale=1,
+        out_shift=8,
+    )
     np.testing.assert_array_equal(np.asarray(v["block.add"]), np.asarray(y_add, np.int32))
     y_avg = nvdla.pdp_avgpool_int8(v["block.add"], (2, 2), (1, 1))
     np.testing.assert_array_equal(np.asarray(v["avg"]), np.asarray(y_avg, np.int32))
@@ -204,8 +233,16 @@ def test_from_graph_rebuilds_trainable_modules_with_the_same_bits(target):
     x = jnp.asarray(RNG.uniform(-1, 1, (16, 6, 6, 2)), jnp.float32)
     g = hn.to_graph(_calibrated(_block_model(target), x), (6, 6, 2))
     m = hn.from_graph(g, target)
-    assert [type(l).__name__ for l in m.layers] == ["Quantize", "Conv", "DepthwiseConv", "Add", "AvgPool", "MaxPool",
-                                                    "Flatten", "Dense"]
+    assert [type(l).__name__ for l in m.layers] == [
+        "Quantize",
+        "Conv",
+        "DepthwiseConv",
+        "Add",
+        "AvgPool",
+        "MaxPool",
+        "Flatten",
+        "Dense",
+    ]
     want = np.asarray(hg.jit_run(g, x, target))
     np.testing.assert_array_equal(np.asarray(m(x).q, np.int32), want)
     # the rebuilt modules emit the same portable integers
@@ -230,8 +267,9 @@ def test_from_graph_rebuilds_trainable_modules_with_the_same_bits(target):
 
     grads, new = step(params)
     assert float(sum(jnp.abs(v).sum() for v in jax.tree.leaves(grads))) > 0
-    assert any(not np.array_equal(np.asarray(a), np.asarray(b))
-               for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(params)))
+    assert any(
+        not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(params))
+    )
     y_new = np.asarray(nnx.merge(graphdef, new, rest)(x).q)
     np.testing.assert_array_equal(y_new, np.round(y_new))  # still the exact integer pipeline
     with pytest.raises(ValueError, match="portable graph"):
@@ -242,12 +280,22 @@ def test_the_hwjax_0_1_target_methods_still_work_with_a_deprecation_warning():
     t = T.XS3()
     k = jnp.asarray(RNG.integers(-127, 128, (4, 3, 3, 2)), jnp.int8)
     b = jnp.asarray(RNG.integers(-500, 500, 4), jnp.int32)
-    q = dict(s_in=jnp.float32(0.02), z_in=jnp.int32(-3), s_w=jnp.full(4, 0.01, jnp.float32),
-             s_out=jnp.float32(0.05), z_out=jnp.int32(5))
+    q = dict(
+        s_in=jnp.float32(0.02),
+        z_in=jnp.int32(-3),
+        s_w=jnp.full(4, 0.01, jnp.float32),
+        s_out=jnp.float32(0.05),
+        z_out=jnp.int32(5),
+    )
     with pytest.warns(DeprecationWarning, match="conv_params is deprecated"):
         p = t.conv_params(k, b, **q)
-    new = t.lowering("conv").params(t, hg.Attrs({"activation": None}), {"kernel": k, "bias": b, "w_scale": q["s_w"]},
-                                    [hg.Quant.of(q["s_in"], q["z_in"])], hg.Quant.of(q["s_out"], q["z_out"]))
+    new = t.lowering("conv").params(
+        t,
+        hg.Attrs({"activation": None}),
+        {"kernel": k, "bias": b, "w_scale": q["s_w"]},
+        [hg.Quant.of(q["s_in"], q["z_in"])],
+        hg.Quant.of(q["s_out"], q["z_out"]),
+    )
     assert jax.tree.all(jax.tree.map(lambda u, v: bool(np.array_equal(u, v)), p, new))
     x = jnp.asarray(RNG.integers(-128, 128, (2, 5, 5, 2)), jnp.int32)
     geom = T.ConvGeometry.make((5, 5), (3, 3), (1, 1), "SAME")

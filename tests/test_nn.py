@@ -28,9 +28,12 @@ def _calibrated(model, x):
 
 def _conv_model(target, c_in=3, c_out=20, k=3, stride=1, padding="SAME", act="relu"):
     r = nnx.Rngs(0)
-    return hn.Sequential({"input": hn.Quantize(target=target),
-                          "conv": hn.Conv(c_in, c_out, k, strides=stride, padding=padding, activation=act,
-                                          target=target, rngs=r)})
+    return hn.Sequential(
+        {
+            "input": hn.Quantize(target=target),
+            "conv": hn.Conv(c_in, c_out, k, strides=stride, padding=padding, activation=act, target=target, rngs=r),
+        }
+    )
 
 
 def _lut_params(t, fn, s_in, z_in, s_out, z_out):
@@ -86,26 +89,33 @@ def test_bad_sizes_and_inputs_name_the_layer():
     from hwjax.errors import HwjaxError, RangeError, ShapeError
 
     t, r = T.XS3(), nnx.Rngs(0)
-    for make, msg in [(lambda: hn.Dense(0, 4, target=t, rngs=r), "Dense: in_features must be a positive int, got 0"),
-                      (lambda: hn.Dense(3, -1, target=t, rngs=r), "Dense: out_features"),
-                      (lambda: hn.Conv(3, 0, 3, target=t, rngs=r), "Conv: out_features"),
-                      (lambda: hn.Conv(3, 4, 0, target=t, rngs=r), "Conv: kernel_size"),
-                      (lambda: hn.Conv(3, 4, 3, strides=(1, -1), target=t, rngs=r), "Conv: strides"),
-                      (lambda: hn.DepthwiseConv(0, 3, target=t, rngs=r), "DepthwiseConv: features"),
-                      (lambda: hn.MaxPool(0, target=t), "MaxPool: window")]:
+    for make, msg in [
+        (lambda: hn.Dense(0, 4, target=t, rngs=r), "Dense: in_features must be a positive int, got 0"),
+        (lambda: hn.Dense(3, -1, target=t, rngs=r), "Dense: out_features"),
+        (lambda: hn.Conv(3, 0, 3, target=t, rngs=r), "Conv: out_features"),
+        (lambda: hn.Conv(3, 4, 0, target=t, rngs=r), "Conv: kernel_size"),
+        (lambda: hn.Conv(3, 4, 3, strides=(1, -1), target=t, rngs=r), "Conv: strides"),
+        (lambda: hn.DepthwiseConv(0, 3, target=t, rngs=r), "DepthwiseConv: features"),
+        (lambda: hn.MaxPool(0, target=t), "MaxPool: window"),
+    ]:
         with pytest.raises(RangeError, match=msg):
             make()
     with pytest.raises(TypeError, match="Dense: in_features must be a positive int, got 3.0") as e:
         hn.Dense(3.0, 4, target=t, rngs=r)
     assert isinstance(e.value, HwjaxError)
-    conv, dw, dense = hn.Conv(3, 4, 3, target=t, rngs=r), hn.DepthwiseConv(3, 3, target=t, rngs=r), \
-        hn.Dense(3, 4, target=t, rngs=r)
-    for layer, x, msg in [(conv, jnp.ones((1, 5, 5, 2)), r"Conv: input x .* 3 = in_features .*\(1, 5, 5, 2\)"),
-                          (conv, jnp.ones((5, 5, 3)), r"Conv: input x must have shape \(batch, height"),
-                          (dw, jnp.ones((1, 5, 5, 2)), r"DepthwiseConv: input x .* 3 = features"),
-                          (dense, jnp.ones((2, 5)), r"Dense: input x .* 3 = in_features .*\(2, 5\)"),
-                          (hn.MaxPool(9, target=t), jnp.ones((1, 5, 5, 2)), r"MaxPool: window \(9, 9\) does not fit"),
-                          (hn.AvgPool(2, target=t), jnp.ones((5, 5, 2)), r"AvgPool: input x must have shape")]:
+    conv, dw, dense = (
+        hn.Conv(3, 4, 3, target=t, rngs=r),
+        hn.DepthwiseConv(3, 3, target=t, rngs=r),
+        hn.Dense(3, 4, target=t, rngs=r),
+    )
+    for layer, x, msg in [
+        (conv, jnp.ones((1, 5, 5, 2)), r"Conv: input x .* 3 = in_features .*\(1, 5, 5, 2\)"),
+        (conv, jnp.ones((5, 5, 3)), r"Conv: input x must have shape \(batch, height"),
+        (dw, jnp.ones((1, 5, 5, 2)), r"DepthwiseConv: input x .* 3 = features"),
+        (dense, jnp.ones((2, 5)), r"Dense: input x .* 3 = in_features .*\(2, 5\)"),
+        (hn.MaxPool(9, target=t), jnp.ones((1, 5, 5, 2)), r"MaxPool: window \(9, 9\) does not fit"),
+        (hn.AvgPool(2, target=t), jnp.ones((5, 5, 2)), r"AvgPool: input x must have shape"),
+    ]:
         with pytest.raises(ShapeError, match=msg):
             layer(x)
     with pytest.raises(ShapeError, match=r"Add: inputs x1 and x2 must have the same shape"):
@@ -144,8 +154,10 @@ def test_float_mode_is_the_plain_float_layer():
     t = T.XS3()
     conv = hn.Conv(3, 5, 3, strides=2, activation="relu", target=t, rngs=nnx.Rngs(0))
     x = jnp.asarray(RNG.normal(size=(2, 9, 7, 3)), jnp.float32)
-    want = jax.nn.relu(jax.lax.conv_general_dilated(x, conv.kernel[...], (2, 2), "SAME",
-                                                    dimension_numbers=("NHWC", "HWIO", "NHWC")) + conv.bias[...])
+    want = jax.nn.relu(
+        jax.lax.conv_general_dilated(x, conv.kernel[...], (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        + conv.bias[...]
+    )
     np.testing.assert_array_equal(np.asarray(conv(x)), np.asarray(want))
 
 
@@ -167,13 +179,16 @@ def test_calibrate_records_ranges_and_hardware_needs_them():
     assert int(z) == -128  # a ReLU range starts at 0: the int8 clamp is the ReLU
 
 
-@pytest.mark.parametrize("variant, geom", [("hardware", (3, 1, "SAME")), ("host", (2, 2, "VALID")),
-                                           ("v2021", (3, 2, ((0, 2), (1, 1))))])
+@pytest.mark.parametrize(
+    "variant, geom", [("hardware", (3, 1, "SAME")), ("host", (2, 2, "VALID")), ("v2021", (3, 2, ((0, 2), (1, 1))))]
+)
 def test_conv_hardware_mode_equals_xs3_conv2d(variant, geom):
     k, stride, padding = geom
     t = T.XS3(variant=variant)
-    m = _calibrated(_conv_model(t, c_in=3, c_out=20, k=k, stride=stride, padding=padding),
-                    jnp.asarray(RNG.uniform(-1, 1, (8, 7, 6, 3)), jnp.float32))
+    m = _calibrated(
+        _conv_model(t, c_in=3, c_out=20, k=k, stride=stride, padding=padding),
+        jnp.asarray(RNG.uniform(-1, 1, (8, 7, 6, 3)), jnp.float32),
+    )
     x = jnp.asarray(RNG.uniform(-1.2, 1.2, (5, 7, 6, 3)), jnp.float32)
     q_in = m.layers[0](x)
     y = jax.jit(lambda v: m(v).q)(x)
@@ -181,10 +196,19 @@ def test_conv_hardware_mode_equals_xs3_conv2d(variant, geom):
     geom_ = T.ConvGeometry.make((7, 6), (k, k), (stride, stride), conv.padding)
     hw = conv.integer_params(q_in.scale, q_in.zero_point, geom_)
     p = hw.params
-    want = xs3.conv2d(np.asarray(q_in.q, np.int8), np.asarray(p.kernel), np.asarray(p.multipliers),
-                      np.asarray(p.biases), initial_shift=int(p.initial_shift), final_shr=int(p.final_shr),
-                      stride=(stride, stride), pad_top_left=geom_.pad_top_left, pad_value=int(p.pad_value),
-                      out_shape=geom_.out_hw, variant=variant)
+    want = xs3.conv2d(
+        np.asarray(q_in.q, np.int8),
+        np.asarray(p.kernel),
+        np.asarray(p.multipliers),
+        np.asarray(p.biases),
+        initial_shift=int(p.initial_shift),
+        final_shr=int(p.final_shr),
+        stride=(stride, stride),
+        pad_top_left=geom_.pad_top_left,
+        pad_value=int(p.pad_value),
+        out_shape=geom_.out_hw,
+        variant=variant,
+    )
     np.testing.assert_array_equal(np.asarray(y).astype(np.int8), np.asarray(want))
     assert np.all(np.asarray(y) == np.round(np.asarray(y)))
 
@@ -192,10 +216,14 @@ def test_conv_hardware_mode_equals_xs3_conv2d(variant, geom):
 def test_dense_and_depthwise_hardware_match_references():
     t = T.XS3()
     r = nnx.Rngs(1)
-    m = hn.Sequential({"input": hn.Quantize(target=t),
-                       "dw": hn.DepthwiseConv(8, 3, activation="relu", target=t, rngs=r),
-                       "flat": hn.Flatten(target=t),
-                       "fc": hn.Dense(5 * 5 * 8, 6, target=t, rngs=r)})
+    m = hn.Sequential(
+        {
+            "input": hn.Quantize(target=t),
+            "dw": hn.DepthwiseConv(8, 3, activation="relu", target=t, rngs=r),
+            "flat": hn.Flatten(target=t),
+            "fc": hn.Dense(5 * 5 * 8, 6, target=t, rngs=r),
+        }
+    )
     x = jnp.asarray(RNG.uniform(-1, 1, (6, 5, 5, 8)), jnp.float32)
     _calibrated(m, x)
     q_in = m.layers[0](x)
@@ -207,17 +235,32 @@ def test_dense_and_depthwise_hardware_match_references():
     g = T.ConvGeometry.make((5, 5), (3, 3), (1, 1), "SAME")
     p = dw.integer_params(q_in.scale, q_in.zero_point, g).params
     xp = np.pad(np.asarray(q_in.q, np.int64), ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=int(p.pad_value))
-    acc = sum(xp[:, i:i + 5, j:j + 5, :] * np.asarray(p.kernel, np.int64)[:, i, j] for i in range(3) for j in range(3))
-    want = xs3.otfn_int8(acc.astype(np.int32), np.asarray(p.multipliers), np.asarray(p.biases),
-                         initial_shift=int(p.initial_shift), final_shr=int(p.final_shr))
+    acc = sum(
+        xp[:, i : i + 5, j : j + 5, :] * np.asarray(p.kernel, np.int64)[:, i, j] for i in range(3) for j in range(3)
+    )
+    want = xs3.otfn_int8(
+        acc.astype(np.int32),
+        np.asarray(p.multipliers),
+        np.asarray(p.biases),
+        initial_shift=int(p.initial_shift),
+        final_shr=int(p.final_shr),
+    )
     np.testing.assert_array_equal(np.asarray(h.q).astype(np.int8), np.asarray(want))
     # dense: a 1x1 convolution of a 1x1 image
     fc = m.layers[3]
     pf = fc.integer_params(flat.scale, flat.zero_point, T.ConvGeometry.make((1, 1), (1, 1), (1, 1), "VALID")).params
-    want_fc = xs3.conv2d(np.asarray(flat.q, np.int8)[:, None, None, :], np.asarray(pf.kernel),
-                         np.asarray(pf.multipliers), np.asarray(pf.biases), initial_shift=int(pf.initial_shift),
-                         final_shr=int(pf.final_shr), stride=(1, 1), pad_top_left=(0, 0),
-                         pad_value=int(pf.pad_value), out_shape=(1, 1))
+    want_fc = xs3.conv2d(
+        np.asarray(flat.q, np.int8)[:, None, None, :],
+        np.asarray(pf.kernel),
+        np.asarray(pf.multipliers),
+        np.asarray(pf.biases),
+        initial_shift=int(pf.initial_shift),
+        final_shr=int(pf.final_shr),
+        stride=(1, 1),
+        pad_top_left=(0, 0),
+        pad_value=int(pf.pad_value),
+        out_shape=(1, 1),
+    )
     np.testing.assert_array_equal(np.asarray(y.q).astype(np.int8), np.asarray(want_fc)[:, 0, 0, :])
     assert int(st.count) == 6 * 6 and int(st.acc_count) == 6 * 6 and int(st.acc_saturated) == 0
 
@@ -226,11 +269,15 @@ def test_pools_add_and_lut_hardware_match_the_xs3_kernels():
     t = T.XS3()
     r = nnx.Rngs(2)
     body = hn.Sequential({"c": hn.Conv(4, 4, 3, activation=None, target=t, rngs=r)})
-    m = hn.Sequential({"input": hn.Quantize(target=t),
-                       "res": hn.Residual(body, hn.Add(activation="relu", target=t)),
-                       "avg": hn.AvgPool(3, strides=1, target=t),
-                       "max": hn.MaxPool(2, target=t),
-                       "act": hn.LutActivation("tanh", target=t)})
+    m = hn.Sequential(
+        {
+            "input": hn.Quantize(target=t),
+            "res": hn.Residual(body, hn.Add(activation="relu", target=t)),
+            "avg": hn.AvgPool(3, strides=1, target=t),
+            "max": hn.MaxPool(2, target=t),
+            "act": hn.LutActivation("tanh", target=t),
+        }
+    )
     x = jnp.asarray(RNG.uniform(-1, 1, (3, 6, 6, 4)), jnp.float32)
     _calibrated(m, x)
     q0 = m.layers[0](x)
@@ -245,9 +292,10 @@ def test_pools_add_and_lut_hardware_match_the_xs3_kernels():
     want = np.clip((acc + (1 << (sh - 1))) >> sh, -128, 127) if sh else np.clip(acc, -128, 127)
     np.testing.assert_array_equal(np.asarray(qr.q, np.int64), want)
     qa = m.layers[2](qr)
-    np.testing.assert_array_equal(np.asarray(qa.q).astype(np.int8),
-                                  np.asarray(xs3.avgpool2d(np.asarray(qr.q, np.int8), window_shape=(3, 3),
-                                                           window_stride=(1, 1))))
+    np.testing.assert_array_equal(
+        np.asarray(qa.q).astype(np.int8),
+        np.asarray(xs3.avgpool2d(np.asarray(qr.q, np.int8), window_shape=(3, 3), window_stride=(1, 1))),
+    )
     qm = m.layers[3](qa)
     np.testing.assert_array_equal(np.asarray(qm.q), np.asarray(qa.q).reshape(3, 2, 2, 2, 2, 4).max(axis=(2, 4)))
     ql = m.layers[4](qm)
@@ -270,7 +318,7 @@ def test_hardware_mode_works_under_jit_and_vmap_and_is_batch_independent(xs3_rec
     # weights and quantisation known, only the data traced: the host recipe at trace time,
     # no recipe program (the quantisation is computed at trace time too)
     assert batches == []
-    halves = np.concatenate([np.asarray(m(x[i:i + 3]).q) for i in (0, 3)])
+    halves = np.concatenate([np.asarray(m(x[i : i + 3]).q) for i in (0, 3)])
     np.testing.assert_array_equal(eager, vmapped)
     np.testing.assert_array_equal(eager, jitted)
     np.testing.assert_array_equal(eager, halves)
@@ -283,10 +331,14 @@ def test_hardware_gradients_flow_through_the_surrogate(xs3_recipe_batches):
     batches = xs3_recipe_batches
     t = T.XS3()
     r = nnx.Rngs(3)
-    m = hn.Sequential({"input": hn.Quantize(target=t),
-                       "conv": hn.Conv(3, 8, 3, activation="relu", target=t, rngs=r, learn_scale=True),
-                       "flat": hn.Flatten(target=t),
-                       "fc": hn.Dense(6 * 6 * 8, 4, target=t, rngs=r)})
+    m = hn.Sequential(
+        {
+            "input": hn.Quantize(target=t),
+            "conv": hn.Conv(3, 8, 3, activation="relu", target=t, rngs=r, learn_scale=True),
+            "flat": hn.Flatten(target=t),
+            "fc": hn.Dense(6 * 6 * 8, 4, target=t, rngs=r),
+        }
+    )
     x = jnp.asarray(RNG.uniform(-1, 1, (8, 6, 6, 3)), jnp.float32)
     _calibrated(m, x)
     g, params, rest = nnx.split(m, nnx.Param, ...)
@@ -352,8 +404,10 @@ def test_legacy_and_nvdla_targets_reject_layers_they_cannot_run():
 
 def _mlp(target, fn=None):
     r = nnx.Rngs(5)
-    layers = {"input": hn.Quantize(target=target), "fc": hn.Dense(16, 8, activation=None if fn else "relu",
-                                                                   target=target, rngs=r)}
+    layers = {
+        "input": hn.Quantize(target=target),
+        "fc": hn.Dense(16, 8, activation=None if fn else "relu", target=target, rngs=r),
+    }
     if fn:
         layers["act"] = hn.LutActivation(fn, target=target)
     m = hn.Sequential(layers)
@@ -368,12 +422,18 @@ def test_legacy_dense_is_fully_connected_8_with_tflite2xcore_bso():
     y = m.layers[1](q)
     fc = m.layers[1]
     lq = fc.integer_params(q.scale, q.zero_point, T.ConvGeometry.make((1, 1), (1, 1), (1, 1), "VALID"))
-    f = xs3.derive_bso_fields(np.asarray(lq.b_int, np.int32), np.asarray(lq.w_int, np.int8)[0, 0].T,
-                              input_scale=float(q.scale), input_zero_point=int(q.zero_point),
-                              weight_scales=np.asarray(lq.s_w), output_scale=float(lq.s_out),
-                              output_zero_point=int(lq.z_out))
-    want = xs3.fully_connected_8(np.asarray(q.q, np.int8), np.asarray(lq.w_int, np.int8)[0, 0].T, xs3.make_bso(*f),
-                                 variant="host")
+    f = xs3.derive_bso_fields(
+        np.asarray(lq.b_int, np.int32),
+        np.asarray(lq.w_int, np.int8)[0, 0].T,
+        input_scale=float(q.scale),
+        input_zero_point=int(q.zero_point),
+        weight_scales=np.asarray(lq.s_w),
+        output_scale=float(lq.s_out),
+        output_zero_point=int(lq.z_out),
+    )
+    want = xs3.fully_connected_8(
+        np.asarray(q.q, np.int8), np.asarray(lq.w_int, np.int8)[0, 0].T, xs3.make_bso(*f), variant="host"
+    )
     np.testing.assert_array_equal(np.asarray(y.q).astype(np.int8), np.asarray(want))
 
 
@@ -390,7 +450,7 @@ def test_nvdla_dense_and_lut_follow_the_sdp_pipeline():
     fc = m.layers[1]
     p = fc.integer_params(q.scale, q.zero_point, T.ConvGeometry.make((1, 1), (1, 1), (1, 1), "VALID")).params
     acc = np.asarray(q.q, np.int64) @ np.asarray(p.kernel, np.int64)[:, 0, 0, :].T
-    v = np.clip(acc + (np.asarray(p.bias16, np.int64) << int(p.bias_shift)), -2**31, 2**31 - 1)
+    v = np.clip(acc + (np.asarray(p.bias16, np.int64) << int(p.bias_shift)), -(2**31), 2**31 - 1)
     prod = v * np.asarray(p.mul16, np.int64)
     s = int(p.mul_shift)
     v = np.sign(prod) * ((np.abs(prod) + (1 << (s - 1))) >> s) if s else prod  # round half away from zero

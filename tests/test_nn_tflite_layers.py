@@ -41,18 +41,31 @@ def _model_bytes(seed: int = 0) -> bytes:
     w = mb.tensor((c, 3, 3, 2), "int8", s_w, np.zeros(c), rng.integers(-127, 128, (c, 3, 3, 2)))
     b = mb.tensor((c,), "int32", s_in * s_w, np.zeros(c), rng.integers(-300, 300, c))
     h1 = mb.tensor((1, 8, 8, c), "int8", np.float32(0.03), 5, name="conv")
-    mb.op("CONV_2D", [x, w, b], [h1], ("Conv2DOptions", {"padding": 0, "strideH": 1, "strideW": 1,
-                                                          "fusedActivationFunction": 0}), 3)
+    mb.op(
+        "CONV_2D",
+        [x, w, b],
+        [h1],
+        ("Conv2DOptions", {"padding": 0, "strideH": 1, "strideW": 1, "fusedActivationFunction": 0}),
+        3,
+    )
     h2 = mb.tensor((1, 8, 8, c), "int8", np.float32(6 / 255), -128, name="relu6")
     mb.op("RELU6", [h1], [h2])
     h3 = mb.tensor((1, 8, 8, c), "int8", np.float32(0.05), -100, name="requant")
     mb.op("QUANTIZE", [h2], [h3])
     h4 = mb.tensor((1, 4, 4, c), "int8", np.float32(0.05), -100, name="maxpool")
-    mb.op("MAX_POOL_2D", [h3], [h4], ("Pool2DOptions", {"padding": 0, "strideH": 2, "strideW": 2,
-                                                         "filterHeight": 3, "filterWidth": 3}))
+    mb.op(
+        "MAX_POOL_2D",
+        [h3],
+        [h4],
+        ("Pool2DOptions", {"padding": 0, "strideH": 2, "strideW": 2, "filterHeight": 3, "filterWidth": 3}),
+    )
     h5 = mb.tensor((1, 4, 4, c), "int8", np.float32(0.05), -100, name="avgpool")
-    mb.op("AVERAGE_POOL_2D", [h4], [h5], ("Pool2DOptions", {"padding": 0, "strideH": 1, "strideW": 1,
-                                                           "filterHeight": 3, "filterWidth": 3}))
+    mb.op(
+        "AVERAGE_POOL_2D",
+        [h4],
+        [h5],
+        ("Pool2DOptions", {"padding": 0, "strideH": 1, "strideW": 1, "filterHeight": 3, "filterWidth": 3}),
+    )
     n = 4 * 4 * c
     h6 = mb.tensor((1, 8, n // 8), "int8", np.float32(0.05), -100, name="reshape3d")
     st = mb.tensor((3,), "int32", data=np.array([1, 8, n // 8], np.int32), name="shape3d")
@@ -73,14 +86,19 @@ def _with_quantize(graph: Graph) -> Graph:
     layer from_graph / to_graph expect; an integer batch passes it unchanged)."""
     inp = graph.tensors[graph.inputs[0]]
     node = Node("quantize", ("float_input",), (inp.name,), {}, None)
-    return Graph({"float_input": Tensor("float_input", inp.shape, "float32", None), **graph.tensors},
-                 (node, *graph.nodes), ("float_input",), graph.outputs).validate()
+    return Graph(
+        {"float_input": Tensor("float_input", inp.shape, "float32", None), **graph.tensors},
+        (node, *graph.nodes),
+        ("float_input",),
+        graph.outputs,
+    ).validate()
 
 
 def _qarray(graph: Graph, x) -> hn.QArray:
     q = graph.tensors[graph.inputs[0]].quant
-    return hn.QArray(jnp.asarray(x, jnp.float32), jnp.asarray(q.scale, jnp.float32),
-                     jnp.asarray(q.zero_point, jnp.int32))
+    return hn.QArray(
+        jnp.asarray(x, jnp.float32), jnp.asarray(q.scale, jnp.float32), jnp.asarray(q.zero_point, jnp.int32)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +201,14 @@ def test_unpadded_pools_on_tflite_hardware(kind):
     from hwjax.tflite.testing import pool_model
 
     rng = np.random.default_rng(4)
-    data, in_shape = pool_model(rng, "MAX_POOL_2D" if kind == "maxpool" else "AVERAGE_POOL_2D", in_shape=(6, 6, 3),
-                                window=(2, 2), stride=(2, 2), padding="VALID")
+    data, in_shape = pool_model(
+        rng,
+        "MAX_POOL_2D" if kind == "maxpool" else "AVERAGE_POOL_2D",
+        in_shape=(6, 6, 3),
+        window=(2, 2),
+        stride=(2, 2),
+        padding="VALID",
+    )
     model = tfl.load(data)
     assert [n.op for n in model.graph.nodes] == [kind]
     layers = hn.from_graph(_with_quantize(model.graph), TARGET)
@@ -248,8 +272,12 @@ def _pad_concat_mean_bytes(seed: int = 3) -> bytes:
     w = mb.tensor((c, 3, 3, 2), "int8", s_w, np.zeros(c), rng.integers(-127, 128, (c, 3, 3, 2)))
     b = mb.tensor((c,), "int32", s_in * s_w, np.zeros(c), rng.integers(-300, 300, c))
     h = mb.tensor((1, 4, 4, c), "int8", np.float32(0.03), 5, name="conv")
-    mb.op("CONV_2D", [x, w, b], [h], ("Conv2DOptions", {"padding": 1, "strideH": 1, "strideW": 1,
-                                                         "fusedActivationFunction": 0}))
+    mb.op(
+        "CONV_2D",
+        [x, w, b],
+        [h],
+        ("Conv2DOptions", {"padding": 1, "strideH": 1, "strideW": 1, "fusedActivationFunction": 0}),
+    )
 
     def i32(v, name):
         v = np.asarray(v, np.int32)
@@ -274,8 +302,12 @@ def _pad_concat_mean_bytes(seed: int = 3) -> bytes:
 def _pad_concat_mean_layers(runtime):
     x = np.random.default_rng(4).integers(-128, 128, (16, 6, 6, 2)).astype(np.int8)
     return _layers_equal_the_runtime(
-        _pad_concat_mean_bytes(), x, runtime, ["conv", "pad", "concat", "pad", "mean", "dense"],
-        [hn.Conv, hn.Pad, hn.Concat, hn.Pad, hn.Mean, hn.Dense])
+        _pad_concat_mean_bytes(),
+        x,
+        runtime,
+        ["conv", "pad", "concat", "pad", "mean", "dense"],
+        [hn.Conv, hn.Pad, hn.Concat, hn.Pad, hn.Mean, hn.Dense],
+    )
 
 
 @pytest.mark.parametrize("runtime", ["reference", "optimized"])
@@ -292,8 +324,9 @@ def test_pad_concat_and_mean_layers_train_and_round_trip():
     runtime's rounding: reference only)."""
     layers, xq, got, target = _pad_concat_mean_layers("reference")
     labels = jnp.asarray(np.random.default_rng(2).integers(0, 4, xq.q.shape[0]))
-    grads = nnx.jit(nnx.grad(lambda m: optax.softmax_cross_entropy_with_integer_labels(m(xq).dequantize(),
-                                                                                      labels).mean()))(layers)
+    grads = nnx.jit(
+        nnx.grad(lambda m: optax.softmax_cross_entropy_with_integer_labels(m(xq).dequantize(), labels).mean())
+    )(layers)
     assert np.abs(np.asarray(grads.layers[1].kernel[...])).sum() > 0  # the conv, behind pad/concat/mean
 
     g2 = hn.to_graph(layers, input_shape=(6, 6, 2))
@@ -304,8 +337,9 @@ def test_pad_concat_and_mean_layers_train_and_round_trip():
 def test_pad_concat_mean_float_modes_and_bad_arguments():
     x = np.random.default_rng(0).normal(size=(2, 3, 4, 5)).astype(np.float32)
     t = TFLite("reference")
-    np.testing.assert_array_equal(np.asarray(hn.Pad(((1, 0), (0, 2), (0, 0)), target=t)(x)),
-                                  np.pad(x, ((0, 0), (1, 0), (0, 2), (0, 0))))
+    np.testing.assert_array_equal(
+        np.asarray(hn.Pad(((1, 0), (0, 2), (0, 0)), target=t)(x)), np.pad(x, ((0, 0), (1, 0), (0, 2), (0, 0)))
+    )
     np.testing.assert_array_equal(np.asarray(hn.Concat(2, target=t)(x, x)), np.concatenate([x, x], axis=3))
     np.testing.assert_allclose(np.asarray(hn.Mean((0, 1), target=t)(x)), x.mean(axis=(1, 2)), rtol=1e-6)
     with pytest.raises(RangeError, match="non-negative"):
@@ -314,10 +348,12 @@ def test_pad_concat_mean_float_modes_and_bad_arguments():
         hn.Pad(((1, 0),), target=t)(x)
     with pytest.raises(RangeError):
         hn.Mean((1, 0), target=t)
-    np.testing.assert_allclose(np.asarray(hn.Mul(activation="relu6", target=t)(x, x[:, :1])),
-                               np.clip(x * x[:, :1], 0, 6), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(hn.Softmax(beta=0.5, target=t)(x)),
-                               np.asarray(jax.nn.softmax(0.5 * x, axis=-1)), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(hn.Mul(activation="relu6", target=t)(x, x[:, :1])), np.clip(x * x[:, :1], 0, 6), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(hn.Softmax(beta=0.5, target=t)(x)), np.asarray(jax.nn.softmax(0.5 * x, axis=-1)), rtol=1e-6
+    )
     with pytest.raises(RangeError, match="activation"):
         hn.Mul(activation="tanh", target=t)
     with pytest.raises(RangeError, match="beta"):
@@ -353,8 +389,12 @@ def _mul_softmax_bytes(seed: int = 5) -> bytes:
 def _mul_softmax_layers(runtime):
     x = np.random.default_rng(6).integers(-128, 128, (32, 12)).astype(np.int8)
     return _layers_equal_the_runtime(
-        _mul_softmax_bytes(), x, runtime, ["dense", "dense", "mul", "dense", "softmax"],
-        [hn.Dense, hn.Dense, hn.Mul, hn.Dense, hn.Softmax])
+        _mul_softmax_bytes(),
+        x,
+        runtime,
+        ["dense", "dense", "mul", "dense", "softmax"],
+        [hn.Dense, hn.Dense, hn.Mul, hn.Dense, hn.Softmax],
+    )
 
 
 @pytest.mark.parametrize("runtime", ["reference", "optimized"])
@@ -370,8 +410,7 @@ def test_mul_and_softmax_layers_train_and_round_trip():
     layers, xq, got, target = _mul_softmax_layers("reference")
     n = xq.q.shape[0]
     labels = jnp.asarray(np.random.default_rng(2).integers(0, 5, n))
-    grads = nnx.jit(nnx.grad(lambda m: -jnp.mean(jnp.log(m(xq).dequantize()[jnp.arange(n), labels] + 1e-3))))(
-        layers)
+    grads = nnx.jit(nnx.grad(lambda m: -jnp.mean(jnp.log(m(xq).dequantize()[jnp.arange(n), labels] + 1e-3))))(layers)
     assert np.abs(np.asarray(grads.layers[1].kernel[...])).sum() > 0  # the first branch, behind mul/softmax
     g2 = hn.to_graph(layers, input_shape=(12,))
     assert np.array_equal(np.asarray(hg.jit_run(g2, xq.dequantize(), target), np.int64), got)

@@ -68,8 +68,9 @@ def py_cvt(x, off, sc, sh, out_bits, stage_bits=None):
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I16 = st.integers(-(2**15), 2**15 - 1)
-OUTS = st.sampled_from([(8, 17), (16, 17), ("fp16", 17), (8, None), (16, None), (17, None),
-                        (9, None), (32, None), (2, None), (24, 30)])
+OUTS = st.sampled_from(
+    [(8, 17), (16, 17), ("fp16", 17), (8, None), (16, None), (17, None), (9, None), (32, None), (2, None), (24, 30)]
+)
 
 
 # ---------------------------------------------------------------------- property tests
@@ -78,29 +79,36 @@ OUTS = st.sampled_from([(8, 17), (16, 17), ("fp16", 17), (8, None), (16, None), 
 @given(xs=st.lists(I32, min_size=8, max_size=8), off=I32, sc=I16, sh=st.integers(0, 63), outs=OUTS)
 def test_cvt_matches_bigint_model(xs, off, sc, sh, outs):
     out_bits, stage = outs
-    y, flag = cvt(np.array(xs, np.int32), offset=off, scale=sc, shift=sh, out_bits=out_bits,
-                  stage_bits=stage, return_flags=True)
+    y, flag = cvt(
+        np.array(xs, np.int32), offset=off, scale=sc, shift=sh, out_bits=out_bits, stage_bits=stage, return_flags=True
+    )
     want = [py_cvt(x, off, sc, sh, out_bits, stage) for x in xs]
     assert [float(v) if out_bits == "fp16" else int(v) for v in np.asarray(y)] == [w[0] for w in want]
     assert list(np.asarray(flag)) == [w[1] for w in want]
 
 
-@given(xs=st.lists(st.integers(-(2**40), 2**40 - 1), min_size=8, max_size=8), off=I32, sc=I16,
-       sh=st.integers(0, 63), out_bits=st.sampled_from([8, 16, 32]))
+@given(
+    xs=st.lists(st.integers(-(2**40), 2**40 - 1), min_size=8, max_size=8),
+    off=I32,
+    sc=I16,
+    sh=st.integers(0, 63),
+    out_bits=st.sampled_from([8, 16, 32]),
+)
 def test_cvt_wide_input_matches_model(xs, off, sc, sh, out_bits):
-    y, flag = cvt(wide.from_python(xs), offset=off, scale=sc, shift=sh, out_bits=out_bits,
-                  return_flags=True)
+    y, flag = cvt(wide.from_python(xs), offset=off, scale=sc, shift=sh, out_bits=out_bits, return_flags=True)
     want = [py_cvt(x, off, sc, sh, out_bits) for x in xs]
     assert [int(v) for v in np.asarray(y)] == [w[0] for w in want]
     assert list(np.asarray(flag)) == [w[1] for w in want]
 
 
-@given(x=st.lists(st.integers(-(2**16), 2**16 - 1), min_size=4, max_size=4),
-       off=st.lists(I16, min_size=4, max_size=4), sc=st.lists(I16, min_size=4, max_size=4),
-       sh=st.lists(st.integers(0, 63), min_size=4, max_size=4))
+@given(
+    x=st.lists(st.integers(-(2**16), 2**16 - 1), min_size=4, max_size=4),
+    off=st.lists(I16, min_size=4, max_size=4),
+    sc=st.lists(I16, min_size=4, max_size=4),
+    sh=st.lists(st.integers(0, 63), min_size=4, max_size=4),
+)
 def test_cvt_per_element_registers(x, off, sc, sh):
-    y = cvt_unit("cdma", np.array(x), offset=np.array(off), scale=np.array(sc), shift=np.array(sh),
-                 out_bits=16)
+    y = cvt_unit("cdma", np.array(x), offset=np.array(off), scale=np.array(sc), shift=np.array(sh), out_bits=16)
     assert list(np.asarray(y)) == [py_cvt(*a, 16, 17)[0] for a in zip(x, off, sc, sh)]
 
 
@@ -115,8 +123,15 @@ def test_int17_to_fp16_exhaustive():
 
 def test_double_saturation_flags_the_int17_stage_only():
     # 40000 fits int17 but not int16: clamped to 32767, not flagged; 70000 is flagged.
-    y, f = cvt(np.array([40000, 70000, -65537, -65536]), offset=0, scale=1, shift=0, out_bits=16,
-               stage_bits=17, return_flags=True)
+    y, f = cvt(
+        np.array([40000, 70000, -65537, -65536]),
+        offset=0,
+        scale=1,
+        shift=0,
+        out_bits=16,
+        stage_bits=17,
+        return_flags=True,
+    )
     assert list(np.asarray(y)) == [32767, 32767, -32768, -32768]
     assert list(np.asarray(f)) == [False, True, False, False]  # -65537 is 1 below int17's min
     # fp16 output converts the int17 value: 40000 -> 40000, 70000 -> 65535 -> 65504.
@@ -146,9 +161,18 @@ def test_cdp_convertors_match_golden():
         off_out = r["datout_offset"] if i16 else sign_extend(r["datout_offset"], 25)
         half = r["normalz_len"] + 1
         for w in case["windows"]:
-            v = [int(a) for a in np.asarray(cvt_unit(
-                "cdp_in_int16" if i16 else "cdp_in_int8", np.array(w["data_in"]), offset=off_in,
-                scale=r["datin_scale"], shift=r["datin_shifter"]))]
+            v = [
+                int(a)
+                for a in np.asarray(
+                    cvt_unit(
+                        "cdp_in_int16" if i16 else "cdp_in_int8",
+                        np.array(w["data_in"]),
+                        offset=off_in,
+                        scale=r["datin_scale"],
+                        shift=r["datin_shifter"],
+                    )
+                )
+            ]
             n = len(w["lut_in"])
             if r["sqsum_bypass"]:
                 lut_in = [v[i + 4] for i in range(n)]
@@ -156,9 +180,14 @@ def test_cdp_convertors_match_golden():
                 lut_in = [sum(v[j] ** 2 for j in range(i + 4 - half, i + 5 + half)) for i in range(n)]
             assert lut_in == w["lut_in"]
             m = [w["lut_out"][i] * (1 if r["mul_bypass"] else v[i + 4]) for i in range(n)]
-            y, flags = cvt_unit("cdp_out_int16" if i16 else "cdp_out_int8", wide.from_python(m),
-                                offset=off_out, scale=r["datout_scale"], shift=r["datout_shifter"],
-                                return_flags=True)
+            y, flags = cvt_unit(
+                "cdp_out_int16" if i16 else "cdp_out_int8",
+                wide.from_python(m),
+                offset=off_out,
+                scale=r["datout_scale"],
+                shift=r["datout_shifter"],
+                return_flags=True,
+            )
             assert [int(a) for a in np.asarray(y)] == w["out"]
             assert int(np.asarray(flags).sum()) == w["out_saturation"]
             windows += 1
@@ -172,11 +201,11 @@ def test_jit_and_vmap_match_eager():
     x = np.arange(-3000, 3000, 50, dtype=np.int32).reshape(2, -1)
     sh = np.array([[3], [9]], np.int32)
     eager = cvt(x, offset=-11, scale=-1234, shift=sh, out_bits=8, stage_bits=17, return_flags=True)
-    f = jax.jit(lambda a, s: cvt(a, offset=-11, scale=-1234, shift=s, out_bits=8, stage_bits=17,
-                                 return_flags=True))
+    f = jax.jit(lambda a, s: cvt(a, offset=-11, scale=-1234, shift=s, out_bits=8, stage_bits=17, return_flags=True))
     jitted = f(x, sh)
-    vm = jax.vmap(lambda a, s: cvt(a, offset=-11, scale=-1234, shift=s, out_bits=8, stage_bits=17,
-                                   return_flags=True))(x, sh[:, 0])
+    vm = jax.vmap(lambda a, s: cvt(a, offset=-11, scale=-1234, shift=s, out_bits=8, stage_bits=17, return_flags=True))(
+        x, sh[:, 0]
+    )
     for got in (jitted, vm):
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(eager[0]))
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(eager[1]))
@@ -186,8 +215,7 @@ def test_float_input_gradient():
     x = jnp.array([0.0, 10.0, 200.0, -300.0, 5000.0], jnp.float32)
 
     def f(a, grad_mode):
-        return jnp.sum(cvt(a, offset=3, scale=6, shift=2, out_bits=8, stage_bits=17,
-                           saturation_grad=grad_mode))
+        return jnp.sum(cvt(a, offset=3, scale=6, shift=2, out_bits=8, stage_bits=17, saturation_grad=grad_mode))
 
     y = cvt(x, offset=3, scale=6, shift=2, out_bits=8, stage_bits=17)
     assert y.dtype == jnp.float32
@@ -205,8 +233,9 @@ def test_float_input_fp16_output():
     y = cvt(x, offset=1, scale=3, shift=1, out_bits="fp16", stage_bits=17)
     assert y.dtype == jnp.float16
     assert list(np.asarray(y, np.float64)) == [py_cvt(int(v), 1, 3, 1, "fp16", 17)[0] for v in (3, 70000, -5)]
-    g = jax.grad(lambda a: jnp.sum(cvt(a, offset=1, scale=3, shift=1, out_bits="fp16",
-                                       stage_bits=17).astype(jnp.float32)))(x)
+    g = jax.grad(
+        lambda a: jnp.sum(cvt(a, offset=1, scale=3, shift=1, out_bits="fp16", stage_bits=17).astype(jnp.float32))
+    )(x)
     assert list(np.asarray(g)) == [1.5, 0.0, 1.5]
 
 
@@ -228,16 +257,19 @@ def test_identical_with_x64():
 # ---------------------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(scale=40000), "scale must lie in"),
-    (dict(shift=64), "shift must lie in"),
-    (dict(shift=-1), "shift must lie in"),
-    (dict(out_bits=33), "out_bits"),
-    (dict(out_bits="fp32"), "out_bits"),
-    (dict(out_bits=16, stage_bits=8), "must not exceed stage_bits"),
-    (dict(out_bits="fp16"), "stage_bits=17"),
-    (dict(offset=2**31), "offset"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(scale=40000), "scale must lie in"),
+        (dict(shift=64), "shift must lie in"),
+        (dict(shift=-1), "shift must lie in"),
+        (dict(out_bits=33), "out_bits"),
+        (dict(out_bits="fp32"), "out_bits"),
+        (dict(out_bits=16, stage_bits=8), "must not exceed stage_bits"),
+        (dict(out_bits="fp16"), "stage_bits=17"),
+        (dict(offset=2**31), "offset"),
+    ],
+)
 def test_cvt_rejects_bad_arguments(kwargs, match):
     args = dict(offset=0, scale=1, shift=0, out_bits=8)
     args.update(kwargs)
@@ -256,16 +288,19 @@ def test_cvt_rejects_bad_inputs():
         cvt(wide.from_python([2**41]), offset=0, scale=1, shift=0, out_bits=8)
 
 
-@pytest.mark.parametrize("unit, kwargs, match", [
-    ("cdp_in_int8", dict(x=np.array([200])), r"x must lie in \[-128, 127\]"),
-    ("cdp_in_int8", dict(offset=-129), r"offset must lie in \[-128, 127\]"),
-    ("cdp_in_int16", dict(shift=32), r"shift must lie in \[0, 31\]"),
-    ("cdma", dict(x=np.array([70000]), out_bits=8), r"x must lie in \[-65536, 65535\]"),
-    ("cdma", dict(), "needs out_bits"),
-    ("sdp_out", dict(out_bits=32), "out_bits for unit 'sdp_out' must be one of"),
-    ("cdp_out_int8", dict(x=wide.from_python([2**24])), r"x must lie in \[-16777216, 16777215\]"),
-    ("gpu", dict(), "unit must be one of"),
-])
+@pytest.mark.parametrize(
+    "unit, kwargs, match",
+    [
+        ("cdp_in_int8", dict(x=np.array([200])), r"x must lie in \[-128, 127\]"),
+        ("cdp_in_int8", dict(offset=-129), r"offset must lie in \[-128, 127\]"),
+        ("cdp_in_int16", dict(shift=32), r"shift must lie in \[0, 31\]"),
+        ("cdma", dict(x=np.array([70000]), out_bits=8), r"x must lie in \[-65536, 65535\]"),
+        ("cdma", dict(), "needs out_bits"),
+        ("sdp_out", dict(out_bits=32), "out_bits for unit 'sdp_out' must be one of"),
+        ("cdp_out_int8", dict(x=wide.from_python([2**24])), r"x must lie in \[-16777216, 16777215\]"),
+        ("gpu", dict(), "unit must be one of"),
+    ],
+)
 def test_cvt_unit_checks_widths(unit, kwargs, match):
     args = dict(x=np.array([1]), offset=0, scale=1, shift=0)
     args.update(kwargs)
@@ -285,9 +320,15 @@ def test_every_unit_runs_with_its_default_output():
 # ------------------------------------------------------ precision-conversion validity (5.3)
 
 SPEC_TABLES = {  # written from spec 5.3
-    "conv": {"image_uint8": {"int8", "int16", "fp16"}, "image_int16": {"int8", "int16", "fp16"},
-             "image_uint16": {"int8", "int16", "fp16"}, "image_fp16": {"fp16"},
-             "int8": {"int8"}, "int16": {"int16"}, "fp16": {"fp16"}},
+    "conv": {
+        "image_uint8": {"int8", "int16", "fp16"},
+        "image_int16": {"int8", "int16", "fp16"},
+        "image_uint16": {"int8", "int16", "fp16"},
+        "image_fp16": {"fp16"},
+        "int8": {"int8"},
+        "int16": {"int16"},
+        "fp16": {"fp16"},
+    },
     "sdp": {"int8": {"int8", "int16"}, "int16": {"int8", "int16", "fp16"}, "fp16": {"int16", "fp16"}},
     "cdp": {"int8": {"int8"}, "int16": {"int16"}, "fp16": {"fp16"}},
     "pdp": {"int8": {"int8"}, "int16": {"int16"}, "fp16": {"fp16"}},
@@ -335,10 +376,17 @@ def test_fp16_to_int16_exhaustive():
     np.testing.assert_array_equal(np.asarray(fp16_to_int16(ALL_FP16.view(np.float16))), want)
 
 
-@pytest.mark.parametrize("unit, rep", [("conv", 65536.0), ("winograd", 65504.0),
-                                       ("sdp", float(np.finfo(np.float32).max)),
-                                       ("cdp", 4292870144.0), ("pdp_avg", 4292870144.0),
-                                       ("pdp_max", math.inf)])
+@pytest.mark.parametrize(
+    "unit, rep",
+    [
+        ("conv", 65536.0),
+        ("winograd", 65504.0),
+        ("sdp", float(np.finfo(np.float32).max)),
+        ("cdp", 4292870144.0),
+        ("pdp_avg", 4292870144.0),
+        ("pdp_max", math.inf),
+    ],
+)
 def test_fp16_input_replaces_inf(unit, rep):
     x = np.array([np.inf, -np.inf, np.nan, 1.5, 2.0**-24, -0.0], np.float16)
     got = np.asarray(fp16_input(x, unit=unit))
@@ -349,8 +397,9 @@ def test_fp16_input_replaces_inf(unit, rep):
     flushed = np.asarray(fp16_input(x, unit=unit, nan_to_zero=True))
     assert flushed[2] == 0.0
     finite = ~np.isinf(ALL_FP16.view(np.float16)) & ~np.isnan(ALL_FP16.view(np.float16))
-    np.testing.assert_array_equal(np.asarray(fp16_input(ALL_FP16, unit=unit))[finite],
-                                  ALL_FP16.view(np.float16)[finite].astype(np.float32))
+    np.testing.assert_array_equal(
+        np.asarray(fp16_input(ALL_FP16, unit=unit))[finite], ALL_FP16.view(np.float16)[finite].astype(np.float32)
+    )
 
 
 @settings(max_examples=40)
@@ -371,7 +420,10 @@ def test_fp16_output_saturates_and_propagates_nan(bits):
 
 def test_fp16_output_is_differentiable_and_saturates_inf():
     assert list(np.asarray(fp16_output(np.array([np.inf, -np.inf, 1e6], np.float32)), np.float64)) == [
-        65504.0, -65504.0, 65504.0]
+        65504.0,
+        -65504.0,
+        65504.0,
+    ]
     g = jax.grad(lambda a: jnp.sum(fp16_output(a).astype(jnp.float32)))(jnp.array([1.0, 1e6]))
     assert list(np.asarray(g)) == [1.0, 0.0]
 

@@ -83,7 +83,7 @@ def model_image(t: np.ndarray, pos: dict, dtype: str, size: int) -> str:
     img = bytearray(size)
     b = BPE[dtype]
     for idx, p in pos.items():
-        img[p * b: p * b + b] = elem_bytes(t[idx], dtype)
+        img[p * b : p * b + b] = elem_bytes(t[idx], dtype)
     return img.hex()
 
 
@@ -168,7 +168,7 @@ def model_compress(seq_bits: list, bpe: int, fp16: bool, groups) -> tuple[str, s
     data = b"".join(b.to_bytes(bpe, "little") for b, m in zip(seq_bits, mask) if m)
     wgs, start = [], 0
     for g in groups:
-        wgs.append(sum(mask[start:start + g]) * bpe)
+        wgs.append(sum(mask[start : start + g]) * bpe)
         start += g
     return (data + bytes(pad128(len(data)) - len(data))).hex(), wmb.hex(), wgs
 
@@ -217,12 +217,15 @@ def test_golden_image_weights():
         np.testing.assert_array_equal(np.asarray(pre), e["pre_extended_kcrs"])
         padded = np.asarray(unextend_image_weights(pre, channels=cin, kernel_width=S))
         np.testing.assert_array_equal(padded, e["zero_padded_kcrs"])
-        assert image_post_extension_factor(input_channels=cin, kernel_width=S, kernel_height=R,
-                                           stride_x=sx) == e["post_extension_factor"]
+        assert (
+            image_post_extension_factor(input_channels=cin, kernel_width=S, kernel_height=R, stride_x=sx)
+            == e["post_extension_factor"]
+        )
         img = pack_image_weights(t, dtype=e["dtype"], input_channels=cin, stride_x=sx)
         assert hexof(img) == e["image_hex"] and img.shape == (e["image_bytes"],), e["name"]
-        forced = pack_image_weights(t, dtype=e["dtype"], input_channels=cin, stride_x=sx,
-                                    post_extension=e["post_extension_factor"])
+        forced = pack_image_weights(
+            t, dtype=e["dtype"], input_channels=cin, stride_x=sx, post_extension=e["post_extension_factor"]
+        )
         assert hexof(forced) == e["image_hex"]
         back = unpack_image_weights(img, t.shape, dtype=e["dtype"], input_channels=cin, stride_x=sx)
         np.testing.assert_array_equal(np.asarray(back), t)
@@ -236,8 +239,9 @@ def test_golden_winograd_weights():
         np.testing.assert_array_equal(np.asarray(w4), e["transformed_kc44"])
         img = pack_winograd_weights(t, dtype=e["dtype"])
         assert hexof(img) == e["image_hex"] and img.shape == (e["image_bytes"],), e["name"]
-        np.testing.assert_array_equal(np.asarray(unpack_winograd_weights(img, w4.shape, dtype=e["dtype"])),
-                                      e["transformed_kc44"])
+        np.testing.assert_array_equal(
+            np.asarray(unpack_winograd_weights(img, w4.shape, dtype=e["dtype"])), e["transformed_kc44"]
+        )
 
 
 def test_golden_sparse_compression():
@@ -271,8 +275,7 @@ def test_golden_sdp_operands():
             assert hexof(img) == e["image_hex"], e["name"]
             alu, mul = unpack_sdp_per_channel(img, len(e["alu"]), dtype=dt)
         else:
-            kw = dict(proc_precision=e["proc_precision"], line_stride=e["line_stride"],
-                      surf_stride=e["surf_stride"])
+            kw = dict(proc_precision=e["proc_precision"], line_stride=e["line_stride"], surf_stride=e["surf_stride"])
             img = pack_sdp_per_element(np.array(e["alu_chw"]), np.array(e["mul_chw"]), dtype=dt, **kw)
             assert hexof(img) == e["image_hex"], e["name"]
             alu, mul = unpack_sdp_per_element(img, np.array(e["alu_chw"]).shape, dtype=dt, **kw)
@@ -288,9 +291,15 @@ DTYPES = st.sampled_from(["int8", "int16", "float16"])
 
 
 @settings(max_examples=20)
-@given(n=st.integers(1, 2), c=st.integers(1, 40), h=st.integers(1, 3), w=st.integers(1, 3),
-       dtype=DTYPES, gaps=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    n=st.integers(1, 2),
+    c=st.integers(1, 40),
+    h=st.integers(1, 3),
+    w=st.integers(1, 3),
+    dtype=DTYPES,
+    gaps=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_feature_cube_matches_spec_and_round_trips(n, c, h, w, dtype, gaps, seed):
     t = rnd_tensor(seed, (n, c, h, w), dtype)
     epa = 32 // BPE[dtype]
@@ -312,13 +321,20 @@ def test_feature_cube_matches_spec_and_round_trips(n, c, h, w, dtype, gaps, seed
     if n == 1:  # CHW input, packed defaults
         packed = pack_feature(t[0])
         assert packed.shape == (groups * h * w * 32,)
-        np.testing.assert_array_equal(np.asarray(unpack_feature(packed, t.shape[1:], dtype=dtype)).view(np.uint8),
-                                      t[0].view(np.uint8))
+        np.testing.assert_array_equal(
+            np.asarray(unpack_feature(packed, t.shape[1:], dtype=dtype)).view(np.uint8), t[0].view(np.uint8)
+        )
 
 
 @settings(max_examples=20)
-@given(k=st.integers(1, 40), c=st.integers(1, 70), r=st.integers(1, 2), s=st.integers(1, 3),
-       dtype=DTYPES, seed=st.integers(0, 2**32 - 1))
+@given(
+    k=st.integers(1, 40),
+    c=st.integers(1, 70),
+    r=st.integers(1, 2),
+    s=st.integers(1, 3),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_dc_weights_match_spec_and_round_trip(k, c, r, s, dtype, seed):
     t = rnd_tensor(seed, (k, c, r, s), dtype)
     kpg = 32 // BPE[dtype]
@@ -331,16 +347,23 @@ def test_dc_weights_match_spec_and_round_trip(k, c, r, s, dtype, seed):
 
 
 @settings(max_examples=15)
-@given(k=st.integers(1, 20), c=st.integers(1, 4), extra=st.integers(0, 2), r=st.integers(1, 9),
-       s=st.integers(1, 7), sx=st.integers(1, 3), dtype=DTYPES, seed=st.integers(0, 2**32 - 1))
+@given(
+    k=st.integers(1, 20),
+    c=st.integers(1, 4),
+    extra=st.integers(0, 2),
+    r=st.integers(1, 9),
+    s=st.integers(1, 7),
+    sx=st.integers(1, 3),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_image_weights_match_spec_and_round_trip(k, c, extra, r, s, sx, dtype, seed):
     cin = c + extra
     t = rnd_tensor(seed, (k, c, r, s), dtype)
     f = image_post_extension_factor(input_channels=cin, kernel_width=s, kernel_height=r, stride_x=sx)
     assert f == model_post_ext_factor(cin, s, r, sx)
     pre = model_pre_extend(t, cin)
-    np.testing.assert_array_equal(bits_of(np.asarray(pre_extend_image_weights(t, input_channels=cin))),
-                                  bits_of(pre))
+    np.testing.assert_array_equal(bits_of(np.asarray(pre_extend_image_weights(t, input_channels=cin))), bits_of(pre))
     kpg = 32 // BPE[dtype]
     for factor in {1, model_post_ext_factor(cin, s, r, sx, compiler=False)}:
         if factor == 1:
@@ -351,8 +374,7 @@ def test_image_weights_match_spec_and_round_trip(k, c, extra, r, s, sx, dtype, s
         assert hexof(img) == model_image(pre, pos, dtype, pad128(pre.size * BPE[dtype]))
         off = image_weight_offsets(t.shape, dtype, input_channels=cin, stride_x=sx, post_extension=factor)
         assert all(off[i] == p * BPE[dtype] for i, p in pos.items())
-        back = unpack_image_weights(img, t.shape, input_channels=cin, stride_x=sx, post_extension=factor,
-                                    dtype=dtype)
+        back = unpack_image_weights(img, t.shape, input_channels=cin, stride_x=sx, post_extension=factor, dtype=dtype)
         np.testing.assert_array_equal(bits_of(np.asarray(back)), bits_of(t))
 
 
@@ -365,13 +387,13 @@ def test_winograd_layout_matches_spec_and_round_trips(k, cb, dtype, seed):
     assert hexof(img) == model_image(w4, pos, dtype, pad128(w4.size * BPE[dtype]))
     off = winograd_weight_offsets(w4.shape, dtype)
     assert all(off[i] == p * BPE[dtype] for i, p in pos.items())
-    np.testing.assert_array_equal(bits_of(np.asarray(unpack_winograd_weights(img, w4.shape, dtype=dtype))),
-                                  bits_of(w4))
+    np.testing.assert_array_equal(bits_of(np.asarray(unpack_winograd_weights(img, w4.shape, dtype=dtype))), bits_of(w4))
 
 
 @settings(max_examples=12)
-@given(k=st.integers(1, 3), c=st.integers(1, 20), dtype=st.sampled_from(["int8", "int16"]),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    k=st.integers(1, 3), c=st.integers(1, 20), dtype=st.sampled_from(["int8", "int16"]), seed=st.integers(0, 2**32 - 1)
+)
 def test_winograd_transform_integer_model(k, c, dtype, seed):
     lim = 56 if dtype == "int8" else 14563  # |G g G^T| <= 2.25 * max|g| must fit the type
     g = np.random.default_rng(seed).integers(-lim, lim + 1, size=(k, c, 3, 3)).astype(dtype)
@@ -420,8 +442,14 @@ def test_winograd_transform_fp16_model(seed):
 
 
 @settings(max_examples=10)
-@given(k=st.sampled_from([1, 16, 33]), c=st.integers(1, 30), s=st.integers(1, 3), dtype=DTYPES,
-       zero_frac=st.sampled_from([0.0, 0.5, 0.9, 1.0]), seed=st.integers(0, 2**32 - 1))
+@given(
+    k=st.sampled_from([1, 16, 33]),
+    c=st.integers(1, 30),
+    s=st.integers(1, 3),
+    dtype=DTYPES,
+    zero_frac=st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_sparse_matches_spec_and_round_trips(k, c, s, dtype, zero_frac, seed):
     t = rnd_tensor(seed, (k, c, 1, s), dtype, zero_frac)
     if dtype == "float16":  # both zeros count as zero
@@ -464,9 +492,16 @@ def test_sparse_image_and_winograd_layouts(layout):
 
 
 @settings(max_examples=12)
-@given(c=st.sampled_from([1, 16, 33]), h=st.integers(1, 2), w=st.integers(1, 3), dtype=DTYPES,
-       proc=st.sampled_from(["INT8", "INT16", "FP16"]), comps=st.sampled_from([("alu",), ("mul",), ("alu", "mul")]),
-       gap=st.integers(0, 2), seed=st.integers(0, 2**32 - 1))
+@given(
+    c=st.sampled_from([1, 16, 33]),
+    h=st.integers(1, 2),
+    w=st.integers(1, 3),
+    dtype=DTYPES,
+    proc=st.sampled_from(["INT8", "INT16", "FP16"]),
+    comps=st.sampled_from([("alu",), ("mul",), ("alu", "mul")]),
+    gap=st.integers(0, 2),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_sdp_per_element_matches_spec_and_round_trips(c, h, w, dtype, proc, comps, gap, seed):
     ops = {n: rnd_tensor(seed + i, (c, h, w), dtype) for i, n in enumerate(comps)}
     epa = 32 if proc == "INT8" else 16
@@ -485,18 +520,21 @@ def test_sdp_per_element_matches_spec_and_round_trips(c, h, w, dtype, proc, comp
     for ci, hi, wi in np.ndindex(c, h, w):
         for j, n in enumerate(comps):
             o = (ci // epa) * surf + hi * line + wi * bpa + (ci % epa) * len(comps) * cb + j * cb
-            expect[o:o + cb] = elem_bytes(ops[n][ci, hi, wi], dtype)
+            expect[o : o + cb] = elem_bytes(ops[n][ci, hi, wi], dtype)
             assert off[ci, hi, wi, j] == o
     assert hexof(img) == expect.hex()
-    back = unpack_sdp_per_element(img, (c, h, w), dtype=dtype, proc_precision=proc, components=comps,
-                                  line_stride=line)
+    back = unpack_sdp_per_element(img, (c, h, w), dtype=dtype, proc_precision=proc, components=comps, line_stride=line)
     for arr, n in zip(back, comps):
         np.testing.assert_array_equal(bits_of(np.asarray(arr)), bits_of(ops[n]))
 
 
 @settings(max_examples=20)
-@given(c=st.integers(1, 50), dtype=DTYPES, comps=st.sampled_from([("alu",), ("mul",), ("alu", "mul")]),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    c=st.integers(1, 50),
+    dtype=DTYPES,
+    comps=st.sampled_from([("alu",), ("mul",), ("alu", "mul")]),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_sdp_per_channel_matches_spec_and_round_trips(c, dtype, comps, seed):
     ops = {n: rnd_tensor(seed + i, (c,), dtype) for i, n in enumerate(comps)}
     img = pack_sdp_per_channel(**ops)
@@ -527,8 +565,9 @@ def test_layouts_under_jit_and_vmap():
     np.testing.assert_array_equal(np.asarray(jax.jit(pack_winograd_weights)(g)), np.asarray(pack_winograd_weights(g)))
     alu = rnd_tensor(1, (34, 1, 2), "int16")
     jp = jax.jit(lambda a, m: pack_sdp_per_element(a, m, proc_precision="INT8"))
-    np.testing.assert_array_equal(np.asarray(jp(alu, alu)),
-                                  np.asarray(pack_sdp_per_element(alu, alu, proc_precision="INT8")))
+    np.testing.assert_array_equal(
+        np.asarray(jp(alu, alu)), np.asarray(pack_sdp_per_element(alu, alu, proc_precision="INT8"))
+    )
 
 
 def test_sparse_under_jit_has_fixed_size_buffer():
@@ -545,7 +584,8 @@ def test_sparse_under_jit_has_fixed_size_buffer():
     back = jax.jit(lambda w, m: decompress_weights(w, m, t.shape, dtype="int8"))(jitted.weight, jitted.wmb)
     np.testing.assert_array_equal(np.asarray(back), t)
     seq = jax.vmap(lambda w, m: decompress_sequence(w, m, t.size, dtype="int8"))(
-        jnp.stack([jitted.weight] * 2), jnp.stack([jitted.wmb] * 2))
+        jnp.stack([jitted.weight] * 2), jnp.stack([jitted.wmb] * 2)
+    )
     assert seq.shape == (2, t.size)
 
 
@@ -558,9 +598,16 @@ def test_identical_with_x64():
 
     def run():
         sw = compress_weights(t)
-        outs = (pack_dc_weights(t), pack_feature(f, dtype="int8", **kw), sw.weight, sw.wmb, sw.wgs,
-                winograd_transform(g), winograd_transform(np.clip(h, -8000, 8000).astype(np.float16)),
-                pack_image_weights(h, input_channels=20))
+        outs = (
+            pack_dc_weights(t),
+            pack_feature(f, dtype="int8", **kw),
+            sw.weight,
+            sw.wmb,
+            sw.wgs,
+            winograd_transform(g),
+            winograd_transform(np.clip(h, -8000, 8000).astype(np.float16)),
+            pack_image_weights(h, input_channels=20),
+        )
         return [np.asarray(a) for a in outs]
 
     base = run()
@@ -574,51 +621,79 @@ def test_identical_with_x64():
 # ------------------------------------------------------------------------------ errors
 
 
-@pytest.mark.parametrize("call, exc, match", [
-    (lambda: pack_feature(np.zeros((1, 5, 2, 3), np.int32)), TypeError, "pass dtype="),
-    (lambda: pack_feature(np.zeros((5, 2, 3), np.int8), line_stride=64), ValueError,
-     "line_stride must be a multiple of 32 and >= 96"),
-    (lambda: pack_feature(np.zeros((5, 2, 3), np.int8), line_stride=100), ValueError, "multiple of 32"),
-    (lambda: pack_feature(np.zeros((5, 2, 3), np.int8), surf_stride=160), ValueError, "surf_stride"),
-    (lambda: pack_feature(np.zeros((2, 5, 2, 3), np.int8), batch_stride=96), ValueError, "batch_stride"),
-    (lambda: pack_feature(np.zeros((5, 3), np.int8)), ValueError, "rank 3 or 4"),
-    (lambda: pack_feature(np.full((1, 2, 2), 300), dtype="int8"), ValueError, r"x must lie in \[-128, 127\]"),
-    (lambda: pack_feature(np.zeros((1, 2, 2)), dtype="int4"), TypeError, "dtype must be one of"),
-    (lambda: unpack_feature(np.zeros(10, np.uint8), (1, 2, 2), dtype="int8"), ValueError, "needs at least 128"),
-    (lambda: unpack_feature(np.zeros(64, np.int8), (1, 2, 2), dtype="int8"), TypeError, "uint8"),
-    (lambda: pack_dc_weights(np.full((1, 1, 1, 1), 40000), dtype="int16"), ValueError, r"w must lie in"),
-    (lambda: pack_dc_weights(np.zeros((1, 1, 1), np.int8)), ValueError, "rank 4"),
-    (lambda: pack_dc_weights(np.zeros((1, 1, 1, 1), np.int8), atomic_k=0), ValueError, "atomic_k"),
-    (lambda: pack_image_weights(np.zeros((1, 5, 1, 1), np.int8), input_channels=4), ValueError,
-     "input_channels"),
-    (lambda: pack_image_weights(np.zeros((1, 4, 9, 7), np.int8), input_channels=4, post_extension=4),
-     ValueError, "post_extension must be 1 or an eligible factor"),
-    (lambda: pack_image_weights(np.zeros((1, 4, 9, 4), np.int8), input_channels=4, post_extension=3),
-     ValueError, "post_extension"),
-    (lambda: winograd_transform(np.zeros((1, 1, 2, 3), np.int8)), ValueError, "3x3"),
-    (lambda: winograd_transform(np.full((1, 1, 3, 3), 100, np.int8)), ValueError,
-     r"outside the int8 range \[-128, 127\]"),
-    (lambda: winograd_transform(np.full((1, 1, 3, 3), 30000, np.float16)), ValueError, "fp16"),
-    (lambda: winograd_transform(np.full((1, 1, 3, 3), np.inf, np.float16)), ValueError, "finite"),
-    (lambda: pack_winograd_transformed(np.zeros((1, 3, 4, 4), np.int8)), ValueError, "multiple of 4"),
-    (lambda: compress_sequence(np.zeros(10, np.int8), (4, 5)), ValueError, "sum to the sequence length 10"),
-    (lambda: compress_weights(np.zeros((1, 1, 1, 1), np.int8), layout="sparse"), ValueError, "layout must be"),
-    (lambda: compress_weights(np.zeros((1, 1, 1, 1), np.int8), layout="image"), ValueError, "input_channels"),
-    (lambda: decompress_sequence(np.zeros(128, np.uint8), np.zeros(1, np.uint8), 20, dtype="int8"),
-     ValueError, "wmb has 1 bytes"),
-    (lambda: decompress_sequence(np.zeros(1, np.uint8), np.full(128, 255, np.uint8), 20, dtype="int8"),
-     ValueError, "mask selects 20"),
-    (lambda: pack_sdp_per_channel(dtype="int8"), ValueError, "at least one"),
-    (lambda: pack_sdp_per_channel(np.zeros(3, np.int8), np.zeros(4, np.int8)), ValueError, "same shape"),
-    (lambda: pack_sdp_per_element(np.zeros((3, 1, 1), np.int8), proc_precision="INT4"), ValueError,
-     "proc_precision"),
-    (lambda: unpack_sdp_per_element(np.zeros(64, np.uint8), (3, 1, 1), dtype="int8", proc_precision="INT8",
-                                    components=("mul", "alu")), ValueError, "components"),
-    (lambda: wgs_image(np.array([-1])), ValueError, "wgs must lie in"),
-    (lambda: check_alignment("weight", address=128), ValueError, "multiple of 256"),
-    (lambda: check_alignment("feature", line_stride=48), ValueError, "multiple of 32"),
-    (lambda: check_alignment("tensor", size=1), ValueError, "kind must be one of"),
-])
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: pack_feature(np.zeros((1, 5, 2, 3), np.int32)), TypeError, "pass dtype="),
+        (
+            lambda: pack_feature(np.zeros((5, 2, 3), np.int8), line_stride=64),
+            ValueError,
+            "line_stride must be a multiple of 32 and >= 96",
+        ),
+        (lambda: pack_feature(np.zeros((5, 2, 3), np.int8), line_stride=100), ValueError, "multiple of 32"),
+        (lambda: pack_feature(np.zeros((5, 2, 3), np.int8), surf_stride=160), ValueError, "surf_stride"),
+        (lambda: pack_feature(np.zeros((2, 5, 2, 3), np.int8), batch_stride=96), ValueError, "batch_stride"),
+        (lambda: pack_feature(np.zeros((5, 3), np.int8)), ValueError, "rank 3 or 4"),
+        (lambda: pack_feature(np.full((1, 2, 2), 300), dtype="int8"), ValueError, r"x must lie in \[-128, 127\]"),
+        (lambda: pack_feature(np.zeros((1, 2, 2)), dtype="int4"), TypeError, "dtype must be one of"),
+        (lambda: unpack_feature(np.zeros(10, np.uint8), (1, 2, 2), dtype="int8"), ValueError, "needs at least 128"),
+        (lambda: unpack_feature(np.zeros(64, np.int8), (1, 2, 2), dtype="int8"), TypeError, "uint8"),
+        (lambda: pack_dc_weights(np.full((1, 1, 1, 1), 40000), dtype="int16"), ValueError, r"w must lie in"),
+        (lambda: pack_dc_weights(np.zeros((1, 1, 1), np.int8)), ValueError, "rank 4"),
+        (lambda: pack_dc_weights(np.zeros((1, 1, 1, 1), np.int8), atomic_k=0), ValueError, "atomic_k"),
+        (lambda: pack_image_weights(np.zeros((1, 5, 1, 1), np.int8), input_channels=4), ValueError, "input_channels"),
+        (
+            lambda: pack_image_weights(np.zeros((1, 4, 9, 7), np.int8), input_channels=4, post_extension=4),
+            ValueError,
+            "post_extension must be 1 or an eligible factor",
+        ),
+        (
+            lambda: pack_image_weights(np.zeros((1, 4, 9, 4), np.int8), input_channels=4, post_extension=3),
+            ValueError,
+            "post_extension",
+        ),
+        (lambda: winograd_transform(np.zeros((1, 1, 2, 3), np.int8)), ValueError, "3x3"),
+        (
+            lambda: winograd_transform(np.full((1, 1, 3, 3), 100, np.int8)),
+            ValueError,
+            r"outside the int8 range \[-128, 127\]",
+        ),
+        (lambda: winograd_transform(np.full((1, 1, 3, 3), 30000, np.float16)), ValueError, "fp16"),
+        (lambda: winograd_transform(np.full((1, 1, 3, 3), np.inf, np.float16)), ValueError, "finite"),
+        (lambda: pack_winograd_transformed(np.zeros((1, 3, 4, 4), np.int8)), ValueError, "multiple of 4"),
+        (lambda: compress_sequence(np.zeros(10, np.int8), (4, 5)), ValueError, "sum to the sequence length 10"),
+        (lambda: compress_weights(np.zeros((1, 1, 1, 1), np.int8), layout="sparse"), ValueError, "layout must be"),
+        (lambda: compress_weights(np.zeros((1, 1, 1, 1), np.int8), layout="image"), ValueError, "input_channels"),
+        (
+            lambda: decompress_sequence(np.zeros(128, np.uint8), np.zeros(1, np.uint8), 20, dtype="int8"),
+            ValueError,
+            "wmb has 1 bytes",
+        ),
+        (
+            lambda: decompress_sequence(np.zeros(1, np.uint8), np.full(128, 255, np.uint8), 20, dtype="int8"),
+            ValueError,
+            "mask selects 20",
+        ),
+        (lambda: pack_sdp_per_channel(dtype="int8"), ValueError, "at least one"),
+        (lambda: pack_sdp_per_channel(np.zeros(3, np.int8), np.zeros(4, np.int8)), ValueError, "same shape"),
+        (
+            lambda: pack_sdp_per_element(np.zeros((3, 1, 1), np.int8), proc_precision="INT4"),
+            ValueError,
+            "proc_precision",
+        ),
+        (
+            lambda: unpack_sdp_per_element(
+                np.zeros(64, np.uint8), (3, 1, 1), dtype="int8", proc_precision="INT8", components=("mul", "alu")
+            ),
+            ValueError,
+            "components",
+        ),
+        (lambda: wgs_image(np.array([-1])), ValueError, "wgs must lie in"),
+        (lambda: check_alignment("weight", address=128), ValueError, "multiple of 256"),
+        (lambda: check_alignment("feature", line_stride=48), ValueError, "multiple of 32"),
+        (lambda: check_alignment("tensor", size=1), ValueError, "kind must be one of"),
+    ],
+)
 def test_bad_input_raises(call, exc, match):
     with pytest.raises(exc, match=match):
         call()

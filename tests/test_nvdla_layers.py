@@ -67,8 +67,11 @@ def py_window(h, w, kh, kw, stride, pads, dil=(1, 1)):
     ow = (w + pl + pr - ((kw - 1) * dil[1] + 1)) // stride[1] + 1
 
     def taps(oy, ox):
-        return [(i, j, oy * stride[0] - pt + i * dil[0], ox * stride[1] - pl + j * dil[1])
-                for i in range(kh) for j in range(kw)]
+        return [
+            (i, j, oy * stride[0] - pt + i * dil[0], ox * stride[1] - pl + j * dil[1])
+            for i in range(kh)
+            for j in range(kw)
+        ]
 
     return oh, ow, taps
 
@@ -152,16 +155,18 @@ def int8_data(seed: int, shape, extreme: float = 0.3) -> np.ndarray:
 
 def sdp_regs(channels: int):
     """SDP X1 + output-convertor registers; shifts cover both exact and saturating ranges."""
-    return st.fixed_dictionaries({
-        "bias16": st.lists(I16, min_size=channels, max_size=channels).map(lambda v: np.array(v, np.int32)),
-        "bias_shift": st.one_of(st.integers(0, 20), SHIFT),
-        "mul16": st.lists(I16, min_size=channels, max_size=channels).map(lambda v: np.array(v, np.int32)),
-        "mul_shift": st.one_of(st.integers(0, 24), SHIFT),
-        "relu": st.booleans(),
-        "out_offset": st.one_of(st.just(0), I32),
-        "out_scale": st.one_of(st.just(1), I16),
-        "out_shift": st.one_of(st.just(0), st.integers(0, 20), SHIFT),
-    })
+    return st.fixed_dictionaries(
+        {
+            "bias16": st.lists(I16, min_size=channels, max_size=channels).map(lambda v: np.array(v, np.int32)),
+            "bias_shift": st.one_of(st.integers(0, 20), SHIFT),
+            "mul16": st.lists(I16, min_size=channels, max_size=channels).map(lambda v: np.array(v, np.int32)),
+            "mul_shift": st.one_of(st.integers(0, 24), SHIFT),
+            "relu": st.booleans(),
+            "out_offset": st.one_of(st.just(0), I32),
+            "out_scale": st.one_of(st.just(1), I16),
+            "out_shift": st.one_of(st.just(0), st.integers(0, 20), SHIFT),
+        }
+    )
 
 
 _SDP_KEYS = ("bias16", "bias_shift", "mul16", "mul_shift", "out_offset", "out_scale", "out_shift")
@@ -177,18 +182,33 @@ def _traced(r):
 @functools.lru_cache(maxsize=None)
 def _sdp_x_jit(algo, relu, alu, mul):
     def f(v, op, a_sh, m, m_sh):
-        return nv.sdp_x(v, alu_op=op if alu else None, alu_shift=a_sh, alu_algo=algo,
-                        mul_op=m if mul else None, mul_shift=m_sh, relu=relu)
+        return nv.sdp_x(
+            v,
+            alu_op=op if alu else None,
+            alu_shift=a_sh,
+            alu_algo=algo,
+            mul_op=m if mul else None,
+            mul_shift=m_sh,
+            relu=relu,
+        )
+
     return jax.jit(f)
 
 
 @settings(max_examples=50)
-@given(v=st.lists(I32, min_size=16, max_size=16), op=st.lists(I16, min_size=16, max_size=16),
-       a_sh=SHIFT, m=st.lists(I16, min_size=16, max_size=16), m_sh=SHIFT,
-       algo=st.sampled_from(nv.ALU_ALGOS), relu=st.booleans())
+@given(
+    v=st.lists(I32, min_size=16, max_size=16),
+    op=st.lists(I16, min_size=16, max_size=16),
+    a_sh=SHIFT,
+    m=st.lists(I16, min_size=16, max_size=16),
+    m_sh=SHIFT,
+    algo=st.sampled_from(nv.ALU_ALGOS),
+    relu=st.booleans(),
+)
 def test_sdp_x_matches_model(v, op, a_sh, m, m_sh, algo, relu):
-    got = _sdp_x_jit(algo, relu, True, True)(np.array(v, np.int32), np.array(op, np.int32), np.int32(a_sh),
-                                            np.array(m, np.int32), np.int32(m_sh))
+    got = _sdp_x_jit(algo, relu, True, True)(
+        np.array(v, np.int32), np.array(op, np.int32), np.int32(a_sh), np.array(m, np.int32), np.int32(m_sh)
+    )
     assert got.dtype == jnp.int32
     want = [py_sdp_x(a, o, a_sh, algo, mm, m_sh, relu) for a, o, mm in zip(v, op, m)]
     assert [int(g) for g in np.asarray(got)] == want
@@ -199,8 +219,9 @@ def test_sdp_x_matches_model(v, op, a_sh, m, m_sh, algo, relu):
 @settings(max_examples=25)
 def test_sdp_x_bypasses(alu, mul, v, op, a_sh, m, m_sh):
     """Bypassed ALU passes v on; bypassed MUL still runs the rounding shift and saturation."""
-    got = _sdp_x_jit("sum", False, alu, mul)(np.array(v, np.int32), np.int32(op), np.int32(a_sh), np.int32(m),
-                                             np.int32(m_sh))
+    got = _sdp_x_jit("sum", False, alu, mul)(
+        np.array(v, np.int32), np.int32(op), np.int32(a_sh), np.int32(m), np.int32(m_sh)
+    )
     want = [py_sdp_x(a, op if alu else None, a_sh, "sum", m if mul else None, m_sh) for a in v]
     assert [int(g) for g in np.asarray(got)] == want
 
@@ -240,19 +261,27 @@ CONV_CASES = {
 @functools.lru_cache(maxsize=None)
 def _conv_jit(case, relu):
     _, _, stride, padding, dil = CONV_CASES[case]
-    return jax.jit(lambda x, k, pv, tr, r: nv.conv2d_int8(x, k, stride=stride, padding=padding, dilation=dil,
-                                                          pad_value=pv, relu=relu, cacc_truncate=tr, **r))
+    return jax.jit(
+        lambda x, k, pv, tr, r: nv.conv2d_int8(
+            x, k, stride=stride, padding=padding, dilation=dil, pad_value=pv, relu=relu, cacc_truncate=tr, **r
+        )
+    )
 
 
 def _pads(x_shape, k_hw, stride, padding, dil):
     from hwjax.core import ConvGeometry
+
     return ConvGeometry.make(x_shape[1:3], k_hw, stride, padding, dil).padding
 
 
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 @settings(max_examples=20)
-@given(seed=st.integers(0, 2**32 - 1), pad_value=st.integers(-128, 127), trunc=st.sampled_from([0, 0, 3, 16]),
-       r=sdp_regs(4))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    pad_value=st.integers(-128, 127),
+    trunc=st.sampled_from([0, 0, 3, 16]),
+    r=sdp_regs(4),
+)
 def test_conv2d_int8_matches_model(case, seed, pad_value, trunc, r):
     xs, ks, stride, padding, dil = CONV_CASES[case]
     x, k = int8_data(seed, xs), int8_data(seed + 1, ks)
@@ -265,19 +294,24 @@ def test_conv2d_int8_matches_model(case, seed, pad_value, trunc, r):
 
 @functools.lru_cache(maxsize=None)
 def _dw_jit(relu):
-    return jax.jit(lambda x, k, pv, tr, r: nv.depthwise_conv2d_int8(x, k, stride=(1, 2), padding="SAME",
-                                                                    pad_value=pv, relu=relu, cacc_truncate=tr, **r))
+    return jax.jit(
+        lambda x, k, pv, tr, r: nv.depthwise_conv2d_int8(
+            x, k, stride=(1, 2), padding="SAME", pad_value=pv, relu=relu, cacc_truncate=tr, **r
+        )
+    )
 
 
 @settings(max_examples=20)
-@given(seed=st.integers(0, 2**32 - 1), pad_value=st.integers(-128, 127), trunc=st.sampled_from([0, 0, 5]),
-       r=sdp_regs(4))
+@given(
+    seed=st.integers(0, 2**32 - 1), pad_value=st.integers(-128, 127), trunc=st.sampled_from([0, 0, 5]), r=sdp_regs(4)
+)
 def test_depthwise_conv2d_int8_matches_model(seed, pad_value, trunc, r):
     x, k = int8_data(seed, (2, 6, 5, 4)), int8_data(seed + 1, (3, 3, 4))
     y, acc = _dw_jit(r["relu"])(x, k, np.int32(pad_value), np.int32(trunc), _traced(r))
     assert y.dtype == jnp.int8
-    want_y, want_acc = py_depthwise(x, k, (1, 2), _pads((2, 6, 5, 4), (3, 3), (1, 2), "SAME", (1, 1)), (1, 1),
-                                    pad_value, trunc, r)
+    want_y, want_acc = py_depthwise(
+        x, k, (1, 2), _pads((2, 6, 5, 4), (3, 3), (1, 2), "SAME", (1, 1)), (1, 1), pad_value, trunc, r
+    )
     np.testing.assert_array_equal(np.asarray(acc), want_acc)
     np.testing.assert_array_equal(np.asarray(y), want_y)
 
@@ -288,8 +322,16 @@ def test_depthwise_equals_conv_with_zero_padded_group_kernel():
     full = np.zeros((5, 3, 2, 5), np.int8)
     for c in range(5):
         full[c, :, :, c] = k[:, :, c]
-    r = dict(bias16=np.arange(5) * 999 - 2000, bias_shift=3, mul16=np.arange(5) * 3001 - 7000, mul_shift=14,
-             relu=True, out_offset=-3, out_scale=-2, out_shift=1)
+    r = dict(
+        bias16=np.arange(5) * 999 - 2000,
+        bias_shift=3,
+        mul16=np.arange(5) * 3001 - 7000,
+        mul_shift=14,
+        relu=True,
+        out_offset=-3,
+        out_scale=-2,
+        out_shift=1,
+    )
     dw = nv.depthwise_conv2d_int8(x, k, stride=2, padding=1, pad_value=-7, **r)
     cv = nv.conv2d_int8(x, full, stride=2, padding=1, pad_value=-7, **r)
     for a, b in zip(dw, cv):
@@ -305,14 +347,21 @@ def _add_jit(x, y, r):
 
 
 @settings(max_examples=40)
-@given(seed=st.integers(0, 2**32 - 1),
-       r=st.fixed_dictionaries({
-           "x_mul": st.lists(I16, min_size=4, max_size=4).map(lambda v: np.array(v, np.int32)),
-           "x_shift": st.one_of(st.integers(0, 16), SHIFT),
-           "y_offset": st.one_of(st.integers(-300, 300), I32), "y_scale": I16,
-           "y_shift": st.one_of(st.integers(0, 16), SHIFT),
-           "out_offset": st.one_of(st.just(0), I32), "out_scale": I16,
-           "out_shift": st.one_of(st.integers(0, 20), SHIFT)}))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    r=st.fixed_dictionaries(
+        {
+            "x_mul": st.lists(I16, min_size=4, max_size=4).map(lambda v: np.array(v, np.int32)),
+            "x_shift": st.one_of(st.integers(0, 16), SHIFT),
+            "y_offset": st.one_of(st.integers(-300, 300), I32),
+            "y_scale": I16,
+            "y_shift": st.one_of(st.integers(0, 16), SHIFT),
+            "out_offset": st.one_of(st.just(0), I32),
+            "out_scale": I16,
+            "out_shift": st.one_of(st.integers(0, 20), SHIFT),
+        }
+    ),
+)
 def test_sdp_add_int8_matches_model(seed, r):
     x, y = int8_data(seed, (2, 3, 4)), int8_data(seed + 1, (2, 3, 4))
     got = _add_jit(x, y, {k: jnp.asarray(v, jnp.int32) for k, v in r.items()})
@@ -329,8 +378,17 @@ def test_sdp_add_unit_registers_equal_the_compilers_x1_sum_program():
     """NVIDIA's compiler: X1 per-element ALU SUM (operand = y, shift 0, MUL 1, truncate 0)."""
     x, y = int8_data(3, (4, 5, 8), 0.5), int8_data(4, (4, 5, 8), 0.5)
     cvt_regs = dict(offset=-17, scale=23011, shift=15)
-    got = nv.sdp_add_int8(x, y, x_mul=1, x_shift=0, y_scale=1, y_shift=0, out_offset=cvt_regs["offset"],
-                          out_scale=cvt_regs["scale"], out_shift=cvt_regs["shift"])
+    got = nv.sdp_add_int8(
+        x,
+        y,
+        x_mul=1,
+        x_shift=0,
+        y_scale=1,
+        y_shift=0,
+        out_offset=cvt_regs["offset"],
+        out_scale=cvt_regs["scale"],
+        out_shift=cvt_regs["shift"],
+    )
     x1 = nv.sdp_x(x.astype(np.int32), alu_op=y.astype(np.int32), alu_shift=0, mul_op=1, mul_shift=0)
     want = cvt_unit("sdp_out", x1, out_bits=8, **cvt_regs)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
@@ -351,14 +409,19 @@ POOL_X = (2, 9, 8, 3)
 @functools.lru_cache(maxsize=None)
 def _avg_jit(case):
     window, stride, padding = POOL_CASES[case]
-    return jax.jit(lambda x, rw, rh: nv.pdp_avgpool_int8(x, window, stride, padding=padding,
-                                                         recip_kernel_width=rw, recip_kernel_height=rh))
+    return jax.jit(
+        lambda x, rw, rh: nv.pdp_avgpool_int8(
+            x, window, stride, padding=padding, recip_kernel_width=rw, recip_kernel_height=rh
+        )
+    )
 
 
 @pytest.mark.parametrize("case", sorted(POOL_CASES))
 @settings(max_examples=15)
-@given(seed=st.integers(0, 2**32 - 1),
-       recips=st.one_of(st.just(None), st.tuples(st.integers(0, 2**17 - 1), st.integers(0, 2**17 - 1))))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    recips=st.one_of(st.just(None), st.tuples(st.integers(0, 2**17 - 1), st.integers(0, 2**17 - 1))),
+)
 def test_pdp_avgpool_matches_model(case, seed, recips):
     window, stride, padding = POOL_CASES[case]
     xs = (2, 16, 16, 3) if window == (8, 8) else POOL_X
@@ -404,8 +467,9 @@ def test_pdp_maxpool_matches_model(case, seed):
     x = int8_data(seed, xs, 0.5)
     got = _max_jit(case)(x)
     assert got.dtype == jnp.int8
-    np.testing.assert_array_equal(np.asarray(got), py_pool(x, window, stride, _pads(xs, window, stride, padding,
-                                                                                     (1, 1)), "max"))
+    np.testing.assert_array_equal(
+        np.asarray(got), py_pool(x, window, stride, _pads(xs, window, stride, padding, (1, 1)), "max")
+    )
 
 
 # --------------------------------------------------------------- the target's conv today
@@ -419,13 +483,21 @@ def _target_conv(x, kernel, bias_q, s_in, s_w, s_out, relu, stride, padding):
 
     t = NVDLA()
     pads = geometry({"kernel_size": kernel.shape[1:3], "stride": stride, "padding": padding}, x.shape).padding
-    attrs = Attrs({"features": kernel.shape[0], "kernel_size": kernel.shape[1:3], "stride": stride,
-                   "padding": pads, "activation": "relu" if relu else None})
+    attrs = Attrs(
+        {
+            "features": kernel.shape[0],
+            "kernel_size": kernel.shape[1:3],
+            "stride": stride,
+            "padding": pads,
+            "activation": "relu" if relu else None,
+        }
+    )
     impl = t.lowering("conv")
 
     def f(x, kernel, bias_q, s_in, s_w, s_out):
-        p = impl.params(t, attrs, {"kernel": kernel, "bias": bias_q, "w_scale": s_w}, [Quant.of(s_in, 0)],
-                        Quant.of(s_out, 0))
+        p = impl.params(
+            t, attrs, {"kernel": kernel, "bias": bias_q, "w_scale": s_w}, [Quant.of(s_in, 0)], Quant.of(s_out, 0)
+        )
         return impl.run(t, attrs, p, x), p
 
     return jax.jit(f)(x, kernel, bias_q, s_in, s_w, s_out)
@@ -439,8 +511,17 @@ def test_conv2d_int8_equals_the_nvdla_targets_conv(relu):
     s_w = jnp.asarray(rng.uniform(0.002, 0.02, 5), jnp.float32)
     s_in, s_out = jnp.float32(0.03), jnp.float32(0.25)
     y_t, p = _target_conv(x, k, bias_q, s_in, s_w, s_out, relu, (2, 1), ((1, 1), (0, 2)))
-    y, _ = nv.conv2d_int8(x, p.kernel, stride=(2, 1), padding=((1, 1), (0, 2)), bias16=p.bias16,
-                          bias_shift=p.bias_shift, mul16=p.mul16, mul_shift=p.mul_shift, relu=p.relu)
+    y, _ = nv.conv2d_int8(
+        x,
+        p.kernel,
+        stride=(2, 1),
+        padding=((1, 1), (0, 2)),
+        bias16=p.bias16,
+        bias_shift=p.bias_shift,
+        mul16=p.mul16,
+        mul_shift=p.mul_shift,
+        relu=p.relu,
+    )
     assert int(p.bias_shift) > 0  # the bias path actually shifts
     np.testing.assert_array_equal(np.asarray(y, np.int32), np.asarray(y_t, np.int32))
     assert len(np.unique(np.asarray(y))) > 20  # not a degenerate, all-saturated output
@@ -455,26 +536,37 @@ def test_vmap_over_images_and_registers_matches_loop():
     shifts = np.array([6, 10, 14], np.int32)
 
     def f(xi, s):
-        return nv.conv2d_int8(xi, k, padding="SAME", bias16=np.array([5, -9]), bias_shift=4,
-                              mul16=np.array([20000, -31000]), mul_shift=s)[0]
+        return nv.conv2d_int8(
+            xi, k, padding="SAME", bias16=np.array([5, -9]), bias_shift=4, mul16=np.array([20000, -31000]), mul_shift=s
+        )[0]
 
     got = jax.vmap(f)(x, shifts)
     for i in range(3):
         np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(f(x[i], int(shifts[i]))))
     pooled = jax.vmap(lambda xi: nv.pdp_avgpool_int8(xi, 2))(x)
     np.testing.assert_array_equal(np.asarray(pooled), np.asarray(nv.pdp_avgpool_int8(x, 2)))
-    added = jax.vmap(lambda a, b, s: nv.sdp_add_int8(a, b, x_mul=3, x_shift=1, y_scale=-5, y_shift=s,
-                                                     out_scale=7, out_shift=3))(x, x[::-1], shifts)
+    added = jax.vmap(
+        lambda a, b, s: nv.sdp_add_int8(a, b, x_mul=3, x_shift=1, y_scale=-5, y_shift=s, out_scale=7, out_shift=3)
+    )(x, x[::-1], shifts)
     for i in range(3):
-        want = nv.sdp_add_int8(x[i], x[2 - i], x_mul=3, x_shift=1, y_scale=-5, y_shift=int(shifts[i]), out_scale=7,
-                               out_shift=3)
+        want = nv.sdp_add_int8(
+            x[i], x[2 - i], x_mul=3, x_shift=1, y_scale=-5, y_shift=int(shifts[i]), out_scale=7, out_shift=3
+        )
         np.testing.assert_array_equal(np.asarray(added[i]), np.asarray(want))
 
 
 def test_identical_with_x64():
     x, k = int8_data(41, (1, 6, 6, 3)), int8_data(42, (2, 2, 2, 3))
-    args = dict(bias16=np.array([32767, -32768]), bias_shift=40, mul16=np.array([-3, 12345]), mul_shift=45,
-                relu=False, out_offset=I32_MIN, out_scale=-32768, out_shift=20)
+    args = dict(
+        bias16=np.array([32767, -32768]),
+        bias_shift=40,
+        mul16=np.array([-3, 12345]),
+        mul_shift=45,
+        relu=False,
+        out_offset=I32_MIN,
+        out_scale=-32768,
+        out_shift=20,
+    )
     base = nv.conv2d_int8(x, k, **args)
     pool = nv.pdp_avgpool_int8(x, 3, 1, recip_kernel_width=99999, recip_kernel_height=77777)
     with jax.enable_x64(True):
@@ -495,15 +587,18 @@ def _conv_args(**kw):
     return args
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(bias_shift=64), r"bias_shift.*\[0, 63\]"),
-    (dict(mul_shift=-1), r"mul_shift.*\[0, 63\]"),
-    (dict(mul16=np.array([1, 40000])), r"mul16.*32767"),
-    (dict(bias16=np.array([1, 2, 3])), r"bias16 must be a scalar .* shape \(2,\)"),
-    (dict(out_scale=40000), r"out_scale.*32767"),
-    (dict(cacc_truncate=17), r"cacc_truncate.*\[0, 16\]"),
-    (dict(pad_value=200), r"pad_value"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(bias_shift=64), r"bias_shift.*\[0, 63\]"),
+        (dict(mul_shift=-1), r"mul_shift.*\[0, 63\]"),
+        (dict(mul16=np.array([1, 40000])), r"mul16.*32767"),
+        (dict(bias16=np.array([1, 2, 3])), r"bias16 must be a scalar .* shape \(2,\)"),
+        (dict(out_scale=40000), r"out_scale.*32767"),
+        (dict(cacc_truncate=17), r"cacc_truncate.*\[0, 16\]"),
+        (dict(pad_value=200), r"pad_value"),
+    ],
+)
 def test_conv_register_errors(kw, match):
     x, k = np.zeros((1, 4, 4, 3), np.int8), np.zeros((2, 2, 2, 3), np.int8)
     with pytest.raises(ValueError, match=match):
@@ -530,13 +625,16 @@ def test_input_errors():
         nv.sdp_x1(np.zeros((2,), np.int32), **_conv_args(relu=1))
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda x: nv.pdp_avgpool_int8(x, 9), r"window height must lie in \[1, 8\]"),
-    (lambda x: nv.pdp_maxpool_int8(x, 2, 17), r"stride height must lie in \[1, 16\]"),
-    (lambda x: nv.pdp_maxpool_int8(x, 2, padding=2), r"padding top must lie in \[0, 1\]"),
-    (lambda x: nv.pdp_avgpool_int8(x, 2, recip_kernel_width=2**17), r"recip_kernel_width.*131071"),
-    (lambda x: nv.pdp_recip_kernel(0), r"k \(kernel extent\) must lie in \[1, 8\]"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda x: nv.pdp_avgpool_int8(x, 9), r"window height must lie in \[1, 8\]"),
+        (lambda x: nv.pdp_maxpool_int8(x, 2, 17), r"stride height must lie in \[1, 16\]"),
+        (lambda x: nv.pdp_maxpool_int8(x, 2, padding=2), r"padding top must lie in \[0, 1\]"),
+        (lambda x: nv.pdp_avgpool_int8(x, 2, recip_kernel_width=2**17), r"recip_kernel_width.*131071"),
+        (lambda x: nv.pdp_recip_kernel(0), r"k \(kernel extent\) must lie in \[1, 8\]"),
+    ],
+)
 def test_pool_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call(np.zeros((1, 12, 12, 2), np.int8))

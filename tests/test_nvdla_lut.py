@@ -98,15 +98,28 @@ def sdp_model(x: int, R: dict, LE_T: list, LO_T: list) -> dict:
         bias = (1 << off) if (t == "le" and R["le_function"] == "EXPONENT" and s == "U" and off > 0) else 0
         c = sat(rshift_rhaz((x - ref - bias) * R[f"{t}_{kind}_scale"], R[f"{t}_{kind}_shift"]), 32)
         out = sat(T[idx] + c, 32)
-    return {"out": out, "sel": "LO" if pick else "LE", "addr": idx, "frac35": frac if s == "H" else 0,
-            "uflow": int(s == "U"), "oflow": int(s == "O"), "le_hit": int(le[0] == "H"),
-            "lo_hit": int(lo[0] == "H"), "le_state": NAMES[le[0]], "lo_state": NAMES[lo[0]]}
+    return {
+        "out": out,
+        "sel": "LO" if pick else "LE",
+        "addr": idx,
+        "frac35": frac if s == "H" else 0,
+        "uflow": int(s == "U"),
+        "oflow": int(s == "O"),
+        "le_hit": int(le[0] == "H"),
+        "lo_hit": int(lo[0] == "H"),
+        "le_state": NAMES[le[0]],
+        "lo_state": NAMES[lo[0]],
+    }
 
 
 def sdp_model_counters(cases: list[dict]) -> dict:
-    return {"lut_uflow": sum(c["uflow"] for c in cases), "lut_oflow": sum(c["oflow"] for c in cases),
-            "lut_le_hit": sum(c["le_hit"] for c in cases), "lut_lo_hit": sum(c["lo_hit"] for c in cases),
-            "lut_hybrid": sum(1 - c["uflow"] - c["oflow"] for c in cases)}
+    return {
+        "lut_uflow": sum(c["uflow"] for c in cases),
+        "lut_oflow": sum(c["oflow"] for c in cases),
+        "lut_le_hit": sum(c["le_hit"] for c in cases),
+        "lut_lo_hit": sum(c["lo_hit"] for c in cases),
+        "lut_hybrid": sum(1 - c["uflow"] - c["oflow"] for c in cases),
+    }
 
 
 def cdp_model(x: int, R: dict, LE_T: list, LO_T: list) -> dict:
@@ -136,8 +149,15 @@ def cdp_model(x: int, R: dict, LE_T: list, LO_T: list) -> dict:
         counter = "lut_le_hit" if le == "H" else "lut_lo_hit"
     else:
         counter = "lut_hybrid"
-    return {"out": values["lo" if pick else "le"], "le_value": values["le"], "lo_value": values["lo"],
-            "sel": "LO" if pick else "LE", "counter": counter, "le_state": NAMES[le], "lo_state": NAMES[lo]}
+    return {
+        "out": values["lo" if pick else "le"],
+        "le_value": values["le"],
+        "lo_value": values["lo"],
+        "sel": "LO" if pick else "LE",
+        "counter": counter,
+        "le_state": NAMES[le],
+        "lo_state": NAMES[lo],
+    }
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -150,8 +170,10 @@ def _np(a):
 def _sdp_fields(y, det) -> dict[str, list]:
     """Per-element fields of ``sdp_lut`` in the conformance files' vocabulary."""
     return {
-        "out": _np(y).tolist(), "sel": ["LO" if s else "LE" for s in _np(det["sel"])],
-        "addr": _np(det["addr"]).tolist(), "frac35": [int(v) for v in wide.to_python(det["frac35"])],
+        "out": _np(y).tolist(),
+        "sel": ["LO" if s else "LE" for s in _np(det["sel"])],
+        "addr": _np(det["addr"]).tolist(),
+        "frac35": [int(v) for v in wide.to_python(det["frac35"])],
         **{k: _np(det[k]).tolist() for k in ("uflow", "oflow", "le_hit", "lo_hit")},
     }
 
@@ -167,8 +189,13 @@ def _load(name: str) -> dict:
 
 # ------------------------------------------------------------------- golden: SDP curated
 
-SCENARIOS = ["A_exp_overlap", "B_exp_posoffset_hybridmiss", "C_linear_linear_hybridmiss",
-             "D_sigmoid_Q12", "E_edge_negselect_saturation"]
+SCENARIOS = [
+    "A_exp_overlap",
+    "B_exp_posoffset_hybridmiss",
+    "C_linear_linear_hybridmiss",
+    "D_sigmoid_Q12",
+    "E_edge_negselect_saturation",
+]
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -181,8 +208,7 @@ def test_sdp_golden_scenario(name):
     n = len(sc["inputs"])
     x = jnp.asarray(np.pad(sc["inputs"], (0, 640 - n), mode="edge"), jnp.int32)  # one shape for all
     for run in sc["runs"]:
-        cfg = SdpLutConfig(**sc["registers"], le_table=sc["le_table"], lo_table=sc["lo_table"],
-                           **run["priorities"])
+        cfg = SdpLutConfig(**sc["registers"], le_table=sc["le_table"], lo_table=sc["lo_table"], **run["priorities"])
         assert cfg.to_register_words() == run["register_words"]
         assert SdpLutConfig.from_register_words(run["register_words"], sc["le_table"], sc["lo_table"]) == cfg
         y, stats, det = sdp_lut(x, cfg, return_details=True)
@@ -201,8 +227,13 @@ def test_sdp_golden_scenario(name):
                 assert case["uflow"] or case["oflow"]
         # The padding repeats the last case 640 - n times.
         last = run["cases"][-1]
-        pad = {"lut_uflow": last["uflow"], "lut_oflow": last["oflow"], "lut_le_hit": last["le_hit"],
-               "lut_lo_hit": last["lo_hit"], "lut_hybrid": 1 - last["uflow"] - last["oflow"]}
+        pad = {
+            "lut_uflow": last["uflow"],
+            "lut_oflow": last["oflow"],
+            "lut_le_hit": last["le_hit"],
+            "lut_lo_hit": last["lo_hit"],
+            "lut_hybrid": 1 - last["uflow"] - last["oflow"],
+        }
         assert _counters(stats) == {k: run["counters"][k] + (640 - n) * pad[k] for k in COUNTER_KEYS}
         total = sum(run["counters"][k] for k in ("lut_uflow", "lut_oflow", "lut_hybrid"))
         assert total == run["counters"]["total"] == n
@@ -276,15 +307,20 @@ def _cdp_golden_check(case):
     lut_regs = {k: v for k, v in R.items() if k in CdpLutConfig.__dataclass_fields__}
     cfg = CdpLutConfig(**lut_regs, le_table=case["le_table"], lo_table=case["lo_table"])
     raw = {k: case["register_fields_raw"][k] for k in CdpLutConfig.FIELDS_RAW}
-    assert CdpLutConfig.from_register_fields(raw, case["le_table"], case["lo_table"],
-                                             precision=R["precision"]) == cfg
+    assert CdpLutConfig.from_register_fields(raw, case["le_table"], case["lo_table"], precision=R["precision"]) == cfg
     assert cfg.to_register_fields() == raw
     wins = case["windows"]
     assert len(wins) * len(wins[0]["data_in"]) == 192
     centre = slice(4, 8) if R["precision"] == "INT16" else slice(4, 12)
     v = jnp.asarray([_cdp_icvt(w["data_in"], R) for w in wins], jnp.int32)
-    m, _, det = cdp_lrn(v, cfg, normalz_len=R["normalz_len"], sqsum_bypass=bool(R["sqsum_bypass"]),
-                        mul_bypass=bool(R["mul_bypass"]), return_details=True)
+    m, _, det = cdp_lrn(
+        v,
+        cfg,
+        normalz_len=R["normalz_len"],
+        sqsum_bypass=bool(R["sqsum_bypass"]),
+        mul_bypass=bool(R["mul_bypass"]),
+        return_details=True,
+    )
     lut_in = wide.to_python(det["lut_in"])[:, centre]
     m = wide.to_python(m)[:, centre]
     hi, lo = np.asarray(det["lut_in"].hi)[:, centre], np.asarray(det["lut_in"].lo)[:, centre]
@@ -330,7 +366,10 @@ def _sdp_registers(draw_int, exp_mode: bool, near: bool) -> dict:
     start = (lambda: draw_int(-(2**20), 2**20)) if near else (lambda: draw_int(-(2**31), 2**31 - 1))
     return {
         "le_function": "EXPONENT" if exp_mode else "LINEAR",
-        "le_start": start(), "le_end": start(), "lo_start": start(), "lo_end": start(),
+        "le_start": start(),
+        "le_end": start(),
+        "lo_start": start(),
+        "lo_end": start(),
         "le_index_offset": draw_int(-40, 31) if exp_mode else draw_int(-128, 127),
         "le_index_select": draw_int(-128, 127) if exp_mode else draw_int(-12, 32),
         "lo_index_select": draw_int(-12, 32),
@@ -344,7 +383,7 @@ def _inputs_near(rng, anchors, n, lo, hi):
     """Uniform values plus values at and around the registers and at power-of-two offsets."""
     k = rng.integers(0, 40, n)
     a = rng.choice(anchors, n)
-    off = np.where(rng.random(n) < 0.5, rng.integers(-3, 4, n), np.sign(rng.random(n) - 0.5) * (2 ** k))
+    off = np.where(rng.random(n) < 0.5, rng.integers(-3, 4, n), np.sign(rng.random(n) - 0.5) * (2**k))
     x = np.where(rng.random(n) < 0.25, rng.integers(lo, hi, n), a + off)
     return np.clip(x, lo, hi).astype(np.int64)
 
@@ -419,8 +458,7 @@ def sigmoid_case():
     data = _load("sdp_lut_golden.json")
     (sc,) = [s for s in data["scenarios"] if s["name"] == "D_sigmoid_Q12"]
     run = sc["runs"][5]
-    cfg = SdpLutConfig(**sc["registers"], le_table=sc["le_table"], lo_table=sc["lo_table"],
-                       **run["priorities"])
+    cfg = SdpLutConfig(**sc["registers"], le_table=sc["le_table"], lo_table=sc["lo_table"], **run["priorities"])
     n = len(sc["inputs"]) // 7 * 7
     return cfg, np.asarray(sc["inputs"][:n]), np.asarray([c["out"] for c in run["cases"][:n]])
 
@@ -429,14 +467,16 @@ def _vmapped(f):
     def g(x, cfg):
         y, stats = jax.vmap(lambda row: f(row, cfg))(x.reshape(7, -1))
         return y.reshape(-1), {k: v.sum(dtype=jnp.uint32) for k, v in stats.items()}
+
     return g
 
 
 @pytest.mark.parametrize("transform", ["eager", "jit", "vmap", "jit_vmap"])
 def test_sdp_transforms(sigmoid_case, transform):
     cfg, x, expected = sigmoid_case
-    f = {"eager": sdp_lut, "jit": jax.jit(sdp_lut), "vmap": _vmapped(sdp_lut),
-         "jit_vmap": jax.jit(_vmapped(sdp_lut))}[transform]
+    f = {"eager": sdp_lut, "jit": jax.jit(sdp_lut), "vmap": _vmapped(sdp_lut), "jit_vmap": jax.jit(_vmapped(sdp_lut))}[
+        transform
+    ]
     y, stats = f(jnp.asarray(x, jnp.int32), cfg)
     assert _np(y).tolist() == expected.tolist()
     y_ref, stats_ref = sdp_lut(jnp.asarray(x, jnp.int32), cfg)
@@ -456,8 +496,11 @@ def test_sdp_vmap_over_tables(sigmoid_case):
 def test_cdp_transforms(transform):
     case = _load("cdp_lut_int.json")["cases"][12]
     R = case["registers"]
-    cfg = CdpLutConfig(**{k: v for k, v in R.items() if k in CdpLutConfig.__dataclass_fields__},
-                       le_table=case["le_table"], lo_table=case["lo_table"])
+    cfg = CdpLutConfig(
+        **{k: v for k, v in R.items() if k in CdpLutConfig.__dataclass_fields__},
+        le_table=case["le_table"],
+        lo_table=case["lo_table"],
+    )
     x = [a for w in case["windows"] for a in w["lut_in"]]
     expected = [a for w in case["windows"] for a in w["lut_out"]]
     xw = wide.from_python(x)
@@ -498,12 +541,32 @@ def _segment_grad_checks(f, cfg, xs):
 
 def test_sdp_gradient_is_segment_slope():
     rng = np.random.default_rng(0)
-    R = {"le_function": "LINEAR", "le_start": -4096, "le_end": 4096, "lo_start": -32768, "lo_end": 32768,
-         "le_index_offset": 0, "le_index_select": 7, "lo_index_select": 8,
-         "le_uflow_scale": 0, "le_oflow_scale": 0, "le_uflow_shift": 0, "le_oflow_shift": 0,
-         "lo_uflow_scale": 88, "lo_oflow_scale": -300, "lo_uflow_shift": 15, "lo_oflow_shift": 3}
-    cfg = SdpLutConfig(**R, le_table=rng.integers(-9000, 9000, 65), lo_table=rng.integers(-9000, 9000, 257),
-                       uflow_priority=1, oflow_priority=1, hybrid_priority=0)
+    R = {
+        "le_function": "LINEAR",
+        "le_start": -4096,
+        "le_end": 4096,
+        "lo_start": -32768,
+        "lo_end": 32768,
+        "le_index_offset": 0,
+        "le_index_select": 7,
+        "lo_index_select": 8,
+        "le_uflow_scale": 0,
+        "le_oflow_scale": 0,
+        "le_uflow_shift": 0,
+        "le_oflow_shift": 0,
+        "lo_uflow_scale": 88,
+        "lo_oflow_scale": -300,
+        "lo_uflow_shift": 15,
+        "lo_oflow_shift": 3,
+    }
+    cfg = SdpLutConfig(
+        **R,
+        le_table=rng.integers(-9000, 9000, 65),
+        lo_table=rng.integers(-9000, 9000, 257),
+        uflow_priority=1,
+        oflow_priority=1,
+        hybrid_priority=0,
+    )
     xs = rng.integers(-40000, 40000, 400)
     g, det = _segment_grad_checks(sdp_lut, cfg, xs)
     f_int = jax.jit(lambda v: sdp_lut(v, cfg)[0])
@@ -528,10 +591,24 @@ def test_sdp_gradient_is_segment_slope():
 
 
 def test_sdp_gradient_exponent_and_saturation():
-    R = {"le_function": "EXPONENT", "le_start": 0, "le_end": 2**30, "lo_start": 2**31 - 1, "lo_end": 0,
-         "le_index_offset": 0, "le_index_select": 0, "lo_index_select": 0,
-         "le_uflow_scale": 32767, "le_oflow_scale": 0, "le_uflow_shift": -16, "le_oflow_shift": 0,
-         "lo_uflow_scale": 0, "lo_oflow_scale": 0, "lo_uflow_shift": 0, "lo_oflow_shift": 0}
+    R = {
+        "le_function": "EXPONENT",
+        "le_start": 0,
+        "le_end": 2**30,
+        "lo_start": 2**31 - 1,
+        "lo_end": 0,
+        "le_index_offset": 0,
+        "le_index_select": 0,
+        "lo_index_select": 0,
+        "le_uflow_scale": 32767,
+        "le_oflow_scale": 0,
+        "le_uflow_shift": -16,
+        "le_oflow_shift": 0,
+        "lo_uflow_scale": 0,
+        "lo_oflow_scale": 0,
+        "lo_uflow_shift": 0,
+        "lo_oflow_shift": 0,
+    }
     le_t = np.arange(65) * 100
     cfg = SdpLutConfig(**R, le_table=le_t, lo_table=np.zeros(257, int))
     xs = jnp.asarray([3.0, 5.0, 1000.0, 2.0**20 + 7, -(2.0**20), -1.0], jnp.float32)
@@ -543,10 +620,24 @@ def test_sdp_gradient_exponent_and_saturation():
 
 
 def test_cdp_gradient_is_segment_slope():
-    R = {"le_function": "LINEAR", "le_start": 0, "le_end": 64 * 16, "lo_start": 2**30, "lo_end": 0,
-         "le_index_offset": 0, "le_index_select": 4, "lo_index_select": 0,
-         "le_uflow_scale": 5, "le_oflow_scale": -7, "le_uflow_shift": 1, "le_oflow_shift": 2,
-         "lo_uflow_scale": 0, "lo_oflow_scale": 0, "lo_uflow_shift": 0, "lo_oflow_shift": 0}
+    R = {
+        "le_function": "LINEAR",
+        "le_start": 0,
+        "le_end": 64 * 16,
+        "lo_start": 2**30,
+        "lo_end": 0,
+        "le_index_offset": 0,
+        "le_index_select": 4,
+        "lo_index_select": 0,
+        "le_uflow_scale": 5,
+        "le_oflow_scale": -7,
+        "le_uflow_shift": 1,
+        "le_oflow_shift": 2,
+        "lo_uflow_scale": 0,
+        "lo_oflow_scale": 0,
+        "lo_uflow_shift": 0,
+        "lo_oflow_shift": 0,
+    }
     cfg = CdpLutConfig(**R, le_table=np.arange(65) * 37, lo_table=np.zeros(257, int))
     xs = jnp.asarray([17.0, 40.0, -100.0, 5000.0], jnp.float32)
     g = np.asarray(jax.grad(lambda v: cdp_lut(v, cfg)[0].sum())(xs))
@@ -557,28 +648,46 @@ def test_cdp_gradient_is_segment_slope():
 
 
 def _sdp_regs(**over):
-    R = {"le_function": "LINEAR", "le_start": 0, "le_end": 64, "lo_start": 0, "lo_end": 256,
-         "le_index_offset": 0, "le_index_select": 0, "lo_index_select": 0,
-         "le_uflow_scale": 0, "le_oflow_scale": 0, "lo_uflow_scale": 0, "lo_oflow_scale": 0,
-         "le_uflow_shift": 0, "le_oflow_shift": 0, "lo_uflow_shift": 0, "lo_oflow_shift": 0,
-         "le_table": np.zeros(65, int), "lo_table": np.zeros(257, int)}
+    R = {
+        "le_function": "LINEAR",
+        "le_start": 0,
+        "le_end": 64,
+        "lo_start": 0,
+        "lo_end": 256,
+        "le_index_offset": 0,
+        "le_index_select": 0,
+        "lo_index_select": 0,
+        "le_uflow_scale": 0,
+        "le_oflow_scale": 0,
+        "lo_uflow_scale": 0,
+        "lo_oflow_scale": 0,
+        "le_uflow_shift": 0,
+        "le_oflow_shift": 0,
+        "lo_uflow_shift": 0,
+        "lo_oflow_shift": 0,
+        "le_table": np.zeros(65, int),
+        "lo_table": np.zeros(257, int),
+    }
     R.update(over)
     return R
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("lo_index_select", 40, r"SDP LUT_LO_INDEX_SELECT=40 outside \[-128, 32\]"),
-    ("le_index_select", 33, r"LUT_LE_INDEX_SELECT=33 outside \[-128, 32\]"),
-    ("le_uflow_shift", 16, r"LUT_LE_UFLOW_SHIFT=16 outside \[-16, 15\]"),
-    ("lo_oflow_shift", -17, r"LUT_LO_OFLOW_SHIFT=-17 outside"),
-    ("le_oflow_scale", 2**15, r"LUT_LE_OFLOW_SCALE=32768 outside"),
-    ("le_start", 2**31, r"LUT_LE_START=2147483648 outside"),
-    ("hybrid_priority", 2, r"LUT_HYBRID_PRIORITY=2 outside \[0, 1\]"),
-    ("le_function", "LOG", r"LUT_LE_FUNCTION"),
-    ("le_table", np.zeros(64, int), r"le_table must have shape \(65,\)"),
-    ("lo_table", np.full(257, 2**15), r"lo_table entry 32768 outside int16"),
-    ("le_table", np.full(65, 0.5), r"le_table must hold integers"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("lo_index_select", 40, r"SDP LUT_LO_INDEX_SELECT=40 outside \[-128, 32\]"),
+        ("le_index_select", 33, r"LUT_LE_INDEX_SELECT=33 outside \[-128, 32\]"),
+        ("le_uflow_shift", 16, r"LUT_LE_UFLOW_SHIFT=16 outside \[-16, 15\]"),
+        ("lo_oflow_shift", -17, r"LUT_LO_OFLOW_SHIFT=-17 outside"),
+        ("le_oflow_scale", 2**15, r"LUT_LE_OFLOW_SCALE=32768 outside"),
+        ("le_start", 2**31, r"LUT_LE_START=2147483648 outside"),
+        ("hybrid_priority", 2, r"LUT_HYBRID_PRIORITY=2 outside \[0, 1\]"),
+        ("le_function", "LOG", r"LUT_LE_FUNCTION"),
+        ("le_table", np.zeros(64, int), r"le_table must have shape \(65,\)"),
+        ("lo_table", np.full(257, 2**15), r"lo_table entry 32768 outside int16"),
+        ("le_table", np.full(65, 0.5), r"le_table must hold integers"),
+    ],
+)
 def test_sdp_config_rejects(field, value, match):
     with pytest.raises(ValueError, match=match):
         SdpLutConfig(**_sdp_regs(**{field: value}))
@@ -595,9 +704,18 @@ def test_sdp_config_ranges_depend_on_mode():
 
 
 def test_sdp_register_words_round_trip_and_reserved_bits():
-    cfg = SdpLutConfig(**_sdp_regs(le_function="EXPONENT", le_index_offset=-44, lo_index_select=-2,
-                                   le_uflow_shift=-16, lo_oflow_scale=-32768, le_start=-1),
-                       uflow_priority=1, hybrid_priority=1)
+    cfg = SdpLutConfig(
+        **_sdp_regs(
+            le_function="EXPONENT",
+            le_index_offset=-44,
+            lo_index_select=-2,
+            le_uflow_shift=-16,
+            lo_oflow_scale=-32768,
+            le_start=-1,
+        ),
+        uflow_priority=1,
+        hybrid_priority=1,
+    )
     words = cfg.to_register_words()
     assert all(0 <= w < 2**32 for w in words.values())
     assert SdpLutConfig.from_register_words(words, cfg.le_table, cfg.lo_table) == cfg
@@ -633,8 +751,10 @@ def test_config_is_a_pytree():
     assert len(leaves) == 2 and leaves[1].dtype == jnp.int16
     assert jax.tree_util.tree_unflatten(tree, leaves) == cfg
     y = jax.jit(lambda c: sdp_lut(jnp.arange(-2, 300, dtype=jnp.int32), c)[0])(cfg)
-    assert _np(y).tolist() == [sdp_model(v, {**cfg.registers()}, np.zeros(65, int).tolist(),
-                                         (np.arange(257) - 128).tolist())["out"] for v in range(-2, 300)]
+    assert _np(y).tolist() == [
+        sdp_model(v, {**cfg.registers()}, np.zeros(65, int).tolist(), (np.arange(257) - 128).tolist())["out"]
+        for v in range(-2, 300)
+    ]
 
 
 def test_cdp_golden_end_to_end_with_convertors():
@@ -645,17 +765,29 @@ def test_cdp_golden_end_to_end_with_convertors():
     for case in _load("cdp_lut_int.json")["cases"]:
         R = case["registers"]
         int16 = R["precision"] == "INT16"
-        cfg = CdpLutConfig(**{k: v for k, v in R.items() if k in CdpLutConfig.__dataclass_fields__},
-                           le_table=case["le_table"], lo_table=case["lo_table"])
+        cfg = CdpLutConfig(
+            **{k: v for k, v in R.items() if k in CdpLutConfig.__dataclass_fields__},
+            le_table=case["le_table"],
+            lo_table=case["lo_table"],
+        )
         data = jnp.asarray([w["data_in"] for w in case["windows"]], jnp.int32)
-        v = cvt_unit("cdp_in_int16" if int16 else "cdp_in_int8", data,
-                     offset=R["datin_offset"] if int16 else sign_extend(R["datin_offset"], 8),
-                     scale=R["datin_scale"], shift=R["datin_shifter"])
-        m, _ = cdp_lrn(v, cfg, normalz_len=R["normalz_len"], sqsum_bypass=bool(R["sqsum_bypass"]),
-                       mul_bypass=bool(R["mul_bypass"]))
-        out = cvt_unit("cdp_out_int16" if int16 else "cdp_out_int8", m,
-                       offset=R["datout_offset"] if int16 else sign_extend(R["datout_offset"], 25),
-                       scale=R["datout_scale"], shift=R["datout_shifter"])
+        v = cvt_unit(
+            "cdp_in_int16" if int16 else "cdp_in_int8",
+            data,
+            offset=R["datin_offset"] if int16 else sign_extend(R["datin_offset"], 8),
+            scale=R["datin_scale"],
+            shift=R["datin_shifter"],
+        )
+        m, _ = cdp_lrn(
+            v, cfg, normalz_len=R["normalz_len"], sqsum_bypass=bool(R["sqsum_bypass"]), mul_bypass=bool(R["mul_bypass"])
+        )
+        out = cvt_unit(
+            "cdp_out_int16" if int16 else "cdp_out_int8",
+            m,
+            offset=R["datout_offset"] if int16 else sign_extend(R["datout_offset"], 25),
+            scale=R["datout_scale"],
+            shift=R["datout_shifter"],
+        )
         centre = slice(4, 8) if int16 else slice(4, 12)
         assert _np(out)[:, centre].tolist() == [w["out"] for w in case["windows"]], case["group"]
 
@@ -663,8 +795,11 @@ def test_cdp_golden_end_to_end_with_convertors():
 def test_cdp_lrn_under_jit_and_vmap():
     case = next(c for c in _load("cdp_lut_int.json")["cases"] if c["group"] == "B_int16_sqsum")
     R = case["registers"]
-    cfg = CdpLutConfig(**{k: v for k, v in R.items() if k in CdpLutConfig.__dataclass_fields__},
-                       le_table=case["le_table"], lo_table=case["lo_table"])
+    cfg = CdpLutConfig(
+        **{k: v for k, v in R.items() if k in CdpLutConfig.__dataclass_fields__},
+        le_table=case["le_table"],
+        lo_table=case["lo_table"],
+    )
     v = jnp.asarray([_cdp_icvt(w["data_in"], R) for w in case["windows"]], jnp.int32)
     kw = dict(normalz_len=R["normalz_len"], mul_bypass=bool(R["mul_bypass"]))
     m_eager, stats = cdp_lrn(v, cfg, **kw)
@@ -675,8 +810,10 @@ def test_cdp_lrn_under_jit_and_vmap():
     assert _counters(stats_jit) == _counters(stats)
     assert {k: int(np.sum(stats_vmap[k])) for k in COUNTER_KEYS} == _counters(stats)
     # The transposed layout (channels on axis 0) gives the same sums of squares.
-    assert (wide.to_python(cdp_sqsum(v.T, R["normalz_len"], axis=0)).T.tolist()
-            == wide.to_python(cdp_sqsum(v, R["normalz_len"])).tolist())
+    assert (
+        wide.to_python(cdp_sqsum(v.T, R["normalz_len"], axis=0)).T.tolist()
+        == wide.to_python(cdp_sqsum(v, R["normalz_len"])).tolist()
+    )
     with pytest.raises(ValueError, match="normalz_len"):
         cdp_sqsum(v, 4)
 
@@ -687,10 +824,23 @@ def test_sdp_boundaries_spec_2_6():
     le_t, lo_t = rng.integers(-30000, 30000, 65), rng.integers(-30000, 30000, 257)
     start, sel = -1000, 5
     end = start + 256 * 2**sel  # consistent LINEAR END
-    lin = SdpLutConfig(**_sdp_regs(lo_start=start, lo_index_select=sel, lo_end=end, le_start=2**31 - 1,
-                                   le_table=le_t, lo_table=lo_t, lo_uflow_scale=1234, lo_oflow_scale=-999,
-                                   lo_uflow_shift=3, lo_oflow_shift=-4),
-                       uflow_priority=LO, oflow_priority=LO, hybrid_priority=LO)
+    lin = SdpLutConfig(
+        **_sdp_regs(
+            lo_start=start,
+            lo_index_select=sel,
+            lo_end=end,
+            le_start=2**31 - 1,
+            le_table=le_t,
+            lo_table=lo_t,
+            lo_uflow_scale=1234,
+            lo_oflow_scale=-999,
+            lo_uflow_shift=3,
+            lo_oflow_shift=-4,
+        ),
+        uflow_priority=LO,
+        oflow_priority=LO,
+        hybrid_priority=LO,
+    )
     x = jnp.asarray([start, start + 1, end - 1, end], jnp.int32)
     y, _, det = sdp_lut(x, lin, return_details=True)
     f = _sdp_fields(y, det)
@@ -700,9 +850,18 @@ def test_sdp_boundaries_spec_2_6():
     assert f["out"][3] == lo_t[256] and f["oflow"][3] == 1  # END overflows, continuous
     # EXPONENT with off > 0: x == START underflows with a = -2**off (generally not T[0]).
     off, scale, shift = 6, 300, 2
-    expo = SdpLutConfig(**_sdp_regs(le_function="EXPONENT", le_start=start, le_index_offset=off,
-                                    le_uflow_scale=scale, le_uflow_shift=shift, lo_start=2**31 - 1,
-                                    le_table=le_t, lo_table=lo_t))
+    expo = SdpLutConfig(
+        **_sdp_regs(
+            le_function="EXPONENT",
+            le_start=start,
+            le_index_offset=off,
+            le_uflow_scale=scale,
+            le_uflow_shift=shift,
+            lo_start=2**31 - 1,
+            le_table=le_t,
+            lo_table=lo_t,
+        )
+    )
     y = sdp_lut(jnp.asarray([start, start + 2**off], jnp.int32), expo)[0]
     q = (2**off * scale + 2 ** (shift - 1)) >> shift  # rshift_rhaz(-2**off * scale, shift) = -q
     assert _np(y).tolist() == [le_t[0] - q, le_t[0]]
@@ -713,8 +872,7 @@ def test_sdp_gradient_negative_select():
     data = _load("sdp_lut_golden.json")
     (sc,) = [s for s in data["scenarios"] if s["name"] == "E_edge_negselect_saturation"]
     run = sc["runs"][0]
-    cfg = SdpLutConfig(**sc["registers"], le_table=sc["le_table"], lo_table=sc["lo_table"],
-                       **run["priorities"])
+    cfg = SdpLutConfig(**sc["registers"], le_table=sc["le_table"], lo_table=sc["lo_table"], **run["priorities"])
     cases = [c for c in run["cases"] if c["sel"] == "LO" and c["y1"] is not None]
     assert len(cases) > 20 and sc["registers"]["lo_index_select"] == -2
     g = jax.grad(lambda v: sdp_lut(v, cfg)[0].sum())(jnp.asarray([c["x"] for c in cases], jnp.float32))
@@ -724,11 +882,14 @@ def test_sdp_gradient_negative_select():
 # ------------------------------------------------- two-word helpers the LUT relies on
 
 
-@given(vals=st.lists(st.integers(-(2**62), 2**62), min_size=8, max_size=8), s=st.integers(0, 63),
-       m=st.integers(-(2**31), 2**31 - 1))
+@given(
+    vals=st.lists(st.integers(-(2**62), 2**62), min_size=8, max_size=8),
+    s=st.integers(0, 63),
+    m=st.integers(-(2**31), 2**31 - 1),
+)
 def test_wide_helpers_match_python_ints(vals, s, m):
     a = wide.from_python(vals)
-    wrap = lambda v: (v + 2**63) % 2**64 - 2**63  # noqa: E731
+    wrap = lambda v: (v + 2**63) % 2**64 - 2**63
     assert wide.to_python(wide.shift_left(a, s)).tolist() == [wrap(v << s) for v in vals]
     assert wide.to_python(wide.mul_wide_int32(a, m)).tolist() == [wrap(v * m) for v in vals]
     assert wide.to_python(wide.low_bits(a, s)).tolist() == [v % 2**s for v in vals]

@@ -47,8 +47,9 @@ def test_sigmoid_worked_example_matches_golden():
     """Spec 4.6 (golden scenario D_sigmoid_Q12): registers and both tables."""
     with open(golden_path("nvdla", "sdp_lut_golden.json")) as f:
         (sc,) = [s for s in json.load(f)["scenarios"] if s["name"] == "D_sigmoid_Q12"]
-    cfg = program_lut(sigmoid, input_scale=4096, output_scale=32767, x_range=(-8, 8),
-                      density_range=(-1, 1), hybrid_priority=LE)
+    cfg = program_lut(
+        sigmoid, input_scale=4096, output_scale=32767, x_range=(-8, 8), density_range=(-1, 1), hybrid_priority=LE
+    )
     regs = cfg.registers()
     assert {k: regs[k] for k in sc["registers"]} == sc["registers"]
     assert (regs["uflow_priority"], regs["oflow_priority"], regs["hybrid_priority"]) == (LO, LO, LE)
@@ -167,8 +168,9 @@ def test_sweep():
 
 def test_fit_lut_improves_on_sampling():
     cfg = PRESETS["tanh"]()
-    fitted, report = fit_lut(np.tanh, cfg, input_scale=4096, output_scale=32767, x_range=(-4, 4),
-                             steps=60, num_points=4096)
+    fitted, report = fit_lut(
+        np.tanh, cfg, input_scale=4096, output_scale=32767, x_range=(-4, 4), steps=60, num_points=4096
+    )
     assert fitted.registers() == cfg.registers()
     assert np.asarray(fitted.lo_table).dtype == np.int16
     before = lut_error(cfg, np.tanh, input_scale=4096, output_scale=32767, x_range=(-4, 4))
@@ -234,8 +236,9 @@ def test_fit_lut_rejects_cdp():
 def test_plot_lut_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "sigmoid.png"
-    plot_lut(PRESETS["sigmoid"](), sigmoid, path, input_scale=4096, output_scale=32767,
-             x_range=(-10, 10), num_points=1025)
+    plot_lut(
+        PRESETS["sigmoid"](), sigmoid, path, input_scale=4096, output_scale=32767, x_range=(-10, 10), num_points=1025
+    )
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     # Defaults: integer LSB domain, range spanning both tables.

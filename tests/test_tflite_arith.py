@@ -9,8 +9,7 @@ import hwjax.litert as tfl
 from hwjax.errors import RangeError
 from tests.conftest import golden_path
 
-FIELDS = {"double": None, "float64": "out_ref", "ruy": "out_optimized_nodelegate",
-          "xnnpack": "out_default_xnnpack"}
+FIELDS = {"double": None, "float64": "out_ref", "ruy": "out_optimized_nodelegate", "xnnpack": "out_default_xnnpack"}
 
 
 @pytest.fixture(scope="module")
@@ -61,16 +60,29 @@ def test_mbqm_example_differs_between_builds():
 
 
 def _run_case(d, name, requant):
-    g = lambda k: d[f"{name}__{k}"]  # noqa: E731
+    g = lambda k: d[f"{name}__{k}"]
     op = str(g("op"))
     act = {"NONE": None, "RELU": "relu", "RELU6": "relu6"}[str(g("fused_activation"))]
-    kw = dict(input_scale=g("input_scale"), input_zero_point=g("input_zero_point"),
-              filter_scales=g("filter_scales"), output_scale=g("output_scale"),
-              output_zero_point=g("output_zero_point"), requant=requant, activation=act)
+    kw = dict(
+        input_scale=g("input_scale"),
+        input_zero_point=g("input_zero_point"),
+        filter_scales=g("filter_scales"),
+        output_scale=g("output_scale"),
+        output_zero_point=g("output_zero_point"),
+        requant=requant,
+        activation=act,
+    )
     if op == "FULLY_CONNECTED":
         return tfl.fully_connected(g("input"), g("filter"), g("bias"), **kw)
-    return tfl.conv2d(g("input"), g("filter"), g("bias"), stride=int(g("stride")), padding=str(g("padding")),
-                      dilation=int(g("dilation")), **kw)
+    return tfl.conv2d(
+        g("input"),
+        g("filter"),
+        g("bias"),
+        stride=int(g("stride")),
+        padding=str(g("padding")),
+        dilation=int(g("dilation")),
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("requant", ["float64", "ruy", "xnnpack", "double"])
@@ -97,18 +109,27 @@ def test_litert_cases(litert, requant):
 def test_conventions_differ_at_ties(litert):
     """The tie sweep separates the conventions (a convention that ignored `requant` fails)."""
     d, _ = litert
-    outs = {r: np.asarray(_run_case(d, "fc_tie_sweep_in1_out4_bias0_zp9", r)) for r in ("double", "float64", "ruy",
-                                                                                          "xnnpack")}
+    outs = {
+        r: np.asarray(_run_case(d, "fc_tie_sweep_in1_out4_bias0_zp9", r))
+        for r in ("double", "float64", "ruy", "xnnpack")
+    }
     assert len({o.tobytes() for o in outs.values()}) == 4
 
 
 def test_kernels_jit_vmap(litert):
     d, _ = litert
     name = "conv_per_channel_same_s2_k5"
-    g = lambda k: d[f"{name}__{k}"]  # noqa: E731
-    kw = dict(stride=2, padding="SAME", input_scale=g("input_scale"), input_zero_point=g("input_zero_point"),
-              filter_scales=g("filter_scales"), output_scale=g("output_scale"),
-              output_zero_point=g("output_zero_point"), requant="ruy")
+    g = lambda k: d[f"{name}__{k}"]
+    kw = dict(
+        stride=2,
+        padding="SAME",
+        input_scale=g("input_scale"),
+        input_zero_point=g("input_zero_point"),
+        filter_scales=g("filter_scales"),
+        output_scale=g("output_scale"),
+        output_zero_point=g("output_zero_point"),
+        requant="ruy",
+    )
     f = jax.jit(jax.vmap(lambda x: tfl.conv2d(x, g("filter"), g("bias"), **kw)))
     x = np.stack([g("input"), g("input")])
     got = np.asarray(f(x))
@@ -139,11 +160,17 @@ def _r2_host(acc, eff):
 
 # (acc, eff) whose float64 product rounds onto a tie k + 1/2 that the exact product is
 # not: std::round then rounds away from zero where the exact value rounds the other way
-DOUBLE_ROUNDED = [(1594375599, 0.42501909332093335), (1980111272, 0.42501909332093335),
-                  (1625186177, 0.39631194851099205), (1264224265, 0.34714852629410653),
-                  (1597736774, 0.34714852629410653), (1772262660, 0.3442493425325567),
-                  (1955473633, 0.3442493425325567), (1743648068, 0.3541787868972651),
-                  (1521988381, 0.344820503265064)]
+DOUBLE_ROUNDED = [
+    (1594375599, 0.42501909332093335),
+    (1980111272, 0.42501909332093335),
+    (1625186177, 0.39631194851099205),
+    (1264224265, 0.34714852629410653),
+    (1597736774, 0.34714852629410653),
+    (1772262660, 0.3442493425325567),
+    (1955473633, 0.3442493425325567),
+    (1743648068, 0.3541787868972651),
+    (1521988381, 0.344820503265064),
+]
 
 
 def test_r2_float64_requant_is_exact_integer_arithmetic():
@@ -158,8 +185,9 @@ def test_r2_float64_requant_is_exact_integer_arithmetic():
     f = jax.jit(_r2)
     rng = np.random.default_rng(11)
     for eff in [*10.0 ** rng.uniform(-9, 2, 12), 0.5, 0.375 * 2.0**-20, 3.0, 1e-300, 0.0]:
-        acc = np.concatenate([rng.integers(-(2**31), 2**31, 3000),
-                              rng.integers(-(2**12), 2**12, 1000), [-(2**31), 2**31 - 1, 0, 1, -1]]).astype(np.int32)
+        acc = np.concatenate(
+            [rng.integers(-(2**31), 2**31, 3000), rng.integers(-(2**12), 2**12, 1000), [-(2**31), 2**31 - 1, 0, 1, -1]]
+        ).astype(np.int32)
         hi, lo = _float64_bits(np.array(eff))
         got = np.asarray(f(jnp.asarray(acc), jnp.asarray(hi), jnp.asarray(lo)))
         np.testing.assert_array_equal(got, _r2_host(acc, eff), err_msg=f"eff={eff!r}")
@@ -181,4 +209,4 @@ def test_moved_names_still_reachable_from_hwjax_tflite_with_a_deprecation_warnin
         fn = hwjax.tflite.fully_connected
     assert fn is tfl.fully_connected
     with pytest.raises(AttributeError, match="no_such_name"):
-        hwjax.tflite.no_such_name  # noqa: B018
+        hwjax.tflite.no_such_name

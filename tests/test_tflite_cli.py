@@ -46,8 +46,12 @@ def wide_conv():
 
 def _all_tensors(model: bytes, x: np.ndarray, resolver: str) -> dict[str, np.ndarray]:
     """Every tensor of ``model`` by name after LiteRT runs each example of ``x``."""
-    it = Interpreter(model_content=model, num_threads=1, experimental_preserve_all_tensors=True,
-                     experimental_op_resolver_type=getattr(OpResolverType, resolver))
+    it = Interpreter(
+        model_content=model,
+        num_threads=1,
+        experimental_preserve_all_tensors=True,
+        experimental_op_resolver_type=getattr(OpResolverType, resolver),
+    )
     it.allocate_tensors()
     inp = it.get_input_details()[0]["index"]
     out: dict[str, list] = {}
@@ -69,8 +73,10 @@ def _one_line_error(capsys) -> str:
 def test_run_writes_litert_outputs(files, capsys):
     d, chain, x = files
     y = d / "y.npy"
-    assert main(["run", str(d / "chain.tflite"), "--runtime", "xnnpack", "--input", str(d / "x.npy"),
-                 "--output", str(y)]) == 0
+    assert (
+        main(["run", str(d / "chain.tflite"), "--runtime", "xnnpack", "--input", str(d / "x.npy"), "--output", str(y)])
+        == 0
+    )
     got = np.load(y)
     assert got.dtype == np.int8 and got.shape == (6, 7)
     assert np.array_equal(got, T.run_litert(chain, x, "xnnpack"))
@@ -79,11 +85,26 @@ def test_run_writes_litert_outputs(files, capsys):
     assert f"wrote {y}" in out
 
 
+def test_run_on_xs3_equals_the_stored_host_interpreter_outputs(capsys, tmp_path):
+    """``--runtime xs3`` on an xformer file gives what xmos' host interpreter gave."""
+    import os
+
+    data = os.path.join(os.path.dirname(__file__), "data", "xformer")
+    d = np.load(os.path.join(data, "chain.npz"))
+    np.save(tmp_path / "x.npy", d["x"])
+    model = os.path.join(data, "chain.xc.tflite")
+    assert main(["run", model, "--runtime", "xs3", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y")]) == 0
+    assert np.array_equal(np.load(tmp_path / "y").reshape(d["y_xs3"].shape), d["y_xs3"])
+    assert "(xs3)" in capsys.readouterr().out
+
+
 def test_run_takes_one_example_without_batch_axis(files, capsys, tmp_path):
     d, chain, x = files
     np.save(tmp_path / "one.npy", x[3])
-    assert main(["run", str(d / "chain.tflite"), "--input", str(tmp_path / "one.npy"), "--output",
-                 str(tmp_path / "y")]) == 0
+    assert (
+        main(["run", str(d / "chain.tflite"), "--input", str(tmp_path / "one.npy"), "--output", str(tmp_path / "y")])
+        == 0
+    )
     assert np.array_equal(np.load(tmp_path / "y"), T.run_litert(chain, x[3:4], "reference"))
     assert "output (1, 7) int8" in capsys.readouterr().out
 
@@ -104,7 +125,10 @@ def test_compare_counts_match_litert_intermediates(files):
         if name in layers:
             diff = np.abs(opt[name].astype(np.int64) - ref[name])
             assert (layers[name].size, layers[name].differ, layers[name].max_abs) == (
-                diff.size, np.count_nonzero(diff), diff.max()), name
+                diff.size,
+                np.count_nonzero(diff),
+                diff.max(),
+            ), name
             checked += 1
     assert checked == 5  # conv (relu6), depthwise, maxpool, reshape, fully connected
 
@@ -119,9 +143,15 @@ def test_compare_counts_match_litert_where_runtimes_differ(wide_conv):
         assert (ld.size, ld.differ, ld.max_abs) == (diff.size, np.count_nonzero(diff), diff.max()), r.runtime
         assert ld.differ > 0 and ld.percent == 100.0 * ld.differ / ld.size
         assert _cli.format_compare(c).splitlines()[2].split()[2:] == [
-            f"{c.runtimes[0].layers[0].differ}", f"({c.runtimes[0].layers[0].percent:.2f}%)", "max",
-            f"{c.runtimes[0].layers[0].max_abs}", f"{c.runtimes[1].layers[0].differ}",
-            f"({c.runtimes[1].layers[0].percent:.2f}%)", "max", f"{c.runtimes[1].layers[0].max_abs}"]
+            f"{c.runtimes[0].layers[0].differ}",
+            f"({c.runtimes[0].layers[0].percent:.2f}%)",
+            "max",
+            f"{c.runtimes[0].layers[0].max_abs}",
+            f"{c.runtimes[1].layers[0].differ}",
+            f"({c.runtimes[1].layers[0].percent:.2f}%)",
+            "max",
+            f"{c.runtimes[1].layers[0].max_abs}",
+        ]
 
 
 def test_compare_table(files, capsys):
@@ -130,10 +160,21 @@ def test_compare_table(files, capsys):
     d, _, _ = files
     assert main(["compare", str(d / "fc.tflite"), "--input", str(d / "x_fc.npy")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["tensor", "op", "optimized", "vs", "reference", "xnnpack", "vs", "reference",
-                                "tflm", "vs", "reference"]
+    assert lines[0].split() == [
+        "tensor",
+        "op",
+        "optimized",
+        "vs",
+        "reference",
+        "xnnpack",
+        "vs",
+        "reference",
+        "tflm",
+        "vs",
+        "reference",
+    ]
     model = _cli.read_model(d / "fc.tflite")
-    rows = lines[2:2 + len(model.graph.nodes)]
+    rows = lines[2 : 2 + len(model.graph.nodes)]
     assert [ln.split()[:2] for ln in rows] == [[n.outputs[0], n.op] for n in model.graph.nodes]
     assert len(lines) == 2 + len(model.graph.nodes)
     assert main(["compare", str(d / "logistic.tflite"), "--input", str(d / "x_logistic.npy")]) == 0
@@ -142,8 +183,9 @@ def test_compare_table(files, capsys):
     assert lines[-1].startswith("tflm: n/a (") and "zero point" in lines[-1] and lines[-1].endswith(")")
 
 
-@pytest.mark.parametrize("case", ["no_model", "not_tflite", "no_input", "bad_npy", "shape", "dtype", "range",
-                                  "runtime", "output_dir"])
+@pytest.mark.parametrize(
+    "case", ["no_model", "not_tflite", "no_input", "bad_npy", "shape", "dtype", "range", "runtime", "output_dir"]
+)
 def test_bad_arguments_exit_2_with_one_line(files, capsys, tmp_path, case):
     d, _, x = files
     model, xin = str(d / "chain.tflite"), str(d / "x.npy")

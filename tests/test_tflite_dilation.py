@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import UnsupportedOpError  # noqa: E402
-from hwjax.graph import run as graph_run  # noqa: E402
-from hwjax.targets import get  # noqa: E402
-from hwjax.tflite import testing as T  # noqa: E402
-from hwjax.litert import conv_geometry  # noqa: E402
+import hwjax.tflite as tfl
+from hwjax.errors import UnsupportedOpError
+from hwjax.graph import run as graph_run
+from hwjax.targets import get
+from hwjax.tflite import testing as T
+from hwjax.litert import conv_geometry
 
 ALL = ("reference", "optimized", "xnnpack")
 
@@ -34,8 +34,14 @@ def _model(rng, kind, *, in_shape, k, dilation, padding, out_ch=None, multiplier
     g = conv_geometry(in_shape[:2], k, (1, 1), padding, dilation)
     s_out = np.float32(float(s_in) * float(s_w.max()) * 40.0 * np.sqrt(fan) / 30.0)
     y = mb.tensor((1, *g.out_hw, n), "int8", s_out, int(rng.integers(-20, 20)))
-    f = {"padding": 0 if padding == "SAME" else 1, "strideH": 1, "strideW": 1, "fusedActivationFunction": 0,
-         "dilationHFactor": dilation[0], "dilationWFactor": dilation[1]}
+    f = {
+        "padding": 0 if padding == "SAME" else 1,
+        "strideH": 1,
+        "strideW": 1,
+        "fusedActivationFunction": 0,
+        "dilationHFactor": dilation[0],
+        "dilationWFactor": dilation[1],
+    }
     if kind == "DEPTHWISE_CONV_2D":
         f["depthMultiplier"] = multiplier
     mb.op(kind, [x, w, b], [y], ("Conv2DOptions" if kind == "CONV_2D" else "DepthwiseConv2DOptions", f), 3)
@@ -45,13 +51,22 @@ def _model(rng, kind, *, in_shape, k, dilation, padding, out_ch=None, multiplier
 CASES = [
     ("conv_same_d2", "CONV_2D", dict(in_shape=(9, 8, 3), k=(3, 3), dilation=(2, 2), padding="SAME", out_ch=4)),
     ("conv_valid_d23", "CONV_2D", dict(in_shape=(9, 10, 2), k=(3, 2), dilation=(2, 3), padding="VALID", out_ch=5)),
-    ("conv_same_d23", "CONV_2D", dict(in_shape=(7, 9, 3), k=(2, 3), dilation=(2, 3), padding="SAME", out_ch=3,
-                                      per_channel=False)),
+    (
+        "conv_same_d23",
+        "CONV_2D",
+        dict(in_shape=(7, 9, 3), k=(2, 3), dilation=(2, 3), padding="SAME", out_ch=3, per_channel=False),
+    ),
     ("dw_same_d2", "DEPTHWISE_CONV_2D", dict(in_shape=(9, 8, 4), k=(3, 3), dilation=(2, 2), padding="SAME")),
-    ("dw_mult2", "DEPTHWISE_CONV_2D", dict(in_shape=(7, 6, 3), k=(3, 3), dilation=(1, 1), padding="SAME",
-                                           multiplier=2)),
-    ("dw_mult3_valid_d23", "DEPTHWISE_CONV_2D", dict(in_shape=(9, 10, 2), k=(2, 3), dilation=(2, 3),
-                                                     padding="VALID", multiplier=3)),
+    (
+        "dw_mult2",
+        "DEPTHWISE_CONV_2D",
+        dict(in_shape=(7, 6, 3), k=(3, 3), dilation=(1, 1), padding="SAME", multiplier=2),
+    ),
+    (
+        "dw_mult3_valid_d23",
+        "DEPTHWISE_CONV_2D",
+        dict(in_shape=(9, 10, 2), k=(2, 3), dilation=(2, 3), padding="VALID", multiplier=3),
+    ),
 ]
 
 

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import FormatError, RangeError  # noqa: E402
-from hwjax.tflite import testing as T  # noqa: E402
+import hwjax.tflite as tfl
+from hwjax.errors import FormatError, RangeError
+from hwjax.tflite import testing as T
 
 ALL = ("reference", "optimized", "xnnpack")
 
@@ -78,12 +78,18 @@ def _float_conv_model(rng, in_shape=(5, 5, 3), c_out=4):
     q = mb.tensor((1, *in_shape), "int8", s_in, 5)
     mb.op("QUANTIZE", [x], [q])
     s_w = rng.uniform(0.002, 0.02, c_out).astype(np.float32)
-    w = mb.tensor((c_out, 3, 3, in_shape[2]), "int8", s_w, np.zeros(c_out),
-                  rng.integers(-127, 128, (c_out, 3, 3, in_shape[2])))
+    w = mb.tensor(
+        (c_out, 3, 3, in_shape[2]), "int8", s_w, np.zeros(c_out), rng.integers(-127, 128, (c_out, 3, 3, in_shape[2]))
+    )
     b = mb.tensor((c_out,), "int32", (s_in * s_w).astype(np.float32), np.zeros(c_out), rng.integers(-900, 900, c_out))
     h = mb.tensor((1, *in_shape[:2], c_out), "int8", np.float32(0.03), -128)
-    mb.op("CONV_2D", [q, w, b], [h], ("Conv2DOptions", {"padding": 0, "strideH": 1, "strideW": 1,
-                                                         "fusedActivationFunction": 1}), 3)
+    mb.op(
+        "CONV_2D",
+        [q, w, b],
+        [h],
+        ("Conv2DOptions", {"padding": 0, "strideH": 1, "strideW": 1, "fusedActivationFunction": 1}),
+        3,
+    )
     y = mb.tensor((1, *in_shape[:2], c_out), "float32", name="y")
     mb.op("DEQUANTIZE", [h], [y])
     return mb.finish([x], [y]), in_shape

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-import hwjax.tflite as tfl  # noqa: E402
-from hwjax.tflite import testing as T  # noqa: E402
+import hwjax.tflite as tfl
+from hwjax.tflite import testing as T
 
 DATA = Path(__file__).resolve().parent / "data" / "keras"
 RUNTIMES = ("reference", "optimized", "xnnpack")
@@ -20,8 +20,20 @@ RUNTIMES = ("reference", "optimized", "xnnpack")
 #: the builtin operators the converter wrote into each file (read from the file below)
 EXPECTED_OPS = {
     "mobilenet_v2_tiny": {"CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "PAD", "MEAN", "FULLY_CONNECTED", "SOFTMAX"},
-    "cnn_branches": {"CONV_2D", "TANH", "LOGISTIC", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MUL", "CONCATENATION",
-                     "SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE", "FULLY_CONNECTED"},
+    "cnn_branches": {
+        "CONV_2D",
+        "TANH",
+        "LOGISTIC",
+        "MAX_POOL_2D",
+        "AVERAGE_POOL_2D",
+        "MUL",
+        "CONCATENATION",
+        "SHAPE",
+        "STRIDED_SLICE",
+        "PACK",
+        "RESHAPE",
+        "FULLY_CONNECTED",
+    },
     "mlp_sigmoid": {"FULLY_CONNECTED", "LOGISTIC"},
 }
 MODELS = sorted(EXPECTED_OPS)
@@ -75,8 +87,9 @@ def test_matches_litert(name, runtime):
     x, want = stored["x"], stored[runtime]
     assert x.dtype == np.int8 and x.shape[0] == 16 and want.dtype == np.int8
     live = T.run_litert(data, x, runtime)
-    assert np.array_equal(live, want), \
+    assert np.array_equal(live, want), (
         f"{name} on {runtime}: this ai-edge-litert differs from the stored outputs in {int((live != want).sum())}"
+    )
     got = np.asarray(tfl.load(DATA / f"{name}.tflite").run(x, runtime=runtime))
     assert got.dtype == np.int8 and got.shape == want.shape
     bad = int((got != want).sum())

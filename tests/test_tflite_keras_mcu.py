@@ -27,8 +27,9 @@ ORIG = os.path.join(HERE, "data", "keras")
 DATA = os.path.join(HERE, "data", "keras_mcu")
 MODELS = ("mobilenet_v2_tiny", "cnn_branches", "mlp_sigmoid")
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason=f"no oracle data folder {DATA} "
-                                "(make it with scripts/keras_mcu_testdata.py)")
+pytestmark = pytest.mark.skipif(
+    not os.path.isdir(DATA), reason=f"no oracle data folder {DATA} (make it with scripts/keras_mcu_testdata.py)"
+)
 
 _cache: dict = {}
 
@@ -53,8 +54,9 @@ def _check(got, want, what):
     assert got.dtype == want.dtype == np.int8, what
     got = got.reshape(want.shape)
     bad = int(np.sum(got != want))
-    assert bad == 0, f"{what}: {bad} of {want.size} outputs differ (max |diff| " \
-                     f"{int(np.abs(got.astype(int) - want).max())})"
+    assert bad == 0, (
+        f"{what}: {bad} of {want.size} outputs differ (max |diff| {int(np.abs(got.astype(int) - want).max())})"
+    )
 
 
 def test_the_data_is_complete():
@@ -67,8 +69,19 @@ def test_the_data_is_complete():
         assert d["y_xs3"].shape == d["y_tflm"].shape == (8, 10)
         assert int(np.sum(d["y_xs3"] != d["y_tflm"])) > 0  # two arithmetics, not one
         ops |= {n.op for n in _xformed(name).graph.nodes}
-    assert {"xc_conv2d", "xc_pad", "xc_pad_3_to_4", "xc_slice", "xc_lookup", "xc_add", "xc_mean", "xc_maxpool2d",
-            "xc_concat", "xc_mul", "xc_softmax"} <= ops
+    assert {
+        "xc_conv2d",
+        "xc_pad",
+        "xc_pad_3_to_4",
+        "xc_slice",
+        "xc_lookup",
+        "xc_add",
+        "xc_mean",
+        "xc_maxpool2d",
+        "xc_concat",
+        "xc_mul",
+        "xc_softmax",
+    } <= ops
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -118,12 +131,16 @@ def test_compiled_parameters_equal_xformers():
 
         for a, b in pairs("lut", "xc_lookup"):
             qi, qo = q(a.inputs[0]), q(a.outputs[0])
-            np.testing.assert_array_equal(xformer_lut_table(a.attrs["fn"], qi.scale, qi.zero_point, qo.scale,
-                                                            qo.zero_point), np.asarray(b.params["table"]))
+            np.testing.assert_array_equal(
+                xformer_lut_table(a.attrs["fn"], qi.scale, qi.zero_point, qo.scale, qo.zero_point),
+                np.asarray(b.params["table"]),
+            )
         for a, b in pairs("softmax", "xc_softmax"):
             qi = q(a.inputs[0])
-            np.testing.assert_array_equal(xformer_softmax_table(qi.scale, qi.zero_point).view(np.int32),
-                                          np.asarray(b.params["table"], np.float32).view(np.int32))
+            np.testing.assert_array_equal(
+                xformer_softmax_table(qi.scale, qi.zero_point).view(np.int32),
+                np.asarray(b.params["table"], np.float32).view(np.int32),
+            )
         for a, b in pairs("mul", "xc_mul"):
             q1, q2, qo = q(a.inputs[0]), q(a.inputs[1]), q(a.outputs[0])
             got = xformer_mul_params(q1.scale, q1.zero_point, q2.scale, q2.zero_point, qo.scale, qo.zero_point)

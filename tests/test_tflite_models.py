@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-import hwjax.graph as hg  # noqa: E402
-import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
-from hwjax.targets import TFLite  # noqa: E402
-from hwjax.tflite import testing as T  # noqa: E402
+import hwjax.graph as hg
+import hwjax.tflite as tfl
+from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.targets import TFLite
+from hwjax.tflite import testing as T
 
 ALL = ("reference", "optimized", "xnnpack")
 
@@ -24,19 +24,55 @@ def _cases(rng):
         ("fc_per_channel_relu6", L(rng, "FULLY_CONNECTED", in_shape=(29,), out_ch=9, activation="relu6"), ALL),
         ("fc_relu_nobias", L(rng, "FULLY_CONNECTED", in_shape=(16,), out_ch=5, activation="relu", bias=False), ALL),
         ("conv_same_s2_relu", L(rng, "CONV_2D", in_shape=(9, 8, 3), out_ch=5, stride=(2, 2), activation="relu"), ALL),
-        ("conv_valid_per_tensor", L(rng, "CONV_2D", in_shape=(7, 6, 4), out_ch=3, k=(3, 2), padding="VALID",
-                                    per_channel=False), ALL),
-        ("conv_same_k5_s12_n1to1", L(rng, "CONV_2D", in_shape=(8, 9, 2), out_ch=7, k=(5, 5), stride=(1, 2),
-                                     activation="relu_n1_to_1"), ALL),
+        (
+            "conv_valid_per_tensor",
+            L(rng, "CONV_2D", in_shape=(7, 6, 4), out_ch=3, k=(3, 2), padding="VALID", per_channel=False),
+            ALL,
+        ),
+        (
+            "conv_same_k5_s12_n1to1",
+            L(rng, "CONV_2D", in_shape=(8, 9, 2), out_ch=7, k=(5, 5), stride=(1, 2), activation="relu_n1_to_1"),
+            ALL,
+        ),
         ("dw_same_s21", L(rng, "DEPTHWISE_CONV_2D", in_shape=(8, 7, 5), stride=(2, 1)), ALL),
-        ("dw_valid_relu6_per_tensor", L(rng, "DEPTHWISE_CONV_2D", in_shape=(6, 6, 3), k=(2, 3), padding="VALID",
-                                        per_channel=False, activation="relu6"), ALL),
-        ("avgpool_same_s2", T.pool_model(rng, "AVERAGE_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2),
-                                         padding="SAME"), ALL),
-        ("avgpool_valid_relu", T.pool_model(rng, "AVERAGE_POOL_2D", in_shape=(6, 5, 3), window=(2, 2),
-                                            stride=(2, 1), padding="VALID", activation="relu"), ALL),
-        ("maxpool_same_relu6", T.pool_model(rng, "MAX_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2),
-                                            padding="SAME", activation="relu6"), ALL),
+        (
+            "dw_valid_relu6_per_tensor",
+            L(
+                rng,
+                "DEPTHWISE_CONV_2D",
+                in_shape=(6, 6, 3),
+                k=(2, 3),
+                padding="VALID",
+                per_channel=False,
+                activation="relu6",
+            ),
+            ALL,
+        ),
+        (
+            "avgpool_same_s2",
+            T.pool_model(rng, "AVERAGE_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2), padding="SAME"),
+            ALL,
+        ),
+        (
+            "avgpool_valid_relu",
+            T.pool_model(
+                rng,
+                "AVERAGE_POOL_2D",
+                in_shape=(6, 5, 3),
+                window=(2, 2),
+                stride=(2, 1),
+                padding="VALID",
+                activation="relu",
+            ),
+            ALL,
+        ),
+        (
+            "maxpool_same_relu6",
+            T.pool_model(
+                rng, "MAX_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2), padding="SAME", activation="relu6"
+            ),
+            ALL,
+        ),
         ("add_relu6", T.add_model(rng, shape=(4, 4, 3), activation="relu6"), ALL),
         ("add_relu_tail", T.add_model(rng, shape=(3, 3, 5), activation="relu"), ALL),
         ("chain_quantize", T.chain_model(rng), ALL),
@@ -81,8 +117,9 @@ def test_runtimes_are_distinct(cases):
     single shared convention could not pass."""
     differ = 0
     for name, data, x, want in cases:
-        if len(want) == 3 and not (np.array_equal(want["reference"], want["optimized"])
-                                   and np.array_equal(want["optimized"], want["xnnpack"])):
+        if len(want) == 3 and not (
+            np.array_equal(want["reference"], want["optimized"]) and np.array_equal(want["optimized"], want["xnnpack"])
+        ):
             differ += 1
     assert differ >= 1
 
@@ -211,13 +248,19 @@ def test_large_batches_run_in_chunks_with_the_same_bits(cases):
     for rt in ("reference", "xnnpack"):
         np.testing.assert_array_equal(np.asarray(tfl.load(data).run(xb, runtime=rt)), T.run_litert(data, xb, rt))
     g = tfl.load(data).lowered("reference")
-    np.testing.assert_array_equal(np.asarray(hg.jit_run(g, xb.astype(np.int32), chunk=16)),
-                                  np.asarray(hg.jit_run(g, xb.astype(np.int32))))
+    np.testing.assert_array_equal(
+        np.asarray(hg.jit_run(g, xb.astype(np.int32), chunk=16)), np.asarray(hg.jit_run(g, xb.astype(np.int32)))
+    )
     # the int8 batch is read as int32 chunk by chunk, not first copied whole into int32
     m = tfl.load(data)
     jaxpr = jax.make_jaxpr(lambda v: m.run(v, runtime="reference"))(xb).jaxpr
     while len(jaxpr.eqns) == 1 and "jaxpr" in jaxpr.eqns[0].params:  # into the jitted program
         jaxpr = jaxpr.eqns[0].params["jaxpr"].jaxpr
-    widened = [e for e in jaxpr.eqns if e.primitive.name == "convert_element_type"
-               and e.outvars[0].aval.dtype == np.int32 and e.outvars[0].aval.shape[:1] == (xb.shape[0],)]
+    widened = [
+        e
+        for e in jaxpr.eqns
+        if e.primitive.name == "convert_element_type"
+        and e.outvars[0].aval.dtype == np.int32
+        and e.outvars[0].aval.shape[:1] == (xb.shape[0],)
+    ]
     assert not widened, widened

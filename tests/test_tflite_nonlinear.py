@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 pytest.importorskip("ai_edge_litert")
 
-import hwjax.graph as hg  # noqa: E402
-import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
-from hwjax.targets import TFLite  # noqa: E402
-from hwjax.litert import _nonlinear as K  # noqa: E402
-from hwjax.tflite.testing import ModelBuilder, run_litert  # noqa: E402
+import hwjax.graph as hg
+import hwjax.tflite as tfl
+from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.targets import TFLite
+from hwjax.litert import _nonlinear as K
+from hwjax.tflite.testing import ModelBuilder, run_litert
 
 RUNTIMES = ("reference", "optimized", "xnnpack")
 LOGISTIC_OUT, TANH_OUT = (1 / 256, -128), (1 / 128, 0)
@@ -67,8 +67,45 @@ LUT_SWEEP = 12  # and this many random input scales (1e-4 .. 10) and zero points
 
 # (name, shape, input scale, zero point, beta, rows included in the batch[, output scale])
 DISCRIMINATING_5 = [-4, -30, 29, 111, 5]  # reference and optimized differ on this row
-DISCRIMINATING_37 = [-25, 90, 108, -125, -89, 24, -91, -71, -61, 72, -54, -10, 109, -36, 14, -111, -96, 74, -2,
-                     116, 96, 66, -55, -4, -42, -76, 59, 70, -69, -21, 38, -100, 58, -70, -98, 104, -48]
+DISCRIMINATING_37 = [
+    -25,
+    90,
+    108,
+    -125,
+    -89,
+    24,
+    -91,
+    -71,
+    -61,
+    72,
+    -54,
+    -10,
+    109,
+    -36,
+    14,
+    -111,
+    -96,
+    74,
+    -2,
+    116,
+    96,
+    66,
+    -55,
+    -4,
+    -42,
+    -76,
+    59,
+    70,
+    -69,
+    -21,
+    38,
+    -100,
+    58,
+    -70,
+    -98,
+    104,
+    -48,
+]
 SOFTMAX_CASES = [
     ("len5_beta0.5", (5,), 0.029639151, 0, 0.5, [DISCRIMINATING_5]),
     ("len37", (37,), 0.0065199365, -3, 1.0, [DISCRIMINATING_37]),
@@ -195,8 +232,11 @@ def test_softmax_op_spec_validates_attributes(softmax_cases):
     g = tfl.load(softmax_cases[0][1]).graph
     node = g.nodes[0]
     assert dict(node.attrs) == {"beta": 0.5, "axis": -1}
-    for attrs, what in (({"beta": -1.0, "axis": -1}, "beta"), ({"beta": 1.0, "axis": 0}, "axis"),
-                        ({"beta": float("nan")}, "beta")):
+    for attrs, what in (
+        ({"beta": -1.0, "axis": -1}, "beta"),
+        ({"beta": 1.0, "axis": 0}, "axis"),
+        ({"beta": float("nan")}, "beta"),
+    ):
         with pytest.raises(FormatError, match=what):
             g.replace(nodes=(node.replace(attrs=hg.Attrs(attrs)),)).validate()
 
@@ -246,10 +286,17 @@ def _py_exp_interval(a):
 
 def _py_exp_neg(a, n=5):
     f = 31 - n
-    r = a % 2**(f - 2) - 2**(f - 2)
+    r = a % 2 ** (f - 2) - 2 ** (f - 2)
     y = _py_exp_interval(_sat_shl(r, n))
-    for k, mult in ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-                    (3, 720401), (4, 242))[:n + 2]:
+    for k, mult in (
+        (-2, 1672461947),
+        (-1, 1302514674),
+        (0, 790015084),
+        (1, 290630308),
+        (2, 39332535),
+        (3, 720401),
+        (4, 242),
+    )[: n + 2]:
         if (r - a) >> (f + k) & 1:
             y = _srdhm(y, mult)
     return _MAX if a == 0 else y
@@ -280,16 +327,34 @@ _one_over = jax.jit(K.one_over_one_plus_x_for_x_in_0_1)
 _softmax_ref = jax.jit(K.softmax_reference)
 
 
-_EDGES = [_MIN, _MIN + 1, -(2**30), -(2**16) - 1, -(2**16), -(2**15), -1, 0, 1, 2**15 - 1, 2**15, 2**16 - 1, 2**16,
-          2**30, _MAX - 1, _MAX]
+_EDGES = [
+    _MIN,
+    _MIN + 1,
+    -(2**30),
+    -(2**16) - 1,
+    -(2**16),
+    -(2**15),
+    -1,
+    0,
+    1,
+    2**15 - 1,
+    2**15,
+    2**16 - 1,
+    2**16,
+    2**30,
+    _MAX - 1,
+    _MAX,
+]
 
 
 def _check_srdhm_rdbpot(a, b, e):
     a, b, e = (np.asarray(v, np.int64) for v in (a, b, e))
     assert np.asarray(_srdhm32(a.astype(np.int32), b.astype(np.int32))).tolist() == [
-        _srdhm(int(x), int(y)) for x, y in zip(a, b)]
+        _srdhm(int(x), int(y)) for x, y in zip(a, b)
+    ]
     assert np.asarray(_rdbpot32(a.astype(np.int32), e.astype(np.int32))).tolist() == [
-        _rdbpot(int(x), int(k)) for x, k in zip(a, e)]
+        _rdbpot(int(x), int(k)) for x, k in zip(a, e)
+    ]
 
 
 def test_srdhm32_rdbpot32_edges():
@@ -301,8 +366,9 @@ def test_srdhm32_rdbpot32_edges():
     _check_srdhm_rdbpot([x for x in _EDGES for _ in range(32)], [-1] * 32 * len(_EDGES), list(range(32)) * len(_EDGES))
 
 
-@given(st.lists(st.tuples(st.integers(_MIN, _MAX), st.integers(_MIN, _MAX), st.integers(0, 31)), min_size=32,
-                max_size=32))
+@given(
+    st.lists(st.tuples(st.integers(_MIN, _MAX), st.integers(_MIN, _MAX), st.integers(0, 31)), min_size=32, max_size=32)
+)
 def test_srdhm32_rdbpot32_match_bigint_model(abe):
     _check_srdhm_rdbpot(*zip(*abe))
 
@@ -310,8 +376,14 @@ def test_srdhm32_rdbpot32_match_bigint_model(abe):
 def test_exp_on_negative_values_exhaustive_grid():
     """Every multiple of 2**19 in [-2**31, 0], the 4096 values next to 0 and the barrel
     shifter's bit boundaries."""
-    a = np.concatenate([-np.arange(0, 2**31 + 1, 2**19, dtype=np.int64), -np.arange(1, 4097),
-                        [-(2**k) + d for k in range(31) for d in (-1, 0, 1)], [_MIN]])
+    a = np.concatenate(
+        [
+            -np.arange(0, 2**31 + 1, 2**19, dtype=np.int64),
+            -np.arange(1, 4097),
+            [-(2**k) + d for k in range(31) for d in (-1, 0, 1)],
+            [_MIN],
+        ]
+    )
     a = np.unique(np.clip(a, _MIN, 0)).astype(np.int32)
     for n in (5, 4):  # LiteRT's softmax, TFLM's LOGISTIC / TANH
         got = np.asarray(jax.jit(K.exp_on_negative_values, static_argnums=1)(a, n))
@@ -319,15 +391,19 @@ def test_exp_on_negative_values_exhaustive_grid():
         assert np.array_equal(got, want), n
 
 
-@given(st.lists(st.integers(_MIN, 0), min_size=64, max_size=64),
-       st.lists(st.integers(0, _MAX), min_size=64, max_size=64))
+@given(
+    st.lists(st.integers(_MIN, 0), min_size=64, max_size=64), st.lists(st.integers(0, _MAX), min_size=64, max_size=64)
+)
 def test_fixed_point_helpers_match_bigint_model(neg, unit):
     assert np.asarray(_exp_neg(np.asarray(neg, np.int32))).tolist() == [_py_exp_neg(v) for v in neg]
     assert np.asarray(_one_over(np.asarray(unit, np.int32))).tolist() == [_py_one_over(v) for v in unit]
 
 
-@given(st.floats(1e-6, 50.0), st.sampled_from([1.0, 0.5, 2.3, 0.05]),
-       st.lists(st.lists(st.integers(-128, 127), min_size=9, max_size=9), min_size=8, max_size=8))
+@given(
+    st.floats(1e-6, 50.0),
+    st.sampled_from([1.0, 0.5, 2.3, 0.05]),
+    st.lists(st.lists(st.integers(-128, 127), min_size=9, max_size=9), min_size=8, max_size=8),
+)
 def test_softmax_reference_matches_bigint_model(s_in, beta, rows):
     p = K.softmax_reference_params(s_in, beta)
     got = np.asarray(_softmax_ref(np.asarray(rows, np.int32), p["m"], p["ls"], p["diff_min"])).tolist()

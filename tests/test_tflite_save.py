@@ -23,8 +23,9 @@ def _standalone_relu6(rng):
     mb = T.ModelBuilder()
     x = mb.tensor((1, 5, 5, 2), "int8", 0.05, 3)
     w = mb.tensor((3, 1, 1, 2), "int8", [0.01, 0.02, 0.015], np.zeros(3), rng.integers(-127, 128, (3, 1, 1, 2)))
-    b = mb.tensor((3,), "int32", np.float32(0.05) * np.float32([0.01, 0.02, 0.015]), np.zeros(3),
-                  rng.integers(-300, 300, 3))
+    b = mb.tensor(
+        (3,), "int32", np.float32(0.05) * np.float32([0.01, 0.02, 0.015]), np.zeros(3), rng.integers(-300, 300, 3)
+    )
     h = mb.tensor((1, 5, 5, 3), "int8", 0.02, -5)
     y = mb.tensor((1, 5, 5, 3), "int8", 0.02, -5)
     mb.op("CONV_2D", [x, w, b], [h], ("Conv2DOptions", {"padding": 1, "strideH": 1, "strideW": 1}), 3)
@@ -40,8 +41,12 @@ def _reshape_3d(rng):
     y = mb.tensor((1, 4, 1, 2), "int8", 0.03, 1)
     s = mb.tensor((4,), "int32", data=np.array([1, 8, 3, 2], np.int32))
     mb.op("RESHAPE", [x, s], [r], ("ReshapeOptions", {"newShape": [1, 8, 3, 2]}))
-    mb.op("MAX_POOL_2D", [r], [y], ("Pool2DOptions", {"padding": 1, "strideH": 2, "strideW": 3, "filterHeight": 2,
-                                                     "filterWidth": 3}))
+    mb.op(
+        "MAX_POOL_2D",
+        [r],
+        [y],
+        ("Pool2DOptions", {"padding": 1, "strideH": 2, "strideW": 3, "filterHeight": 2, "filterWidth": 3}),
+    )
     return mb.finish([x], [y]), (4, 6, 2)
 
 
@@ -52,19 +57,63 @@ def _cases(rng):
         ("fc_per_channel_relu6", L(rng, "FULLY_CONNECTED", in_shape=(29,), out_ch=9, activation="relu6"), ALL),
         ("fc_relu_nobias", L(rng, "FULLY_CONNECTED", in_shape=(16,), out_ch=5, activation="relu", bias=False), ALL),
         ("conv_same_s2_relu", L(rng, "CONV_2D", in_shape=(9, 8, 3), out_ch=5, stride=(2, 2), activation="relu"), ALL),
-        ("conv_valid_per_tensor", L(rng, "CONV_2D", in_shape=(7, 6, 4), out_ch=3, k=(3, 2), padding="VALID",
-                                    per_channel=False), ALL),
-        ("conv_same_k5_n1to1", L(rng, "CONV_2D", in_shape=(8, 9, 2), out_ch=7, k=(5, 5), stride=(1, 2),
-                                 activation="relu_n1_to_1"), ALL),
+        (
+            "conv_valid_per_tensor",
+            L(rng, "CONV_2D", in_shape=(7, 6, 4), out_ch=3, k=(3, 2), padding="VALID", per_channel=False),
+            ALL,
+        ),
+        (
+            "conv_same_k5_n1to1",
+            L(rng, "CONV_2D", in_shape=(8, 9, 2), out_ch=7, k=(5, 5), stride=(1, 2), activation="relu_n1_to_1"),
+            ALL,
+        ),
         ("dw_same_s21", L(rng, "DEPTHWISE_CONV_2D", in_shape=(8, 7, 5), stride=(2, 1)), ALL),
-        ("dw_valid_relu6_per_tensor", L(rng, "DEPTHWISE_CONV_2D", in_shape=(6, 6, 3), k=(2, 3), padding="VALID",
-                                        per_channel=False, activation="relu6"), ALL),
-        ("avgpool_same_relu6", T.pool_model(rng, "AVERAGE_POOL_2D", in_shape=(7, 7, 3), window=(3, 3),
-                                            stride=(2, 2), padding="SAME", activation="relu6"), NO_XNN),
-        ("avgpool_valid_relu", T.pool_model(rng, "AVERAGE_POOL_2D", in_shape=(6, 5, 3), window=(2, 2),
-                                            stride=(2, 1), padding="VALID", activation="relu"), NO_XNN),
-        ("maxpool_same_relu6", T.pool_model(rng, "MAX_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2),
-                                            padding="SAME", activation="relu6"), ALL),
+        (
+            "dw_valid_relu6_per_tensor",
+            L(
+                rng,
+                "DEPTHWISE_CONV_2D",
+                in_shape=(6, 6, 3),
+                k=(2, 3),
+                padding="VALID",
+                per_channel=False,
+                activation="relu6",
+            ),
+            ALL,
+        ),
+        (
+            "avgpool_same_relu6",
+            T.pool_model(
+                rng,
+                "AVERAGE_POOL_2D",
+                in_shape=(7, 7, 3),
+                window=(3, 3),
+                stride=(2, 2),
+                padding="SAME",
+                activation="relu6",
+            ),
+            NO_XNN,
+        ),
+        (
+            "avgpool_valid_relu",
+            T.pool_model(
+                rng,
+                "AVERAGE_POOL_2D",
+                in_shape=(6, 5, 3),
+                window=(2, 2),
+                stride=(2, 1),
+                padding="VALID",
+                activation="relu",
+            ),
+            NO_XNN,
+        ),
+        (
+            "maxpool_same_relu6",
+            T.pool_model(
+                rng, "MAX_POOL_2D", in_shape=(7, 7, 3), window=(3, 3), stride=(2, 2), padding="SAME", activation="relu6"
+            ),
+            ALL,
+        ),
         ("add_relu6", T.add_model(rng, shape=(4, 4, 3), activation="relu6"), NO_XNN),
         ("add_relu", T.add_model(rng, shape=(3, 5, 2), activation="relu"), NO_XNN),
         ("chain_quantize", T.chain_model(rng), ("reference",)),
@@ -96,8 +145,19 @@ def cases():
 
 def test_every_imported_op_kind_has_a_writer(cases):
     kinds = {n.op for _, m, _, _, _ in cases.values() for n in m.graph.nodes}
-    assert kinds == {"dense", "conv", "depthwise_conv", "maxpool", "avgpool", "pool", "add", "activation",
-                     "requantize", "flatten", "reshape"}
+    assert kinds == {
+        "dense",
+        "conv",
+        "depthwise_conv",
+        "maxpool",
+        "avgpool",
+        "pool",
+        "add",
+        "activation",
+        "requantize",
+        "flatten",
+        "reshape",
+    }
     assert kinds <= set(writable_ops())
 
 
@@ -138,8 +198,14 @@ def test_saved_file_loads_into_the_same_graph(cases):
 
 def test_activations_fused_where_the_file_fused_them(cases):
     """A fused RELU6 is written back fused (one operator), a standalone one stays standalone."""
-    for name, ops in (("fc_per_channel_relu6", 1), ("dw_valid_relu6_per_tensor", 1), ("avgpool_same_relu6", 1),
-                      ("add_relu6", 2), ("chain", 5), ("conv_then_standalone_relu6", 2)):
+    for name, ops in (
+        ("fc_per_channel_relu6", 1),
+        ("dw_valid_relu6_per_tensor", 1),
+        ("avgpool_same_relu6", 1),
+        ("add_relu6", 2),
+        ("chain", 5),
+        ("conv_then_standalone_relu6", 2),
+    ):
         data, _, saved, _, _ = cases[name]
         assert _operators(saved) == _operators(data) == ops, name
 
@@ -150,8 +216,11 @@ def _changed(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.params is not None and "kernel" in n.params:
             k = np.asarray(n.params["kernel"])
-            p = dict(n.params, kernel=np.where(k < 127, k + 1, k).astype(np.int8),
-                     bias=(np.asarray(n.params["bias"]) + 37).astype(np.int32))
+            p = dict(
+                n.params,
+                kernel=np.where(k < 127, k + 1, k).astype(np.int8),
+                bias=(np.asarray(n.params["bias"]) + 37).astype(np.int32),
+            )
             n = n.replace(params=p)
         nodes.append(n)
     return graph.replace(nodes=tuple(nodes))
@@ -202,8 +271,12 @@ def test_unwritable_op_kind_is_named():
     from hwjax.graph import Node, Quant, Tensor
 
     # the graph's float ``quantize`` op kind has no writer (QUANTIZE is written from ``requantize``)
-    g = Graph({"f": Tensor("f", (4,), "float32", None), "q": Tensor("q", (4,), "int8", Quant.of(0.5, 0))},
-              [Node("quantize", ("f",), ("q",), {"dtype": "int8"}, name="q")], ["f"], ["q"])
+    g = Graph(
+        {"f": Tensor("f", (4,), "float32", None), "q": Tensor("q", (4,), "int8", Quant.of(0.5, 0))},
+        [Node("quantize", ("f",), ("q",), {"dtype": "int8"}, name="q")],
+        ["f"],
+        ["q"],
+    )
     with pytest.raises(UnsupportedOpError, match=r"\['quantize'\].*writable"):
         tfl.save(g)
 
@@ -221,7 +294,8 @@ def test_finetune_example_runs(tmp_path):
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "finetune_tflite", Path(__file__).resolve().parent.parent / "examples" / "finetune_tflite.py")
+        "finetune_tflite", Path(__file__).resolve().parent.parent / "examples" / "finetune_tflite.py"
+    )
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     data, _ = T.linear_model(np.random.default_rng(3), "FULLY_CONNECTED", in_shape=(16,), out_ch=4)
@@ -232,8 +306,9 @@ def test_finetune_example_runs(tmp_path):
     saved = out.read_bytes()
     assert saved == r["bytes"]
     g0, g1 = tfl.load(data).graph, tfl.load(saved).graph
-    assert [(n.op, n.name, n.inputs, n.outputs, n.attrs) for n in g0.nodes] == \
-        [(n.op, n.name, n.inputs, n.outputs, n.attrs) for n in g1.nodes]
+    assert [(n.op, n.name, n.inputs, n.outputs, n.attrs) for n in g0.nodes] == [
+        (n.op, n.name, n.inputs, n.outputs, n.attrs) for n in g1.nodes
+    ]
     assert not np.array_equal(np.asarray(g0.nodes[0].params["kernel"]), np.asarray(g1.nodes[0].params["kernel"]))
     x = r["x"]
     assert np.array_equal(T.run_litert(saved, x, "reference"), np.asarray(tfl.load(saved).run(x)))

@@ -18,14 +18,14 @@ import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import UnsupportedOpError  # noqa: E402
-from hwjax.graph import Attrs, Graph, Quant, Tensor  # noqa: E402
-from hwjax.tflite import _save  # noqa: E402
-from hwjax.litert import mul_int16_safe  # noqa: E402
-from hwjax.graph import PRE_ACTIVATION  # noqa: E402
-from tests.test_tflite_keras import file_ops  # noqa: E402
-from tests.test_tflite_tensor_ops import (  # noqa: E402
+import hwjax.tflite as tfl
+from hwjax.errors import UnsupportedOpError
+from hwjax.graph import Attrs, Graph, Quant, Tensor
+from hwjax.tflite import _save
+from hwjax.litert import mul_int16_safe
+from hwjax.graph import PRE_ACTIVATION
+from tests.test_tflite_keras import file_ops
+from tests.test_tflite_tensor_ops import (
     Net,
     broadcast_model,
     litert_outputs,
@@ -90,17 +90,47 @@ def changeable_model():
 #: the models, and the operators save must write for each (the original's operators, with
 #: SQUEEZE and the folded SHAPE -> STRIDED_SLICE -> PACK chain written as RESHAPE)
 MODELS = {
-    "spatial": (spatial_model, ["PAD", "PADV2", "MEAN", "MEAN", "MUL", "MUL", "MUL", "MEAN", "MUL", "CONCATENATION",
-                                "PAD", "CONCATENATION", "DEQUANTIZE", "DEQUANTIZE"]),
+    "spatial": (
+        spatial_model,
+        [
+            "PAD",
+            "PADV2",
+            "MEAN",
+            "MEAN",
+            "MUL",
+            "MUL",
+            "MUL",
+            "MEAN",
+            "MUL",
+            "CONCATENATION",
+            "PAD",
+            "CONCATENATION",
+            "DEQUANTIZE",
+            "DEQUANTIZE",
+        ],
+    ),
     "shape_chain": (shape_chain_model, ["RESHAPE", "MEAN", "RESHAPE", "RESHAPE"]),
-    "broadcast": (broadcast_model, ["MEAN", "MUL", "MEAN", "MEAN", "MUL", "CONCATENATION", "DEQUANTIZE", "MUL", "MUL",
-                                    "MUL"]),
+    "broadcast": (
+        broadcast_model,
+        ["MEAN", "MUL", "MEAN", "MEAN", "MUL", "CONCATENATION", "DEQUANTIZE", "MUL", "MUL", "MUL"],
+    ),
     "nonlinear": (nonlinear_model, ["LOGISTIC", "LOGISTIC", "TANH", "TANH", "SOFTMAX", "RESHAPE", "SOFTMAX"]),
     "changeable": (changeable_model, ["PADV2", "MUL", "SOFTMAX", "PAD", "MEAN", "DEQUANTIZE"]),
 }
 KERAS_MODELS = ("cnn_branches", "mlp_sigmoid", "mobilenet_v2_tiny")
-NEW_KINDS = {"lut", "softmax", "pad", "concat", "mean", "mul", "mul_const", "square", "dequantize", "flatten",
-             "reshape"}
+NEW_KINDS = {
+    "lut",
+    "softmax",
+    "pad",
+    "concat",
+    "mean",
+    "mul",
+    "mul_const",
+    "square",
+    "dequantize",
+    "flatten",
+    "reshape",
+}
 
 
 def _samples(rng, shape):
@@ -325,7 +355,9 @@ def test_unwritable_configurations_raise(cases):
     assert mul.op == "mul" and g.tensors[mul.inputs[0]].shape != g.tensors[mul.inputs[1]].shape
     s1, s2 = (float(g.tensors[i].quant.scale) for i in mul.inputs)
     t = g.tensors[mul.outputs[0]]
-    tiny = Tensor(t.name, t.shape, t.dtype, Quant.of(np.float32(s1 * s2 / 10), np.int32(0)))  # products up to 10 * 255**2
+    tiny = Tensor(
+        t.name, t.shape, t.dtype, Quant.of(np.float32(s1 * s2 / 10), np.int32(0))
+    )  # products up to 10 * 255**2
     assert not mul_int16_safe(s1, s2, tiny.quant.scale, 0)
     with pytest.raises(UnsupportedOpError, match=r"\(mul\).*broadcasting MUL.*int16"):
         tfl.save(g.replace(tensors={**g.tensors, t.name: tiny}))

@@ -25,9 +25,20 @@ from hwjax.tflite._xcore import F32, flex_dumps, flex_loads
 
 DATA = Path(__file__).resolve().parent / "data"
 FILES = sorted(p for d in ("xformer", "xformer_act", "keras_mcu") for p in (DATA / d).glob("*.xc.tflite"))
-IDS = [f"{p.parent.name}/{p.name[:-len('.xc.tflite')]}" for p in FILES]
-XC_KINDS = {"xc_conv2d", "xc_pad", "xc_pad_3_to_4", "xc_slice", "xc_lookup", "xc_add", "xc_mean", "xc_maxpool2d",
-            "xc_concat", "xc_mul", "xc_softmax"}
+IDS = [f"{p.parent.name}/{p.name[: -len('.xc.tflite')]}" for p in FILES]
+XC_KINDS = {
+    "xc_conv2d",
+    "xc_pad",
+    "xc_pad_3_to_4",
+    "xc_slice",
+    "xc_lookup",
+    "xc_add",
+    "xc_mean",
+    "xc_maxpool2d",
+    "xc_concat",
+    "xc_mul",
+    "xc_softmax",
+}
 
 
 @lru_cache(maxsize=None)
@@ -41,7 +52,7 @@ def _saved(path: Path) -> bytes:
 
 
 def _stored(path: Path):
-    return np.load(path.with_name(path.name[:-len(".xc.tflite")] + ".npz"))
+    return np.load(path.with_name(path.name[: -len(".xc.tflite")] + ".npz"))
 
 
 def _assert_same_nodes(g1, g2):
@@ -110,8 +121,9 @@ def _custom_ops(data: bytes) -> dict:
         for i in op.inputs:
             t = None if i < 0 else sg.tensors[i]
             buf = None if t is None else m.buffers[t.buffer].data
-            ins.append(None if t is None else (t.type, tuple(t.shape), None if buf is None or not len(buf) else
-                                               bytes(buf)))
+            ins.append(
+                None if t is None else (t.type, tuple(t.shape), None if buf is None or not len(buf) else bytes(buf))
+            )
         out[sg.tensors[op.outputs[0]].name.decode()] = (code.decode(), flex_loads(raw) if raw else None, ins)
     return out
 
@@ -125,7 +137,7 @@ def _defined(code: str, opts):
     if code == "XC_maxpool2d":
         opts["o"] = opts["o"][:4]
     if code == "XC_concat":
-        opts["s"] = opts["s"][:opts["i"]]
+        opts["s"] = opts["s"][: opts["i"]]
     return opts
 
 
@@ -164,8 +176,16 @@ def test_metadata_is_copied_less_the_offline_memory_plan():
 
 
 def test_flex_dumps_round_trips_every_value_type():
-    opts = {"k": 3, "neg": -5, "big": 2 ** 31 - 1, "b": True, "f": F32(-128.0), "raw": b"\xfc\x00\xffab",
-            "p": [b"\x01\x02", b""], "s": [6, -416864624, 0]}
+    opts = {
+        "k": 3,
+        "neg": -5,
+        "big": 2**31 - 1,
+        "b": True,
+        "f": F32(-128.0),
+        "raw": b"\xfc\x00\xffab",
+        "p": [b"\x01\x02", b""],
+        "s": [6, -416864624, 0],
+    }
     data = flex_dumps(opts)
     back = flex_loads(data)
     assert back == {**opts, "f": -128.0}
@@ -175,8 +195,16 @@ def test_flex_dumps_round_trips_every_value_type():
     ref = F.GetRoot(data).AsMap  # the flatbuffers package's reader: same types as xformer's files
     assert [k.AsKey for k in ref.Keys] == sorted(opts)
     types = {k.AsKey: v._type.name for k, v in zip(ref.Keys, ref.Values)}
-    assert types == {"k": "INT", "neg": "INT", "big": "INT", "b": "BOOL", "f": "INDIRECT_FLOAT", "raw": "STRING",
-                     "p": "VECTOR", "s": "VECTOR"}
+    assert types == {
+        "k": "INT",
+        "neg": "INT",
+        "big": "INT",
+        "b": "BOOL",
+        "f": "INDIRECT_FLOAT",
+        "raw": "STRING",
+        "p": "VECTOR",
+        "s": "VECTOR",
+    }
     assert struct.unpack("<f", struct.pack("<f", ref["f"].AsFloat)) == (-128.0,)
     with pytest.raises(TypeError):
         flex_dumps({"x": 1.5})  # a plain float: no encoding chosen

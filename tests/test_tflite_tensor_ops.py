@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-import hwjax.graph as hg  # noqa: E402
-import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import FormatError, UnsupportedOpError  # noqa: E402
-from hwjax.targets import TFLite  # noqa: E402
-from hwjax.tflite.testing import ACTIVATION_CODES as _ACT  # noqa: E402
-from hwjax.tflite.testing import RESOLVERS, ModelBuilder  # noqa: E402
+import hwjax.graph as hg
+import hwjax.tflite as tfl
+from hwjax.errors import FormatError, UnsupportedOpError
+from hwjax.targets import TFLite
+from hwjax.tflite.testing import ACTIVATION_CODES as _ACT
+from hwjax.tflite.testing import RESOLVERS, ModelBuilder
 
 ALL = ("reference", "optimized", "xnnpack")
 N_SAMPLES = 48
@@ -28,8 +28,9 @@ def litert_outputs(model: bytes, xs, runtime: str) -> list[np.ndarray]:
     per input)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    it = Interpreter(model_content=model, num_threads=1,
-                     experimental_op_resolver_type=getattr(OpResolverType, RESOLVERS[runtime]))
+    it = Interpreter(
+        model_content=model, num_threads=1, experimental_op_resolver_type=getattr(OpResolverType, RESOLVERS[runtime])
+    )
     it.allocate_tensors()
     ins, outs = it.get_input_details(), it.get_output_details()
     ys = [[] for _ in outs]
@@ -58,8 +59,9 @@ class Net:
     def like(self, t, shape=None):
         """A tensor with ``t``'s quantisation (and shape, unless given)."""
         q = self.mb.tensors[t].quantization
-        return self.mb.tensor(tuple(self.mb.tensors[t].shape) if shape is None else (1, *shape), "int8",
-                              q.scale[0], int(q.zeroPoint[0]))
+        return self.mb.tensor(
+            tuple(self.mb.tensors[t].shape) if shape is None else (1, *shape), "int8", q.scale[0], int(q.zeroPoint[0])
+        )
 
     def quant(self, t):
         q = self.mb.tensors[t].quantization
@@ -126,8 +128,12 @@ def shape_chain_model():
     shape = n.mb.tensor((4,), "int32")
     n.mb.op("SHAPE", [x], [shape], ("ShapeOptions", {"outType": 2}))
     batch = n.mb.tensor((), "int32")
-    n.mb.op("STRIDED_SLICE", [shape, n.i32([0]), n.i32([1]), n.i32([1])], [batch],
-            ("StridedSliceOptions", {"shrinkAxisMask": 1}))
+    n.mb.op(
+        "STRIDED_SLICE",
+        [shape, n.i32([0]), n.i32([1]), n.i32([1])],
+        [batch],
+        ("StridedSliceOptions", {"shrinkAxisMask": 1}),
+    )
     packed = n.mb.tensor((2,), "int32")
     n.mb.op("PACK", [batch, n.i32(-1, ())], [packed], ("PackOptions", {"valuesCount": 2, "axis": 0}))
     f = n.out(n.like(x, (84,)))
@@ -249,8 +255,18 @@ def test_graph_structure(cases):
     assert m.graph.nodes[1].attrs["count"] == 12 and m.graph.nodes[1].attrs["axes"] == (0, 1)
     ops = [n.op for n in tfl.load(cases["spatial"][0]).graph.nodes]
     assert ops.count("square") == 2 and ops.count("mul") == 2 and ops.count("dequantize") == 2
-    assert {"PAD", "PADV2", "CONCATENATION", "SQUEEZE", "SHAPE", "STRIDED_SLICE", "PACK", "MEAN", "MUL",
-            "DEQUANTIZE"} <= set(tfl.SUPPORTED_OPS)
+    assert {
+        "PAD",
+        "PADV2",
+        "CONCATENATION",
+        "SQUEEZE",
+        "SHAPE",
+        "STRIDED_SLICE",
+        "PACK",
+        "MEAN",
+        "MUL",
+        "DEQUANTIZE",
+    } <= set(tfl.SUPPORTED_OPS)
 
 
 def test_jit_vmap_and_x64(cases):
@@ -260,11 +276,17 @@ def test_jit_vmap_and_x64(cases):
     m = tfl.load(data)
     x = xs[0].astype(np.int32)
     yv = jax.jit(jax.vmap(lambda g, xi: hg.run(g, xi), in_axes=(None, 0)))(m.lowered("optimized"), x)
-    _assert_equal(tuple(np.asarray(v).astype(w.dtype) for v, w in zip(yv, want["optimized"])), want["optimized"],
-                  "vmap on optimized")
+    _assert_equal(
+        tuple(np.asarray(v).astype(w.dtype) for v, w in zip(yv, want["optimized"])),
+        want["optimized"],
+        "vmap on optimized",
+    )
     yj = hg.jit_run(m.graph, x, TFLite("xnnpack"))
-    _assert_equal(tuple(np.asarray(v).astype(w.dtype) for v, w in zip(yj, want["xnnpack"])), want["xnnpack"],
-                  "portable graph under jit on xnnpack")
+    _assert_equal(
+        tuple(np.asarray(v).astype(w.dtype) for v, w in zip(yj, want["xnnpack"])),
+        want["xnnpack"],
+        "portable graph under jit on xnnpack",
+    )
     with jax.enable_x64(True):
         y64 = tfl.load(data).run(xs[0], runtime="optimized")
     _assert_equal(y64, want["optimized"], "optimized with jax_enable_x64")
@@ -301,14 +323,22 @@ def _one_op(name, inputs_of, out_shape, options=None, in_shape=(3, 4, 5), same=T
     return n.mb.finish([x], [y])
 
 
-@pytest.mark.parametrize("name,inputs_of,out_shape,options,match", [
-    ("PAD", lambda n, x: [x, n.i32([[1, 0], [0, 0], [0, 0], [0, 0]])], (3, 4, 5), None, "batch axis"),
-    ("MEAN", lambda n, x: [x, n.i32([0, 1])], (4, 5), ("ReducerOptions", {"keepDims": False}), "batch axis"),
-    ("STRIDED_SLICE", lambda n, x: [x, n.i32([0, 0, 0, 0]), n.i32([1, 2, 4, 5]), n.i32([1, 1, 1, 1])], (2, 4, 5),
-     ("StridedSliceOptions", {}), "int8 tensor"),
-    ("SQUEEZE", lambda n, x: [x], (3, 4, 5), ("SqueezeOptions", {"squeezeDims": [1]}), "cannot squeeze"),
-    ("CONCATENATION", lambda n, x: [x, x], (6, 4, 5), ("ConcatenationOptions", {"axis": 0}), "batch axis"),
-])
+@pytest.mark.parametrize(
+    "name,inputs_of,out_shape,options,match",
+    [
+        ("PAD", lambda n, x: [x, n.i32([[1, 0], [0, 0], [0, 0], [0, 0]])], (3, 4, 5), None, "batch axis"),
+        ("MEAN", lambda n, x: [x, n.i32([0, 1])], (4, 5), ("ReducerOptions", {"keepDims": False}), "batch axis"),
+        (
+            "STRIDED_SLICE",
+            lambda n, x: [x, n.i32([0, 0, 0, 0]), n.i32([1, 2, 4, 5]), n.i32([1, 1, 1, 1])],
+            (2, 4, 5),
+            ("StridedSliceOptions", {}),
+            "int8 tensor",
+        ),
+        ("SQUEEZE", lambda n, x: [x], (3, 4, 5), ("SqueezeOptions", {"squeezeDims": [1]}), "cannot squeeze"),
+        ("CONCATENATION", lambda n, x: [x, x], (6, 4, 5), ("ConcatenationOptions", {"axis": 0}), "batch axis"),
+    ],
+)
 def test_unsupported_configurations_raise(name, inputs_of, out_shape, options, match):
     data = _one_op(name, inputs_of, out_shape, options)
     with pytest.raises((UnsupportedOpError, FormatError), match=rf"operator #0 \({name}\).*{match}"):

@@ -21,7 +21,7 @@ from hwjax.targets import TFLite
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "tflm")
 MODELS = sorted(f[:-4] for f in os.listdir(DATA) if f.endswith(".npz"))
-REFUSED_BY_TFLM = sorted(f[:-len(".refused.txt")] for f in os.listdir(DATA) if f.endswith(".refused.txt"))
+REFUSED_BY_TFLM = sorted(f[: -len(".refused.txt")] for f in os.listdir(DATA) if f.endswith(".refused.txt"))
 # the stored outputs are those of the TFLM inside xmos-ai-tools 1.4.2
 XMOS = TFLite("tflm", tflm="xmos-1.4.2")
 # xmos' TFLM runs it with the first filter scale for every channel (test below)
@@ -53,9 +53,28 @@ def test_the_data_covers_every_op():
     for name in MODELS + REFUSED_BY_TFLM:
         kinds |= {(n.op, n.attrs.get("fn")) for n in _model(name).graph.nodes}
     ops = {k for k, _ in kinds}
-    assert {"dense", "conv", "depthwise_conv", "maxpool", "avgpool", "pool", "add", "mul", "square", "mul_const",
-            "mean", "pad", "concat", "reshape", "flatten", "activation", "requantize", "dequantize", "lut",
-            "softmax"} <= ops
+    assert {
+        "dense",
+        "conv",
+        "depthwise_conv",
+        "maxpool",
+        "avgpool",
+        "pool",
+        "add",
+        "mul",
+        "square",
+        "mul_const",
+        "mean",
+        "pad",
+        "concat",
+        "reshape",
+        "flatten",
+        "activation",
+        "requantize",
+        "dequantize",
+        "lut",
+        "softmax",
+    } <= ops
     assert {("activation", f) for f in ("relu", "relu6", "relu_n1_to_1")} <= kinds
     assert {("lut", "sigmoid"), ("lut", "tanh"), ("pool", "avg"), ("pool", "max")} <= kinds
     for name in MODELS:

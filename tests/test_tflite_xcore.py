@@ -32,8 +32,20 @@ def test_the_data_covers_the_xc_ops():
     ops = set()
     for name in MODELS:
         ops |= {n.op for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes}
-    assert {"xc_conv2d", "xc_pad", "xc_pad_3_to_4", "xc_slice", "xc_lookup", "xc_add", "xc_mean",
-            "xc_maxpool2d", "reshape", "flatten", "depthwise_conv", "maxpool"} <= ops
+    assert {
+        "xc_conv2d",
+        "xc_pad",
+        "xc_pad_3_to_4",
+        "xc_slice",
+        "xc_lookup",
+        "xc_add",
+        "xc_mean",
+        "xc_maxpool2d",
+        "reshape",
+        "flatten",
+        "depthwise_conv",
+        "maxpool",
+    } <= ops
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -60,9 +72,12 @@ def test_conv_kernel_types_are_decoded():
         for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes:
             if n.op == "xc_conv2d":
                 kinds[name] = (n.attrs["kernel_type"], tuple(n.attrs["kernel_size"]), tuple(n.attrs["stride"]))
-    assert kinds == {"conv_1x1": ("direct", (1, 1), (1, 1)), "conv_3_5_same": ("indirect", (3, 3), (1, 1)),
-                     "depthwise_valid_s2": ("depthwise", (3, 3), (2, 2)),
-                     "fully_connected": ("indirect", (1, 1), (1, 1))}
+    assert kinds == {
+        "conv_1x1": ("direct", (1, 1), (1, 1)),
+        "conv_3_5_same": ("indirect", (3, 3), (1, 1)),
+        "depthwise_valid_s2": ("depthwise", (3, 3), (2, 2)),
+        "fully_connected": ("indirect", (1, 1), (1, 1)),
+    }
 
 
 def test_xformer_weights_are_the_original_weights():
@@ -122,8 +137,14 @@ def test_unknown_option_raises():
 
 # ------------------------------------------- runtime="xs3" on original models (xformer's recipe)
 
-XS3_ORIGINALS = ["conv_3_5_same", "depthwise_valid_s2", "fully_connected", "mean", "spread_channelwise_a",
-                 "spread_tflm"]
+XS3_ORIGINALS = [
+    "conv_3_5_same",
+    "depthwise_valid_s2",
+    "fully_connected",
+    "mean",
+    "spread_channelwise_a",
+    "spread_tflm",
+]
 
 
 @pytest.mark.parametrize("name", XS3_ORIGINALS)
@@ -157,6 +178,7 @@ def _xc_blobs(name):
     for o in sg.operators:
         code = m.operatorCodes[o.opcodeIndex]
         if code.builtinCode == 32 and code.customCode == b"XC_conv2d_v2":
+
             def raw(i):
                 return bytes(m.buffers[sg.tensors[o.inputs[i]].buffer].data)
 
@@ -179,8 +201,9 @@ def test_hwjax_blobs_equal_xformers_byte_for_byte(name):
     blobs = _xc_blobs(name)
     assert len(blobs) == len(lin)
     for node, (w_blob, mb_blob) in zip(lin, blobs):
-        p = xformer_linear_params(node.op, node.params, [g.tensors[node.inputs[0]].quant],
-                                  g.tensors[node.outputs[0]].quant)
+        p = xformer_linear_params(
+            node.op, node.params, [g.tensors[node.inputs[0]].quant], g.tensors[node.outputs[0]].quant
+        )
         mem = xs3.serialise_output_transform(np.asarray(p["multipliers"]), np.asarray(p["biases"]))
         np.testing.assert_array_equal(mem, mb_blob)
         k = np.asarray(p["kernel"])
@@ -219,8 +242,9 @@ def test_original_model_xs3_refuses_what_it_cannot_decide():
             T.load(mb.finish([a], [b])).run(np.zeros((1, 16), np.int8), runtime="xs3")
 
 
-@pytest.mark.parametrize("name", ["spread_group", "spread_channelwise_a", "spread_channelwise_b", "spread_tflm",
-                                  "chain"])
+@pytest.mark.parametrize(
+    "name", ["spread_group", "spread_channelwise_a", "spread_channelwise_b", "spread_tflm", "chain"]
+)
 def test_transform_choice_equals_xformers(name):
     """Group transform, channel-wise transform (with its parameters) or the TFLM op: hwjax's
     transcription of xformer's decision against what xformer wrote into the file."""
@@ -228,8 +252,11 @@ def test_transform_choice_equals_xformers(name):
     from hwjax.targets._xs3_compiled import _linear_kernel, _padded_channels
 
     g = T.load(os.path.join(DATA, f"{name}.tflite")).graph
-    xc = [n for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes
-          if n.op in ("xc_conv2d", "conv", "depthwise_conv", "dense")]
+    xc = [
+        n
+        for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes
+        if n.op in ("xc_conv2d", "conv", "depthwise_conv", "dense")
+    ]
     lin = [n for n in g.nodes if n.op in ("conv", "depthwise_conv", "dense")]
     assert len(lin) == len(xc)
     for node, done in zip(lin, xc):
@@ -238,10 +265,13 @@ def test_transform_choice_equals_xformers(name):
         q_in, q_out = g.tensors[node.inputs[0]].quant, g.tensors[node.outputs[0]].quant
         got = xformer_transform_choice(
             np.concatenate([k, np.zeros((cp - co, *k.shape[1:]), np.int8)]),
-            np.concatenate([np.asarray(node.params["bias"]), np.zeros(cp - co, np.int32)]), np.asarray(q_in.scale),
-            int(q_in.zero_point), np.concatenate([np.broadcast_to(np.asarray(node.params["w_scale"]), (co,)),
-                                                  np.zeros(cp - co, np.float32)]),
-            np.asarray(q_out.scale), int(q_out.zero_point))
+            np.concatenate([np.asarray(node.params["bias"]), np.zeros(cp - co, np.int32)]),
+            np.asarray(q_in.scale),
+            int(q_in.zero_point),
+            np.concatenate([np.broadcast_to(np.asarray(node.params["w_scale"]), (co,)), np.zeros(cp - co, np.float32)]),
+            np.asarray(q_out.scale),
+            int(q_out.zero_point),
+        )
         mode = TRANSFORM_MODES[int(got["mode"])]
         assert mode == (done.attrs["transform"] if done.op == "xc_conv2d" else "tflm")
         if mode == "channelwise":
@@ -261,9 +291,14 @@ def test_add_and_mean_options_equal_xformers():
         q = [g.tensors[t].quant for t in node.inputs] + [g.tensors[node.outputs[0]].quant]
         xc = [n for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes if n.op == "xc_" + op][0]
         if op == "add":
-            got = xformer_add_params(q[0].scale, q[0].zero_point, q[1].scale, q[1].zero_point, q[2].scale,
-                                     q[2].zero_point)
-            assert {k: int(v) for k, v in got.items()} == {"m1": xc.attrs["multiplier1"], "m2": xc.attrs["multiplier2"],
-                                                           "bias": xc.attrs["bias"], "shift": xc.attrs["shift"]}
+            got = xformer_add_params(
+                q[0].scale, q[0].zero_point, q[1].scale, q[1].zero_point, q[2].scale, q[2].zero_point
+            )
+            assert {k: int(v) for k, v in got.items()} == {
+                "m1": xc.attrs["multiplier1"],
+                "m2": xc.attrs["multiplier2"],
+                "bias": xc.attrs["bias"],
+                "shift": xc.attrs["shift"],
+            }
         else:
             assert float(xformer_mean_scale(q[0].scale, q[1].scale, node.attrs["count"])) == xc.attrs["scale"]

@@ -35,8 +35,11 @@ def _data(name):
 
 def test_the_data_covers_every_op_activation_and_zero_point():
     assert len(MODELS) == 48
-    assert {m.rsplit("_z", 1)[0] for m in MODELS} == {f"{op}_{act}" for op in ("conv", "depthwise", "dense", "avgpool")
-                                                      for act in ("none", "relu", "relu6", "relu_n1_to_1")}
+    assert {m.rsplit("_z", 1)[0] for m in MODELS} == {
+        f"{op}_{act}"
+        for op in ("conv", "depthwise", "dense", "avgpool")
+        for act in ("none", "relu", "relu6", "relu_n1_to_1")
+    }
 
 
 def test_xformer_splits_relu_and_relu6_off_unless_the_zero_point_is_minus_128():
@@ -49,8 +52,12 @@ def test_xformer_splits_relu_and_relu6_off_unless_the_zero_point_is_minus_128():
 
 
 def test_standalone_relu_and_relu6_become_lookups():
-    assert STANDALONE == ["standalone_relu", "standalone_relu6", "standalone_relu6_same_zm128",
-                          "standalone_relu_same_zm128"]
+    assert STANDALONE == [
+        "standalone_relu",
+        "standalone_relu6",
+        "standalone_relu6_same_zm128",
+        "standalone_relu_same_zm128",
+    ]
     for name in STANDALONE:
         assert [n.op for n in T.load(os.path.join(DATA, f"{name}.xc.tflite")).graph.nodes] == ["xc_lookup"]
 

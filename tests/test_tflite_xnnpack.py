@@ -15,12 +15,12 @@ import pytest
 
 pytest.importorskip("ai_edge_litert")
 
-import hwjax.graph as hg  # noqa: E402
-import hwjax.tflite as tfl  # noqa: E402
-from hwjax.errors import UnsupportedOpError  # noqa: E402
-from hwjax.targets import TFLite  # noqa: E402
-from hwjax.tflite import testing as T  # noqa: E402
-from hwjax.litert import _xnnpack as X  # noqa: E402
+import hwjax.graph as hg
+import hwjax.tflite as tfl
+from hwjax.errors import UnsupportedOpError
+from hwjax.targets import TFLite
+from hwjax.tflite import testing as T
+from hwjax.litert import _xnnpack as X
 
 RUNTIMES = ("reference", "optimized", "xnnpack")
 B = 72  # examples per batch
@@ -31,8 +31,9 @@ def _litert(data: bytes, xs, runtime: str):
     and the indices of the output tensors the XNNPACK delegate produced."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    it = Interpreter(model_content=data, num_threads=1,
-                     experimental_op_resolver_type=getattr(OpResolverType, T.RESOLVERS[runtime]))
+    it = Interpreter(
+        model_content=data, num_threads=1, experimental_op_resolver_type=getattr(OpResolverType, T.RESOLVERS[runtime])
+    )
     it.allocate_tensors()
     ins, outs = it.get_input_details(), it.get_output_details()
     ys = [[] for _ in outs]
@@ -58,8 +59,9 @@ def _fill(rng, shape, pairs=False):
         grid = grid[rng.permutation(len(grid))[:n]]
         v = np.concatenate([grid, rng.integers(-128, 128, (n - len(grid), 2))])[rng.permutation(n)]
         return [v[:, i].astype(np.int8).reshape(B, *shape) for i in range(2)]
-    v = np.concatenate([np.tile(np.arange(-128, 128), n // 256 + 1)[:max(256, n // 4)],
-                        rng.integers(-128, 128, n)])[:n]
+    v = np.concatenate([np.tile(np.arange(-128, 128), n // 256 + 1)[: max(256, n // 4)], rng.integers(-128, 128, n)])[
+        :n
+    ]
     return v[rng.permutation(n)].astype(np.int8).reshape(B, *shape)
 
 
@@ -159,9 +161,22 @@ def _pool_model(rng) -> bytes:
         x = mb.tensor((1, *in_shape), "int8", s, zp)
         g = conv_geometry(in_shape[:2], window, stride, padding)
         y = mb.tensor((1, *g.out_hw, in_shape[-1]), "int8", s, zp)
-        mb.op("AVERAGE_POOL_2D", [x], [y], ("Pool2DOptions", {
-            "padding": 0 if padding == "SAME" else 1, "strideH": stride[0], "strideW": stride[1],
-            "filterHeight": window[0], "filterWidth": window[1], "fusedActivationFunction": T.ACTIVATION_CODES[act]}))
+        mb.op(
+            "AVERAGE_POOL_2D",
+            [x],
+            [y],
+            (
+                "Pool2DOptions",
+                {
+                    "padding": 0 if padding == "SAME" else 1,
+                    "strideH": stride[0],
+                    "strideW": stride[1],
+                    "filterHeight": window[0],
+                    "filterWidth": window[1],
+                    "fusedActivationFunction": T.ACTIVATION_CODES[act],
+                },
+            ),
+        )
         ins.append(x)
         outs.append(y)
     return mb.finish(ins, outs)
@@ -172,14 +187,19 @@ def _chain_model(rng) -> bytes:
     mb = T.ModelBuilder()
     c = 5
     x = mb.tensor((1, 7, 6, 3), "int8", _s(0.02), -3)
-    w = mb.tensor((c, 1, 1, 3), "int8", np.full(c, 0.01, np.float32), np.zeros(c), rng.integers(-127, 128,
-                                                                                                 (c, 1, 1, 3)))
+    w = mb.tensor(
+        (c, 1, 1, 3), "int8", np.full(c, 0.01, np.float32), np.zeros(c), rng.integers(-127, 128, (c, 1, 1, 3))
+    )
     b = mb.tensor((c,), "int32", np.full(c, 0.0002, np.float32), np.zeros(c), rng.integers(-900, 900, c))
     h = mb.tensor((1, 7, 6, c), "int8", _s(0.05), 9)
     mb.op("CONV_2D", [x, w, b], [h], ("Conv2DOptions", {"padding": 1, "strideH": 1, "strideW": 1}), 3)
     p = mb.tensor((1, 4, 3, c), "int8", _s(0.05), 9)
-    mb.op("AVERAGE_POOL_2D", [h], [p], ("Pool2DOptions", {"padding": 0, "strideH": 2, "strideW": 2,
-                                                          "filterHeight": 3, "filterWidth": 3}))
+    mb.op(
+        "AVERAGE_POOL_2D",
+        [h],
+        [p],
+        ("Pool2DOptions", {"padding": 0, "strideH": 2, "strideW": 2, "filterHeight": 3, "filterWidth": 3}),
+    )
     y = mb.tensor((1, 4, 3, c), "int8", _s(0.05 / 0.37), -20)
     mb.op("QUANTIZE", [p], [y])
     return mb.finish([x], [y])
@@ -215,8 +235,11 @@ def cases():
     out["avgpool"] = (_pool_model(rng), [_fill(rng, p[0]) for p in POOLS], POOLS)
     out["chain"] = (_chain_model(rng), [_fill(rng, (7, 6, 3))], None)
     mini = [_add_specs(rng)[4]], [_quantize_specs(rng)[5]]
-    out["mini"] = (_mini_model(*mini), [v for sp in mini[0] for v in _fill(rng, sp[0], pairs=True)]
-                   + [_fill(rng, sp[0]) for sp in mini[1]], mini)
+    out["mini"] = (
+        _mini_model(*mini),
+        [v for sp in mini[0] for v in _fill(rng, sp[0], pairs=True)] + [_fill(rng, sp[0]) for sp in mini[1]],
+        mini,
+    )
     for name, (data, xs, specs) in out.items():
         res = {rt: _litert(data, xs, rt) for rt in RUNTIMES}
         out[name] = (data, xs, specs, {rt: r[0] for rt, r in res.items()}, res["xnnpack"][1])
@@ -235,16 +258,25 @@ def _check(got, want, what):
 # ---------------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize(("name", "runtime"), [
-    ("add", "optimized"), ("add", "xnnpack"), ("quantize", "optimized"), ("quantize", "xnnpack"),
-    # the integer average pool is one kernel on every runtime, and LiteRT's three runtimes
-    # agree on these pools (test_runtimes_differ_where_modelled); the chain's pool runs
-    # between delegated ops; "reference" runs are in tests/test_tflite_models.py
-    ("avgpool", "xnnpack"), ("chain", "xnnpack"), ("chain", "optimized")])
+@pytest.mark.parametrize(
+    ("name", "runtime"),
+    [
+        ("add", "optimized"),
+        ("add", "xnnpack"),
+        ("quantize", "optimized"),
+        ("quantize", "xnnpack"),
+        # the integer average pool is one kernel on every runtime, and LiteRT's three runtimes
+        # agree on these pools (test_runtimes_differ_where_modelled); the chain's pool runs
+        # between delegated ops; "reference" runs are in tests/test_tflite_models.py
+        ("avgpool", "xnnpack"),
+        ("chain", "xnnpack"),
+        ("chain", "optimized"),
+    ],
+)
 def test_matches_litert(cases, name, runtime):
     data, xs, specs, want, delegated = cases[name]
     got = tfl.load(data).run(xs, runtime=runtime)
-    for g in (got if isinstance(got, tuple) else (got,)):
+    for g in got if isinstance(got, tuple) else (got,):
         assert g.dtype == np.int8
     _check(got, want[runtime], f"{name} on {runtime}")
 
@@ -297,10 +329,20 @@ def test_int32_primitives_exact():
     """The int32 forms of SRDHM (multiplier >= 0), RoundingDivideByPOT and the half-up
     rounding shift equal their definitions evaluated with Python integers."""
     rng = np.random.default_rng(5)
-    a = np.concatenate([rng.integers(-2**31, 2**31, 1200), rng.integers(-300, 300, 400),
-                        [-2**31, 2**31 - 1, -1, 0, 1, -2**30, 2**30]]).astype(np.int32)
-    b = np.concatenate([rng.integers(0, 2**31, 1200), rng.integers(2**30, 2**31, 400),
-                        [2**31 - 1, 2**30, 1, 0, 2**31 - 1, 2**30, 2**30 + 1]]).astype(np.int32)
+    a = np.concatenate(
+        [
+            rng.integers(-(2**31), 2**31, 1200),
+            rng.integers(-300, 300, 400),
+            [-(2**31), 2**31 - 1, -1, 0, 1, -(2**30), 2**30],
+        ]
+    ).astype(np.int32)
+    b = np.concatenate(
+        [
+            rng.integers(0, 2**31, 1200),
+            rng.integers(2**30, 2**31, 400),
+            [2**31 - 1, 2**30, 1, 0, 2**31 - 1, 2**30, 2**30 + 1],
+        ]
+    ).astype(np.int32)
     want = [(int(x) * int(y) + 2**30) >> 31 for x, y in zip(a, b)]
     assert np.asarray(X._srdhm(jnp.asarray(a), jnp.asarray(b))).tolist() == want
     for e in (0, 1, 2, 7, 15, 30, 31):

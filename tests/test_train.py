@@ -9,8 +9,7 @@ import pytest
 
 from train.__main__ import main, parser
 
-TINY = ["--model", "mlp", "--epochs", "1", "--hat-epochs", "1", "--limit", "240", "--batch-size", "32",
-        "--quiet"]
+TINY = ["--model", "mlp", "--epochs", "1", "--hat-epochs", "1", "--limit", "240", "--batch-size", "32", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +36,17 @@ def test_eval_and_export_subcommands(run, tmp_path, capsys):
     a = json.loads((run / "export" / "manifest.json").read_text())
     b = json.loads((again / "manifest.json").read_text())
     # the checkpointed model exports the same integers, byte for byte
-    assert [[t["sha256"] for t in l["tensors"].values()] for l in a["nodes"]] == \
-           [[t["sha256"] for t in l["tensors"].values()] for l in b["nodes"]]
+    assert [[t["sha256"] for t in l["tensors"].values()] for l in a["nodes"]] == [
+        [t["sha256"] for t in l["tensors"].values()] for l in b["nodes"]
+    ]
 
 
 @pytest.mark.slow
 def test_resume_continues_the_hardware_aware_phase(run, capsys):
     before = json.loads((run / "results.json").read_text())
-    assert main(["digits", *[a for a in TINY if a != "--quiet"], "--hat-epochs", "2", "--out", str(run),
-                 "--resume"]) == 0
+    assert (
+        main(["digits", *[a for a in TINY if a != "--quiet"], "--hat-epochs", "2", "--out", str(run), "--resume"]) == 0
+    )
     out = capsys.readouterr().out
     assert "resumed from checkpoint" in out and "hardware-aware training accuracy" in out
     after = json.loads((run / "results.json").read_text())
@@ -79,11 +80,19 @@ def test_cli_help_lists_the_subcommands():
         assert cmd in text
 
 
-@pytest.mark.parametrize("args, option", [
-    (["--epochs", "-1"], "--epochs"), (["--hat-epochs", "x"], "--hat-epochs"), (["--lr", "-0.1"], "--lr"),
-    (["--hat-lr", "nan"], "--hat-lr"), (["--batch-size", "0"], "--batch-size"), (["--limit", "-5"], "--limit"),
-    (["--val-fraction", "1.5"], "--val-fraction"), (["--devices", "0"], "--devices"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--epochs", "-1"], "--epochs"),
+        (["--hat-epochs", "x"], "--hat-epochs"),
+        (["--lr", "-0.1"], "--lr"),
+        (["--hat-lr", "nan"], "--hat-lr"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--limit", "-5"], "--limit"),
+        (["--val-fraction", "1.5"], "--val-fraction"),
+        (["--devices", "0"], "--devices"),
+    ],
+)
 def test_cli_rejects_bad_numbers_with_one_line_and_exit_2(args, option, capsys):
     with pytest.raises(SystemExit) as e:
         main(["digits", *args])
@@ -124,7 +133,7 @@ def test_lut_tables_are_not_derived_on_the_host_inside_training_steps(monkeypatc
             tr._fill_derived(x)
             derived = len(calls)
             assert derived >= 1
-        losses[kept] = [float(tr.step(x[i:i + 16], y[i:i + 16])[0]) for i in range(0, 64, 16)]
+        losses[kept] = [float(tr.step(x[i : i + 16], y[i : i + 16])[0]) for i in range(0, 64, 16)]
         if kept:
             assert len(calls) == derived  # no table derived while training
         else:

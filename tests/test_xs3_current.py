@@ -19,8 +19,7 @@ from tests.test_xs3_vpu import m_vlashr, m_vlmul, m_vlsat, sat
 
 CHAIN_KEY = {"hardware": "v2026", "host": "host2024", "v2021": "v2021"}
 VARIANTS = ("hardware", "host", "v2021")
-STEPS = ("after_vlsat", "after_initial_vlashr", "after_vlmul", "after_vladd", "after_final_vlashr",
-         "y_int8")
+STEPS = ("after_vlsat", "after_initial_vlashr", "after_vlmul", "after_vladd", "after_final_vlashr", "y_int8")
 
 
 # ---------------------------------------------------------------- big-integer model
@@ -54,7 +53,7 @@ def m_conv_acc(x: np.ndarray, k: np.ndarray, stride, pad_tl, pad_value, out_hw, 
                 wk = [int(v) for v in k[o].ravel()]
                 a = 0
                 for s in range(0, len(patch), 32):
-                    a = sat(a + sum(p * q for p, q in zip(patch[s:s + 32], wk[s:s + 32])), 32)
+                    a = sat(a + sum(p * q for p, q in zip(patch[s : s + 32], wk[s : s + 32])), 32)
                 acc[oy, ox, o] = a
     return acc
 
@@ -115,8 +114,7 @@ def test_otfn_stats_against_golden_chain(chain):
         q = (t5 + 128) >> 8
         np.testing.assert_array_equal(np.asarray(stats["output_clipped"]), ((q > 127) | (q < -128)).astype(int))
         exact = [(a + (1 << (s0 - 1))) >> s0 if s0 > 0 else a << -s0 for a in acc.astype(object)]
-        np.testing.assert_array_equal(np.asarray(stats["initial_clipped"]),
-                                      [int(abs(e) > 32767) for e in exact])
+        np.testing.assert_array_equal(np.asarray(stats["initial_clipped"]), [int(abs(e) > 32767) for e in exact])
         prod = [m_vlmul(int(a), int(m), 32, "hardware") for a, m in zip(t2, mul)]
         np.testing.assert_array_equal(np.asarray(stats["mul_clipped"]), [int(abs(p) > 32767) for p in prod])
 
@@ -127,8 +125,14 @@ def test_otfn_model(data, variant, s0, shr):
     acc = data.draw(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=n, max_size=n))
     mul = data.draw(st.lists(st.integers(-(2**15), 2**15 - 1), min_size=n, max_size=n))
     bias = data.draw(st.lists(st.integers(-(2**15), 2**15 - 1), min_size=n, max_size=n))
-    steps = xs3.otfn_int8_steps(np.array(acc, np.int32), np.array(mul, np.int16), np.array(bias, np.int16),
-                                initial_shift=s0, final_shr=shr, variant=variant)
+    steps = xs3.otfn_int8_steps(
+        np.array(acc, np.int32),
+        np.array(mul, np.int16),
+        np.array(bias, np.int16),
+        initial_shift=s0,
+        final_shr=shr,
+        variant=variant,
+    )
     for i in range(n):
         want = m_otfn(acc[i], mul[i], bias[i], s0, shr, variant)
         assert [int(steps[k][i]) for k in STEPS] == want
@@ -141,7 +145,7 @@ def test_otfn_channelwise_matches_groupwise(chain):
             continue
         sh = np.full(GROUP_ROWS, s0, np.int16)
         y = xs3.otfn_int8_channelwise(acc, sh, mul, bias, final_shr=shr, variant="host")
-        np.testing.assert_array_equal(np.asarray(y)[:int(sel.sum())], cols["y_int8"][sel])
+        np.testing.assert_array_equal(np.asarray(y)[: int(sel.sum())], cols["y_int8"][sel])
 
 
 @given(data=st.data(), variant=st.sampled_from(VARIANTS), s0=st.integers(-4, 8), shr=st.integers(-3, 10))
@@ -154,8 +158,9 @@ def test_otfn_clamped_model(data, variant, s0, shr):
     t = sat(m_vlmul(t, mul, 16, variant) + bias, 16)
     t = m_vlashr(t, shr, 16, variant)
     want = max(-128, min(127, (t + 128) >> 8))
-    got = xs3.otfn_int8_clamped(np.array([acc], np.int32), [off], [mul], [bias], initial_shift=s0,
-                                final_shr=shr, variant=variant)
+    got = xs3.otfn_int8_clamped(
+        np.array([acc], np.int32), [off], [mul], [bias], initial_shift=s0, final_shr=shr, variant=variant
+    )
     assert int(got[0]) == want
 
 
@@ -168,8 +173,8 @@ def test_serialised_multipliers_and_biases(convs):
         want = c["multipliers_and_biases_serialised"]
         n_last = len(c["multipliers"]) - 16 * ((len(c["multipliers"]) - 1) // 16)
         assert mem.dtype == np.int16 and mem.size == len(want) + (16 - n_last) % 16, name
-        np.testing.assert_array_equal(mem[:len(want)], want)
-        np.testing.assert_array_equal(mem[len(want):], 0)
+        np.testing.assert_array_equal(mem[: len(want)], want)
+        np.testing.assert_array_equal(mem[len(want) :], 0)
         back = xs3.deserialise_output_transform(mem, len(c["multipliers"]))
         np.testing.assert_array_equal(back["multipliers"], c["multipliers"])
         np.testing.assert_array_equal(back["biases"], c["biases"])
@@ -220,9 +225,14 @@ def test_reorder_roundtrip_and_layout(c_out, kh, kw, c_in):
 def _conv_args(c):
     x = np.array(c["X"], np.int8).reshape(c["X_shape"])
     k = np.array(c["K"], np.int8).reshape(c["K_shape_OHWI"])
-    kw = dict(initial_shift=c["initial_shift"], final_shr=c["final_shr"], stride=tuple(c["stride"]),
-              pad_top_left=tuple(c["pad_top_left"]), pad_value=c["input_zero_point_pad_value"],
-              out_shape=tuple(c["Y_shape"]))
+    kw = dict(
+        initial_shift=c["initial_shift"],
+        final_shr=c["final_shr"],
+        stride=tuple(c["stride"]),
+        pad_top_left=tuple(c["pad_top_left"]),
+        pad_value=c["input_zero_point_pad_value"],
+        out_shape=tuple(c["Y_shape"]),
+    )
     return x, k, np.array(c["multipliers"], np.int16), np.array(c["biases"], np.int16), kw
 
 
@@ -251,8 +261,15 @@ def test_conv_dilation_batch_and_vmap():
     k = rng.integers(-128, 128, (18, 2, 3, 5)).astype(np.int8)
     mul = rng.integers(-(2**15), 2**15, 18).astype(np.int16)
     bias = rng.integers(-2000, 2000, 18).astype(np.int16)
-    kw = dict(initial_shift=4, final_shr=3, stride=(2, 1), pad_top_left=(1, 2), pad_value=-3,
-              out_shape=(4, 5), dilation=(2, 1))
+    kw = dict(
+        initial_shift=4,
+        final_shr=3,
+        stride=(2, 1),
+        pad_top_left=(1, 2),
+        pad_value=-3,
+        out_shape=(4, 5),
+        dilation=(2, 1),
+    )
     f = jax.jit(functools.partial(xs3.conv2d, return_accumulators=True, **kw))
     y, acc = f(x, k, mul, bias)
     for b in range(2):
@@ -271,13 +288,23 @@ def test_conv_chunk_saturation_and_stats():
     up, down = 4200 * 32, 100 * 32 + 7  # chunks of +516128 saturate after ~4161 chunks
     x = np.concatenate([np.full(up, 127), np.full(down, -128)]).astype(np.int8).reshape(1, 1, -1)
     k = np.stack([np.full(up + down, 127), np.resize([1, -1], up + down)]).astype(np.int8)[:, None, None, :]
-    y, acc, stats = xs3.conv2d(x, k, np.array([1 << 14, 1 << 14], np.int16), np.zeros(2, np.int16),
-                               initial_shift=16, final_shr=0, stride=(1, 1), pad_top_left=(0, 0),
-                               pad_value=0, out_shape=(1, 1), return_accumulators=True,
-                               return_stats=True)
+    y, acc, stats = xs3.conv2d(
+        x,
+        k,
+        np.array([1 << 14, 1 << 14], np.int16),
+        np.zeros(2, np.int16),
+        initial_shift=16,
+        final_shr=0,
+        stride=(1, 1),
+        pad_top_left=(0, 0),
+        pad_value=0,
+        out_shape=(1, 1),
+        return_accumulators=True,
+        return_stats=True,
+    )
     a = 0
     for s in range(0, up + down, 32):
-        a = sat(a + sum(int(p) * 127 for p in x.ravel()[s:s + 32]), 32)
+        a = sat(a + sum(int(p) * 127 for p in x.ravel()[s : s + 32]), 32)
     exact0 = int(x.ravel().astype(np.int64).sum() * 127)
     assert int(acc[0, 0, 0]) == a != exact0
     assert int(acc[0, 0, 1]) == int((x.ravel().astype(np.int64) * k[1].ravel()).sum())
@@ -302,8 +329,15 @@ def test_otfn_params_from_scales_accuracy(seed, n):
     assert p["B"] == p["A"] + p["M"] - 14 and p["initial_shift"] == -p["A"] and p["final_shr"] == p["B"] - 8
     x = rng.integers(-128, 128, (64, n)).astype(np.int64)
     acc = x @ w.T.astype(np.int64)
-    y = np.asarray(xs3.otfn_int8(acc.astype(np.int32), p["multipliers"], p["biases"],
-                                 initial_shift=p["initial_shift"], final_shr=p["final_shr"]))
+    y = np.asarray(
+        xs3.otfn_int8(
+            acc.astype(np.int32),
+            p["multipliers"],
+            p["biases"],
+            initial_shift=p["initial_shift"],
+            final_shr=p["final_shr"],
+        )
+    )
     m = (np.float32(s_in) * s_w / np.float32(s_out)).astype(np.float64)
     ref = np.clip(np.round((acc - z_in * w.astype(np.int64).sum(1) + bq) * m + z_out), -128, 127)
     assert np.abs(y - ref).max() <= 1
@@ -311,8 +345,7 @@ def test_otfn_params_from_scales_accuracy(seed, n):
 
 def test_otfn_params_zero_accumulators_and_constant_channel():
     # all accumulator limits zero: A = 0, M = 14, B = 0 (bias gets the -1 compensation)
-    p = xs3.otfn_params_from_scales(np.array([0, 0], np.int32), np.zeros((2, 8), np.int8),
-                                    0.1, 0, [0.1, 0.1], 0.1, 5)
+    p = xs3.otfn_params_from_scales(np.array([0, 0], np.int32), np.zeros((2, 8), np.int8), 0.1, 0, [0.1, 0.1], 0.1, 5)
     assert (p["A"], p["M"], p["final_shr"]) == (0, 14, -8)
     np.testing.assert_array_equal(p["multipliers"], int(np.rint(np.float32(0.1) * 2**14)))
     np.testing.assert_array_equal(p["biases"], 4)
@@ -321,8 +354,7 @@ def test_otfn_params_zero_accumulators_and_constant_channel():
     p = xs3.otfn_params_from_scales(np.array([0, 10**6], np.int32), w, 0.1, 0, 0.1, 0.1, 0)
     assert int(p["multipliers"][1]) == 0 and int(p["multipliers"][0]) != 0
     acc = np.array([[-512, -512], [0, 0], [508, 508]], np.int32)
-    y = xs3.otfn_int8(acc, p["multipliers"], p["biases"], initial_shift=p["initial_shift"],
-                      final_shr=p["final_shr"])
+    y = xs3.otfn_int8(acc, p["multipliers"], p["biases"], initial_shift=p["initial_shift"], final_shr=p["final_shr"])
     np.testing.assert_array_equal(np.asarray(y)[:, 1], 127)
 
 
@@ -369,13 +401,19 @@ RNG = np.random.default_rng(11)
 
 
 def test_otfn_int8_with_traced_shifts_equals_concrete_shifts_for_every_shift_value():
-    acc = np.concatenate([RNG.integers(-(2**31) + 1, 2**31 - 1, 40), RNG.integers(-70000, 70000, 40),
-                          [2**31 - 1, -(2**31) + 1, 0, -1, 1, 32767, -32768]]).astype(np.int32)[:, None]
+    acc = np.concatenate(
+        [
+            RNG.integers(-(2**31) + 1, 2**31 - 1, 40),
+            RNG.integers(-70000, 70000, 40),
+            [2**31 - 1, -(2**31) + 1, 0, -1, 1, 32767, -32768],
+        ]
+    ).astype(np.int32)[:, None]
     acc = np.repeat(acc, 3, axis=1)
     mul = np.array([32767, -32768, 12345], np.int32)
     bias = np.array([-32768, 32767, -77], np.int32)
-    traced = jax.jit(lambda a, s1, s2, v: xs3.otfn_int8(a, mul, bias, initial_shift=s1, final_shr=s2, variant=v),
-                     static_argnums=3)
+    traced = jax.jit(
+        lambda a, s1, s2, v: xs3.otfn_int8(a, mul, bias, initial_shift=s1, final_shr=s2, variant=v), static_argnums=3
+    )
     pairs = [(s1, s2) for s1 in range(-16, 17) for s2 in (-16, 0, 7)]
     pairs += [(s1, s2) for s1 in (-16, 0, 1) for s2 in range(-16, 16)]
     for variant in ("hardware", "host", "v2021"):
@@ -421,9 +459,20 @@ def test_depthwise_conv2d_matches_a_python_model():
         k = RNG.integers(-128, 128, (3, 2, 16)).astype(np.int8)
         mul, bias = RNG.integers(-32768, 32768, 16), RNG.integers(-32768, 32768, 16)
         s1, s2, pad = int(RNG.integers(-4, 8)), int(RNG.integers(-2, 4)), int(RNG.integers(-128, 128))
-        y, acc = xs3.depthwise_conv2d(x, k, mul, bias, initial_shift=s1, final_shr=s2, stride=(2, 1),
-                                      pad_top_left=(1, 0), pad_value=pad, out_shape=(3, 4), variant=variant,
-                                      return_accumulators=True)
+        y, acc = xs3.depthwise_conv2d(
+            x,
+            k,
+            mul,
+            bias,
+            initial_shift=s1,
+            final_shr=s2,
+            stride=(2, 1),
+            pad_top_left=(1, 0),
+            pad_value=pad,
+            out_shape=(3, 4),
+            variant=variant,
+            return_accumulators=True,
+        )
         want_acc = np.zeros((2, 3, 4, 16), np.int64)
         for b, oy, ox, c in np.ndindex(want_acc.shape):
             a = 0
@@ -442,8 +491,9 @@ def test_add_int8_matches_a_python_model_and_saturates_in_order():
     x1 = RNG.integers(-128, 128, (4, 16)).astype(np.int8)
     for variant in ("hardware", "host", "v2021"):
         for m0, m1, bias, shift in [(12345, -20000, 1000, 9), (32767, 32767, 2**31 - 1, 24), (-32768, 5, -(2**31), 3)]:
-            got = np.asarray(xs3.add_int8(x0, x1, multiplier0=m0, multiplier1=m1, bias=bias, shift=shift,
-                                          variant=variant))
+            got = np.asarray(
+                xs3.add_int8(x0, x1, multiplier0=m0, multiplier1=m1, bias=bias, shift=shift, variant=variant)
+            )
             want = np.zeros(x0.shape, np.int64)
             for idx in np.ndindex(x0.shape):
                 acc = sat(sat(bias + int(x0[idx]) * m0, 32) + int(x1[idx]) * m1, 32)
@@ -495,7 +545,7 @@ def test_otfn_params_of_several_layers_in_one_recipe_equal_the_helper():
         s_in, s_out = np.float32(10 ** RNG.uniform(-4, 0)), np.float32(10 ** RNG.uniform(-3, 1))
         s_w = (10 ** RNG.uniform(-4, -1, c)).astype(np.float32)
         z_in, z_out = np.int32(RNG.integers(-128, 128)), np.int32(RNG.integers(-128, 128))
-        b = RNG.integers(-(2 ** 18), 2 ** 18, c).astype(np.int32)
+        b = RNG.integers(-(2**18), 2**18, c).astype(np.int32)
         try:
             ref = xs3.otfn_params_from_scales(b, w, float(s_in), int(z_in), s_w, float(s_out), int(z_out))
         except ValueError:  # shifts outside the assembly's range: draw again
@@ -503,7 +553,8 @@ def test_otfn_params_of_several_layers_in_one_recipe_equal_the_helper():
         layers.append((w, b, s_in, z_in, s_w, s_out, z_out))
         refs.append(ref)
     traced_scales = jax.jit(lambda s: otfn_params_many([(*a[:2], s[i], *a[3:]) for i, a in enumerate(layers)]))(
-        np.stack([a[2] for a in layers]))  # the kernels known, the input scales traced
+        np.stack([a[2] for a in layers])
+    )  # the kernels known, the input scales traced
     for got in (otfn_params_many(layers), jax.jit(otfn_params_many)(layers), traced_scales):
         assert len(got) == len(refs)
         for (mul, bias, sh), ref in zip(got, refs):
@@ -524,8 +575,9 @@ def test_otfn_params_rounds_bias_ties_as_the_helper():
     B = ref["final_shr"] - ref["initial_shift"] + 22 - 14  # A + M - 14, see otfn_params
     beta = (b.astype(np.int64) - z_in * w.astype(np.int64).sum(1)) * 0.75 + z_out
     assert B >= 0 and np.sum(np.mod(beta * 2.0**B, 1) == 0.5) > 10  # the case is exercised
-    mul, bias, sh = jax.jit(xs3.otfn_params)(w, b, s_in=s_in, z_in=np.int32(z_in), s_w=s_w, s_out=s_out,
-                                             z_out=np.int32(z_out))
+    mul, bias, sh = jax.jit(xs3.otfn_params)(
+        w, b, s_in=s_in, z_in=np.int32(z_in), s_w=s_w, s_out=s_out, z_out=np.int32(z_out)
+    )
     np.testing.assert_array_equal(np.asarray(mul), ref["multipliers"])
     np.testing.assert_array_equal(np.asarray(bias), ref["biases"])
     assert [int(sh[0]), int(sh[1])] == [ref["initial_shift"], ref["final_shr"]]
@@ -537,8 +589,18 @@ def test_depthwise_and_add_under_jit_and_vmap():
     mul, bias = RNG.integers(-32768, 32768, 16), RNG.integers(-32768, 32768, 16)
 
     def dw(xi, s1, pad):
-        return xs3.depthwise_conv2d(xi, k, mul, bias, initial_shift=s1, final_shr=1, stride=(1, 1),
-                                    pad_top_left=(0, 0), pad_value=pad, out_shape=(3, 3))
+        return xs3.depthwise_conv2d(
+            xi,
+            k,
+            mul,
+            bias,
+            initial_shift=s1,
+            final_shr=1,
+            stride=(1, 1),
+            pad_top_left=(0, 0),
+            pad_value=pad,
+            out_shape=(3, 3),
+        )
 
     want = np.asarray(dw(x, -2, 7))
     np.testing.assert_array_equal(np.asarray(jax.jit(dw)(x, -2, 7)), want)

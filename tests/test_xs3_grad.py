@@ -71,14 +71,13 @@ def test_vlsat(mode, variant):
     acc = rng.integers(-(2**23), 2**23, 256)
     s = rng.integers(0, 24, 256).astype(np.int32)
     g = rng.integers(-3, 4, 256).astype(np.float32)
-    fn = lambda a: xs3.vlsat(a, s, mode=mode, variant=variant)  # noqa: E731
+    fn = lambda a: xs3.vlsat(a, s, mode=mode, variant=variant)
     assert_same_ints(fn(f32(acc)), fn(acc.astype(np.int32)))
     clipped = np.abs(rshr(acc, s)) > lane_max(mode)
     both(clipped)
     (ga,) = grads(fn, f32(acc), g=g)
     np.testing.assert_array_equal(ga, np.where(clipped, 0, g * 2.0**-s).astype(np.float32))
-    (gp,) = grads(lambda a: xs3.vlsat(a, s, mode=mode, variant=variant, saturation_grad="pass"),
-                  f32(acc), g=g)
+    (gp,) = grads(lambda a: xs3.vlsat(a, s, mode=mode, variant=variant, saturation_grad="pass"), f32(acc), g=g)
     np.testing.assert_array_equal(gp, (g * 2.0**-s).astype(np.float32))
 
 
@@ -89,7 +88,7 @@ def test_vlashr(mode):
     x = rng.integers(-(2 ** (b - 1)), 2 ** (b - 1), 512)
     shr = rng.integers(-(b + 2), b + 3, 512).astype(np.int32)
     g = rng.integers(-3, 4, 512).astype(np.float32)
-    fn = lambda v: xs3.vlashr(v, shr, mode=mode)  # noqa: E731
+    fn = lambda v: xs3.vlashr(v, shr, mode=mode)
     assert_same_ints(fn(f32(x)), fn(x.astype(np.int32)))
     e = np.clip(shr, -(b - 1), b - 1)
     exact = np.where(e >= 0, x >> np.maximum(e, 0), x * 2 ** np.maximum(-e, 0))
@@ -107,7 +106,7 @@ def test_vlmul(mode, variant):
     x, m = rng.integers(lo, hi, 512), rng.integers(lo, hi, 512)
     g = rng.integers(-3, 4, 512).astype(np.float32)
     k = {8: 6, 16: 14}[mode]
-    fn = lambda a, b: xs3.vlmul(a, b, mode=mode, variant=variant)  # noqa: E731
+    fn = lambda a, b: xs3.vlmul(a, b, mode=mode, variant=variant)
     assert_same_ints(fn(f32(x), f32(m)), fn(x.astype(np.int32), m.astype(np.int32)))
     p = x * m
     exact = (p >> k) if variant == "v2021" else rshr(p, k)
@@ -130,7 +129,7 @@ def test_vladd_vlsub(op, mode, variant):
     x, m = rng.integers(lo, hi, 512), rng.integers(lo, hi, 512)
     x[:4], m[:4] = lo, [0, 5, -5, lo]  # the VLSUB MIN quirk
     g = rng.integers(-3, 4, 512).astype(np.float32)
-    fn = lambda a, b: getattr(xs3, op)(a, b, mode=mode, variant=variant)  # noqa: E731
+    fn = lambda a, b: getattr(xs3, op)(a, b, mode=mode, variant=variant)
     assert_same_ints(fn(f32(x), f32(m)), fn(x.astype(np.int32), m.astype(np.int32)))
     sign = 1 if op == "vladd" else -1
     clipped = np.abs(m + sign * x) > lane_max(mode)
@@ -140,11 +139,15 @@ def test_vladd_vlsub(op, mode, variant):
     np.testing.assert_array_equal(gm, np.where(clipped, 0, g))
 
 
-@pytest.mark.parametrize("fn,bits,shift", [
-    (lambda v: xs3.vdepth8(v, mode=16), 16, 8),
-    (lambda v: xs3.vdepth8(v, mode=32), 32, 24),
-    (lambda v: xs3.vdepth16(v), 32, 16),
-], ids=["vdepth8_16", "vdepth8_32", "vdepth16"])
+@pytest.mark.parametrize(
+    "fn,bits,shift",
+    [
+        (lambda v: xs3.vdepth8(v, mode=16), 16, 8),
+        (lambda v: xs3.vdepth8(v, mode=32), 32, 24),
+        (lambda v: xs3.vdepth16(v), 32, 16),
+    ],
+    ids=["vdepth8_16", "vdepth8_32", "vdepth16"],
+)
 def test_vdepth(fn, bits, shift):
     rng = np.random.default_rng(bits + shift)
     top = 2 ** (bits - 1)
@@ -166,9 +169,8 @@ def test_vlmacc(mode):
     lo, hi = -(2 ** min(mode - 1, 9)), 2 ** min(mode - 1, 9)  # results exact in float32
     c, m = rng.integers(lo, hi, 512), rng.integers(lo, hi, 512)
     acc = rng.integers(-(2**23), 2**23, 512)
-    fn = lambda a, b, d: xs3.vlmacc(a, b, d, mode=mode)  # noqa: E731
-    assert_same_ints(fn(f32(acc), f32(c), f32(m)),
-                     fn(acc.astype(np.int32), c.astype(np.int32), m.astype(np.int32)))
+    fn = lambda a, b, d: xs3.vlmacc(a, b, d, mode=mode)
+    assert_same_ints(fn(f32(acc), f32(c), f32(m)), fn(acc.astype(np.int32), c.astype(np.int32), m.astype(np.int32)))
     # near the int32 bounds (values exact in float32) some lanes clip at ±(2**31-1)
     acc = np.where(rng.random(512) < 0.5, acc, np.sign(acc) * (2**31 - 2**7))
     clipped = np.abs(acc + c * m) > M32
@@ -187,9 +189,8 @@ def test_vlmaccr(mode):
     lo, hi = -(2 ** min(mode - 1, 9)), 2 ** min(mode - 1, 9)  # results exact in float32
     c, m = rng.integers(lo, hi, (64, epv)), rng.integers(lo, hi, (64, epv))
     ring = rng.integers(-(2**23), 2**23, (64, 16))
-    fn = lambda r, a, b: xs3.vlmaccr(r, a, b, mode=mode)  # noqa: E731
-    assert_same_ints(fn(f32(ring), f32(c), f32(m)),
-                     fn(ring.astype(np.int32), c.astype(np.int32), m.astype(np.int32)))
+    fn = lambda r, a, b: xs3.vlmaccr(r, a, b, mode=mode)
+    assert_same_ints(fn(f32(ring), f32(c), f32(m)), fn(ring.astype(np.int32), c.astype(np.int32), m.astype(np.int32)))
     s = (c * m).sum(-1)
     ring[:, -1] = np.where(rng.random(64) < 0.5, ring[:, -1], np.sign(s) * (2**31 - 2**7))
     clipped = np.abs(ring[:, -1] + s) > M32
@@ -238,8 +239,9 @@ def test_float_argument_errors():
     with pytest.raises(TypeError, match="8/16-bit mode only"):
         xs3.vlsat(f32([1.0]), 3, mode=32)
     with pytest.raises(TypeError, match="shifts must be an integer array"):
-        xs3.otfn_int8_channelwise(f32(np.zeros((2, 4))), f32(np.zeros(4)), np.zeros(4, np.int16),
-                                  np.zeros(4, np.int16), final_shr=0)
+        xs3.otfn_int8_channelwise(
+            f32(np.zeros((2, 4))), f32(np.zeros(4)), np.zeros(4, np.int16), np.zeros(4, np.int16), final_shr=0
+        )
     with pytest.raises(ValueError, match="saturation_grad must be one of"):
         xs3.vladd(f32([1.0]), 3, mode=8, saturation_grad="clip")
     bso = xs3.make_bso(*[np.zeros(4, np.int32)] * 6)
@@ -271,9 +273,10 @@ def _otfn_data(seed, acc_bits):
     return acc, mul, bias, g
 
 
-@pytest.mark.parametrize("initial_shift,final_shr,variant", [
-    (6, -2, "hardware"), (6, -2, "host"), (6, -2, "v2021"),
-    (0, 0, "hardware"), (-3, -1, "host"), (7, 1, "v2021")])
+@pytest.mark.parametrize(
+    "initial_shift,final_shr,variant",
+    [(6, -2, "hardware"), (6, -2, "host"), (6, -2, "v2021"), (0, 0, "hardware"), (-3, -1, "host"), (7, 1, "v2021")],
+)
 def test_otfn_int8(initial_shift, final_shr, variant):
     e1, e2 = max(initial_shift, -15), max(final_shr, -15)
     acc, mul, bias, g = _otfn_data(70 + initial_shift, 16 + e1)  # step 1 clips about half
@@ -300,7 +303,7 @@ def test_otfn_int8_channelwise(variant):
     acc, mul, bias, g = _otfn_data(81, 16)  # step 1 clips about half
     acc = acc << shifts
     ints = (acc.astype(np.int32), shifts.astype(np.int16), mul.astype(np.int16), bias.astype(np.int16))
-    fn = lambda a, m, b: xs3.otfn_int8_channelwise(a, ints[1], m, b, final_shr=1, variant=variant)  # noqa: E731
+    fn = lambda a, m, b: xs3.otfn_int8_channelwise(a, ints[1], m, b, final_shr=1, variant=variant)
     assert_same_ints(fn(f32(acc), f32(mul), f32(bias)), fn(*ints[0:1], *ints[2:]))
     # clip mask: steps 1-5 of §4.1 in exact NumPy, VLSAT16 by the per-channel shift
     r = rshr(acc, shifts)
@@ -328,14 +331,13 @@ def _real_conv(x, k, pad, pad_value, out_hw, stride=(1, 1)):
     kh, kw = k.shape[1:3]
     below = (oh - 1) * stride[0] + kh - x.shape[-3] - pad[0]
     right = (ow - 1) * stride[1] + kw - x.shape[-2] - pad[1]
-    xp = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [(pad[0], below), (pad[1], right), (0, 0)],
-                 constant_values=pad_value)
-    return jax.lax.conv_general_dilated(xp, k, stride, "VALID", dimension_numbers=("NHWC", "OHWI", "NHWC"),
-                                        precision=jax.lax.Precision.HIGHEST)
+    xp = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [(pad[0], below), (pad[1], right), (0, 0)], constant_values=pad_value)
+    return jax.lax.conv_general_dilated(
+        xp, k, stride, "VALID", dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=jax.lax.Precision.HIGHEST
+    )
 
 
-CONV_KW = dict(initial_shift=1, final_shr=0, stride=(2, 1), pad_top_left=(1, 1), pad_value=-5,
-               out_shape=(4, 6))
+CONV_KW = dict(initial_shift=1, final_shr=0, stride=(2, 1), pad_top_left=(1, 1), pad_value=-5, out_shape=(4, 6))
 
 
 def _conv_data(seed):
@@ -349,21 +351,31 @@ def _conv_data(seed):
 
 
 def _conv_ref(x, k, mul, bias):
-    acc = _real_conv(x, k, CONV_KW["pad_top_left"], CONV_KW["pad_value"], CONV_KW["out_shape"],
-                     CONV_KW["stride"])
+    acc = _real_conv(x, k, CONV_KW["pad_top_left"], CONV_KW["pad_value"], CONV_KW["out_shape"], CONV_KW["stride"])
     return _otfn_ref(acc, mul, bias, CONV_KW["initial_shift"], CONV_KW["final_shr"])
 
 
 @pytest.mark.parametrize("saturation_grad", ["zero", "pass"])
 def test_conv2d(saturation_grad):
     x, k, mul, bias, g = _conv_data(90)
-    y_int, acc = xs3.conv2d(x.astype(np.int8), k.astype(np.int8), mul.astype(np.int16),
-                            bias.astype(np.int16), **CONV_KW, return_accumulators=True)
-    fn = lambda *a: xs3.conv2d(*a, **CONV_KW, saturation_grad=saturation_grad)  # noqa: E731
+    y_int, acc = xs3.conv2d(
+        x.astype(np.int8),
+        k.astype(np.int8),
+        mul.astype(np.int16),
+        bias.astype(np.int16),
+        **CONV_KW,
+        return_accumulators=True,
+    )
+    fn = lambda *a: xs3.conv2d(*a, **CONV_KW, saturation_grad=saturation_grad)
     floats = (f32(x), f32(k), f32(mul), f32(bias))
     assert_same_ints(fn(*floats), y_int)
-    steps = xs3.otfn_int8_steps(acc, mul.astype(np.int16), bias.astype(np.int16),
-                                initial_shift=CONV_KW["initial_shift"], final_shr=CONV_KW["final_shr"])
+    steps = xs3.otfn_int8_steps(
+        acc,
+        mul.astype(np.int16),
+        bias.astype(np.int16),
+        initial_shift=CONV_KW["initial_shift"],
+        final_shr=CONV_KW["final_shr"],
+    )
     clipped = _otfn_mask(steps)
     both(clipped)
     gz = g if saturation_grad == "pass" else np.where(clipped, 0, g)
@@ -372,8 +384,9 @@ def test_conv2d(saturation_grad):
     for gt, w in zip(got, want):
         assert_grad_close(gt, w)
     # weights only: the integer image is a constant
-    (gk,) = grads(lambda kk: xs3.conv2d(x.astype(np.int8), kk, mul, bias, **CONV_KW,
-                                        saturation_grad=saturation_grad), f32(k), g=g)
+    (gk,) = grads(
+        lambda kk: xs3.conv2d(x.astype(np.int8), kk, mul, bias, **CONV_KW, saturation_grad=saturation_grad), f32(k), g=g
+    )
     assert_grad_close(gk, want[1])
 
 
@@ -390,8 +403,7 @@ def test_conv2d_grad_jit_vmap_and_stats():
         assert_grad_close(per[1][i], want[1])
     # extras of the float path are the integer path's accumulators and stats
     ints = (x.astype(np.int8), k.astype(np.int8), mul, bias)
-    yf, accf, sf = xs3.conv2d(f32(x), f32(k), mul, bias, **CONV_KW, return_accumulators=True,
-                              return_stats=True)
+    yf, accf, sf = xs3.conv2d(f32(x), f32(k), mul, bias, **CONV_KW, return_accumulators=True, return_stats=True)
     yi, acci, si = xs3.conv2d(*ints, **CONV_KW, return_accumulators=True, return_stats=True)
     assert_same_ints(yf, yi)
     np.testing.assert_array_equal(accf, acci)
@@ -422,9 +434,13 @@ def _bso_fields(rng, acc, bias, out_bits):
     part of ``acc``: the largest accumulators saturate shift1, about half the outputs
     saturate."""
     c_out = acc.shape[-1]
-    f = dict(bias=bias, shift1=np.full(c_out, max(int(np.abs(acc).max()).bit_length() - 16, 0)),
-             scale=rng.integers(2**6, 2**9, c_out) * rng.choice([-1, 1], c_out),
-             offset_scale=rng.integers(-4, 5, c_out), offset=rng.integers(-500, 500, c_out))
+    f = dict(
+        bias=bias,
+        shift1=np.full(c_out, max(int(np.abs(acc).max()).bit_length() - 16, 0)),
+        scale=rng.integers(2**6, 2**9, c_out) * rng.choice([-1, 1], c_out),
+        offset_scale=rng.integers(-4, 5, c_out),
+        offset=rng.integers(-500, 500, c_out),
+    )
     t = np.clip(rshr(acc, f["shift1"]), -32767, 32767) * f["scale"]
     f["shift2"] = np.full(c_out, int(np.median(np.abs(t))).bit_length() - (7 if out_bits == 8 else 15))
     names = ("bias", "shift1", "scale", "offset_scale", "offset", "shift2")
@@ -438,13 +454,24 @@ def _legacy_case(name, rng):
     """(kernel, integer operands, real accumulator function, out_bits, C_out)."""
     if name in ("conv2d_deep", "conv2d_shallowin"):
         x, k = rng.integers(-128, 128, (2, 5, 6, 8)), rng.integers(-128, 128, (4, 3, 3, 8))
-        return (lambda a, b, bso: getattr(xs3, name)(a, b, bso, **GEO), (x, k),
-                lambda a, b, f: f["bias"] + _real_conv(a, b, (1, 1), GEO["zero_point"], GEO["out_shape"],
-                                                       GEO["window_stride"]), 8, 4)
+        return (
+            lambda a, b, bso: getattr(xs3, name)(a, b, bso, **GEO),
+            (x, k),
+            lambda a, b, f: (
+                f["bias"] + _real_conv(a, b, (1, 1), GEO["zero_point"], GEO["out_shape"], GEO["window_stride"])
+            ),
+            8,
+            4,
+        )
     if name == "conv2d_1x1":
         x, k = rng.integers(-128, 128, (2, 3, 4, 36)), rng.integers(-128, 128, (8, 36))
-        return (lambda a, b, bso: xs3.conv2d_1x1(a, b, bso), (x, k),
-                lambda a, b, f: f["bias"] + jnp.matmul(a, b.T, precision="highest"), 8, 8)
+        return (
+            lambda a, b, bso: xs3.conv2d_1x1(a, b, bso),
+            (x, k),
+            lambda a, b, f: f["bias"] + jnp.matmul(a, b.T, precision="highest"),
+            8,
+            8,
+        )
     if name == "conv2d_depthwise":
         x, k = rng.integers(-128, 128, (2, 5, 6, 8)), rng.integers(-128, 128, (3, 3, 8))
 
@@ -452,18 +479,31 @@ def _legacy_case(name, rng):
             kk = jnp.moveaxis(b, -1, 0)[..., None]  # (C, K_h, K_w, 1)
             xp = jnp.pad(a, [(0, 0), (1, 1), (1, 0), (0, 0)], constant_values=GEO["zero_point"])
             return f["bias"] + jax.lax.conv_general_dilated(
-                xp, kk, GEO["window_stride"], "VALID", dimension_numbers=("NHWC", "OHWI", "NHWC"),
-                feature_group_count=8, precision=jax.lax.Precision.HIGHEST)
+                xp,
+                kk,
+                GEO["window_stride"],
+                "VALID",
+                dimension_numbers=("NHWC", "OHWI", "NHWC"),
+                feature_group_count=8,
+                precision=jax.lax.Precision.HIGHEST,
+            )
 
         return (lambda a, b, bso: xs3.conv2d_depthwise(a, b, bso, **GEO), (x, k), real, 8, 8)
     x, w = rng.integers(-128, 128, (3, 68)), rng.integers(-128, 128, (8, 68))
-    real = lambda a, b, f: f["bias"] + jnp.matmul(a, b.T, precision="highest")  # noqa: E731
+    real = lambda a, b, f: f["bias"] + jnp.matmul(a, b.T, precision="highest")
     if name == "fully_connected_8":
         return (lambda a, b, bso: xs3.fully_connected_8(a, b, bso), (x, w), real, 8, 8)
     return (lambda a, b, bso: xs3.fully_connected_16(a, b, bso), (x, w), real, 16, 8)
 
 
-LEGACY = ["conv2d_deep", "conv2d_shallowin", "conv2d_1x1", "conv2d_depthwise", "fully_connected_8", "fully_connected_16"]
+LEGACY = [
+    "conv2d_deep",
+    "conv2d_shallowin",
+    "conv2d_1x1",
+    "conv2d_depthwise",
+    "fully_connected_8",
+    "fully_connected_16",
+]
 
 
 @pytest.mark.parametrize("name", LEGACY)
@@ -494,7 +534,7 @@ def test_legacy_pass_jit_vmap_and_stats():
     bias = rng.integers(-(2**14), 2**14, 8)
     f, bso = _bso_fields(rng, bias + x @ w.T, bias, 8)
     g = rng.integers(-3, 4, (4, 8)).astype(np.float32)
-    real = lambda a, b: _bso_ref(f["bias"] + jnp.matmul(a, b.T, precision="highest"), f)  # noqa: E731
+    real = lambda a, b: _bso_ref(f["bias"] + jnp.matmul(a, b.T, precision="highest"), f)
     got = grads(lambda a, b: xs3.fully_connected_8(a, b, bso, saturation_grad="pass"), f32(x), f32(w), g=g)
     want = jax.grad(lambda a, b: jnp.sum(g * real(a, b)), argnums=(0, 1))(f32(x), f32(w))
     for gt, wt in zip(got, want):
@@ -513,8 +553,9 @@ def test_legacy_pass_jit_vmap_and_stats():
         assert_grad_close(per[1][i], want[1])
     assert np.any(np.asarray(per[0]) != 0)
     yf, sf = xs3.conv2d_deep(xs, kk, bso, **GEO, return_stats=True)
-    yi, si = xs3.conv2d_deep(np.asarray(xs).astype(np.int8), np.asarray(kk).astype(np.int8), bso,
-                             **GEO, return_stats=True)
+    yi, si = xs3.conv2d_deep(
+        np.asarray(xs).astype(np.int8), np.asarray(kk).astype(np.int8), bso, **GEO, return_stats=True
+    )
     assert_same_ints(yf, yi)
     for a, b in zip(sf, si):
         np.testing.assert_array_equal(a, b)

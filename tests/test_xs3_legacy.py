@@ -112,13 +112,12 @@ def model_conv(X, K, f, zp, start, stride, out_shape, *, shallow=False, once=Fal
             for kh in seq:
                 cols = [c0 + ox * sh + kw for kw in range(kw_)]
                 if shallow:
-                    chunks.append((np.concatenate([pixel(rows[kh], c) for c in cols]),
-                                   K[:, kh].reshape(n, -1)))
+                    chunks.append((np.concatenate([pixel(rows[kh], c) for c in cols]), K[:, kh].reshape(n, -1)))
                     continue
                 for kw, c in enumerate(cols):
                     p = pixel(rows[kh], c)
                     for g in range(0, c_in, 32):  # full groups, then the tail
-                        chunks.append((p[g:g + 32], K[:, kh, kw, g:g + 32]))
+                        chunks.append((p[g : g + 32], K[:, kh, kw, g : g + 32]))
             if once:  # "saturate once at the end": one chunk
                 chunks = [(np.concatenate([a for a, _ in chunks]), np.concatenate([b for _, b in chunks], 1))]
             acc[oy, ox], hit[oy, ox] = model_chain(f[0], chunks)
@@ -174,8 +173,7 @@ def saturating_kernel(rng, shape):
 # ------------------------------------------------------------------------- BSO
 
 
-@pytest.mark.parametrize("name", ["conv2d_deep", "conv2d_depthwise", "fully_connected_8",
-                                  "fully_connected_16"])
+@pytest.mark.parametrize("name", ["conv2d_deep", "conv2d_depthwise", "fully_connected_8", "fully_connected_16"])
 def test_make_bso_matches_nn_standard_bso_layout(name):
     case = golden(name)
     f = fields_of(case)
@@ -191,8 +189,7 @@ def test_make_bso_matches_nn_standard_bso_layout(name):
 @given(n=st.sampled_from([1, 5, 16, 17, 40]), seed=st.integers(0, 2**32 - 1))
 def test_bso_round_trip_and_layout(n, seed):
     rng = np.random.default_rng(seed)
-    lims = [(-(2**31), 2**31), (0, 2**16), (-(2**15), 2**15), (-(2**15), 2**15),
-            (-(2**15), 2**15), (0, 2**16)]
+    lims = [(-(2**31), 2**31), (0, 2**16), (-(2**15), 2**15), (-(2**15), 2**15), (-(2**15), 2**15), (0, 2**16)]
     f = [rng.integers(lo, hi, n) for lo, hi in lims]
     f[0][0] = rng.choice([-(2**31), M, -1, 0x7FFF, -0x8000])
     bso = np.asarray(jax.jit(xs3.make_bso)(*[jnp.asarray(a, jnp.int32) for a in f]))
@@ -202,15 +199,24 @@ def test_bso_round_trip_and_layout(n, seed):
         assert int(bso[g, 0, i]) * 65536 + (int(bso[g, 1, i]) & 0xFFFF) == f[0][c]
         for row, field in zip(range(2, 7), f[1:]):
             assert int(bso[g, row, i]) & 0xFFFF == field[c] & 0xFFFF
-    assert not bso.reshape(-1, 7 * 16)[-1].reshape(7, 16)[:, (n - 1) % 16 + 1:].any()
+    assert not bso.reshape(-1, 7 * 16)[-1].reshape(7, 16)[:, (n - 1) % 16 + 1 :].any()
     back = jax.jit(xs3.split_bso, static_argnums=1)(bso, n)
     for got, want in zip(back, f):
         np.testing.assert_array_equal(np.asarray(got), want)
 
 
-@pytest.mark.parametrize("field,value", [("bias", 2**31), ("shift1", -1), ("shift1", 2**16),
-                                         ("scale", 2**15), ("offset_scale", -(2**15) - 1),
-                                         ("offset", 40000), ("shift2", 70000)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("bias", 2**31),
+        ("shift1", -1),
+        ("shift1", 2**16),
+        ("scale", 2**15),
+        ("offset_scale", -(2**15) - 1),
+        ("offset", 40000),
+        ("shift2", 70000),
+    ],
+)
 def test_make_bso_rejects_out_of_range_fields(field, value):
     f = {k: np.zeros(3, np.int64) for k in FIELDS}
     f[field][1] = value
@@ -235,9 +241,15 @@ def test_bso_argument_errors():
 
 def test_derive_bso_fields_by_hand():
     w = np.array([[1, -2, 3, 4], [5, 5, 5, 5], [0, 0, 0, 1]], np.int8)
-    f = xs3.derive_bso_fields(np.array([100, -7, 2**31 - 1]), w, input_scale=0.5,
-                              input_zero_point=-3, weight_scales=np.array([0.006, 1.99999999, 0.0]),
-                              output_scale=1.0, output_zero_point=5)
+    f = xs3.derive_bso_fields(
+        np.array([100, -7, 2**31 - 1]),
+        w,
+        input_scale=0.5,
+        input_zero_point=-3,
+        weight_scales=np.array([0.006, 1.99999999, 0.0]),
+        output_scale=1.0,
+        output_zero_point=5,
+    )
     # m = 0.003: r0 = 1 - ceil(log2 0.003) = 9, scale = rint(0.003 * 2**23) = 25166, r = 2.
     # m = 0.999999995: r0 = 1, rint(m * 2**15) = 32768 -> 16384, r0 = 0, r = -7.
     # m = 0: r0 = 16, scale 32767, r = 9.
@@ -257,26 +269,48 @@ def test_derive_bso_fields_by_hand():
 @settings(max_examples=40)
 @given(m=st.floats(1e-7, 60.0), zo=st.integers(-128, 127))
 def test_derive_bso_fields_approximate_the_multiplier(m, zo):
-    f = xs3.derive_bso_fields(np.zeros(1), np.zeros((1, 4), np.int8), input_scale=m,
-                              input_zero_point=0, weight_scales=1.0, output_scale=1.0,
-                              output_zero_point=zo)
+    f = xs3.derive_bso_fields(
+        np.zeros(1),
+        np.zeros((1, 4), np.int8),
+        input_scale=m,
+        input_zero_point=0,
+        weight_scales=1.0,
+        output_scale=1.0,
+        output_zero_point=zo,
+    )
     s = int(f.shift1[0]) + int(f.shift2[0])
     assert 2**14 <= f.scale[0] < 2**15
     assert abs(int(f.scale[0]) - m * 2.0**s) <= 0.5  # scale * 2**-(shift1+shift2) ~ m
     assert f.shift1[0] == 0 or f.shift2[0] == 21
-    assert abs(int(f.offset_scale[0]) * int(f.offset[0]) - zo * 2.0 ** int(f.shift2[0])) \
+    assert (
+        abs(int(f.offset_scale[0]) * int(f.offset[0]) - zo * 2.0 ** int(f.shift2[0]))
         <= abs(int(f.offset_scale[0])) / 2 + 1e-9
+    )
 
 
 def test_derive_bso_fields_errors():
     with pytest.raises(ValueError, match="shift2"):
-        xs3.derive_bso_fields(np.zeros(1), np.zeros((1, 4), np.int8), input_scale=2.0**23,
-                              input_zero_point=0, weight_scales=1.0, output_scale=1.0,
-                              output_zero_point=0)
+        xs3.derive_bso_fields(
+            np.zeros(1),
+            np.zeros((1, 4), np.int8),
+            input_scale=2.0**23,
+            input_zero_point=0,
+            weight_scales=1.0,
+            output_scale=1.0,
+            output_zero_point=0,
+        )
     with pytest.raises(TypeError, match="jit"):
-        jax.jit(lambda b: xs3.derive_bso_fields(b, np.zeros((1, 4)), input_scale=1.0,
-                                                input_zero_point=0, weight_scales=1.0,
-                                                output_scale=1.0, output_zero_point=0))(jnp.zeros(1))
+        jax.jit(
+            lambda b: xs3.derive_bso_fields(
+                b,
+                np.zeros((1, 4)),
+                input_scale=1.0,
+                input_zero_point=0,
+                weight_scales=1.0,
+                output_scale=1.0,
+                output_zero_point=0,
+            )
+        )(jnp.zeros(1))
 
 
 # ------------------------------------------------------------------ conv2d_deep
@@ -284,24 +318,37 @@ def test_derive_bso_fields_errors():
 
 def deep_geometry(case):
     win = case["window"]
-    return dict(zero_point=case["zero_point"], window_start=tuple(win["start"]),
-                window_stride=tuple(win["stride"]), out_shape=tuple(case["Y_shape"][:2]))
+    return dict(
+        zero_point=case["zero_point"],
+        window_start=tuple(win["start"]),
+        window_stride=tuple(win["stride"]),
+        out_shape=tuple(case["Y_shape"][:2]),
+    )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_conv2d_deep_golden(variant):
     case = golden("conv2d_deep")
     g = deep_geometry(case)
-    y, stats = xs3.conv2d_deep(arr(case, "X"), arr(case, "K"), arr(case, "BSO").astype(np.int16),
-                               **g, variant=variant, return_stats=True)
+    y, stats = xs3.conv2d_deep(
+        arr(case, "X"), arr(case, "K"), arr(case, "BSO").astype(np.int16), **g, variant=variant, return_stats=True
+    )
     assert y.dtype == jnp.int8
     np.testing.assert_array_equal(np.asarray(y), arr(case, f"Y_{variant}").reshape(case["Y_shape"]))
     sats = np.asarray(stats.acc_saturations)
     assert sats[5] > 0 and sats[22] > 0 and sats[9] == 24  # §5.1 stress channels
     # The order is what makes channels 5 and 22 right: saturating once gives other values.
     f = fields_of(case)
-    acc_once, _ = model_conv(arr(case, "X"), arr(case, "K"), f, case["zero_point"],
-                             g["window_start"], g["window_stride"], g["out_shape"], once=True)
+    acc_once, _ = model_conv(
+        arr(case, "X"),
+        arr(case, "K"),
+        f,
+        case["zero_point"],
+        g["window_start"],
+        g["window_stride"],
+        g["out_shape"],
+        once=True,
+    )
     y_once = model_output(acc_once, f, variant)[0]
     differs = np.nonzero((y_once != np.asarray(y)).any(axis=(0, 1)))[0]
     assert {5, 22} <= set(differs.tolist())
@@ -321,8 +368,7 @@ def test_conv2d_deep_matches_model(seed, variant):
     f = random_bso_fields(rng, k.shape[0], big_shifts=variant == "hardware", extreme_bias=True)
     g["zero_point"] = int(rng.integers(-128, 128))
     got = xs3.conv2d_deep(x, k, xs3.make_bso(*f), **g, variant=variant, return_stats=True)
-    acc, hit = model_conv(x, k, f, g["zero_point"], g["window_start"], g["window_stride"],
-                          g["out_shape"])
+    acc, hit = model_conv(x, k, f, g["zero_point"], g["window_start"], g["window_stride"], g["out_shape"])
     y, s1, out = model_output(acc, f, variant)
     check(got, y, model_stats(hit, s1, out))
 
@@ -354,8 +400,7 @@ def test_conv2d_shallowin_matches_model():
     y, s1, out = model_output(acc, f, "hardware")
     check(got, y, model_stats(hit, s1, out))
     with pytest.raises(ValueError, match="K_w \\* C_in <= 32"):
-        xs3.conv2d_shallowin(x, np.zeros((4, 3, 5, 8), np.int8), xs3.make_bso(*[a[:4] for a in f]),
-                             **geo)
+        xs3.conv2d_shallowin(x, np.zeros((4, 3, 5, 8), np.int8), xs3.make_bso(*[a[:4] for a in f]), **geo)
 
 
 def test_conv2d_1x1_matches_model():
@@ -399,8 +444,9 @@ def dw_geometry(case):
 def test_conv2d_depthwise_golden():
     case = golden("conv2d_depthwise")
     for variant in VARIANTS:
-        y, _ = xs3.conv2d_depthwise(arr(case, "X"), arr(case, "K"), arr(case, "BSO"),
-                                    **dw_geometry(case), variant=variant, return_stats=True)
+        y, _ = xs3.conv2d_depthwise(
+            arr(case, "X"), arr(case, "K"), arr(case, "BSO"), **dw_geometry(case), variant=variant, return_stats=True
+        )
         np.testing.assert_array_equal(np.asarray(y), arr(case, "Y").reshape(case["Y_shape"]))
 
 
@@ -413,11 +459,9 @@ def test_conv2d_depthwise_matches_model(seed):
     x = rng.integers(-128, 128, case["X_shape"])
     k = rng.integers(-128, 128, case["K_shape"])
     f = random_bso_fields(rng, k.shape[-1], big_shifts=True, extreme_bias=True)
-    f[0] = np.where(rng.random(len(f[0])) < 0.5, rng.choice([M - 30000, -M + 30000, -(2**31)],
-                                                            len(f[0])), f[0])
+    f[0] = np.where(rng.random(len(f[0])) < 0.5, rng.choice([M - 30000, -M + 30000, -(2**31)], len(f[0])), f[0])
     got = xs3.conv2d_depthwise(x, k, xs3.make_bso(*f), **g, return_stats=True)
-    acc, hit = model_depthwise(x, k, f, g["zero_point"], g["window_start"], g["window_stride"],
-                               g["out_shape"])
+    acc, hit = model_depthwise(x, k, f, g["zero_point"], g["window_start"], g["window_stride"], g["out_shape"])
     y, s1, out = model_output(acc, f, "hardware")
     check(got, y, model_stats(hit, s1, out))
 
@@ -437,8 +481,7 @@ def test_fully_connected_golden(name, bits):
     case = golden(name)
     fn = xs3.fully_connected_8 if bits == 8 else xs3.fully_connected_16
     for variant in VARIANTS:
-        y, _ = fn(arr(case, "X"), arr(case, "W"), arr(case, "BSO"), variant=variant,
-                  return_stats=True)
+        y, _ = fn(arr(case, "X"), arr(case, "W"), arr(case, "BSO"), variant=variant, return_stats=True)
         assert y.dtype == (jnp.int8 if bits == 8 else jnp.int16)
         np.testing.assert_array_equal(np.asarray(y), arr(case, "Y"))
 
@@ -475,7 +518,7 @@ def test_fully_connected_tail_chunk_goes_first():
 
 
 def model_fc_deepin(x, W, B, shifts, scales, variant, bits):
-    acc, hit = model_chain(B, [(x[s:s + 32], W[:, s:s + 32]) for s in range(0, W.shape[1], 32)])
+    acc, hit = model_chain(B, [(x[s : s + 32], W[:, s : s + 32]) for s in range(0, W.shape[1], 32)])
     r = model_R(acc, shifts, variant)
     v = sat(r, 16)
     p = v * scales
@@ -518,8 +561,13 @@ def test_avgpool2d_golden(name):
     win = case["window"]
     kh, kw = win["shape"]
     assert xs3.avgpool2d_scale_shift(kh * kw) == (case["derived_scale"], case["derived_shift"])
-    y = xs3.avgpool2d(arr(case, "X"), window_shape=(kh, kw), window_start=tuple(win["start"]),
-                      window_stride=tuple(win["stride"]), out_shape=tuple(case["Y_shape"][:2]))
+    y = xs3.avgpool2d(
+        arr(case, "X"),
+        window_shape=(kh, kw),
+        window_start=tuple(win["start"]),
+        window_stride=tuple(win["stride"]),
+        out_shape=tuple(case["Y_shape"][:2]),
+    )
     np.testing.assert_array_equal(np.asarray(y), arr(case, "Y").reshape(case["Y_shape"]))
 
 
@@ -535,13 +583,14 @@ def test_pools_match_model_and_symmetric():
     rng = np.random.default_rng(5)
     x = rng.integers(-128, 128, (2, 7, 8, 12))
     x[0, :3, 1:4] = -128
-    y, stats = xs3.avgpool2d(x, window_shape=(3, 3), window_start=(0, 1), window_stride=(2, 2),
-                             symmetric=True, return_stats=True)
+    y, stats = xs3.avgpool2d(
+        x, window_shape=(3, 3), window_start=(0, 1), window_stride=(2, 2), symmetric=True, return_stats=True
+    )
     assert y.shape == (2, 3, 3, 12)
     r = np.zeros((2, 3, 3, 12), np.int64)
     for i in range(3):
         for j in range(3):
-            s = x[:, 2 * i:2 * i + 3, 1 + 2 * j:4 + 2 * j].sum(axis=(1, 2)) * 114
+            s = x[:, 2 * i : 2 * i + 3, 1 + 2 * j : 4 + 2 * j].sum(axis=(1, 2)) * 114
             r[:, i, j] = (s + 2**9) >> 10
     np.testing.assert_array_equal(np.asarray(y), np.clip(r, -127, 127))
     assert int(np.asarray(stats.output_clips).sum()) > 0
@@ -550,14 +599,15 @@ def test_pools_match_model_and_symmetric():
     want = np.zeros((2, 3, 2, 12), np.int64)
     for i in range(3):
         for j in range(2):
-            want[:, i, j] = x[:, 2 * i:2 * i + 2, 3 * j:3 * j + 3].max(axis=(1, 2))
+            want[:, i, j] = x[:, 2 * i : 2 * i + 2, 3 * j : 3 * j + 3].max(axis=(1, 2))
     np.testing.assert_array_equal(np.asarray(m), want)
     with pytest.raises(ValueError, match="inside"):
         xs3.avgpool2d(x, window_shape=(3, 3), window_start=(-1, 0))
 
 
-@pytest.mark.parametrize("bias,scale,shift", [(1000, 37, 9), (M - 5000, 127, 3), (-(2**31), -128, 0),
-                                              (-M + 100000, 127, 40)])
+@pytest.mark.parametrize(
+    "bias,scale,shift", [(1000, 37, 9), (M - 5000, 127, 3), (-(2**31), -128, 0), (-M + 100000, 127, 40)]
+)
 def test_avgpool2d_global_matches_model(bias, scale, shift):
     rng = np.random.default_rng(shift)
     x = np.abs(rng.integers(-128, 128, (2, 4, 5, 8))).clip(0, 127)
@@ -577,9 +627,16 @@ def test_avgpool2d_global_matches_model(bias, scale, shift):
 
 
 @settings(max_examples=40)
-@given(shr0=st.integers(-24, 40), shr1=st.integers(-24, 40), m0=st.integers(-(2**15), 2**15 - 1),
-       m1=st.integers(-(2**15), 2**15 - 1), bias=st.integers(-(2**31), 2**31 - 1),
-       out_shr=st.integers(0, 255), sym=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@given(
+    shr0=st.integers(-24, 40),
+    shr1=st.integers(-24, 40),
+    m0=st.integers(-(2**15), 2**15 - 1),
+    m1=st.integers(-(2**15), 2**15 - 1),
+    bias=st.integers(-(2**31), 2**31 - 1),
+    out_shr=st.integers(0, 255),
+    sym=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_add_elementwise_matches_model(shr0, shr1, m0, m1, bias, out_shr, sym, seed):
     rng = np.random.default_rng(seed)
     x0, x1 = rng.integers(-128, 128, (2, 3, 16))
@@ -594,8 +651,18 @@ def test_add_elementwise_matches_model(shr0, shr1, m0, m1, bias, out_shr, sym, s
         r = acc if out_shr == 0 else (acc + (1 << (out_shr - 1))) >> out_shr
         want.append(max(-127 if sym else -128, min(127, r)))
         clips.append(want[-1] != r)
-    y, stats = xs3.add_elementwise(x0, x1, shr0=shr0, multiplier0=m0, shr1=shr1, multiplier1=m1,
-                                   bias=bias, output_shr=out_shr, symmetric=sym, return_stats=True)
+    y, stats = xs3.add_elementwise(
+        x0,
+        x1,
+        shr0=shr0,
+        multiplier0=m0,
+        shr1=shr1,
+        multiplier1=m1,
+        bias=bias,
+        output_shr=out_shr,
+        symmetric=sym,
+        return_stats=True,
+    )
     np.testing.assert_array_equal(np.asarray(y), np.reshape(want, (3, 16)))
     np.testing.assert_array_equal(np.asarray(stats.output_clips), np.reshape(clips, (3, 16)).sum(0))
 
@@ -650,8 +717,7 @@ def test_certified_channels_never_saturate(seed):
     cert = np.asarray(xs3.certify_no_saturation(w, bias, (-128, 127)))
     worst = np.where(w > 0, 127, -128)  # the input attaining the upper bound, per channel
     for c in range(8):
-        _, stats = xs3.fully_connected_16(worst[c], w, xs3.make_bso(bias, *[np.zeros(8, int)] * 5),
-                                          return_stats=True)
+        _, stats = xs3.fully_connected_16(worst[c], w, xs3.make_bso(bias, *[np.zeros(8, int)] * 5), return_stats=True)
         assert cert[c] == (pos[c] + bias[c] <= M)
         if cert[c]:
             assert int(stats.acc_saturations[c]) == 0
@@ -671,16 +737,34 @@ def _small_cases():
     geo = dict(window_start=(-1, 0), window_stride=(2, 1), out_shape=(3, 4))
     return [
         ("conv2d_deep", lambda x, z: xs3.conv2d_deep(x, rng_k(1, (8, 3, 2, 8)), bso8, zero_point=z, **geo), img),
-        ("conv2d_shallowin", lambda x, z: xs3.conv2d_shallowin(x, rng_k(2, (8, 2, 4, 8)), bso8, zero_point=z, **geo), img),
+        (
+            "conv2d_shallowin",
+            lambda x, z: xs3.conv2d_shallowin(x, rng_k(2, (8, 2, 4, 8)), bso8, zero_point=z, **geo),
+            img,
+        ),
         ("conv2d_1x1", lambda x, z: xs3.conv2d_1x1(x, rng_k(3, (8, 8)), bso8, variant="host"), img),
         ("conv2d_depthwise", lambda x, z: xs3.conv2d_depthwise(x, rng_k(4, (2, 2, 8)), bso8, zero_point=z, **geo), img),
-        ("fully_connected_8", lambda x, z: xs3.fully_connected_8(x.reshape(-1, 40)[..., :36], rng_k(5, (8, 36)), bso8, symmetric=True), img),
-        ("fc_deepin_shallowout_8", lambda x, z: xs3.fc_deepin_shallowout_8(
-            x.reshape(-1, 160)[..., :64], rng_k(6, (5, 64)), f8[0][:5], f8[1][:5] % 20, f8[2][:5]), img),
+        (
+            "fully_connected_8",
+            lambda x, z: xs3.fully_connected_8(x.reshape(-1, 40)[..., :36], rng_k(5, (8, 36)), bso8, symmetric=True),
+            img,
+        ),
+        (
+            "fc_deepin_shallowout_8",
+            lambda x, z: xs3.fc_deepin_shallowout_8(
+                x.reshape(-1, 160)[..., :64], rng_k(6, (5, 64)), f8[0][:5], f8[1][:5] % 20, f8[2][:5]
+            ),
+            img,
+        ),
         ("avgpool2d_global", lambda x, z: xs3.avgpool2d_global(x, 77, -3, z + 128), img),
         ("avgpool2d", lambda x, z: xs3.avgpool2d(x, window_shape=(2, 2)), img),
-        ("add_elementwise", lambda x, z: xs3.add_elementwise(x, x[..., ::-1], shr0=-3, multiplier0=z * 9,
-                                                             shr1=1, multiplier1=300, bias=z, output_shr=5), img),
+        (
+            "add_elementwise",
+            lambda x, z: xs3.add_elementwise(
+                x, x[..., ::-1], shr0=-3, multiplier0=z * 9, shr1=1, multiplier1=300, bias=z, output_shr=5
+            ),
+            img,
+        ),
         ("requantize_16_to_8", lambda x, z: xs3.requantize_16_to_8(x.astype(np.int16) * 200), img),
         ("maxpool2d", lambda x, z: xs3.maxpool2d(x, window_shape=(2, 2), window_stride=(1, 1)), img),
         ("lookup8", lambda x, z: xs3.lookup8(x, rng_k(7, (256,)).view(np.uint8)), img),
@@ -762,8 +846,7 @@ def test_host_variant_warns_on_undefined_shifts():
     hardware, with a warning when the BSO is concrete."""
     x = np.full((2, 32), 100, np.int8)
     w = np.ones((4, 32), np.int8)
-    f = [np.full(4, -(2**20)), np.full(4, 40), np.ones(4, int), np.zeros(4, int),
-         np.zeros(4, int), np.zeros(4, int)]
+    f = [np.full(4, -(2**20)), np.full(4, 40), np.ones(4, int), np.zeros(4, int), np.zeros(4, int), np.zeros(4, int)]
     with pytest.warns(UserWarning, match="undefined"):
         y = xs3.fully_connected_8(x, w, xs3.make_bso(*f), variant="host")
     np.testing.assert_array_equal(np.asarray(y), np.full((2, 4), -1))

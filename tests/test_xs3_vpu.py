@@ -25,6 +25,7 @@ VARIANTS = ("hardware", "host", "v2021")
 # ------------------------------------------------------------------ big-integer model
 # Written from the spec text, on unbounded Python ints (§1.1).
 
+
 def rshr(x: int, s: int) -> int:
     return x if s == 0 else (x + (1 << (s - 1))) >> s
 
@@ -138,17 +139,17 @@ def test_npz_every_row(npz, test, fn, variant):
 
 def test_npz_variants_really_differ(npz):
     """The golden rows exercise every variant difference the README counts."""
+
     def diff(t, k):
         return int(np.sum(npz[f"{t}__out_v2026"] != npz[f"{t}__out_{k}"]))
+
     assert diff("vlsat16", "host2024") == 133 and diff("vlashr8", "host2024") == 768
     assert diff("vlmul8", "v2021") == 3022 and diff("vlsub16", "host2024") == 1
 
 
 EDGE_CASES = {
-    "vlashr32": lambda t, v: xs3.vlashr(np.array(t["x"], np.int32), np.array(t["shr"], np.int32),
-                                        mode=32, variant=v),
-    "vlsub32": lambda t, v: xs3.vlsub(np.array(t["vR"], np.int32), np.array(t["mem"], np.int32),
-                                      mode=32, variant=v),
+    "vlashr32": lambda t, v: xs3.vlashr(np.array(t["x"], np.int32), np.array(t["shr"], np.int32), mode=32, variant=v),
+    "vlsub32": lambda t, v: xs3.vlsub(np.array(t["vR"], np.int32), np.array(t["mem"], np.int32), mode=32, variant=v),
     "vpos8": lambda t, v: xs3.vpos(np.array(t["x"], np.int32), mode=8, variant=v),
     "vpos16": lambda t, v: xs3.vpos(np.array(t["x"], np.int32), mode=16, variant=v),
 }
@@ -174,8 +175,9 @@ def test_vlsat32(edge):
     got = xs3.vlsat(acc, np.array(t["shift_u32"], np.uint32), mode=32)
     np.testing.assert_array_equal(np.asarray(got), t["out_hardware"])
     # the same shifts given as int32 bit patterns
-    got = xs3.vlsat(W.Wide(jnp.asarray(acc[0]), jnp.asarray(acc[1])),
-                    np.array(t["shift_u32"], np.uint32).view(np.int32), mode=32)
+    got = xs3.vlsat(
+        W.Wide(jnp.asarray(acc[0]), jnp.asarray(acc[1])), np.array(t["shift_u32"], np.uint32).view(np.int32), mode=32
+    )
     np.testing.assert_array_equal(np.asarray(got), t["out_hardware"])
 
 
@@ -213,8 +215,9 @@ def test_vlmacc8_chain(seqs, variant):
 
 def test_vlmaccr8_single_saturates_once(seqs):
     t = seqs["vlmaccr8_single"]
-    for seed, var, out, per_product in zip(t["seed_acc32"], t["vC_variant"], t["acc_out"],
-                                           t["acc_out_if_saturated_after_every_product_lane_order_0_31"]):
+    for seed, var, out, per_product in zip(
+        t["seed_acc32"], t["vC_variant"], t["acc_out"], t["acc_out_if_saturated_after_every_product_lane_order_0_31"]
+    ):
         vc = np.array([127] * 16 + [-128] * 16 if var == 0 else [-128] * 16 + [127] * 16, np.int8)
         ring = xs3.vlmaccr(np.full(16, seed, np.int32), vc, np.full(32, 127, np.int8), mode=8)
         assert int(ring[0]) == out
@@ -225,8 +228,12 @@ def test_vlmaccr8_single_saturates_once(seqs):
 # ------------------------------------------------------------- properties vs the model
 
 
-@given(acc=i32, shift=st.one_of(st.integers(0, 40), st.integers(-32768, 65535)), b=st.sampled_from((8, 16)),
-       variant=variants)
+@given(
+    acc=i32,
+    shift=st.one_of(st.integers(0, 40), st.integers(-32768, 65535)),
+    b=st.sampled_from((8, 16)),
+    variant=variants,
+)
 def test_vlsat_model(acc, shift, b, variant):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -266,8 +273,7 @@ def test_vdepth_model(x, b):
 @given(data=st.data(), b=st.sampled_from((8, 16)), n=st.integers(1, 4))
 def test_vlmaccr_chain_model(data, b, n):
     ring = data.draw(st.lists(i32, min_size=16, max_size=16))
-    vcs = [data.draw(st.lists(lane(b), min_size=32 if b == 8 else 16, max_size=32 if b == 8 else 16))
-           for _ in range(n)]
+    vcs = [data.draw(st.lists(lane(b), min_size=32 if b == 8 else 16, max_size=32 if b == 8 else 16)) for _ in range(n)]
     mems = [data.draw(st.lists(lane(b), min_size=len(vcs[0]), max_size=len(vcs[0]))) for _ in range(n)]
     acc = np.array(ring, np.int32)
     for c, m in zip(vcs, mems):
@@ -293,8 +299,7 @@ def test_vdepth1_vpos_model(data, b):
     x = data.draw(st.lists(lane(b), min_size=epv, max_size=epv))
     bits = sum(1 << i for i, v in enumerate(x) if v < 0)
     assert int(xs3.vdepth1(np.array(x, np.int32), mode=b)) == wrap32(bits)
-    np.testing.assert_array_equal(np.asarray(xs3.vpos(np.array(x, np.int32), mode=b)),
-                                  [max(v, 0) for v in x])
+    np.testing.assert_array_equal(np.asarray(xs3.vpos(np.array(x, np.int32), mode=b)), [max(v, 0) for v in x])
 
 
 @given(data=st.data())
@@ -352,7 +357,8 @@ def test_vmap_matches_batched():
     np.testing.assert_array_equal(np.asarray(vm.lo), np.asarray(batched.lo))
     for i in range(5):
         assert list(W.to_python(W.Wide(vm.hi[i], vm.lo[i]))) == m_vlmaccr(
-            ring[i].tolist(), c[i].tolist(), m[i].tolist(), 32)
+            ring[i].tolist(), c[i].tolist(), m[i].tolist(), 32
+        )
     x = rng.integers(-(2**15), 2**15, (6, 16)).astype(np.int32)
     shr = np.arange(-3, 3, dtype=np.int32)
     got = jax.vmap(lambda x, s: xs3.vlashr(x, s, mode=16, variant="host"))(x, shr)
@@ -362,7 +368,7 @@ def test_vmap_matches_batched():
 
 def test_no_x64_needed():
     assert not jax.config.jax_enable_x64
-    assert xs3.vlmul(np.int32(-2**31), np.int32(-2**31), mode=32).dtype == jnp.int32
+    assert xs3.vlmul(np.int32(-(2**31)), np.int32(-(2**31)), mode=32).dtype == jnp.int32
 
 
 # ---------------------------------------------------------------------------- errors

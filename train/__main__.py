@@ -100,8 +100,10 @@ def make_mesh(devices: Optional[int]):
 
     have = jax.devices()
     if devices > len(have):
-        raise SystemExit(f"--devices {devices}: only {len(have)} JAX devices are available (on CPU, set "
-                         f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} before starting)")
+        raise SystemExit(
+            f"--devices {devices}: only {len(have)} JAX devices are available (on CPU, set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} before starting)"
+        )
     return Mesh(np.asarray(have[:devices]), ("data",))
 
 
@@ -197,10 +199,23 @@ def _setup(args) -> Run:
     if not args.resume and (out / "checkpoints").exists():
         shutil.rmtree(out / "checkpoints")  # a fresh run must not mix with an older one
     history = {p: {"loss": [], "train_acc": [], "test_acc": [], "val_acc": []} for p in ("float", "hat")}
-    run = Run(args, model, target, ds, x_tr, y_tr, x_val, y_val, make_mesh(args.devices),
-              Checkpoints(out / "checkpoints"), out, {"phase": "float", "epoch": 0, "history": history,
-                                                     "config": _config(args)},
-              None, np.random.default_rng(args.seed), (lambda *a: None) if args.quiet else print)
+    run = Run(
+        args,
+        model,
+        target,
+        ds,
+        x_tr,
+        y_tr,
+        x_val,
+        y_val,
+        make_mesh(args.devices),
+        Checkpoints(out / "checkpoints"),
+        out,
+        {"phase": "float", "epoch": 0, "history": history, "config": _config(args)},
+        None,
+        np.random.default_rng(args.seed),
+        (lambda *a: None) if args.quiet else print,
+    )
     if args.resume:
         _resume(run)
     return run
@@ -214,8 +229,11 @@ def _resume(run: Run) -> None:
         run.say(f"--resume: no checkpoint in {run.ckpt.folder}, starting from scratch")
         return
     meta = run.ckpt.restore_meta(step)
-    if (meta["config"].get("model") != run.args.model or meta["config"].get("target") != run.args.target
-            or meta["config"].get("target_options", {}) != target_options(run.args)):
+    if (
+        meta["config"].get("model") != run.args.model
+        or meta["config"].get("target") != run.args.target
+        or meta["config"].get("target_options", {}) != target_options(run.args)
+    ):
         raise SystemExit(f"--resume: the checkpoint was made with {meta['config']}, not these arguments")
     state, _, _ = run.ckpt.restore(step, nnx.state(run.model), None)
     nnx.update(run.model, state)
@@ -237,15 +255,17 @@ def _trainer(run: Run, mode: str, lr: float, epochs: int):
     from ._loop import Trainer, make_optimizer
 
     hn.set_mode(run.model, mode)
-    trainer = Trainer(run.model, make_optimizer(run.args.optimizer, lr, run.steps_per_epoch * max(1, epochs)),
-                      mesh=run.mesh)
+    trainer = Trainer(
+        run.model, make_optimizer(run.args.optimizer, lr, run.steps_per_epoch * max(1, epochs)), mesh=run.mesh
+    )
     if run.start_step is not None and run.meta["epoch"] > 0 and not run.meta.pop("resumed_done", False):
         _, trainer.opt_state, _ = run.ckpt.restore(run.start_step, nnx.state(run.model), trainer.opt_state)
     return trainer
 
 
-def _epochs(run: Run, phase: str, trainer, epochs: int, first_step: int,
-            after: Optional[Callable[[int], dict]] = None) -> None:
+def _epochs(
+    run: Run, phase: str, trainer, epochs: int, first_step: int, after: Optional[Callable[[int], dict]] = None
+) -> None:
     """The training loop (both phases): ``epochs`` epochs from the checkpointed epoch on,
     recording loss, accuracies and ``after(epoch)``'s extra figures, checkpointing each."""
     from tqdm import tqdm
@@ -330,16 +350,30 @@ def _finish(run: Run, t_start: float) -> dict:
     run.say(saturation_report(stats, acts))
     png = plot_curves(meta["history"], meta["ptq_acc"], run.out / "training_curves.png")
     export_dir = export(model, run.out / "export", input_shape=run.data.x_train.shape[1:])
-    (run.out / "results.json").write_text(json.dumps(
-        {k: meta[k] for k in ("float_acc", "ptq_acc", "hat_acc", "best_epoch")} | {"export": str(export_dir)},
-        indent=1))
+    (run.out / "results.json").write_text(
+        json.dumps(
+            {k: meta[k] for k in ("float_acc", "ptq_acc", "hat_acc", "best_epoch")} | {"export": str(export_dir)},
+            indent=1,
+        )
+    )
     run.timings["total"] = time.perf_counter() - t_start
-    print("\n" + final_table(meta["float_acc"], meta["ptq_acc"], meta["hat_acc"], export_dir,
-                             target_label(run.target), run.timings))
+    print(
+        "\n"
+        + final_table(
+            meta["float_acc"], meta["ptq_acc"], meta["hat_acc"], export_dir, target_label(run.target), run.timings
+        )
+    )
     run.say(f"training curves: {png}")
-    return {"float_acc": meta["float_acc"], "ptq_acc": meta["ptq_acc"], "hat_acc": meta["hat_acc"],
-            "export": export_dir, "stats": stats, "history": meta["history"], "model": model,
-            "best_epoch": meta["best_epoch"]}
+    return {
+        "float_acc": meta["float_acc"],
+        "ptq_acc": meta["ptq_acc"],
+        "hat_acc": meta["hat_acc"],
+        "export": export_dir,
+        "stats": stats,
+        "history": meta["history"],
+        "model": model,
+        "best_epoch": meta["best_epoch"],
+    }
 
 
 def run_training(args) -> dict:
@@ -348,16 +382,23 @@ def run_training(args) -> dict:
     run = _setup(args)
     if run.meta["phase"] == "float":
         _float_phase(run)
-    run.say(f"float accuracy {100 * run.meta['float_acc']:.2f}%, post-training quantisation (bit-exact, "
-            f"{target_label(run.target)}) {100 * run.meta['ptq_acc']:.2f}%")
+    run.say(
+        f"float accuracy {100 * run.meta['float_acc']:.2f}%, post-training quantisation (bit-exact, "
+        f"{target_label(run.target)}) {100 * run.meta['ptq_acc']:.2f}%"
+    )
     if run.meta["phase"] == "hat":
         _hat_phase(run)
     return _finish(run, t_start)
 
 
 def _config(args) -> dict:
-    return {**{k: getattr(args, k) for k in ("model", "target", "variant", "lut_fn", "data", "seed", "limit",
-                                             "val_fraction", "learn_scale")}, "target_options": target_options(args)}
+    return {
+        **{
+            k: getattr(args, k)
+            for k in ("model", "target", "variant", "lut_fn", "data", "seed", "limit", "val_fraction", "learn_scale")
+        },
+        "target_options": target_options(args),
+    }
 
 
 # -------------------------------------------------------------------- eval / export
@@ -373,8 +414,10 @@ def run_eval(args) -> dict:
     flat = len(m.input_shape) == 1
     ds = _data.from_npz(args.data, flat=flat, seed=args.seed) if args.data else _data.digits(flat=flat, seed=args.seed)
     r = evaluate(m, (ds.x_test, ds.y_test), batch_size=args.batch_size, mesh=make_mesh(args.devices))
-    print(f"{args.export}: {m.target.name} integer model, test accuracy {100 * r.accuracy:.2f}% "
-          f"on {len(ds.y_test)} examples (bit-exact)")
+    print(
+        f"{args.export}: {m.target.name} integer model, test accuracy {100 * r.accuracy:.2f}% "
+        f"on {len(ds.y_test)} examples (bit-exact)"
+    )
     return {"accuracy": r.accuracy, "outputs": r.outputs}
 
 
@@ -395,8 +438,12 @@ def run_export(args) -> Path:
         raise SystemExit("the run has not been calibrated yet (still in the float phase); resume it first")
     cfg = argparse.Namespace(**meta["config"])
     ds = load_data(cfg)
-    model = build_model(cfg, make_target(cfg.target, cfg.variant, getattr(cfg, "target_options", None)), ds.classes,
-                        int(np.prod(ds.x_train.shape[1:])))
+    model = build_model(
+        cfg,
+        make_target(cfg.target, cfg.variant, getattr(cfg, "target_options", None)),
+        ds.classes,
+        int(np.prod(ds.x_train.shape[1:])),
+    )
     state, _, _ = ckpt.restore(step, nnx.state(model), None)
     nnx.update(model, state)
     hn.set_mode(model, "hardware")
@@ -417,8 +464,9 @@ def _number(kind: type, lo: float, hi: float | None = None, *, lo_open: bool = F
         try:
             v = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'} in {rng}, "
-                                             f"got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"must be {'an integer' if kind is int else 'a number'} in {rng}, got {text!r}"
+            ) from None
         ok = (v > lo if lo_open else v >= lo) and (hi is None or (v < hi if hi_open else v <= hi))
         if not ok or v != v:  # v != v: NaN
             raise argparse.ArgumentTypeError(f"must be in {rng}, got {text!r}")
@@ -440,28 +488,46 @@ _FRACTION = _number(float, 0.0, 1.0, lo_open=True, hi_open=True)
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="xs3", choices=target_names(),
-                   help="chip to train for (default xs3; the registered hwjax.targets)")
-    p.add_argument("--variant", default=None, help="target variant, e.g. the XS3 VPU model: hardware (default), "
-                                                   "host or v2021")
-    p.add_argument("--target-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="an option of the target (repeatable), passed to hwjax.targets.get, e.g. "
-                        "--target-opt requantize=always for gemmlowp")
-    p.add_argument("--bits", default=None, metavar="L,R",
-                   help="gemmlowp bit depths of the weights (LHS) and activations (RHS), 1..8 each: "
-                        "shorthand for --target-opt lhs_bits=L --target-opt rhs_bits=R")
+    p.add_argument(
+        "--target",
+        default="xs3",
+        choices=target_names(),
+        help="chip to train for (default xs3; the registered hwjax.targets)",
+    )
+    p.add_argument(
+        "--variant", default=None, help="target variant, e.g. the XS3 VPU model: hardware (default), host or v2021"
+    )
+    p.add_argument(
+        "--target-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the target (repeatable), passed to hwjax.targets.get, e.g. "
+        "--target-opt requantize=always for gemmlowp",
+    )
+    p.add_argument(
+        "--bits",
+        default=None,
+        metavar="L,R",
+        help="gemmlowp bit depths of the weights (LHS) and activations (RHS), 1..8 each: "
+        "shorthand for --target-opt lhs_bits=L --target-opt rhs_bits=R",
+    )
     p.add_argument("--model", default="cnn", choices=("cnn", "mlp", "lut_mlp"))
     p.add_argument("--lut-fn", default="tanh", choices=("tanh", "sigmoid"), help="lut_mlp activation")
-    p.add_argument("--data", default=None, help=".npz with x_train/y_train/x_test/y_test or x/y "
-                                               "(default: scikit-learn digits)")
+    p.add_argument(
+        "--data", default=None, help=".npz with x_train/y_train/x_test/y_test or x/y (default: scikit-learn digits)"
+    )
     p.add_argument("--epochs", type=_COUNT, default=40, help="float training epochs")
     p.add_argument("--hat-epochs", type=_COUNT, default=10, help="hardware-aware training epochs")
     p.add_argument("--batch-size", type=_POSITIVE, default=64)
     p.add_argument("--optimizer", default="adam", help="any optax optimiser name (adam, adamw, sgd, lion, ...)")
     p.add_argument("--lr", type=_RATE, default=3e-3, help="float learning rate (cosine decay)")
     p.add_argument("--hat-lr", type=_RATE, default=3e-4, help="hardware-aware learning rate (cosine decay)")
-    p.add_argument("--learn-scale", action="store_true",
-                   help="learn the activation step sizes in hardware-aware training (LSQ-style)")
+    p.add_argument(
+        "--learn-scale",
+        action="store_true",
+        help="learn the activation step sizes in hardware-aware training (LSQ-style)",
+    )
     p.add_argument("--val-fraction", type=_FRACTION, default=0.1, help="training data held out for model selection")
     p.add_argument("--seed", type=_COUNT, default=0)
     p.add_argument("--limit", type=_POSITIVE, default=None, help="use only the first N train/test examples")
@@ -474,8 +540,10 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hwjax", description="hwjax: hardware-aware training, evaluation, export")
     sub = p.add_subparsers(dest="command", required=True)
-    for name, helptext in (("digits", "the digits demo: float, PTQ and hardware-aware training, export"),
-                           ("train", "same as digits (use --data for another dataset)")):
+    for name, helptext in (
+        ("digits", "the digits demo: float, PTQ and hardware-aware training, export"),
+        ("train", "same as digits (use --data for another dataset)"),
+    ):
         _train_args(sub.add_parser(name, help=helptext))
     e = sub.add_parser("eval", help="bit-exact accuracy of an exported model")
     e.add_argument("--export", required=True, help="folder written by hwjax.export")
@@ -492,16 +560,21 @@ def parser() -> argparse.ArgumentParser:
 
 def _tflite_args(sub) -> None:
     """``run`` and ``compare``: an int8 ``.tflite`` file run bit-exactly as LiteRT does."""
-    from hwjax.tflite import RUNTIMES
+    from hwjax.tflite import MODEL_RUNTIMES
 
-    r = sub.add_parser("run", help="run a .tflite model on a .npy batch exactly as a LiteRT runtime does")
+    r = sub.add_parser("run", help="run a .tflite model on a .npy batch exactly as a runtime (LiteRT, TFLM, xcore.ai) does")
     r.add_argument("model", metavar="MODEL.tflite")
-    r.add_argument("--runtime", default="reference", choices=RUNTIMES)
-    r.add_argument("--input", required=True, metavar="X.npy",
-                   help="integer batch (batch, *input shape) or one example (*input shape)")
+    r.add_argument("--runtime", default="reference", choices=MODEL_RUNTIMES)
+    r.add_argument(
+        "--input",
+        required=True,
+        metavar="X.npy",
+        help="integer batch (batch, *input shape) or one example (*input shape)",
+    )
     r.add_argument("--output", default=None, metavar="Y.npy", help="write the outputs here (numpy .npy)")
-    c = sub.add_parser("compare", help="per tensor, how far each LiteRT runtime's values differ from the "
-                                       "reference runtime's")
+    c = sub.add_parser(
+        "compare", help="per tensor, how far each LiteRT runtime's values differ from the reference runtime's"
+    )
     c.add_argument("model", metavar="MODEL.tflite")
     c.add_argument("--input", required=True, metavar="X.npy")
 
@@ -526,9 +599,14 @@ def run_train_command(args) -> None:
 
 
 #: subcommand -> ``fn(parsed args)``
-COMMANDS: dict[str, Callable[[Any], Any]] = {"digits": run_train_command, "train": run_train_command,
-                                              "eval": run_eval, "export": run_export,
-                                              "run": run_tflite_command, "compare": run_tflite_command}
+COMMANDS: dict[str, Callable[[Any], Any]] = {
+    "digits": run_train_command,
+    "train": run_train_command,
+    "eval": run_eval,
+    "export": run_export,
+    "run": run_tflite_command,
+    "compare": run_tflite_command,
+}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

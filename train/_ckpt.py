@@ -16,17 +16,21 @@ class Checkpoints:
 
     def __init__(self, folder, max_to_keep: int = 2):
         self.folder = Path(folder).absolute()
-        self.manager = ocp.CheckpointManager(self.folder, options=ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True))
+        self.manager = ocp.CheckpointManager(
+            self.folder, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+        )
 
     def latest(self) -> Optional[int]:
         return self.manager.latest_step()
 
     def save(self, step: int, model_state, opt_state, meta: dict) -> None:
-        tree = {"model": [np.asarray(a) for a in jax.tree.leaves(model_state)],
-                "opt": [np.asarray(a) for a in jax.tree.leaves(opt_state)]}
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
-                                                        meta=ocp.args.JsonSave(meta)))
+        tree = {
+            "model": [np.asarray(a) for a in jax.tree.leaves(model_state)],
+            "opt": [np.asarray(a) for a in jax.tree.leaves(opt_state)],
+        }
+        self.manager.save(
+            step, args=ocp.args.Composite(state=ocp.args.StandardSave(tree), meta=ocp.args.JsonSave(meta))
+        )
         self.manager.wait_until_finished()
 
     def restore_meta(self, step: int) -> dict:
@@ -45,7 +49,9 @@ class Checkpoints:
         if opt_state is not None:
             leaves = jax.tree.leaves(opt_state)
             if len(leaves) != len(got["opt"]):
-                raise ValueError("the checkpoint's optimiser state does not match the current optimiser "
-                                 "(was it saved with another --optimizer?)")
+                raise ValueError(
+                    "the checkpoint's optimiser state does not match the current optimiser "
+                    "(was it saved with another --optimizer?)"
+                )
             opt_state = jax.tree.unflatten(jax.tree.structure(opt_state), got["opt"])
         return model_state, opt_state, meta

@@ -26,8 +26,7 @@ class Dataset:
     def limit(self, n_train: Optional[int], n_test: Optional[int] = None) -> "Dataset":
         """The first ``n_train`` / ``n_test`` examples (for quick runs and tests)."""
         nt = n_test if n_test is not None else n_train
-        return Dataset(self.x_train[:n_train], self.y_train[:n_train], self.x_test[:nt], self.y_test[:nt],
-                       self.name)
+        return Dataset(self.x_train[:n_train], self.y_train[:n_train], self.x_test[:nt], self.y_test[:nt], self.name)
 
 
 def _split(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int) -> tuple:
@@ -49,7 +48,7 @@ def digits(*, flat: bool = False, test_fraction: float = 0.2, seed: int = 0) -> 
 
 
 def _flatten(ds: Dataset) -> Dataset:
-    f = lambda a: a.reshape(a.shape[0], -1)  # noqa: E731
+    f = lambda a: a.reshape(a.shape[0], -1)
     return Dataset(f(ds.x_train), ds.y_train, f(ds.x_test), ds.y_test, ds.name)
 
 

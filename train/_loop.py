@@ -32,7 +32,7 @@ def _batches(n: int, batch_size: int, rng: Optional[np.random.Generator], drop_l
     idx = rng.permutation(n) if rng is not None else np.arange(n)
     stop = n - n % batch_size if drop_last and n >= batch_size else n
     for s in range(0, stop, batch_size):
-        yield idx[s:s + batch_size]
+        yield idx[s : s + batch_size]
 
 
 def make_step(graphdef, tx: optax.GradientTransformation) -> Callable:
@@ -90,8 +90,9 @@ class Trainer:
         step = make_step(self.graphdef, self.tx)
         rep, data = NamedSharding(self.mesh, P()), NamedSharding(self.mesh, P(tuple(self.mesh.axis_names)))
         self.params, self.opt_state, self.rest = jax.device_put((self.params, self.opt_state, self.rest), rep)
-        return jax.jit(step, in_shardings=(rep, rep, rep, data, data), out_shardings=(rep, rep, rep, rep),
-                       donate_argnums=(0, 1))
+        return jax.jit(
+            step, in_shardings=(rep, rep, rep, data, data), out_shardings=(rep, rep, rep, rep), donate_argnums=(0, 1)
+        )
 
     @property
     def n_devices(self) -> int:
@@ -115,8 +116,14 @@ class Trainer:
         self.params, self.opt_state, loss, acc = self._step(self.params, self.opt_state, self.rest, x, y)
         return loss, acc
 
-    def epoch(self, x: np.ndarray, y: np.ndarray, batch_size: int, rng: np.random.Generator,
-              progress: Optional[Callable[[float, float], None]] = None) -> tuple[float, float]:
+    def epoch(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        batch_size: int,
+        rng: np.random.Generator,
+        progress: Optional[Callable[[float, float], None]] = None,
+    ) -> tuple[float, float]:
         """One pass over shuffled data (last partial batch dropped); mean loss and accuracy."""
         if batch_size % self.n_devices:
             raise ValueError(f"batch_size {batch_size} must be a multiple of the {self.n_devices} devices")
@@ -179,10 +186,13 @@ def layer_stats(model: nnx.Module, x: np.ndarray, batch_size: int = 1024) -> dic
     (several seconds per model structure). Float and calibrate modes run one jitted pass.
     """
     graphdef, state = nnx.split(model)
-    run = _stats_fn(graphdef) if hn.get_mode(model) != "hardware" else \
-        (lambda st, xb: nnx.merge(graphdef, st)(jnp.asarray(xb), return_stats=True)[1])
+    run = (
+        _stats_fn(graphdef)
+        if hn.get_mode(model) != "hardware"
+        else (lambda st, xb: nnx.merge(graphdef, st)(jnp.asarray(xb), return_stats=True)[1])
+    )
     total: Optional[dict[str, Any]] = None
     for s in range(0, len(x), batch_size):
-        st = run(state, x[s:s + batch_size])
+        st = run(state, x[s : s + batch_size])
         total = st if total is None else {k: total[k] + v for k, v in st.items()}
     return jax.device_get(total or {})

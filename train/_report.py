@@ -26,19 +26,27 @@ def saturation_report(stats: dict, activations: dict[str, Optional[str]]) -> str
 
 def _table(rows) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(rows[0]), sep] + [line(r) for r in rows[1:]])
 
 
-def final_table(float_acc: float, ptq_acc: float, hat_acc: float, export_path, target: str,
-                timings: Optional[dict[str, float]] = None) -> str:
-    rows = [("result", "value"),
-            ("target", target),
-            ("float accuracy (test)", f"{100 * float_acc:.2f}%"),
-            ("post-training quantisation accuracy (bit-exact)", f"{100 * ptq_acc:.2f}%"),
-            ("hardware-aware training accuracy (bit-exact)", f"{100 * hat_acc:.2f}%"),
-            ("exported model", str(export_path))]
+def final_table(
+    float_acc: float,
+    ptq_acc: float,
+    hat_acc: float,
+    export_path,
+    target: str,
+    timings: Optional[dict[str, float]] = None,
+) -> str:
+    rows = [
+        ("result", "value"),
+        ("target", target),
+        ("float accuracy (test)", f"{100 * float_acc:.2f}%"),
+        ("post-training quantisation accuracy (bit-exact)", f"{100 * ptq_acc:.2f}%"),
+        ("hardware-aware training accuracy (bit-exact)", f"{100 * hat_acc:.2f}%"),
+        ("exported model", str(export_path)),
+    ]
     for k, v in (timings or {}).items():
         rows.append((f"time: {k}", f"{v:.1f} s"))
     return _table(rows)

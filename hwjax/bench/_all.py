@@ -108,8 +108,9 @@ def markdown(results: list[tuple[str, list[str], int, str, float]], info: dict[s
 def main(argv: list[str] | None = None) -> int:
     from hwjax.bench import BENCHES
 
-    ap = argparse.ArgumentParser(prog="python -m hwjax.bench all", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m hwjax.bench all", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--markdown", action="store_true", help="print the BENCHMARKS.md page")
     ap.add_argument("--out", default=None, help="also write the output to this file")
     ap.add_argument("--only", default=None, help=f"comma-separated, among {[n for n in BENCHES if n != 'all']}")

@@ -75,26 +75,26 @@ def main(argv: list[str] | None = None) -> int:
             graphdef, state = nnx.split(model)
             if mode == "float":  # a first compile in a process pays one-time setup: not the baseline's
                 _compile(lambda st, v, g=graphdef: nnx.merge(g, st)(v), state, x)
-            rows.append((f"{mode} forward (jit)",
-                         _compile(lambda st, v, g=graphdef: nnx.merge(g, st)(v), state, x)))
+            rows.append((f"{mode} forward (jit)", _compile(lambda st, v, g=graphdef: nnx.merge(g, st)(v), state, x)))
             if mode == "hardware":
                 model(x)  # the host recipe's programs, compiled once per shape (as lowering does below)
-                rows.append(("hardware forward (jit, model closed over)",
-                             _compile(lambda v, m=model: m(v), x)))
+                rows.append(("hardware forward (jit, model closed over)", _compile(lambda v, m=model: m(v), x)))
                 g = G.lower(hn.to_graph(model, input_shape=shape), target)
-                rows.append(("hardware forward, lowered graph (jit_run)",
-                             _compile(lambda gr, v: G.run(gr, v, target), g, x)))
+                rows.append(
+                    ("hardware forward, lowered graph (jit_run)", _compile(lambda gr, v: G.run(gr, v, target), g, x))
+                )
             gd, params, rest = nnx.split(model, nnx.Param, ...)
-            rows.append((f"{mode} training step",
-                         _compile(make_step(gd, tx), params, tx.init(params), rest, x, y)))
+            rows.append((f"{mode} training step", _compile(make_step(gd, tx), params, tx.init(params), rest, x, y)))
         return rows
 
     rounds = [one_round() for _ in range(max(1, args.repeats))]
     rows = [(name, min((r[i][1] for r in rounds), key=lambda v: v[0])) for i, (name, _) in enumerate(rounds[0])]
     base = rows[0][1][0]
     dev = jax.devices()[0]
-    print(f"hwjax compile benchmark: {args.model} on {target!r}, batch {args.batch_size}, "
-          f"{dev.platform} ({dev.device_kind}), fastest of {len(rounds)} rounds")
+    print(
+        f"hwjax compile benchmark: {args.model} on {target!r}, batch {args.batch_size}, "
+        f"{dev.platform} ({dev.device_kind}), fastest of {len(rounds)} rounds"
+    )
     print(f"  {'program':<45} {'compile s':>9} {'HLO chars':>10} {'x float fwd':>11}")
     for name, (sec, size) in rows:
         print(f"  {name:<45} {sec:9.2f} {size:10,d} {sec / base:10.1f}x")

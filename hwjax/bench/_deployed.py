@@ -65,14 +65,19 @@ def _conv(mb, rng, x, s_in, in_hw, cin, cout, k, stride, act, depthwise=False):
     w_shape = (1, k, k, n) if depthwise else (n, k, k, cin)
     s_w = random_filter_scales(rng, n, True)
     w = mb.tensor(w_shape, "int8", s_w, np.zeros(n), rng.integers(-127, 128, w_shape), axis=3 if depthwise else 0)
-    b = mb.tensor((n,), "int32", (np.float32(s_in) * s_w).astype(np.float32), np.zeros(n),
-                  rng.integers(-2000, 2000, n))
+    b = mb.tensor((n,), "int32", (np.float32(s_in) * s_w).astype(np.float32), np.zeros(n), rng.integers(-2000, 2000, n))
     g = conv_geometry(in_hw, (k, k), (stride, stride), "SAME")
     s_out = np.float32(out_scale_for(s_in, s_w, k * k * (1 if depthwise else cin)))
     zp = -128 if act in ("relu", "relu6") else int(rng.integers(-10, 10))
     y = mb.tensor((1, *g.out_hw, n), "int8", s_out, zp)
-    opts = {"padding": 0, "strideH": stride, "strideW": stride, "fusedActivationFunction": ACTIVATION_CODES[act],
-            "dilationHFactor": 1, "dilationWFactor": 1}
+    opts = {
+        "padding": 0,
+        "strideH": stride,
+        "strideW": stride,
+        "fusedActivationFunction": ACTIVATION_CODES[act],
+        "dilationHFactor": 1,
+        "dilationWFactor": 1,
+    }
     if depthwise:
         opts["depthMultiplier"] = 1
         mb.op("DEPTHWISE_CONV_2D", [x, w, b], [y], ("DepthwiseConv2DOptions", opts), 3)
@@ -86,13 +91,23 @@ def _fc(mb, rng, x, s_in, n_in, n_out, act, per_channel=False):
 
     s_w = random_filter_scales(rng, n_out, per_channel)
     w = mb.tensor((n_out, n_in), "int8", s_w, np.zeros(s_w.shape), rng.integers(-127, 128, (n_out, n_in)))
-    b = mb.tensor((n_out,), "int32", (np.float32(s_in) * s_w).astype(np.float32), np.zeros(s_w.shape),
-                  rng.integers(-3000, 3000, n_out))
+    b = mb.tensor(
+        (n_out,),
+        "int32",
+        (np.float32(s_in) * s_w).astype(np.float32),
+        np.zeros(s_w.shape),
+        rng.integers(-3000, 3000, n_out),
+    )
     s_out = np.float32(out_scale_for(s_in, s_w, n_in))
     zp = -128 if act == "relu" else int(rng.integers(-10, 10))
     y = mb.tensor((1, n_out), "int8", s_out, zp)
-    mb.op("FULLY_CONNECTED", [x, w, b], [y], ("FullyConnectedOptions", {"fusedActivationFunction": ACTIVATION_CODES[act]}),
-          4 if per_channel else 1)
+    mb.op(
+        "FULLY_CONNECTED",
+        [x, w, b],
+        [y],
+        ("FullyConnectedOptions", {"fusedActivationFunction": ACTIVATION_CODES[act]}),
+        4 if per_channel else 1,
+    )
     return y, s_out
 
 
@@ -142,11 +157,14 @@ def build_cnn(rng):
     else:
         q = mb.tensors[h].quantization
         p = mb.tensor((1, 1, 1, 64), "int8", q.scale[0], int(q.zeroPoint[0]))
-        mb.op("AVERAGE_POOL_2D", [h], [p], ("Pool2DOptions", {
-            "padding": 1, "strideH": 1, "strideW": 1, "filterHeight": hw[0], "filterWidth": hw[1]}))
+        mb.op(
+            "AVERAGE_POOL_2D",
+            [h],
+            [p],
+            ("Pool2DOptions", {"padding": 1, "strideH": 1, "strideW": 1, "filterHeight": hw[0], "filterWidth": hw[1]}),
+        )
         m = _flatten(mb, p, 64)
-        note = ("global mean: AVERAGE_POOL_2D over 8x8 + RESHAPE (MEAN is not in hwjax.tflite.SUPPORTED_OPS "
-                "yet)")
+        note = "global mean: AVERAGE_POOL_2D over 8x8 + RESHAPE (MEAN is not in hwjax.tflite.SUPPORTED_OPS yet)"
     y, _ = _fc(mb, rng, m, s, 64, 10, None)
     return mb.finish([x], [y]), (32, 32, 3), note
 
@@ -162,8 +180,12 @@ def build_deep(rng):
         h, s, hw = _conv(mb, rng, h, s, hw, 32, 32, 3, 1, "relu")
     q = mb.tensors[h].quantization
     p = mb.tensor((1, 8, 8, 32), "int8", q.scale[0], int(q.zeroPoint[0]))
-    mb.op("MAX_POOL_2D", [h], [p], ("Pool2DOptions", {
-        "padding": 1, "strideH": 2, "strideW": 2, "filterHeight": 2, "filterWidth": 2}))
+    mb.op(
+        "MAX_POOL_2D",
+        [h],
+        [p],
+        ("Pool2DOptions", {"padding": 1, "strideH": 2, "strideW": 2, "filterHeight": 2, "filterWidth": 2}),
+    )
     f = _flatten(mb, p, 2048)
     y, _ = _fc(mb, rng, f, s, 2048, 10, None)
     return mb.finish([x], [y]), (16, 16, 32), ""
@@ -183,15 +205,18 @@ class LiteRT:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
         self.note = ""
-        make = lambda: Interpreter(model_content=model, num_threads=1,  # noqa: E731
-                                   experimental_op_resolver_type=getattr(OpResolverType, RESOLVER[runtime]))
+        make = lambda: Interpreter(
+            model_content=model,
+            num_threads=1,
+            experimental_op_resolver_type=getattr(OpResolverType, RESOLVER[runtime]),
+        )
         it = make()
         i = it.get_input_details()[0]
         try:
             it.resize_tensor_input(i["index"], [batch, *i["shape"][1:]])
             it.allocate_tensors()
             self.batched = True
-        except Exception as e:  # noqa: BLE001  (any failure: per-sample fallback, reported)
+        except Exception as e:
             it = make()
             it.allocate_tensors()
             self.batched = False
@@ -269,8 +294,7 @@ def _hwjax_chunked_fn(model, runtime, chunk: int):
     return jax.jit(f)
 
 
-def bench(shapes, batches, repeats: int, *, out=print, seed: int = 0, min_time: float = 0.2,
-          chunk: int = 0) -> dict:
+def bench(shapes, batches, repeats: int, *, out=print, seed: int = 0, min_time: float = 0.2, chunk: int = 0) -> dict:
     """Times every shape at every batch; returns ``{(shape, batch): {candidate: (img/s, exact)}}``
     and prints one table per shape. ``exact`` is None where the candidate did not run."""
     import jax
@@ -299,8 +323,10 @@ def bench(shapes, batches, repeats: int, *, out=print, seed: int = 0, min_time: 
                     row[f"hwjax {rt}"] = [None, None, f"not run: {str(e).split(': ', 1)[-1][:90]}"]
                     continue
                 if chunk and batch > chunk and batch % chunk == 0:
-                    cands[f"hwjax {rt} map{chunk}"] = (_hwjax_chunked_fn(model, rt, chunk),
-                                                       f"lax.map over chunks of {chunk}")
+                    cands[f"hwjax {rt} map{chunk}"] = (
+                        _hwjax_chunked_fn(model, rt, chunk),
+                        f"lax.map over chunks of {chunk}",
+                    )
                 for cand, (fn, nt) in cands.items():
                     got = np.asarray(fn(xd))  # compiles; the exactness check comes before any timing
                     exact = bool(got.shape == want.shape and np.array_equal(got, want))
@@ -309,8 +335,9 @@ def bench(shapes, batches, repeats: int, *, out=print, seed: int = 0, min_time: 
             for cand, sec in time_interleaved(fns, repeats, min_time).items():
                 row[cand][0] = batch / sec
                 if cand.startswith("hwjax"):
-                    row[cand][2] = (row[cand][2] + "; " if row[cand][2] else "") + \
-                        f"{_page_faults(fns[cand]):,.0f} page faults/call"
+                    row[cand][2] = (
+                        row[cand][2] + "; " if row[cand][2] else ""
+                    ) + f"{_page_faults(fns[cand]):,.0f} page faults/call"
             for cand, (ips, exact, nt) in row.items():
                 ips_s = f"{ips:11,.0f}" if ips is not None else f"{'-':>11s}"
                 ex_s = "" if exact is None else str(exact)
@@ -323,15 +350,19 @@ def bench(shapes, batches, repeats: int, *, out=print, seed: int = 0, min_time: 
                     extra = f" (map{chunk}: {hc / lt:.2f}x)" if hc is not None else ""
                     out(f"  {batch:5d} ratio hwjax/LiteRT {rt:9s} {h / lt:6.2f}x{extra}")
                 elif hopt is not None:
-                    out(f"  {batch:5d} ratio hwjax/LiteRT {rt:9s}    n/a (hwjax optimized / LiteRT {rt}: "
-                        f"{hopt / lt:.2f}x)")
+                    out(
+                        f"  {batch:5d} ratio hwjax/LiteRT {rt:9s}    n/a (hwjax optimized / LiteRT {rt}: "
+                        f"{hopt / lt:.2f}x)"
+                    )
             results[(name, batch)] = row
     return results
 
 
 def _summary(results, out=print):
-    out("\nsummary: hwjax / LiteRT images/s (same runtime arithmetic, same batch; goal >= 1x optimized on every "
-        "shape at the largest batch and on the conv shapes at every batch)")
+    out(
+        "\nsummary: hwjax / LiteRT images/s (same runtime arithmetic, same batch; goal >= 1x optimized on every "
+        "shape at the largest batch and on the conv shapes at every batch)"
+    )
     for (name, batch), row in results.items():
         parts = []
         for rt in ("optimized", "xnnpack"):
@@ -351,22 +382,35 @@ def _one_core() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python -m hwjax.bench deployed", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m hwjax.bench deployed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--batches", default="64,1024", help="comma-separated batch sizes (default 64,1024)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, among {list(SHAPES)}")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (best sample is kept)")
     ap.add_argument("--min-time", type=float, default=0.2, help="seconds per timed sample (default 0.2)")
     ap.add_argument("--quick", action="store_true", help="batches 8,64, 2 repeats of 0.05 s (a smoke run)")
-    ap.add_argument("--jax-threads", choices=("1", "all", "both"), default="1",
-                    help="XLA CPU threads: 1 (default: a child process with " + _ONE_THREAD_FLAG + "), all, both")
-    ap.add_argument("--xla-flags", default="",
-                    help="extra XLA_FLAGS for the one-thread child (e.g. --xla_cpu_use_xnnpack=true)")
-    ap.add_argument("--malloc-hugetlb", action="store_true",
-                    help="run the child with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (transparent huge pages for "
-                         "malloc: fewer page faults on the large buffers XLA maps per call)")
-    ap.add_argument("--chunk", type=int, default=0,
-                    help="also time Model.run mapped over chunks of this many examples (lax.map, one jit)")
+    ap.add_argument(
+        "--jax-threads",
+        choices=("1", "all", "both"),
+        default="1",
+        help="XLA CPU threads: 1 (default: a child process with " + _ONE_THREAD_FLAG + "), all, both",
+    )
+    ap.add_argument(
+        "--xla-flags", default="", help="extra XLA_FLAGS for the one-thread child (e.g. --xla_cpu_use_xnnpack=true)"
+    )
+    ap.add_argument(
+        "--malloc-hugetlb",
+        action="store_true",
+        help="run the child with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (transparent huge pages for "
+        "malloc: fewer page faults on the large buffers XLA maps per call)",
+    )
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=0,
+        help="also time Model.run mapped over chunks of this many examples (lax.map, one jit)",
+    )
     args = ap.parse_args(argv)
     if args.jax_threads != "all" and os.environ.get(_CHILD_ENV) != "1":
         env = dict(os.environ)
@@ -375,14 +419,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.malloc_hugetlb:
             env["GLIBC_TUNABLES"] = ":".join(t for t in (env.get("GLIBC_TUNABLES", ""), "glibc.malloc.hugetlb=1") if t)
         child_only = ("--jax-threads", "--xla-flags", "--malloc-hugetlb")
-        rest = [a for i, a in enumerate(argv) if not a.startswith(child_only)
-                and not (i > 0 and argv[i - 1] in child_only[:2])]
+        rest = [
+            a
+            for i, a in enumerate(argv)
+            if not a.startswith(child_only) and not (i > 0 and argv[i - 1] in child_only[:2])
+        ]
         if args.jax_threads == "both":
             print("=== XLA default threads ===", flush=True)
             rc = main([*rest, "--jax-threads", "all"])
             print("\n=== XLA on one thread ===", flush=True)
-        r = subprocess.run([sys.executable, "-m", "hwjax.bench", "deployed", *rest, "--jax-threads", "1"], env=env,
-                           preexec_fn=_one_core)
+        r = subprocess.run(
+            [sys.executable, "-m", "hwjax.bench", "deployed", *rest, "--jax-threads", "1"],
+            env=env,
+            preexec_fn=_one_core,
+        )
         return r.returncode if args.jax_threads == "1" else max(rc, r.returncode)
 
     import jax
@@ -395,13 +445,18 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown shapes {bad}; choose among {list(SHAPES)}")
     flags = os.environ.get("XLA_FLAGS", "")
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    threads = ("1 thread" if _ONE_THREAD_FLAG in flags else "XLA default thread pool") + \
-        (f" (XLA_FLAGS={flags})" if flags else "") + \
-        (f", pinned to CPU {cores[0]}" if cores is not None and len(cores) == 1 else "")
+    threads = (
+        ("1 thread" if _ONE_THREAD_FLAG in flags else "XLA default thread pool")
+        + (f" (XLA_FLAGS={flags})" if flags else "")
+        + (f", pinned to CPU {cores[0]}" if cores is not None and len(cores) == 1 else "")
+    )
     tun = os.environ.get("GLIBC_TUNABLES", "")
-    print(f"device: {jax.devices()[0].platform}, {os.cpu_count()} CPUs visible, load average "
-          f"{os.getloadavg()[0]:.1f}; LiteRT num_threads=1; JAX: {threads}"
-          + (f"; GLIBC_TUNABLES={tun}" if tun else "") + f"; batches {batches}, best of {repeats} interleaved rounds")
+    print(
+        f"device: {jax.devices()[0].platform}, {os.cpu_count()} CPUs visible, load average "
+        f"{os.getloadavg()[0]:.1f}; LiteRT num_threads=1; JAX: {threads}"
+        + (f"; GLIBC_TUNABLES={tun}" if tun else "")
+        + f"; batches {batches}, best of {repeats} interleaved rounds"
+    )
     results = bench(shapes, batches, repeats, min_time=min_time, chunk=args.chunk)
     _summary(results)
     exact = all(v[1] in (None, True) for row in results.values() for v in row.values())

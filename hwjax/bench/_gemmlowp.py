@@ -38,8 +38,15 @@ def np_draw_index(w, d, wp, depth, l1_depth):
     d0 = (d // l1_depth) * l1_depth
     krd = _cdiv(np.minimum(l1_depth, depth - d0), 16) * 16
     dd = d - d0
-    return (wp * d0 + (w // 8) * 8 * krd + (dd // 16) * 128 + ((dd % 16) // 4) * 32
-            + ((w % 8) // 4) * 16 + (w % 4) * 4 + (d % 4))
+    return (
+        wp * d0
+        + (w // 8) * 8 * krd
+        + (dd // 16) * 128
+        + ((dd % 16) // 4) * 32
+        + ((w % 8) // 4) * 16
+        + (w % 4) * 4
+        + (d % 4)
+    )
 
 
 def np_offsets(n, mode):
@@ -54,7 +61,7 @@ def np_pack(lhs, rhs, lhs_bits, rhs_bits, mode, bp):
     rows, depth = lhs.shape
     cols = rhs.shape[1]
     _, l2_cols, _, _, _, l1_depth = bp
-    ar = lambda n: np.arange(n, dtype=np.int32)  # noqa: E731  (int32 index arithmetic is enough)
+    ar = lambda n: np.arange(n, dtype=np.int32)
     w, d = np.meshgrid(ar(rows), ar(depth), indexing="ij")
     nl = np_draw_index(w, d, _cdiv(rows, 8) * 8, depth, l1_depth)
     d, c = np.meshgrid(ar(depth), ar(cols), indexing="ij")
@@ -96,9 +103,12 @@ def np_gemm_lt8(lhs, rhs, lhs_offset, rhs_offset, lhs_bits, rhs_bits, mode, lega
     else:
         xx = pl @ pr
     ml, mr = 2**lhs_bits - 1, 2**rhs_bits - 1
-    acc = (np_rmcf(xx, 65025, ml * mr) + np_rmcf(np_wrap32(pl.sum(1)[:, None] * rhs_offset), 255, ml)
-           + np_rmcf(np_wrap32(pr.sum(0)[None, :] * lhs_offset), 255, mr)
-           + np_wrap32(lhs_offset * rhs_offset * depth))
+    acc = (
+        np_rmcf(xx, 65025, ml * mr)
+        + np_rmcf(np_wrap32(pl.sum(1)[:, None] * rhs_offset), 255, ml)
+        + np_rmcf(np_wrap32(pr.sum(0)[None, :] * lhs_offset), 255, mr)
+        + np_wrap32(lhs_offset * rhs_offset * depth)
+    )
     acc = np_wrap32(acc)
     off, mult, shift = legacy
     return np.clip(np_rdbpot(np_wrap32(np_wrap32(acc + off) * mult), shift), 0, 255).astype(np.uint8)
@@ -127,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows, depth, cols = args.rows, args.depth, args.cols
     if not G.is_requantization_worth_it(rows, cols):
-        raise SystemExit(f"{rows}x{cols} is below gemmlowp's IsRequantizationWorthIt threshold: "
-                         "gemm_lt8 would run the exact 8-bit GEMM")
+        raise SystemExit(
+            f"{rows}x{cols} is below gemmlowp's IsRequantizationWorthIt threshold: "
+            "gemm_lt8 would run the exact 8-bit GEMM"
+        )
 
     rng = np.random.default_rng(args.seed)
     lhs = rng.integers(0, 256, (rows, depth)).astype(np.uint8)
@@ -138,17 +150,33 @@ def main(argv: list[str] | None = None) -> int:
     mode = G.rounding_mode(depth)
     L, R = G.A5B7.lhs_bits, G.A5B7.rhs_bits
 
-    lt8 = jax.jit(lambda a, b: G.gemm_lt8(a, b, lhs_offset=lo, rhs_offset=ro, bit_depth=G.A5B7,
-                                          result_offset=legacy[0], result_mult_int=legacy[1],
-                                          result_shift=legacy[2]))
-    exact = jax.jit(lambda a, b: G.gemm(a, b, lhs_offset=lo, rhs_offset=ro, output_stages=(
-        G.QuantizeDownInt32ToUint8Scale(*legacy), G.SaturatingCastToUint8())))
+    lt8 = jax.jit(
+        lambda a, b: G.gemm_lt8(
+            a,
+            b,
+            lhs_offset=lo,
+            rhs_offset=ro,
+            bit_depth=G.A5B7,
+            result_offset=legacy[0],
+            result_mult_int=legacy[1],
+            result_shift=legacy[2],
+        )
+    )
+    exact = jax.jit(
+        lambda a, b: G.gemm(
+            a,
+            b,
+            lhs_offset=lo,
+            rhs_offset=ro,
+            output_stages=(G.QuantizeDownInt32ToUint8Scale(*legacy), G.SaturatingCastToUint8()),
+        )
+    )
     a, b = jax.device_put(lhs), jax.device_put(rhs)
     t_lt8 = time_fn(lt8, a, b, repeats=args.repeats)
     t_exact = time_fn(exact, a, b, repeats=args.repeats)
 
-    ref_int = lambda: np_gemm_lt8(lhs, rhs, lo, ro, L, R, mode, legacy)  # noqa: E731
-    ref_blas = lambda: np_gemm_lt8(lhs, rhs, lo, ro, L, R, mode, legacy, float_blas=True)  # noqa: E731
+    ref_int = lambda: np_gemm_lt8(lhs, rhs, lo, ro, L, R, mode, legacy)
+    ref_blas = lambda: np_gemm_lt8(lhs, rhs, lo, ro, L, R, mode, legacy, float_blas=True)
     n_int = _time_numpy(ref_int, max(2, args.repeats // 2))
     n_blas = _time_numpy(ref_blas, args.repeats)
 
@@ -157,8 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     same_blas = np.array_equal(got, ref_blas())
 
     dev = jax.devices()[0]
-    print(f"device: {dev.platform} ({dev.device_kind}); gemm_lt8 {rows}x{depth}x{cols} uint8, A5B7 (L7R5), "
-          f"rounding auto -> {mode}, legacy uint8 output stage")
+    print(
+        f"device: {dev.platform} ({dev.device_kind}); gemm_lt8 {rows}x{depth}x{cols} uint8, A5B7 (L7R5), "
+        f"rounding auto -> {mode}, legacy uint8 output stage"
+    )
     print(f"{'candidate':44s} {'best ms':>9s} {'median ms':>10s}")
     print(f"{'gemm_lt8 (jit)':44s} {t_lt8.best * 1e3:9.2f} {t_lt8.median * 1e3:10.2f}")
     print(f"{'gemm exact uint8 (jit, same output stage)':44s} {t_exact.best * 1e3:9.2f} {t_exact.median * 1e3:10.2f}")
@@ -166,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'NumPy reference, float64 BLAS matmul':44s} {n_blas[0] * 1e3:9.2f} {n_blas[1] * 1e3:10.2f}")
     r_int = n_int[0] / t_lt8.best
     r_blas = n_blas[0] / t_lt8.best
-    print(f"speed-up over NumPy (best/best): int64 matmul {r_int:.1f}x, float64 BLAS {r_blas:.1f}x "
-          f"(target >= {TARGET_RATIO:.0f}x: {'met' if min(r_int, r_blas) >= TARGET_RATIO else 'met vs int64 only' if r_int >= TARGET_RATIO else 'NOT met'})")
+    print(
+        f"speed-up over NumPy (best/best): int64 matmul {r_int:.1f}x, float64 BLAS {r_blas:.1f}x "
+        f"(target >= {TARGET_RATIO:.0f}x: {'met' if min(r_int, r_blas) >= TARGET_RATIO else 'met vs int64 only' if r_int >= TARGET_RATIO else 'NOT met'})"
+    )
     print(f"bit-exact against both NumPy references: {same_int and same_blas}")
     return 0 if same_int and same_blas else 1

@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     x, w, safe, near = make_data(args.b, args.n, args.k)
     dims = (((1,), (1,)), ((), ()))
     dot = jax.jit(lambda a, xx, ww: a + jax.lax.dot_general(xx, ww, dims, preferred_element_type=jnp.int32))
-    print(f"backend={jax.default_backend()} device={jax.devices()[0].device_kind} "
-          f"B={args.b} N={args.n} K={args.k} int8 route={args.route}")
+    print(
+        f"backend={jax.default_backend()} device={jax.devices()[0].device_kind} "
+        f"B={args.b} N={args.n} K={args.k} int8 route={args.route}"
+    )
     # Compile and check everything first; then time all candidates in interleaved rounds
     # (best sample of each), so that load from other processes spreads over all of them.
     cands = {"dot": (dot, safe)}
@@ -57,15 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     for label, acc0 in (("(a) no-sat", safe), ("(b) sat", near)):
         for chunk in (1, 32):
             one = lambda a, xx, ww, c=chunk, **kw: mac(a, xx, ww, chunk=c, route=args.route, **kw)
-            cands[(label, chunk, "ref")] = (jax.jit(lambda a, xx, ww, c=chunk: mac_reference(a, xx, ww, chunk=c)),
-                                            acc0)
+            cands[(label, chunk, "ref")] = (jax.jit(lambda a, xx, ww, c=chunk: mac_reference(a, xx, ww, chunk=c)), acc0)
             want = mac_reference(acc0, x, w, chunk=chunk, return_clipped=True)
             for call, wrap in (("jit", lambda f: f), ("vmap", lambda f: jax.vmap(f, in_axes=(0, 0, None)))):
                 f = jax.jit(wrap(one))
                 g = jax.jit(wrap(lambda a, xx, ww: one(a, xx, ww, return_clipped=True)))
                 got, (acc, clipped) = f(acc0, x, w), g(acc0, x, w)
-                same = bool(jnp.array_equal(got, want[0]) & jnp.array_equal(acc, want[0])
-                            & jnp.array_equal(clipped, want[1]))
+                same = bool(
+                    jnp.array_equal(got, want[0]) & jnp.array_equal(acc, want[0]) & jnp.array_equal(clipped, want[1])
+                )
                 cands[(label, chunk, call)] = (f, acc0)
                 rows.append((label, chunk, call, same))
     best = {key: float("inf") for key in cands}
@@ -77,13 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'data':<12}{'chunk':>6}{'call':>6}{'mac ms':>10}{'ref ms':>10}{'dot/mac':>9}{'ref/mac':>9}  exact")
     for label, chunk, call, same in rows:
         t_mac, t_ref = best[(label, chunk, call)], best[(label, chunk, "ref")]
-        print(f"{label:<12}{chunk:>6}{call:>6}{t_mac * 1e3:10.3f}{t_ref * 1e3:10.2f}"
-              f"{t_dot / t_mac:9.2f}{t_ref / t_mac:9.1f}  {same}")
+        print(
+            f"{label:<12}{chunk:>6}{call:>6}{t_mac * 1e3:10.3f}{t_ref * 1e3:10.2f}"
+            f"{t_dot / t_mac:9.2f}{t_ref / t_mac:9.1f}  {same}"
+        )
     if not all(r[3] for r in rows):
         print("ERROR: mac differs from mac_reference")
         return 1
     acc, clipped = jax.jit(lambda a: mac(a, x, w, chunk=1, return_clipped=True))(near)
-    print(f"(b) chunk=1: {int(jnp.sum(jnp.abs(acc) == M32))} of {args.b * args.n} outputs end at "
-          f"+-(2**31-1); {int(jnp.sum(clipped > 0))} clipped at least once, "
-          f"{int(jnp.sum(clipped))} clipping steps in all")
+    print(
+        f"(b) chunk=1: {int(jnp.sum(jnp.abs(acc) == M32))} of {args.b * args.n} outputs end at "
+        f"+-(2**31-1); {int(jnp.sum(clipped > 0))} clipped at least once, "
+        f"{int(jnp.sum(clipped))} clipping steps in all"
+    )
     return 0

@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = sigmoid_lut()
     x = _inputs(cfg, args.n, args.seed)
-    xp = jnp.asarray(cfg.lo_start + np.arange(LO_DEPTH, dtype=np.float64) * 2.0**cfg.lo_index_select,
-                     jnp.float32)
+    xp = jnp.asarray(cfg.lo_start + np.arange(LO_DEPTH, dtype=np.float64) * 2.0**cfg.lo_index_select, jnp.float32)
     fp = jnp.asarray(cfg.lo_table, jnp.float32)
 
     exact = jax.jit(lambda v: sdp_lut(v, cfg))

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     x_cal = rng.uniform(0, 1, (512,) + shape).astype(np.float32)
     hn.set_mode(model, "calibrate")
     model(jnp.asarray(x_cal))
-    x = jnp.asarray(x_cal[:args.batch_size])
+    x = jnp.asarray(x_cal[: args.batch_size])
     y = jnp.asarray(rng.integers(0, 10, args.batch_size), jnp.int32)
     tx = optax.adam(1e-3)
 
@@ -83,17 +83,24 @@ def main(argv: list[str] | None = None) -> int:
     same = bool(np.array_equal(np.asarray(flax_eval(state, xe)), np.asarray(loaded_eval(loaded.state(), xe))))
 
     dev = jax.devices()[0]
-    print(f"hwjax train benchmark: {args.model} on {target!r}, {dev.platform} ({dev.device_kind}), "
-          f"{jax.device_count()} device(s)")
-    print(f"  float training step          (batch {args.batch_size}): {1e3 * times['float'].median:8.3f} ms "
-          f"(best {1e3 * times['float'].best:.3f})")
-    print(f"  hardware-aware training step (batch {args.batch_size}): {1e3 * times['hardware'].median:8.3f} ms "
-          f"(best {1e3 * times['hardware'].best:.3f})")
+    print(
+        f"hwjax train benchmark: {args.model} on {target!r}, {dev.platform} ({dev.device_kind}), "
+        f"{jax.device_count()} device(s)"
+    )
+    print(
+        f"  float training step          (batch {args.batch_size}): {1e3 * times['float'].median:8.3f} ms "
+        f"(best {1e3 * times['float'].best:.3f})"
+    )
+    print(
+        f"  hardware-aware training step (batch {args.batch_size}): {1e3 * times['hardware'].median:8.3f} ms "
+        f"(best {1e3 * times['hardware'].best:.3f})"
+    )
     print(f"  ratio hardware-aware / float: {ratio:.2f}x (target <= 3x)")
-    ips = {k: args.eval_batch_size / t.median for k, t in (("float", t_float), ("flax", t_flax),
-                                                           ("loaded", t_loaded))}
-    print(f"  evaluation (batch {args.eval_batch_size}): float Flax model {ips['float']:,.0f} images/s; bit-exact: "
-          f"Flax hardware mode {ips['flax']:,.0f} images/s ({ips['flax'] / ips['float']:.2f}x float), exported "
-          f"integer model {ips['loaded']:,.0f} images/s ({ips['loaded'] / ips['float']:.2f}x float; outputs "
-          f"identical: {same})")
+    ips = {k: args.eval_batch_size / t.median for k, t in (("float", t_float), ("flax", t_flax), ("loaded", t_loaded))}
+    print(
+        f"  evaluation (batch {args.eval_batch_size}): float Flax model {ips['float']:,.0f} images/s; bit-exact: "
+        f"Flax hardware mode {ips['flax']:,.0f} images/s ({ips['flax'] / ips['float']:.2f}x float), exported "
+        f"integer model {ips['loaded']:,.0f} images/s ({ips['loaded'] / ips['float']:.2f}x float; outputs "
+        f"identical: {same})"
+    )
     return 0 if same else 1

@@ -56,8 +56,9 @@ def _timed_rounds(fns: dict[str, tuple[Callable, tuple]], repeats: int, min_time
 # ------------------------------------------------------------------ current conv2d
 
 
-def _conv2d_section(batches: list[int], size: int, c_in: int, c_out: int, k: int, pad_value: int,
-                    repeats: int, seed: int) -> bool:
+def _conv2d_section(
+    batches: list[int], size: int, c_in: int, c_out: int, k: int, pad_value: int, repeats: int, seed: int
+) -> bool:
     rng = np.random.default_rng(seed)
     kern = jnp.asarray(rng.integers(-128, 128, (c_out, k, k, c_in)), jnp.int8)
     mul = jnp.asarray(rng.integers(2000, 16000, c_out), jnp.int16)
@@ -72,31 +73,42 @@ def _conv2d_section(batches: list[int], size: int, c_in: int, c_out: int, k: int
         return jax.lax.pad(x, pv.astype(x.dtype), [(0, 0, 0), (pad, pad, 0), (pad, pad, 0), (0, 0, 0)])
 
     def int8_conv(x, kern, pv):
-        return jax.lax.conv_general_dilated(padded(x, pv), kern, (1, 1), "VALID", dimension_numbers=_DN,
-                                            preferred_element_type=jnp.int32)
+        return jax.lax.conv_general_dilated(
+            padded(x, pv), kern, (1, 1), "VALID", dimension_numbers=_DN, preferred_element_type=jnp.int32
+        )
 
     def f32_conv(x, kern, pv):
-        y = jax.lax.conv_general_dilated(padded(x, pv).astype(jnp.float32), kern.astype(jnp.float32), (1, 1),
-                                         "VALID", dimension_numbers=_DN, precision=jax.lax.Precision.HIGHEST)
+        y = jax.lax.conv_general_dilated(
+            padded(x, pv).astype(jnp.float32),
+            kern.astype(jnp.float32),
+            (1, 1),
+            "VALID",
+            dimension_numbers=_DN,
+            precision=jax.lax.Precision.HIGHEST,
+        )
         return y.astype(jnp.int32)
 
     def patches_dot(x, kern, pv):
         p = extract_patches(x, geom, pad_value=pv)
-        return jax.lax.dot_general(p, kern.reshape(c_out, -1), (((3,), (1,)), ((), ())),
-                                   preferred_element_type=jnp.int32)
+        return jax.lax.dot_general(
+            p, kern.reshape(c_out, -1), (((3,), (1,)), ((), ())), preferred_element_type=jnp.int32
+        )
 
     baselines = {"int8 lax.conv_general_dilated": int8_conv, "extract_patches + int8 dot": patches_dot}
     if f32_exact:
         baselines["float32 conv (HIGHEST, exact)"] = f32_conv
     baselines = {name: jax.jit(f) for name, f in baselines.items()}
-    run = functools.partial(conv2d, multipliers=mul, biases=bias, stride=(1, 1), pad_top_left=(pad, pad),
-                            out_shape=(size, size), **shifts)
+    run = functools.partial(
+        conv2d, multipliers=mul, biases=bias, stride=(1, 1), pad_top_left=(pad, pad), out_shape=(size, size), **shifts
+    )
     xs3_conv = jax.jit(lambda x, kern, pv: run(x, kern, pad_value=pv))
     xs3_both = jax.jit(lambda x, kern, pv: run(x, kern, pad_value=pv, return_accumulators=True))
 
     ok = True
-    print(f"xs3 conv2d: {size}x{size}x{c_in} -> {c_out}, {k}x{k}, padding {pad}, pad value {pad_value} "
-          f"(K = {big_k}; device {jax.devices()[0].platform})")
+    print(
+        f"xs3 conv2d: {size}x{size}x{c_in} -> {c_out}, {k}x{k}, padding {pad}, pad value {pad_value} "
+        f"(K = {big_k}; device {jax.devices()[0].platform})"
+    )
     for b in batches:
         x = jnp.asarray(rng.integers(-128, 128, (b, size, size, c_in)), jnp.int8)
         pv = jnp.asarray(pad_value, jnp.int32)
@@ -110,7 +122,7 @@ def _conv2d_section(batches: list[int], size: int, c_in: int, c_out: int, k: int
         for n, f in baselines.items():  # a baseline this backend cannot run, or runs inexactly, is left out
             try:
                 same = np.array_equal(np.asarray(f(x, kern, pv)), want)
-            except Exception as e:  # noqa: BLE001 (e.g. cuDNN has no int8 -> int32 convolution)
+            except Exception as e:
                 print(f"    baseline {n}: not available on {jax.default_backend()} ({type(e).__name__})")
                 continue
             if not same:
@@ -125,11 +137,14 @@ def _conv2d_section(batches: list[int], size: int, c_in: int, c_out: int, k: int
         print(f"  batch {b}:")
         for n, (best, med) in t.items():
             print(f"    {n:<32} best {best * 1e3:8.3f} ms  median {med * 1e3:8.3f} ms")
-        print(f"    speed of conv2d relative to the fastest plain path ({fastest}): {speed:.2f}x "
-              f"(target >= {TARGET_SPEED}x: {'met' if speed >= TARGET_SPEED else 'NOT met'}); "
-              f"from the medians: {speed_med:.2f}x")
-        print(f"    accumulators equal to the CPU integer reference, output = otfn_int8(acc): "
-              f"{'yes' if exact else 'NO'}")
+        print(
+            f"    speed of conv2d relative to the fastest plain path ({fastest}): {speed:.2f}x "
+            f"(target >= {TARGET_SPEED}x: {'met' if speed >= TARGET_SPEED else 'NOT met'}); "
+            f"from the medians: {speed_med:.2f}x"
+        )
+        print(
+            f"    accumulators equal to the CPU integer reference, output = otfn_int8(acc): {'yes' if exact else 'NO'}"
+        )
         ok &= exact
     return ok
 
@@ -142,9 +157,14 @@ def _data(batch: int, size: int, c_in: int, c_out: int, k: int, seed: int):
     x = rng.integers(-128, 128, (batch, size, size, c_in), dtype=np.int8)
     kern = rng.integers(-128, 128, (c_out, k, k, c_in), dtype=np.int8)
     bias = rng.integers(-(2**20), 2**20, c_out).astype(np.int32)
-    bso = make_bso(bias, np.full(c_out, 6), rng.integers(8000, 30000, c_out),
-                   rng.integers(-100, 100, c_out), rng.integers(-100, 100, c_out),
-                   np.full(c_out, 20))
+    bso = make_bso(
+        bias,
+        np.full(c_out, 6),
+        rng.integers(8000, 30000, c_out),
+        rng.integers(-100, 100, c_out),
+        rng.integers(-100, 100, c_out),
+        np.full(c_out, 20),
+    )
     return x, kern, bso
 
 
@@ -165,19 +185,24 @@ def _deep_section(batch: int, size: int, c: int, repeats: int, seed: int) -> boo
         xp = jax.lax.pad(x, jnp.int8(zp), [(0, 0, 0), (1, 1, 0), (1, 1, 0), (0, 0, 0)])
         if on_gpu:  # float32 at HIGHEST: exact, every partial sum below 9 * c * 2**14 < 2**24
             assert ks * ks * c * 2**14 < 2**24
-            return jax.lax.conv_general_dilated(xp.astype(jnp.float32), kern.astype(jnp.float32), (1, 1), "VALID",
-                                                dimension_numbers=_DN,
-                                                precision=jax.lax.Precision.HIGHEST).astype(jnp.int32)
-        return jax.lax.conv_general_dilated(xp, kern, window_strides=(1, 1), padding="VALID",
-                                            dimension_numbers=_DN, preferred_element_type=jnp.int32)
+            return jax.lax.conv_general_dilated(
+                xp.astype(jnp.float32),
+                kern.astype(jnp.float32),
+                (1, 1),
+                "VALID",
+                dimension_numbers=_DN,
+                precision=jax.lax.Precision.HIGHEST,
+            ).astype(jnp.int32)
+        return jax.lax.conv_general_dilated(
+            xp, kern, window_strides=(1, 1), padding="VALID", dimension_numbers=_DN, preferred_element_type=jnp.int32
+        )
 
     plain = jax.jit(plain_acc)
 
     @jax.jit
     def plain_pipeline(x, kern, bso):
         f = split_bso(bso, c)
-        y = bso_output(plain_acc(x, kern) + f.bias, f, out_bits=8, symmetric=False,
-                        variant="hardware")[0]
+        y = bso_output(plain_acc(x, kern) + f.bias, f, out_bits=8, symmetric=False, variant="hardware")[0]
         return y.astype(jnp.int8)
 
     xj, kj, zj = jnp.asarray(x), jnp.asarray(kern), jnp.asarray(zp, jnp.int32)
@@ -185,15 +210,25 @@ def _deep_section(batch: int, size: int, c: int, repeats: int, seed: int) -> boo
     y_plain = np.asarray(plain_pipeline(xj, kj, bso))
     equal = np.array_equal(y_deep, y_plain)
 
-    t = _timed_rounds({"conv2d_deep (jit)": (lambda a, b, s: deep(a, b, s, zero_point=zj), (xj, kj, bso)),
-                       "lax.conv_general_dilated": (plain, (xj, kj))}, repeats, 0.2)
+    t = _timed_rounds(
+        {
+            "conv2d_deep (jit)": (lambda a, b, s: deep(a, b, s, zero_point=zj), (xj, kj, bso)),
+            "lax.conv_general_dilated": (plain, (xj, kj)),
+        },
+        repeats,
+        0.2,
+    )
     ratio = t["conv2d_deep (jit)"][0] / t["lax.conv_general_dilated"][0]
-    print(f"xs3 conv2d_deep: {batch} images {size}x{size}x{c}, {c} outputs, "
-          f"{ks}x{ks}, padding 1 (device {jax.devices()[0].platform})")
+    print(
+        f"xs3 conv2d_deep: {batch} images {size}x{size}x{c}, {c} outputs, "
+        f"{ks}x{ks}, padding 1 (device {jax.devices()[0].platform})"
+    )
     for n, (best, med) in t.items():
         print(f"  {n:<27} median {med * 1e3:9.2f} ms  best {best * 1e3:9.2f} ms")
-    print(f"  ratio conv2d_deep / plain conv: {ratio:.2f}x (target <= {TARGET_RATIO:.0f}x: "
-          f"{'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+    print(
+        f"  ratio conv2d_deep / plain conv: {ratio:.2f}x (target <= {TARGET_RATIO:.0f}x: "
+        f"{'met' if ratio <= TARGET_RATIO else 'NOT met'})"
+    )
     print(f"  bit-exact against plain conv + BSO pipeline: {'yes' if equal else 'NO'}")
     return equal
 
@@ -212,8 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     ok = True
     if args.only in (None, "conv2d"):
-        ok &= _conv2d_section(args.batches, args.conv_size, args.channels, args.channels, 3, -5,
-                              args.repeats, args.seed)
+        ok &= _conv2d_section(
+            args.batches, args.conv_size, args.channels, args.channels, 3, -5, args.repeats, args.seed
+        )
     if args.only in (None, "deep"):
         ok &= _deep_section(args.batch, args.size, args.channels, args.deep_repeats, args.seed)
     return 0 if ok else 1

@@ -42,10 +42,12 @@ try:  # a trace-context config state: part of jit's cache key
     from jax._src import config as _jax_config
 
     _FLAG = _jax_config.bool_state(
-        "hwjax_checked_mode", False,
+        "hwjax_checked_mode",
+        False,
         "Set by hwjax.checked() while it traces: hwjax validators emit checkify checks "
         "for traced values. Not meant to be set directly.",
-        include_in_trace_context=True)
+        include_in_trace_context=True,
+    )
 
     def enabled() -> bool:
         """True while :func:`checked` traces its function."""
@@ -111,8 +113,7 @@ def check_integral(x: jax.Array, name: str) -> None:
     """Checked mode: emits the check that a traced float ``x`` holds integers only."""
     if not jnp.issubdtype(x.dtype, jnp.floating):
         return
-    check_ok(jnp.isfinite(x) & (jnp.floor(x) == x), x,
-             f"{name} is a float array and must hold integer values only")
+    check_ok(jnp.isfinite(x) & (jnp.floor(x) == x), x, f"{name} is a float array and must hold integer values only")
 
 
 def check_finite(x: jax.Array, name: str) -> None:
@@ -157,8 +158,10 @@ def checked(fn: Callable) -> Callable:
             if nested:  # an enclosing checked() functionalises and reports it
                 checkify.check_error(err)
                 return out
-            raise ArgTypeError("hwjax.checked(fn) must be the outermost transformation: call "
-                            "hwjax.checked(jax.jit(fn)) rather than jax.jit(hwjax.checked(fn))")
+            raise ArgTypeError(
+                "hwjax.checked(fn) must be the outermost transformation: call "
+                "hwjax.checked(jax.jit(fn)) rather than jax.jit(hwjax.checked(fn))"
+            )
         msg = err.get()
         if msg is not None:
             if TAG in msg:

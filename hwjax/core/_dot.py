@@ -105,15 +105,16 @@ def int_dot(x, w, dimension_numbers: DimensionNumbers, *, route: Route = "auto")
         (cx, cw), (bx, bw) = dimension_numbers
         cx, cw, bx, bw = (tuple(int(i) for i in t) for t in (cx, cw, bx, bw))
     except (TypeError, ValueError):
-        raise ShapeError(f"dimension_numbers must be ((x_contract, w_contract), (x_batch, w_batch)), got "
-                         f"{dimension_numbers!r}") from None
+        raise ShapeError(
+            f"dimension_numbers must be ((x_contract, w_contract), (x_batch, w_batch)), got {dimension_numbers!r}"
+        ) from None
     for axes, a, name in ((cx + bx, x, "x"), (cw + bw, w, "w")):
         if any(not -a.ndim <= i < a.ndim for i in axes):
             raise ShapeError(f"dimension_numbers name axes {axes} outside {name}'s {a.ndim} dimensions")
-    if len(cx) != len(cw) or len(bx) != len(bw) or \
-            [x.shape[i] for i in cx + bx] != [w.shape[i] for i in cw + bw]:
-        raise ShapeError(f"dimension_numbers {dimension_numbers!r} pair axes of different sizes: x {x.shape}, "
-                         f"w {w.shape}")
+    if len(cx) != len(cw) or len(bx) != len(bw) or [x.shape[i] for i in cx + bx] != [w.shape[i] for i in cw + bw]:
+        raise ShapeError(
+            f"dimension_numbers {dimension_numbers!r} pair axes of different sizes: x {x.shape}, w {w.shape}"
+        )
     return _int_dot(x, w, dims=((cx, cw), (bx, bw)), route=default_route(route), prod_bits=bits[0] + bits[1])
 
 

@@ -169,8 +169,9 @@ def quantize_affine(x, scale, zero_point, *, lo: int = -128, hi: int = 127) -> j
         raise RangeError(f"lo must be <= hi, got lo={lo}, hi={hi}")
     raw = (x, scale, zero_point)  # NumPy / Python values are checked on the host, with no copy back
     x, scale, zero_point = V.as_array(x, "x"), V.as_array(scale, "scale"), V.as_array(zero_point, "zero_point")
-    host = [r if isinstance(r, (np.ndarray, np.generic, int, float)) else a
-            for r, a in zip(raw, (x, scale, zero_point))]
+    host = [
+        r if isinstance(r, (np.ndarray, np.generic, int, float)) else a for r, a in zip(raw, (x, scale, zero_point))
+    ]
     V.kind(x, "x")
     V.check_finite(host[0], "x")
     V.kind(scale, "scale")

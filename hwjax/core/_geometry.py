@@ -59,8 +59,10 @@ def _padding_pairs(padding: Any, *, lo: int) -> tuple[Pair, Pair]:
     try:
         a, b = padding
     except (TypeError, ValueError):
-        raise V.ArgTypeError("padding must be 'SAME', 'VALID', an int, a pair (vertical, horizontal) or "
-                        f"((top, bottom), (left, right)), got {padding!r}") from None
+        raise V.ArgTypeError(
+            "padding must be 'SAME', 'VALID', an int, a pair (vertical, horizontal) or "
+            f"((top, bottom), (left, right)), got {padding!r}"
+        ) from None
     if all(isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in (a, b)):
         ph, pw = _pair((a, b), "padding", lo)
         return ((ph, ph), (pw, pw))
@@ -113,7 +115,8 @@ class ConvGeometry:
         if min(self.out_hw) < 1:
             raise ShapeError(
                 f"a {self.in_hw} input with a {self.kernel} kernel (dilation {self.dilation}), stride "
-                f"{self.stride} and padding {self.padding} has no output pixels (out_hw = {self.out_hw})")
+                f"{self.stride} and padding {self.padding} has no output pixels (out_hw = {self.out_hw})"
+            )
 
     # ------------------------------------------------------------------ constructors
 
@@ -133,8 +136,7 @@ class ConvGeometry:
             if padding == "VALID":
                 pads = ((0, 0), (0, 0))
             elif padding == "SAME":
-                pads = tuple(_same_pads(in_hw[i], _dilated(kernel[i], dilation[i]), stride[i])
-                             for i in range(2))
+                pads = tuple(_same_pads(in_hw[i], _dilated(kernel[i], dilation[i]), stride[i]) for i in range(2))
             else:
                 raise RangeError(f"padding must be 'SAME', 'VALID', an int or explicit pairs, got {padding!r}")
         else:
@@ -155,8 +157,10 @@ class ConvGeometry:
         stride, dilation = _pair(window_stride, "window_stride", 1), _pair(dilation, "dilation", 1)
         start = _pair(window_start, "window_start", -_MAX)
         out = _pair(out_hw, "out_hw", 1)
-        pads = tuple((-start[i], start[i] + (out[i] - 1) * stride[i] + _dilated(kernel[i], dilation[i]) - in_hw[i])
-                     for i in range(2))
+        pads = tuple(
+            (-start[i], start[i] + (out[i] - 1) * stride[i] + _dilated(kernel[i], dilation[i]) - in_hw[i])
+            for i in range(2)
+        )
         return ConvGeometry(in_hw, kernel, stride, pads, dilation)
 
     # ---------------------------------------------------------------- derived values
@@ -164,8 +168,9 @@ class ConvGeometry:
     @property
     def out_hw(self) -> Pair:
         """(OH, OW) = ``(H + top + bottom - ((kh - 1) * dv + 1)) // sv + 1`` (and the width)."""
-        return tuple((self.in_hw[i] + sum(self.padding[i]) - self.effective_kernel[i]) // self.stride[i] + 1
-                     for i in range(2))  # type: ignore[return-value]
+        return tuple(
+            (self.in_hw[i] + sum(self.padding[i]) - self.effective_kernel[i]) // self.stride[i] + 1 for i in range(2)
+        )  # type: ignore[return-value]
 
     @property
     def pad_top_left(self) -> Pair:
@@ -222,8 +227,9 @@ def _pad_scalar(pad_value: Any, dtype) -> jax.Array:
         raise V.ArgTypeError(f"pad_value must be an integer or float scalar, got dtype {a.dtype}")
     if jnp.issubdtype(dtype, jnp.integer):
         if not np.issubdtype(a.dtype, np.integer):
-            raise V.ArgTypeError(f"pad_value must be an integer scalar for an integer x ({np.dtype(dtype)}), "
-                            f"got dtype {a.dtype}")
+            raise V.ArgTypeError(
+                f"pad_value must be an integer scalar for an integer x ({np.dtype(dtype)}), got dtype {a.dtype}"
+            )
         info = jnp.iinfo(dtype)
         V.check_range(a, int(info.min), int(info.max), f"pad_value (for x of dtype {np.dtype(dtype)})")
     return a.astype(dtype) if isinstance(a, jax.core.Tracer) else np.asarray(a).astype(np.dtype(dtype))
@@ -235,8 +241,7 @@ def _check_image(x: Any, geom: ConvGeometry) -> jax.Array:
     x = V.as_array(x, "x")
     V.kind(x, "x")
     if x.ndim < 3 or tuple(x.shape[-3:-1]) != geom.in_hw:
-        raise ShapeError(f"x must have shape (..., H, W, C) with (H, W) = geom.in_hw = {geom.in_hw}, "
-                         f"got {x.shape}")
+        raise ShapeError(f"x must have shape (..., H, W, C) with (H, W) = geom.in_hw = {geom.in_hw}, got {x.shape}")
     return x
 
 

@@ -85,12 +85,12 @@ def _resolve_order(order: Order, k: int, chunk: int) -> np.ndarray:
             raise V.ArgTypeError(f"order must be a 1-D sequence of ints, got shape {o.shape} dtype {o.dtype}")
         o = o.astype(np.int64)
         if o.size and (o.min() < -1 or o.max() >= k):
-            raise RangeError(f"order entries must lie in [-1, {k - 1}] (-1 = empty lane), got "
-                             f"[{o.min()}, {o.max()}]")
+            raise RangeError(f"order entries must lie in [-1, {k - 1}] (-1 = empty lane), got [{o.min()}, {o.max()}]")
         real = o[o >= 0]
         if real.size != k or np.unique(real).size != k:
-            raise RangeError(f"order must visit every k in [0, {k - 1}] exactly once "
-                             f"(plus any number of -1 empty lanes)")
+            raise RangeError(
+                f"order must visit every k in [0, {k - 1}] exactly once (plus any number of -1 empty lanes)"
+            )
     pad = (-o.size) % chunk
     return np.concatenate([o, -np.ones(pad, np.int64)]) if pad else o
 
@@ -104,8 +104,10 @@ def _dtype_for(a: jax.Array, declared, name: str):
     except TypeError:
         dt = declared
     if dt not in (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16)):
-        raise V.ArgTypeError(f"{name}_dtype must be one of int8, uint8, int16, uint16 (the integer type "
-                        f"the float values of {name} represent), got {dt}")
+        raise V.ArgTypeError(
+            f"{name}_dtype must be one of int8, uint8, int16, uint16 (the integer type "
+            f"the float values of {name} represent), got {dt}"
+        )
     return dt
 
 
@@ -230,8 +232,7 @@ def _is_contiguous(idx: np.ndarray, k: int) -> bool:
     return bool(np.array_equal(flat[:k], np.arange(k)) and np.all(flat[k:] == k))
 
 
-def _walk(a: jax.Array, term, items, lo: int, hi: int, count: jax.Array | None = None,
-          unroll: int = _UNROLL):
+def _walk(a: jax.Array, term, items, lo: int, hi: int, count: jax.Array | None = None, unroll: int = _UNROLL):
     """``acc <- clip(acc + term(item_j), lo, hi)`` for every j in order, from ``acc = a``; exact.
 
     ``items`` is a pytree of arrays whose leading axis is j; ``a`` lies in
@@ -279,12 +280,12 @@ def _walk(a: jax.Array, term, items, lo: int, hi: int, count: jax.Array | None =
     d = jnp.zeros(a.shape, _I32)
     state = (d, jnp.broadcast_to(count, a.shape).astype(_I32)) if counting else d
     if full > 1:
-        blocks = jax.tree.map(lambda v: v[:full * u].reshape((full, u) + v.shape[1:]), items)
+        blocks = jax.tree.map(lambda v: v[: full * u].reshape((full, u) + v.shape[1:]), items)
         state = jax.lax.scan(run, state, blocks)[0]
     elif full == 1:
         state = run(state, jax.tree.map(lambda v: v[:u], items))[0]
     if n > full * u:
-        state = run(state, jax.tree.map(lambda v: v[full * u:], items))[0]
+        state = run(state, jax.tree.map(lambda v: v[full * u :], items))[0]
     if counting:
         return a + state[0], state[1]
     return a + state
@@ -390,8 +391,7 @@ def _mac_paths(acc0, x, w, idx, *, lo, hi, route, prod_bits, contiguous, clipped
     if idx.shape[2] > 1:
         return jax.lax.cond(_acc0_within(acc0, hi - total), fast, slow, None) if total <= hi else slow(None)
     tight = lambda _: _fast_bound_ok(acc0, x, w, hi, V.int_range(x.dtype), exact_weights=total <= hi)
-    ok = jax.lax.cond(_acc0_within(acc0, hi - total), lambda _: True, tight, None) if total <= hi \
-        else tight(None)
+    ok = jax.lax.cond(_acc0_within(acc0, hi - total), lambda _: True, tight, None) if total <= hi else tight(None)
     return jax.lax.cond(ok, fast, slow, None)
 
 
@@ -480,16 +480,20 @@ def _prepare(acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype):
     xd, wd = _dtype_for(x, x_dtype, "x"), _dtype_for(w, w_dtype, "w")
     for a, dt, name in ((x, xd, "x"), (w, wd, "w")):
         if magnitude_bits(dt) > 16:
-            raise V.ArgTypeError(f"{name} must hold values of at most 16 bits (int8, uint8, int16, uint16); "
-                            f"got {dt}: products of wider operands are not exact in 32 bits")
+            raise V.ArgTypeError(
+                f"{name} must hold values of at most 16 bits (int8, uint8, int16, uint16); "
+                f"got {dt}: products of wider operands are not exact in 32 bits"
+            )
         if V.kind(a, name) == "float":
             V.check_integral(a, name)
             V.check_range(a, *V.int_range(dt), f"{name} (declared {dt})")
     prod_bits = magnitude_bits(xd) + magnitude_bits(wd)
     if prod_bits > 30 or chunk * 2**prod_bits > 2**30:
-        raise RangeError(f"chunk={chunk} with {xd} x {wd} products: a chunk sum can reach "
-                         f"{chunk} * 2**{prod_bits} > 2**30, which is not exact in 32 bits; "
-                         f"use a smaller chunk or narrower operands")
+        raise RangeError(
+            f"chunk={chunk} with {xd} x {wd} products: a chunk sum can reach "
+            f"{chunk} * 2**{prod_bits} > 2**30, which is not exact in 32 bits; "
+            f"use a smaller chunk or narrower operands"
+        )
     lo, hi = int_bounds(acc_bits, True)
     if V.kind(acc0, "acc0") == "float":
         V.check_integral(acc0, "acc0")
@@ -516,9 +520,18 @@ def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturatio
     idx = np.frombuffer(idx_bytes, np.int32).reshape(idx_shape)
 
     def ints(acc0, x, w):
-        return _mac_int(acc0.astype(_I32), x.astype(xd), w.astype(wd), idx,
-                        lo=lo, hi=hi, route=route, prod_bits=prod_bits,
-                        contiguous=_is_contiguous(idx, x.shape[-1]), clipped=clipped)
+        return _mac_int(
+            acc0.astype(_I32),
+            x.astype(xd),
+            w.astype(wd),
+            idx,
+            lo=lo,
+            hi=hi,
+            route=route,
+            prod_bits=prod_bits,
+            contiguous=_is_contiguous(idx, x.shape[-1]),
+            clipped=clipped,
+        )
 
     def out_dtype(*arrays):
         return jnp.result_type(*[a.dtype for a in arrays if jnp.issubdtype(a.dtype, jnp.floating)])
@@ -543,9 +556,14 @@ def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturatio
             g = g[0]  # the clip counts are integers: no cotangent flows from them
         if saturation_grad == "zero":
             g = jnp.where(at_bound, jnp.zeros_like(g), g)
+
         def ct(a, val):
-            return unbroadcast(val, a.shape).astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.floating) \
+            return (
+                unbroadcast(val, a.shape).astype(a.dtype)
+                if jnp.issubdtype(a.dtype, jnp.floating)
                 else np.zeros(a.shape, jax.dtypes.float0)
+            )
+
         gx = g @ w.astype(g.dtype)
         gw = g.T @ x.astype(g.dtype)
         return ct(acc0, g), ct(x, gx), ct(w, gw)
@@ -554,9 +572,20 @@ def _mac_float(idx_bytes, idx_shape, lo, hi, route, prod_bits, xd, wd, saturatio
     return f
 
 
-def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
-        route: Route = "auto", x_dtype=None, w_dtype=None,
-        saturation_grad: Literal["zero", "pass"] = "zero", return_clipped: bool = False):
+def mac(
+    acc0,
+    x,
+    w,
+    *,
+    order: Order = None,
+    chunk: int = 1,
+    acc_bits: int = 32,
+    route: Route = "auto",
+    x_dtype=None,
+    w_dtype=None,
+    saturation_grad: Literal["zero", "pass"] = "zero",
+    return_clipped: bool = False,
+):
     """Ordered saturating multiply-accumulate, exact.
 
     For each output ``n`` (and each leading batch index): start at ``acc0[..., n]``;
@@ -615,18 +644,34 @@ def mac(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
     acc0_known = None if isinstance(acc0, jax.core.Tracer) else acc0
     V.check_choice(saturation_grad, _SAT_GRADS, "saturation_grad")
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
-        acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
+        acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype
+    )
     k = w.shape[1]
     idx = _block_layout(o, k, chunk, prod_bits)
     if "float" in (V.kind(x, "x"), V.kind(w, "w"), V.kind(acc0, "acc0")):
-        f = _mac_float(idx.tobytes(), idx.shape, lo, hi, route, prod_bits,
-                       xd, wd, saturation_grad, clipped)
+        f = _mac_float(idx.tobytes(), idx.shape, lo, hi, route, prod_bits, xd, wd, saturation_grad, clipped)
         return jax.tree.map(lambda t: t.reshape(out_shape), f(_acc0_2d(acc0, out_shape), x.reshape((-1, k)), w))
     total = k << prod_bits  # static bound on any prefix sum of products
-    proved = acc0_known is not None and total <= hi and \
-        int(np.abs(np.asarray(acc0_known, np.int64)).max(initial=0)) <= hi - total
-    return _mac_call(acc0, x, w, idx, lo=lo, hi=hi, route=route, prod_bits=prod_bits, proved=proved,
-                     contiguous=_is_contiguous(idx, k), clipped=clipped, xd=xd, wd=wd)
+    proved = (
+        acc0_known is not None
+        and total <= hi
+        and int(np.abs(np.asarray(acc0_known, np.int64)).max(initial=0)) <= hi - total
+    )
+    return _mac_call(
+        acc0,
+        x,
+        w,
+        idx,
+        lo=lo,
+        hi=hi,
+        route=route,
+        prod_bits=prod_bits,
+        proved=proved,
+        contiguous=_is_contiguous(idx, k),
+        clipped=clipped,
+        xd=xd,
+        wd=wd,
+    )
 
 
 @eager_program(static_argnames=("lo", "hi", "route", "prod_bits", "proved", "contiguous", "clipped", "xd", "wd"))
@@ -635,13 +680,34 @@ def _mac_call(acc0, x, w, idx, *, lo, hi, route, prod_bits, proved, contiguous, 
     by every ``order`` of the same layout shape: ``idx`` is an operand)."""
     k = w.shape[1]
     a2 = _acc0_2d(acc0, x.shape[:-1] + (w.shape[0],))
-    y = _mac_int(a2.astype(_I32), x.reshape((-1, k)).astype(xd), w.astype(wd), idx, lo=lo, hi=hi, route=route,
-                 prod_bits=prod_bits, proved=proved, contiguous=contiguous, clipped=clipped)
+    y = _mac_int(
+        a2.astype(_I32),
+        x.reshape((-1, k)).astype(xd),
+        w.astype(wd),
+        idx,
+        lo=lo,
+        hi=hi,
+        route=route,
+        prod_bits=prod_bits,
+        proved=proved,
+        contiguous=contiguous,
+        clipped=clipped,
+    )
     return jax.tree.map(lambda t: t.reshape(x.shape[:-1] + (w.shape[0],)), y)
 
 
-def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: int = 32,
-                  x_dtype=None, w_dtype=None, return_clipped: bool = False):
+def mac_reference(
+    acc0,
+    x,
+    w,
+    *,
+    order: Order = None,
+    chunk: int = 1,
+    acc_bits: int = 32,
+    x_dtype=None,
+    w_dtype=None,
+    return_clipped: bool = False,
+):
     """Literal ``lax.scan`` implementation of :func:`mac` (same arguments and result).
 
     One scan step per visited product: the product is added exactly to the running
@@ -653,7 +719,8 @@ def mac_reference(acc0, x, w, *, order: Order = None, chunk: int = 1, acc_bits: 
     """
     clipped = _check_flag(return_clipped, "return_clipped")
     acc0, x, w, o, chunk, lo, hi, xd, wd, prod_bits, out_shape = _prepare(
-        acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype)
+        acc0, x, w, order, chunk, acc_bits, x_dtype, w_dtype
+    )
     k = w.shape[1]  # (_prepare checked acc0's values: integers within the accumulator's range)
     idx = np.where(o < 0, k, o).astype(np.int32)
     acc, count = _reference_call(acc0, x, w, idx, out_shape=out_shape, chunk=chunk, lo=lo, hi=hi, clipped=clipped)

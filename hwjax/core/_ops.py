@@ -86,8 +86,10 @@ def floor_divmod_small(r, d) -> tuple[jax.Array, jax.Array]:
     if V.is_concrete(r) and V.is_concrete(d):
         big = np.abs(np.asarray(r, np.int64)) >= (np.asarray(d, np.int64) << 20)
         if big.any():
-            raise V.RangeError(f"r / d must lie in (-2**20, 2**20); found r = {np.broadcast_to(r, big.shape)[big][0]} "
-                             f"with d = {np.broadcast_to(d, big.shape)[big][0]}")
+            raise V.RangeError(
+                f"r / d must lie in (-2**20, 2**20); found r = {np.broadcast_to(r, big.shape)[big][0]} "
+                f"with d = {np.broadcast_to(d, big.shape)[big][0]}"
+            )
     return _floor_divmod_small(r, d)
 
 
@@ -123,8 +125,7 @@ def _clamp(x: jax.Array, lo, hi) -> tuple[jax.Array, jax.Array]:
     return y, y != x
 
 
-def saturate(x, bits: int, *, symmetric: bool = True,
-             saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def saturate(x, bits: int, *, symmetric: bool = True, saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """Clamps ``x`` to a ``bits``-wide signed range.
 
     Semantics: ``min(max(x, lo), hi)`` with ``hi = 2**(bits-1) - 1`` and
@@ -167,8 +168,7 @@ def _round_shift_int32(x: jax.Array, s: jax.Array, rounding: str) -> jax.Array:
     shifted = s >= 1
     n = s - 1  # index of the rounding bit; bits above 31 are sign bits
     rb = ((x >> jnp.clip(n, 0, 31)) & 1) == 1
-    mask = jnp.where(n >= 32, _U32(0xFFFFFFFF),
-                     (_U32(1) << jnp.clip(n, 0, 31).astype(_U32)) - _U32(1))
+    mask = jnp.where(n >= 32, _U32(0xFFFFFFFF), (_U32(1) << jnp.clip(n, 0, 31).astype(_U32)) - _U32(1))
     sticky = (jax.lax.bitcast_convert_type(x, _U32) & mask) != 0
     inc = _wide.round_increment(rounding, x < 0, rb & shifted, sticky, (q & 1) == 1, shifted)
     return q + inc.astype(_I32)
@@ -196,8 +196,9 @@ def _shift_int(x, s, rounding, allow_left):
     return jnp.where(neg, left, right), neg & clipped
 
 
-def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
-                saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def shift_right(
+    x, shift, *, rounding: Rounding, allow_left: bool = False, saturation_grad: SaturationGrad = "zero"
+) -> jax.Array:
     """Arithmetic right shift with rounding: ``round(x / 2**shift)``.
 
     Exact for every int32 ``x`` and every ``shift >= 0`` (shifts of 32 and more are
@@ -249,16 +250,20 @@ def shift_right(x, shift, *, rounding: Rounding, allow_left: bool = False,
 def _shift_right_jit(x, s, rounding: str, allow_left: bool, saturation_grad: str):
     s = s.astype(_I32)
     if S.is_float(x):
-        return S.call(lambda v, k: _shift_int(v, k, rounding, allow_left),
-                      lambda v, k: v * S.exp2(-k, v), x, s, saturation_grad=saturation_grad)
+        return S.call(
+            lambda v, k: _shift_int(v, k, rounding, allow_left),
+            lambda v, k: v * S.exp2(-k, v),
+            x,
+            s,
+            saturation_grad=saturation_grad,
+        )
     return _shift_int(x.astype(_I32), s, rounding, allow_left)[0]
 
 
 # -------------------------------------------------------------------------- fixed_mul
 
 # Magnitude bits of each integer dtype: |v| <= 2**mag.
-_MAG_BITS = {np.dtype(np.int8): 7, np.dtype(np.uint8): 8, np.dtype(np.int16): 15,
-             np.dtype(np.uint16): 16}
+_MAG_BITS = {np.dtype(np.int8): 7, np.dtype(np.uint8): 8, np.dtype(np.int16): 15, np.dtype(np.uint16): 16}
 
 
 def magnitude_bits(dtype) -> int:
@@ -286,8 +291,16 @@ def _fixed_mul_int(x, m, frac_bits, rounding, lo, hi, narrow):
     return _wide.saturate_to_int32(r, jnp.asarray(lo, _I32), jnp.asarray(hi, _I32))
 
 
-def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int = 32,
-              symmetric: bool = True, saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def fixed_mul(
+    x,
+    m,
+    frac_bits: int,
+    *,
+    rounding: Rounding = "half_up",
+    bits: int = 32,
+    symmetric: bool = True,
+    saturation_grad: SaturationGrad = "zero",
+) -> jax.Array:
     """Q-format multiply: ``saturate(shift_right(x * m, frac_bits, rounding), bits)``.
 
     The product ``x * m`` is formed exactly (64-bit, as two 32-bit words when the
@@ -329,8 +342,15 @@ def fixed_mul(x, m, frac_bits: int, *, rounding: Rounding = "half_up", bits: int
 @functools.partial(jax.jit, static_argnums=(5, 6))
 def _fixed_mul_jit(x, m, frac_bits, lo, hi, rounding: str, saturation_grad: str):
     if S.is_float(x) or S.is_float(m):
-        return S.call(lambda a, b, f, lo, hi: _fixed_mul_int(a, b, f, rounding, lo, hi, narrow=False),
-                      lambda a, b, f, lo, hi: a * b * S.exp2(-f, a * b), x, m, frac_bits, lo, hi,
-                      saturation_grad=saturation_grad)
+        return S.call(
+            lambda a, b, f, lo, hi: _fixed_mul_int(a, b, f, rounding, lo, hi, narrow=False),
+            lambda a, b, f, lo, hi: a * b * S.exp2(-f, a * b),
+            x,
+            m,
+            frac_bits,
+            lo,
+            hi,
+            saturation_grad=saturation_grad,
+        )
     narrow = magnitude_bits(x.dtype) + magnitude_bits(m.dtype) <= 31
     return _fixed_mul_int(x.astype(_I32), m.astype(_I32), frac_bits, rounding, lo, hi, narrow)[0]

@@ -51,8 +51,17 @@ def has_float(*args: Any) -> bool:
     return any(is_float(leaf) for leaf in jax.tree_util.tree_leaves(args))
 
 
-def operand(x: Any, name: str, lo: int, hi: int, *, differentiable: bool,
-            what: str = "", label: str | None = None, to_int32: bool = True) -> jax.Array:
+def operand(
+    x: Any,
+    name: str,
+    lo: int,
+    hi: int,
+    *,
+    differentiable: bool,
+    what: str = "",
+    label: str | None = None,
+    to_int32: bool = True,
+) -> jax.Array:
     """An integer operand with values in ``[lo, hi]`` (checked when concrete).
 
     Integer arrays come back as int32. Float arrays are accepted only where the
@@ -66,8 +75,10 @@ def operand(x: Any, name: str, lo: int, hi: int, *, differentiable: bool,
     a = V.as_array(x, name)
     if V.kind(a, name) == "float":
         if not differentiable:
-            raise V.ArgTypeError(f"{name} must be an integer array{what}, got dtype {a.dtype} "
-                            f"(float arrays are accepted only for differentiable operands)")
+            raise V.ArgTypeError(
+                f"{name} must be an integer array{what}, got dtype {a.dtype} "
+                f"(float arrays are accepted only for differentiable operands)"
+            )
         V.check_integral(a, name)
         V.check_range(a, lo, hi, label)
         return a
@@ -94,8 +105,7 @@ def exp2(s: Any, like: Any) -> jax.Array:
     return jnp.ldexp(jnp.ones((), dtype), jnp.asarray(s).astype(jnp.int32))
 
 
-def call(forward: Callable, surrogate: Callable, *args: Any,
-         saturation_grad: SaturationGrad = "zero"):
+def call(forward: Callable, surrogate: Callable, *args: Any, saturation_grad: SaturationGrad = "zero"):
     """Runs ``forward(*args)`` exactly; differentiable as ``surrogate`` for float args.
 
     See the module docstring. Returns ``y``, or ``(y, *extras)`` when ``forward``
@@ -152,5 +162,6 @@ def _surrogate_vjp(surrogate: Callable, tree, flat: tuple, floats: list[int], g:
 
     y_s, vjp = jax.vjp(on_floats, *(flat[i] for i in floats))
     grads = dict(zip(floats, vjp(g.astype(y_s.dtype))))
-    return tuple(grads[i].astype(a.dtype) if i in grads else np.zeros(a.shape, jax.dtypes.float0)
-                 for i, a in enumerate(flat))
+    return tuple(
+        grads[i].astype(a.dtype) if i in grads else np.zeros(a.shape, jax.dtypes.float0) for i, a in enumerate(flat)
+    )

@@ -70,8 +70,9 @@ def as_array(x: Any, name: str) -> jax.Array:
         return jax.device_put(np.float32(x))
     if isinstance(x, (np.ndarray, np.generic)):
         a = x
-    elif hasattr(x, "__jax_array__") or (isinstance(x, (list, tuple)) and any(
-            isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(x))):
+    elif hasattr(x, "__jax_array__") or (
+        isinstance(x, (list, tuple)) and any(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(x))
+    ):
         try:  # a list holding JAX (maybe traced) arrays
             arr = jnp.asarray(x)
         except (ValueError, TypeError) as e:
@@ -83,8 +84,10 @@ def as_array(x: Any, name: str) -> jax.Array:
         except (ValueError, TypeError, OverflowError):
             a = None
         if a is None or a.dtype == object:
-            raise ArgTypeError(f"{name} must be an array or a (nested) list of numbers of one shape, "
-                               f"got a {_type_name(x)} that is not one")
+            raise ArgTypeError(
+                f"{name} must be an array or a (nested) list of numbers of one shape, "
+                f"got a {_type_name(x)} that is not one"
+            )
     else:
         raise ArgTypeError(f"{name} must be an array or a number, got {_type_name(x)}")
     if a.dtype.kind not in "iu" and not is_float_dtype(a.dtype):
@@ -109,8 +112,10 @@ def kind(x: jax.Array, name: str) -> str:
 
 
 def _dtype_message(name: str, dt) -> str:
-    return (f"{name} must have an integer dtype of at most 32 bits (int8, uint8, int16, "
-            f"uint16, int32) or a float dtype holding integer values; got {dt}")
+    return (
+        f"{name} must have an integer dtype of at most 32 bits (int8, uint8, int16, "
+        f"uint16, int32) or a float dtype holding integer values; got {dt}"
+    )
 
 
 def int_range(dtype: Any) -> tuple[int, int]:
@@ -159,8 +164,9 @@ def check_integral(x: Any, name: str) -> None:
     if a.size and is_float_dtype(a.dtype):
         ok = np.isfinite(a) & (np.floor(a) == a)
         if not ok.all():
-            raise RangeError(f"{name} is a float array and must hold integer values only; "
-                             f"found {a.ravel()[np.argmin(ok.ravel())]}")
+            raise RangeError(
+                f"{name} is a float array and must hold integer values only; found {a.ravel()[np.argmin(ok.ravel())]}"
+            )
 
 
 def check_finite(x: Any, name: str) -> None:
@@ -182,8 +188,11 @@ def check_positive(x: Any, name: str) -> None:
     scale). A traced ``x`` is checked only in checked mode."""
     if not is_concrete(x):
         if _checked.enabled():
-            _checked.check_ok(jnp.isfinite(x) & (x > 0) if jnp.issubdtype(x.dtype, jnp.floating) else x > 0,
-                              x, f"{name} must be finite and > 0")
+            _checked.check_ok(
+                jnp.isfinite(x) & (x > 0) if jnp.issubdtype(x.dtype, jnp.floating) else x > 0,
+                x,
+                f"{name} must be finite and > 0",
+            )
         return
     a = np.asarray(x)
     if a.size:
@@ -239,8 +248,10 @@ def int_scalar(value: Any, lo: int, hi: int, name: str, *, label: str | None = N
         except (ValueError, TypeError, OverflowError):
             a = None
     if isinstance(value, (bool, np.bool_)) or a is None or a.shape != () or not np.issubdtype(a.dtype, np.integer):
-        raise ArgTypeError(f"{name} must be an integer scalar in [{lo}, {hi}], got "
-                           f"{f'a traced {a.dtype}{list(a.shape)}' if traced else repr(value)}")
+        raise ArgTypeError(
+            f"{name} must be an integer scalar in [{lo}, {hi}], got "
+            f"{f'a traced {a.dtype}{list(a.shape)}' if traced else repr(value)}"
+        )
     check_range(a, lo, hi, name if label is None else label)
     return a.astype(jnp.int32) if traced else jax.device_put(a.astype(np.int32))  # host: no program
 
@@ -251,8 +262,9 @@ def check_broadcast(x: Any, x_name: str, y: Any, y_name: str) -> None:
     try:
         jnp.broadcast_shapes(np.shape(x), np.shape(y))
     except ValueError:
-        raise ShapeError(f"{y_name} of shape {tuple(np.shape(y))} does not broadcast against {x_name} of shape "
-                         f"{tuple(np.shape(x))}") from None
+        raise ShapeError(
+            f"{y_name} of shape {tuple(np.shape(y))} does not broadcast against {x_name} of shape {tuple(np.shape(x))}"
+        ) from None
 
 
 def check_choice(value: Any, choices: tuple, name: str) -> Any:

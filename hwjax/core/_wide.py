@@ -115,8 +115,9 @@ def floor_shift(a: Wide, s: jax.Array) -> Wide:
     return Wide(jnp.where(big, hi_big, hi_small), jnp.where(big, lo_big, lo_small))
 
 
-def round_increment(rounding: str, negative: jax.Array, round_bit: jax.Array,
-                    sticky: jax.Array, q_odd: jax.Array, shifted: jax.Array) -> jax.Array:
+def round_increment(
+    rounding: str, negative: jax.Array, round_bit: jax.Array, sticky: jax.Array, q_odd: jax.Array, shifted: jax.Array
+) -> jax.Array:
     """Whether to add 1 to ``floor(x / 2**s)`` for each rounding mode.
 
     ``round_bit`` is bit s-1 of x, ``sticky`` whether any lower bit is set, ``q_odd``

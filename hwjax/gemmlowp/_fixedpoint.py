@@ -155,7 +155,7 @@ def _srdhm_int(a: jax.Array, b: jax.Array) -> jax.Array:
 def rmcf_constants(numerator: int, denominator: int) -> tuple[int, int, int]:
     """``(q, rem, s)`` of ``RoundingMultiplyByConstantFraction<N, D>`` (spec §3.10)::
 
-        q = floor((N + floor(D/2)) / D);  rem = N - q*D;  s = trunc(rem * 2**31 / D)
+    q = floor((N + floor(D/2)) / D);  rem = N - q*D;  s = trunc(rem * 2**31 / D)
     """
     n = V.check_static_int(numerator, 1, 2**31 - 1, "numerator")
     d = V.check_static_int(denominator, 1, 2**31 - 1, "denominator")

@@ -69,8 +69,9 @@ def check_offset(x: Any, length: int, name: str, per: str) -> jax.Array:
     if not isinstance(a, jax.core.Tracer):
         a = np.asarray(a)
     if a.ndim > 1 or (a.ndim == 1 and a.shape[0] != length):
-        raise ShapeError(f"{name} must be a scalar or a vector of length {length} (one per {per}), "
-                         f"got shape {tuple(a.shape)}")
+        raise ShapeError(
+            f"{name} must be a scalar or a vector of length {length} (one per {per}), got shape {tuple(a.shape)}"
+        )
     V.check_range(a, INT32_MIN, INT32_MAX, name)
     return _to_i32(a)
 
@@ -126,8 +127,10 @@ def offset_matmul(lhs: jax.Array, rhs: jax.Array, lhs_offset: jax.Array, rhs_off
 
 def _check_gemm_shapes(lhs: jax.Array, rhs: jax.Array) -> None:
     if lhs.shape[1] != rhs.shape[0]:
-        raise ShapeError(f"lhs is {lhs.shape[0]}x{lhs.shape[1]} (rows x depth) and rhs is "
-                         f"{rhs.shape[0]}x{rhs.shape[1]} (depth x cols): their depths must match")
+        raise ShapeError(
+            f"lhs is {lhs.shape[0]}x{lhs.shape[1]} (rows x depth) and rhs is "
+            f"{rhs.shape[0]}x{rhs.shape[1]} (depth x cols): their depths must match"
+        )
     if lhs.shape[1] == 0:
         raise ShapeError("lhs and rhs: depth must be >= 1 (gemmlowp writes no output at all when depth is 0)")
 

@@ -39,8 +39,8 @@ from hwjax.gemmlowp._stages import (
 _I32 = jnp.int32
 MODES: tuple[str, ...] = ("nearest", "xorshift", "addmod")
 PROBABILISTIC_THRESHOLD = 384
-KERNEL_WIDTH = 8       # cells of 4 x 4, two cells per side (reference kernel)
-L1_CACHE = 32768       # gemmlowp x86_64 constants (internal/common.h)
+KERNEL_WIDTH = 8  # cells of 4 x 4, two cells per side (reference kernel)
+L1_CACHE = 32768  # gemmlowp x86_64 constants (internal/common.h)
 L2_CACHE = 4194304
 
 
@@ -135,8 +135,9 @@ def _rup(a: int, n: int) -> int:
     return _cdiv(a, n) * n
 
 
-def block_params(rows: int, depth: int, cols: int, *, l1_cache: int = L1_CACHE,
-                 l2_cache: int = L2_CACHE) -> tuple[int, int, int, int, int, int]:
+def block_params(
+    rows: int, depth: int, cols: int, *, l1_cache: int = L1_CACHE, l2_cache: int = L2_CACHE
+) -> tuple[int, int, int, int, int, int]:
     """gemmlowp ``BlockParams::Init`` for one thread and kernel width 8 on both sides
     (spec §3.7): ``(l2_rows, l2_cols, l2_depth, l1_rows, l1_cols, l1_depth)``.
 
@@ -271,8 +272,15 @@ def _draw_index(w: jax.Array, d: jax.Array, wp: Any, depth: int, l1_depth: int) 
     d0 = (d // l1_depth) * l1_depth
     krd = ((jnp.minimum(l1_depth, depth - d0) + 15) // 16) * 16
     dd = d - d0
-    return (wp * d0 + (w // 8) * 8 * krd + (dd // 16) * 128 + ((dd % 16) // 4) * 32
-            + ((w % 8) // 4) * 16 + (w % 4) * 4 + (d % 4))
+    return (
+        wp * d0
+        + (w // 8) * 8 * krd
+        + (dd // 16) * 128
+        + ((dd % 16) // 4) * 32
+        + ((w % 8) // 4) * 16
+        + (w % 4) * 4
+        + (d % 4)
+    )
 
 
 def _pack_side(v: jax.Array, bits: int, mode: str, side: str, l1_depth: int, l2_width: int) -> jax.Array:
@@ -320,8 +328,15 @@ def _check_bits(lhs_bits, rhs_bits, bit_depth, rounding):
     return lhs_bits, rhs_bits, rounding
 
 
-def pack_lt8(lhs, rhs, *, lhs_bits: int | None = None, rhs_bits: int | None = None,
-             rounding: Any = "auto", bit_depth: BitDepthParams | None = None) -> tuple[jax.Array, jax.Array]:
+def pack_lt8(
+    lhs,
+    rhs,
+    *,
+    lhs_bits: int | None = None,
+    rhs_bits: int | None = None,
+    rounding: Any = "auto",
+    bit_depth: BitDepthParams | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """The requantized operands exactly as gemmlowp's ``PackLhs``/``PackRhs`` produce them
     when requantization is applied (spec §3.5-§3.8), in natural orientation.
 
@@ -342,8 +357,7 @@ def pack_lt8(lhs, rhs, *, lhs_bits: int | None = None, rhs_bits: int | None = No
     cols = rhs.shape[1]
     if rows == 0 or cols == 0 or rounding == "exact":
         return jnp.asarray(lhs, jnp.uint8), jnp.asarray(rhs, jnp.uint8)
-    return _pack_jit(lhs, rhs, lhs_bits, rhs_bits, _strategy(rounding).mode(depth),
-                     block_params(rows, depth, cols))
+    return _pack_jit(lhs, rhs, lhs_bits, rhs_bits, _strategy(rounding).mode(depth), block_params(rows, depth, cols))
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
@@ -378,7 +392,8 @@ def check_uint16_accumulators(lhs_bits: int, rhs_bits: int, products_per_lane: i
             f"uint16 local accumulators overflow: products_per_lane={n} products of {lhs_bits}-bit x "
             f"{rhs_bits}-bit operands "
             f"reach {n} * {2**lhs_bits - 1} * {2**rhs_bits - 1} = {worst} > 65535; at most {cap} products "
-            f"per uint16 lane are safe for these bit depths")
+            f"per uint16 lane are safe for these bit depths"
+        )
 
 
 # ----------------------------------------------------------------------------- the GEMM
@@ -409,10 +424,22 @@ def _lt8_acc(lhs, rhs, lo, ro, lhs_bits, rhs_bits, mode, bp):
     return term_xx + term_x1 + term_1x + term_11
 
 
-def gemm_lt8(lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int | None = None,
-             rhs_bits: int | None = None, rounding: Any = "auto", result_offset=None,
-             result_mult_int=None, result_shift=None, bit_depth: BitDepthParams | None = None,
-             output_stages=None, uint16_lane_products: int | None = None) -> jax.Array:
+def gemm_lt8(
+    lhs,
+    rhs,
+    *,
+    lhs_offset,
+    rhs_offset,
+    lhs_bits: int | None = None,
+    rhs_bits: int | None = None,
+    rounding: Any = "auto",
+    result_offset=None,
+    result_mult_int=None,
+    result_shift=None,
+    bit_depth: BitDepthParams | None = None,
+    output_stages=None,
+    uint16_lane_products: int | None = None,
+) -> jax.Array:
     """gemmlowp's less-than-8-bit GEMM (``Gemm<uint8, BitDepthParams>`` at bc3491e),
     bit for bit (spec §3.12, x86_64 scalar reference build, one thread).
 
@@ -467,10 +494,10 @@ def gemm_lt8(lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int | None = None,
         if any(v is None for v in legacy):
             raise RangeError("give all three of result_offset, result_mult_int, result_shift, or none")
         if output_stages is not None:
-            raise RangeError("give either the legacy result_offset/result_mult_int/result_shift or "
-                             "output_stages, not both")
-        stages = (QuantizeDownInt32ToUint8Scale(result_offset, result_mult_int, result_shift),
-                  SaturatingCastToUint8())
+            raise RangeError(
+                "give either the legacy result_offset/result_mult_int/result_shift or output_stages, not both"
+            )
+        stages = (QuantizeDownInt32ToUint8Scale(result_offset, result_mult_int, result_shift), SaturatingCastToUint8())
     else:
         stages = () if output_stages is None else output_stages
     stages = check_output_stages(stages)
@@ -486,17 +513,24 @@ def gemm_lt8(lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int | None = None,
     cols = rhs.shape[1]
     lo = check_offset(lhs_offset, rows, "lhs_offset", "lhs row")
     ro = check_offset(rhs_offset, cols, "rhs_offset", "rhs column")
-    exact = (rounding == "exact" or (lhs_bits, rhs_bits) == (8, 8) or rows == 0 or cols == 0
-             or not is_requantization_worth_it(rows, cols))
+    exact = (
+        rounding == "exact"
+        or (lhs_bits, rhs_bits) == (8, 8)
+        or rows == 0
+        or cols == 0
+        or not is_requantization_worth_it(rows, cols)
+    )
     check_stage_params(stages, (rows, cols))
     if exact:
         return _gemm_jit(lhs, rhs, lo, ro, stages)
-    return _lt8_jit(lhs, rhs, lo, ro, stages, lhs_bits, rhs_bits, _strategy(rounding).mode(depth),
-                    block_params(rows, depth, cols))
+    return _lt8_jit(
+        lhs, rhs, lo, ro, stages, lhs_bits, rhs_bits, _strategy(rounding).mode(depth), block_params(rows, depth, cols)
+    )
 
 
-def eight_bit_int_gemm(a, b, *, a_offset, b_offset, c_offset, c_mult_int, c_shift,
-                       bit_depth: BitDepthParams = A8B8) -> jax.Array:
+def eight_bit_int_gemm(
+    a, b, *, a_offset, b_offset, c_offset, c_mult_int, c_shift, bit_depth: BitDepthParams = A8B8
+) -> jax.Array:
     """gemmlowp's legacy ``EightBitIntGemm`` (spec §1.4) in natural orientation: ``a`` is
     the lhs (m x k), ``b`` the rhs (k x n), the legacy uint8 output stage, and
     ``bit_depth`` ``A8B8`` (exact) or ``A5B7`` (``a`` 7 bits, ``b`` 5 bits, with the
@@ -511,5 +545,13 @@ def eight_bit_int_gemm(a, b, *, a_offset, b_offset, c_offset, c_mult_int, c_shif
     _scalar(c_offset, INT32_MIN, INT32_MAX, "c_offset")
     _scalar(c_mult_int, INT32_MIN, INT32_MAX, "c_mult_int")
     _scalar(c_shift, 0, 31, "c_shift")
-    return gemm_lt8(a, b, lhs_offset=a_offset, rhs_offset=b_offset, bit_depth=bit_depth,
-                    result_offset=c_offset, result_mult_int=c_mult_int, result_shift=c_shift)
+    return gemm_lt8(
+        a,
+        b,
+        lhs_offset=a_offset,
+        rhs_offset=b_offset,
+        bit_depth=bit_depth,
+        result_offset=c_offset,
+        result_mult_int=c_mult_int,
+        result_shift=c_shift,
+    )

@@ -29,6 +29,7 @@ def _pytree(cls=None, *, meta: tuple[str, ...] = ()):
     the tree structures of two registered dataclasses with the same static values as
     equal even when their classes differ (e.g. two field-less cast stages), which would
     let ``jit`` reuse one stage's compiled program for another."""
+
     def wrap(c):
         c = dataclasses.dataclass(frozen=True)(c)
         fields = [f.name for f in dataclasses.fields(c)]
@@ -47,6 +48,7 @@ def _pytree(cls=None, *, meta: tuple[str, ...] = ()):
 
         jax.tree_util.register_pytree_node(c, flatten, unflatten)
         return c
+
     return wrap if cls is None else wrap(cls)
 
 
@@ -68,8 +70,7 @@ def _to_i32(a) -> jax.Array:
 def _vector(value: Any, length: int, lo: int, hi: int, name: str) -> jax.Array:
     a = value if isinstance(value, jax.core.Tracer) else np.asarray(value)
     if a.ndim != 1 or not jnp.issubdtype(a.dtype, jnp.integer):
-        raise ArgTypeError(f"{name} must be a 1-D integer vector of length {length}, got "
-                        f"{a.dtype}{list(a.shape)}")
+        raise ArgTypeError(f"{name} must be a 1-D integer vector of length {length}, got {a.dtype}{list(a.shape)}")
     if a.shape[0] != length:
         raise ShapeError(f"{name} must have length {length}, got {a.shape[0]}")
     V.check_range(a, lo, hi, name)
@@ -117,9 +118,11 @@ class QuantizeDownInt32ToUint8Scale(_Stage):
     result_shift: Any
 
     def _params(self, acc_shape):
-        return (_scalar(self.result_offset, INT32_MIN, INT32_MAX, "result_offset"),
-                _scalar(self.result_mult_int, INT32_MIN, INT32_MAX, "result_mult_int"),
-                _scalar(self.result_shift, 0, 31, "result_shift"))
+        return (
+            _scalar(self.result_offset, INT32_MIN, INT32_MAX, "result_offset"),
+            _scalar(self.result_mult_int, INT32_MIN, INT32_MAX, "result_mult_int"),
+            _scalar(self.result_shift, 0, 31, "result_shift"),
+        )
 
     def _apply(self, x, p):
         off, mult, shift = p
@@ -139,10 +142,11 @@ class QuantizeDownInt32ToUint8ScalePC(_Stage):
     shape: str = "row"
 
     def _params(self, acc_shape):
-        return (_per_channel(self.result_offset, self.shape, acc_shape, INT32_MIN, INT32_MAX, "result_offset"),
-                _per_channel(self.result_mult_int, self.shape, acc_shape, INT32_MIN, INT32_MAX,
-                             "result_mult_int"),
-                _scalar(self.result_shift, 0, 31, "result_shift"))
+        return (
+            _per_channel(self.result_offset, self.shape, acc_shape, INT32_MIN, INT32_MAX, "result_offset"),
+            _per_channel(self.result_mult_int, self.shape, acc_shape, INT32_MIN, INT32_MAX, "result_mult_int"),
+            _scalar(self.result_shift, 0, 31, "result_shift"),
+        )
 
     def _apply(self, x, p):
         off, mult, shift = p
@@ -163,9 +167,11 @@ class QuantizeDownInt32ByFixedPoint(_Stage):
     result_offset_after_shift: Any
 
     def _params(self, acc_shape):
-        return (_scalar(self.result_fixedpoint_multiplier, INT32_MIN, INT32_MAX, "result_fixedpoint_multiplier"),
-                _scalar(self.result_shift, 0, 31, "result_shift"),
-                _scalar(self.result_offset_after_shift, INT32_MIN, INT32_MAX, "result_offset_after_shift"))
+        return (
+            _scalar(self.result_fixedpoint_multiplier, INT32_MIN, INT32_MAX, "result_fixedpoint_multiplier"),
+            _scalar(self.result_shift, 0, 31, "result_shift"),
+            _scalar(self.result_offset_after_shift, INT32_MIN, INT32_MAX, "result_offset_after_shift"),
+        )
 
     def _apply(self, x, p):
         m, s, o = p
@@ -201,9 +207,11 @@ class ScaleInt32ByFixedPointAndExponent(_Stage):
 
     def _params(self, acc_shape):
         V.check_choice(self.shift_left_overflow, _OVERFLOWS, "shift_left_overflow")
-        return (_scalar(self.result_fixedpoint_multiplier, INT32_MIN, INT32_MAX, "result_fixedpoint_multiplier"),
-                _scalar(self.result_exponent, -31, 31, "result_exponent"),
-                _scalar(self.result_offset_after_shift, INT32_MIN, INT32_MAX, "result_offset_after_shift"))
+        return (
+            _scalar(self.result_fixedpoint_multiplier, INT32_MIN, INT32_MAX, "result_fixedpoint_multiplier"),
+            _scalar(self.result_exponent, -31, 31, "result_exponent"),
+            _scalar(self.result_offset_after_shift, INT32_MIN, INT32_MAX, "result_offset_after_shift"),
+        )
 
     def _apply(self, x, p):
         return _scale_by_fixed_point_and_exponent(x, *p, self.shift_left_overflow)
@@ -224,10 +232,18 @@ class ScaleInt32ByFixedPointAndExponentPC(_Stage):
 
     def _params(self, acc_shape):
         V.check_choice(self.shift_left_overflow, _OVERFLOWS, "shift_left_overflow")
-        return (_per_channel(self.result_fixedpoint_multiplier, self.shape, acc_shape, INT32_MIN, INT32_MAX,
-                             "result_fixedpoint_multiplier"),
-                _per_channel(self.result_exponent, self.shape, acc_shape, -31, 31, "result_exponent"),
-                _scalar(self.result_offset_after_shift, INT32_MIN, INT32_MAX, "result_offset_after_shift"))
+        return (
+            _per_channel(
+                self.result_fixedpoint_multiplier,
+                self.shape,
+                acc_shape,
+                INT32_MIN,
+                INT32_MAX,
+                "result_fixedpoint_multiplier",
+            ),
+            _per_channel(self.result_exponent, self.shape, acc_shape, -31, 31, "result_exponent"),
+            _scalar(self.result_offset_after_shift, INT32_MIN, INT32_MAX, "result_offset_after_shift"),
+        )
 
     def _apply(self, x, p):
         return _scale_by_fixed_point_and_exponent(x, *p, self.shift_left_overflow)
@@ -297,10 +313,19 @@ class TruncatingCastToUint8(_Stage):
         return (x & 0xFF).astype(jnp.uint8)
 
 
-OutputStage = (QuantizeDownInt32ToUint8Scale, QuantizeDownInt32ToUint8ScalePC,
-               QuantizeDownInt32ByFixedPoint, ScaleInt32ByFixedPointAndExponent,
-               ScaleInt32ByFixedPointAndExponentPC, BiasAddition, Clamp, SaturatingCastToUint8,
-               SaturatingCastToInt8, SaturatingCastToInt16, TruncatingCastToUint8)
+OutputStage = (
+    QuantizeDownInt32ToUint8Scale,
+    QuantizeDownInt32ToUint8ScalePC,
+    QuantizeDownInt32ByFixedPoint,
+    ScaleInt32ByFixedPointAndExponent,
+    ScaleInt32ByFixedPointAndExponentPC,
+    BiasAddition,
+    Clamp,
+    SaturatingCastToUint8,
+    SaturatingCastToInt8,
+    SaturatingCastToInt16,
+    TruncatingCastToUint8,
+)
 _CASTS = (SaturatingCastToUint8, SaturatingCastToInt8, SaturatingCastToInt16, TruncatingCastToUint8)
 
 
@@ -316,8 +341,10 @@ def check_output_stages(output_stages) -> tuple:
         if not isinstance(st, OutputStage):
             raise ArgTypeError(f"output_stages[{i}] is not a gemmlowp output stage: {st!r}")
         if isinstance(st, _CASTS) and i != len(stages) - 1:
-            raise RangeError(f"output_stages[{i}] ({type(st).__name__}) is a cast stage and must be "
-                             f"the last stage, but {len(stages) - 1 - i} stage(s) follow it")
+            raise RangeError(
+                f"output_stages[{i}] ({type(st).__name__}) is a cast stage and must be "
+                f"the last stage, but {len(stages) - 1 - i} stage(s) follow it"
+            )
     return stages
 
 

@@ -20,7 +20,7 @@ Example::
     y = hg.jit_run(g, x_int8, hwjax.targets.get("xs3"))  # (batch, 10) int8 values
 """
 
-from hwjax.graph import ops as _builtin_ops  # noqa: F401  (registers the built-in op kinds)
+from hwjax.graph import ops as _builtin_ops
 from hwjax.graph._ir import DTYPES, INT_DTYPES, PRE_ACTIVATION, Attrs, Graph, Node, Quant, Tensor
 from hwjax.graph._ops import OpImpl, OpSpec, get_op, ops, register_op
 from hwjax.graph._run import derive_params, jit_run, lower, lower_node, run
@@ -29,6 +29,23 @@ from hwjax.graph.ops.pool import pool_geometry
 
 __all__ = [
     "PRE_ACTIVATION",
-    "Attrs", "DTYPES", "Graph", "INT_DTYPES", "Node", "OpImpl", "OpSpec", "Quant", "Tensor", "geometry",
-    "derive_params", "get_op", "jit_run", "lower", "lower_node", "ops", "pool_geometry", "register_op", "run",
+    "Attrs",
+    "DTYPES",
+    "Graph",
+    "INT_DTYPES",
+    "Node",
+    "OpImpl",
+    "OpSpec",
+    "Quant",
+    "Tensor",
+    "geometry",
+    "derive_params",
+    "get_op",
+    "jit_run",
+    "lower",
+    "lower_node",
+    "ops",
+    "pool_geometry",
+    "register_op",
+    "run",
 ]

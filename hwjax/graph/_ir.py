@@ -225,14 +225,18 @@ class Graph:
         xs = [jax.ShapeDtypeStruct((1, *t.shape), jnp.float32 if t.dtype == "float32" else jnp.int32) for t in ins]
         try:
             out = jax.eval_shape(lambda p, *a: impl.run(self.target, node.attrs, p, *a), node.params, *xs)
-        except Exception as e:  # noqa: BLE001  (any failure means the parameters do not fit)
-            raise FormatError(f"{where}: its {self.target.name} parameters do not fit its inputs "
-                              f"{[tuple(t.shape) for t in ins]}: {type(e).__name__}: {e}") from None
+        except Exception as e:
+            raise FormatError(
+                f"{where}: its {self.target.name} parameters do not fit its inputs "
+                f"{[tuple(t.shape) for t in ins]}: {type(e).__name__}: {e}"
+            ) from None
         outs = out if isinstance(out, tuple) else (out,)
         got = [tuple(o.shape[1:]) for o in outs]
         if got != [tuple(sh) for sh in shapes]:
-            raise FormatError(f"{where}: its {self.target.name} parameters produce shapes {got}, "
-                              f"the op infers {[tuple(sh) for sh in shapes]}")
+            raise FormatError(
+                f"{where}: its {self.target.name} parameters produce shapes {got}, "
+                f"the op infers {[tuple(sh) for sh in shapes]}"
+            )
 
     def summary(self) -> str:
         """One line per node: name, op, inputs -> outputs with shapes."""

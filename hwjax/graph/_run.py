@@ -37,8 +37,9 @@ def _resolve_target(graph: Graph, target):
     _check_graph(graph)
     if target is None:
         if graph.target is None:
-            raise RangeError("this graph holds portable parameters: pass the target to run it on "
-                             "(e.g. hwjax.targets.get('xs3'))")
+            raise RangeError(
+                "this graph holds portable parameters: pass the target to run it on (e.g. hwjax.targets.get('xs3'))"
+            )
         return graph.target
     target = _as_target(target)
     if graph.target is not None and target != graph.target:
@@ -71,8 +72,9 @@ def derive_params(target, requests) -> list:
     target and a list of 5-tuples."""
     target = _as_target(target)
     if not isinstance(requests, (list, tuple)) or not all(isinstance(r, tuple) and len(r) == 5 for r in requests):
-        raise ArgTypeError("requests must be a list of (op, attrs, portable, q_in, q_out) tuples, got "
-                           f"{type(requests).__name__}")
+        raise ArgTypeError(
+            f"requests must be a list of (op, attrs, portable, q_in, q_out) tuples, got {type(requests).__name__}"
+        )
     out: list = [None] * len(requests)
     batches: dict = {}
     for i, (op, attrs, portable, q_in, q_out) in enumerate(requests):
@@ -161,8 +163,9 @@ def _batched(graph: Graph, inputs) -> tuple[list[jax.Array], bool]:
         elif tuple(x.shape[1:]) == shape:
             s = False
         else:
-            raise ShapeError(f"input {t!r} must have shape {shape} or (batch, {', '.join(map(str, shape))}), "
-                             f"got {tuple(x.shape)}")
+            raise ShapeError(
+                f"input {t!r} must have shape {shape} or (batch, {', '.join(map(str, shape))}), got {tuple(x.shape)}"
+            )
         if single is not None and s != single:
             raise ShapeError("either every input has a batch axis or none has")
         single = s
@@ -170,8 +173,7 @@ def _batched(graph: Graph, inputs) -> tuple[list[jax.Array], bool]:
     return out, bool(single)
 
 
-def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
-        return_stats: bool = False):
+def run(graph: Graph, inputs, target=None, *, intermediates: bool = False, return_stats: bool = False):
     """Evaluates ``graph`` exactly on ``target``.
 
     Args:
@@ -199,8 +201,10 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
     xs, single = _batched(graph, inputs)
     # integer inputs as int32 here, not by the caller: under jit_run(chunk=...) one chunk
     # at a time (an int8 batch is not first copied whole into a 4x larger int32 buffer)
-    xs = [x.astype(jnp.int32) if graph.tensors[t].dtype in INT_DTYPES and jnp.issubdtype(x.dtype, jnp.integer)
-          else x for t, x in zip(graph.inputs, xs)]
+    xs = [
+        x.astype(jnp.int32) if graph.tensors[t].dtype in INT_DTYPES and jnp.issubdtype(x.dtype, jnp.integer) else x
+        for t, x in zip(graph.inputs, xs)
+    ]
     env: dict[str, jax.Array] = dict(zip(graph.inputs, xs))
     stats: dict[str, Any] = {}
     trigger = _runtime_scalar(graph, xs[0])
@@ -217,8 +221,9 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False,
         materialise = consumed.intersection(node.outputs) and not get_op(node.op).layout_only
         once = compute_once if materialise else _direct
         if return_stats:
-            y, acc = once(lambda p, *a: impl.run(target, node.attrs, p, *a, return_acc=True),
-                          (node.params, *args), trigger)
+            y, acc = once(
+                lambda p, *a: impl.run(target, node.attrs, p, *a, return_acc=True), (node.params, *args), trigger
+            )
             if acc is not None:
                 stats[node.name] = acc
         else:
@@ -260,8 +265,15 @@ def _runtime_scalar(graph: Graph, x: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
 
 
-def jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, return_stats: bool = False,
-            chunk: Optional[int] = None):
+def jit_run(
+    graph: Graph,
+    inputs,
+    target=None,
+    *,
+    intermediates: bool = False,
+    return_stats: bool = False,
+    chunk: Optional[int] = None,
+):
     """:func:`run` under ``jax.jit``: compiled once per graph structure, target and input
     shapes (the parameters are traced, so new parameter values reuse the program).
 
@@ -274,13 +286,26 @@ def jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, r
     _check_graph(graph)
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise RangeError(f"jit_run: chunk must be a positive int (examples per chunk) or None, got {chunk!r}")
-    return _jit_run(graph, inputs, target, intermediates=V.check_flag(intermediates, "intermediates"),
-                    return_stats=V.check_flag(return_stats, "return_stats"), chunk=chunk)
+    return _jit_run(
+        graph,
+        inputs,
+        target,
+        intermediates=V.check_flag(intermediates, "intermediates"),
+        return_stats=V.check_flag(return_stats, "return_stats"),
+        chunk=chunk,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("target", "intermediates", "return_stats", "chunk"))
-def _jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, return_stats: bool = False,
-             chunk: Optional[int] = None):
+def _jit_run(
+    graph: Graph,
+    inputs,
+    target=None,
+    *,
+    intermediates: bool = False,
+    return_stats: bool = False,
+    chunk: Optional[int] = None,
+):
     if chunk is None:
         return run(graph, inputs, target, intermediates=intermediates, return_stats=return_stats)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
@@ -292,8 +317,9 @@ def _jit_run(graph: Graph, inputs, target=None, *, intermediates: bool = False, 
     if single or n <= chunk:
         return run(graph, inputs, target)
     m = -(-n // chunk)
-    parts = tuple(jnp.pad(x, [(0, m * chunk - n)] + [(0, 0)] * (x.ndim - 1)).reshape(m, chunk, *x.shape[1:])
-                  for x in xs)
+    parts = tuple(
+        jnp.pad(x, [(0, m * chunk - n)] + [(0, 0)] * (x.ndim - 1)).reshape(m, chunk, *x.shape[1:]) for x in xs
+    )
     ys = jax.lax.map(lambda c: run(graph, list(c), target), parts)
     return jax.tree.map(lambda y: y.reshape(m * chunk, *y.shape[2:])[:n], ys)
 

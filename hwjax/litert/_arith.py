@@ -138,8 +138,9 @@ def check_act_range(act_min, act_max, names=("act_min", "act_max")):
     check_ints(act_min, names[0], scalar=True)
     check_ints(act_max, names[1], scalar=True)
     if not (_traced(act_min) or _traced(act_max)) and np.asarray(act_min).item() > np.asarray(act_max).item():
-        raise RangeError(f"{names[0]}={np.asarray(act_min).item()} must not exceed {names[1]}="
-                         f"{np.asarray(act_max).item()}")
+        raise RangeError(
+            f"{names[0]}={np.asarray(act_min).item()} must not exceed {names[1]}={np.asarray(act_max).item()}"
+        )
 
 
 def check_int_array(x, name: str, lo: int = -128, hi: int = 127) -> jax.Array:
@@ -170,8 +171,14 @@ def params_used(p: Mapping, keys) -> dict:
 
 
 #: the parameter keys of each requantisation convention (:func:`requant_params`)
-REQUANT_KEYS = {"double": ("multiplier", "shift"), "single": ("multiplier", "shift"), "ruy": ("multiplier", "shift"),
-                "lanes8": ("multiplier", "shift"), "float64": ("eff_hi", "eff_lo"), "xnnpack": ("scale",)}
+REQUANT_KEYS = {
+    "double": ("multiplier", "shift"),
+    "single": ("multiplier", "shift"),
+    "ruy": ("multiplier", "shift"),
+    "lanes8": ("multiplier", "shift"),
+    "float64": ("eff_hi", "eff_lo"),
+    "xnnpack": ("scale",),
+}
 
 
 def check_requant_params(params, requant: str, name: str = "params", channels: int | None = None) -> None:
@@ -372,7 +379,10 @@ def _r2(acc, hi, lo):
     ``R 2**(n - q)`` rounded half away from zero (both roundings are symmetric, so the
     sign is applied last)."""
     acc = acc.astype(_I32)
-    hi, lo = jnp.broadcast_to(jnp.asarray(hi, jnp.uint32), acc.shape), jnp.broadcast_to(jnp.asarray(lo, jnp.uint32), acc.shape)
+    hi, lo = (
+        jnp.broadcast_to(jnp.asarray(hi, jnp.uint32), acc.shape),
+        jnp.broadcast_to(jnp.asarray(lo, jnp.uint32), acc.shape),
+    )
     u32 = jnp.uint32
     neg = acc < 0
     bits = jax.lax.bitcast_convert_type(acc, u32)
@@ -427,8 +437,15 @@ def activation_range(activation, output_scale, output_zero_point, *, qmin: int =
     return max(qmin, q(-1.0)), min(qmax, q(1.0))
 
 
-def requant_params(input_scale, filter_scales, output_scale, requant: str, *, float32_product: bool = False,
-                   channels: int | None = None) -> dict[str, np.ndarray]:
+def requant_params(
+    input_scale,
+    filter_scales,
+    output_scale,
+    requant: str,
+    *,
+    float32_product: bool = False,
+    channels: int | None = None,
+) -> dict[str, np.ndarray]:
     """Host recipe of one requantising op (spec §2.6, §2.9): per output channel,
 
     * ``"double"`` / ``"ruy"`` / ``"lanes8"`` / ``"single"``: ``(multiplier, shift)`` =

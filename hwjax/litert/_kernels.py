@@ -24,9 +24,21 @@ from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 from hwjax.litert._arith import (
-    INT32_MAX, INT32_MIN, REQUANT, activation_range, check_act_range, check_int_array, check_params,
-    check_requant_params, check_scale, check_scales, check_zero_point, params_used, quantize_multiplier,
-    requant_params, requantize,
+    INT32_MAX,
+    INT32_MIN,
+    REQUANT,
+    activation_range,
+    check_act_range,
+    check_int_array,
+    check_params,
+    check_requant_params,
+    check_scale,
+    check_scales,
+    check_zero_point,
+    params_used,
+    quantize_multiplier,
+    requant_params,
+    requantize,
 )
 
 _I32 = jnp.int32
@@ -138,15 +150,19 @@ def _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max,
     check_requant_params(rq, requant, "rq", n_out)
     n_in = kernel.shape[-1]
     if x.ndim < (1 if kind == "fc" else 3) or x.shape[-1] != n_in:
-        raise ShapeError(f"x must be ({'...' if kind == 'fc' else '..., H, W'}, {n_in}) for a kernel of shape "
-                         f"{kernel.shape}, got shape {x.shape}")
+        raise ShapeError(
+            f"x must be ({'...' if kind == 'fc' else '..., H, W'}, {n_in}) for a kernel of shape "
+            f"{kernel.shape}, got shape {x.shape}"
+        )
     if kind != "fc":
         if not isinstance(geom, ConvGeometry):
             raise ArgTypeError(f"geom must be a ConvGeometry (see conv_geometry), got {geom!r}")
         khw = tuple(kernel.shape[1:3] if kind == "conv" else kernel.shape[:2])
         if tuple(geom.in_hw) != tuple(x.shape[-3:-1]) or tuple(geom.kernel) != khw:
-            raise ShapeError(f"geom (input {geom.in_hw}, kernel {geom.kernel}) does not match x of shape {x.shape} "
-                             f"and kernel of shape {kernel.shape}")
+            raise ShapeError(
+                f"geom (input {geom.in_hw}, kernel {geom.kernel}) does not match x of shape {x.shape} "
+                f"and kernel of shape {kernel.shape}"
+            )
     return x, kernel, bias
 
 
@@ -186,8 +202,7 @@ def _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: C
 
 def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
     """x (..., H, W, C), kernel (kh, kw, C) -> (..., OH, OW, C)."""
-    x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom,
-                                        "depthwise")
+    x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom, "depthwise")
     return _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom)
 
 
@@ -322,8 +337,20 @@ def _check_requant(requant: str) -> str:
     return V.check_choice(requant, tuple(REQUANT), "requant")
 
 
-def _prepare(x, w, b, n_out, input_scale, input_zero_point, filter_scales, output_scale, output_zero_point,
-             requant, activation, float32_product):
+def _prepare(
+    x,
+    w,
+    b,
+    n_out,
+    input_scale,
+    input_zero_point,
+    filter_scales,
+    output_scale,
+    output_zero_point,
+    requant,
+    activation,
+    float32_product,
+):
     _check_requant(requant)
     check_scale(input_scale, "input_scale")
     check_scale(output_scale, "output_scale")
@@ -333,8 +360,14 @@ def _prepare(x, w, b, n_out, input_scale, input_zero_point, filter_scales, outpu
     fs = _concrete(filter_scales, "filter_scales").astype(np.float32).reshape(-1)
     if fs.size not in (1, n_out):
         raise ShapeError(f"filter_scales must have 1 or {n_out} (output channels) entries, got {fs.size}")
-    rq = requant_params(_concrete(input_scale, "input_scale"), fs, _concrete(output_scale, "output_scale"),
-                        requant, float32_product=float32_product and fs.size == 1, channels=n_out)
+    rq = requant_params(
+        _concrete(input_scale, "input_scale"),
+        fs,
+        _concrete(output_scale, "output_scale"),
+        requant,
+        float32_product=float32_product and fs.size == 1,
+        channels=n_out,
+    )
     lo, hi = activation_range(activation, _concrete(output_scale, "output_scale"), zout)
     x = _int_input(x, "x")
     w = _int_input(w, "w")
@@ -344,8 +377,19 @@ def _prepare(x, w, b, n_out, input_scale, input_zero_point, filter_scales, outpu
     return x, w, b, zin, zout, rq, lo, hi
 
 
-def fully_connected(x, w, b, *, input_scale, input_zero_point, filter_scales, output_scale, output_zero_point,
-                    requant: str, activation=None) -> jax.Array:
+def fully_connected(
+    x,
+    w,
+    b,
+    *,
+    input_scale,
+    input_zero_point,
+    filter_scales,
+    output_scale,
+    output_zero_point,
+    requant: str,
+    activation=None,
+) -> jax.Array:
     """TFLite int8 FULLY_CONNECTED: ``clamp(R(SUM_i w[o,i] (x[..,i] - zin) + b[o]) + zout, act)``.
 
     Args:
@@ -362,9 +406,20 @@ def fully_connected(x, w, b, *, input_scale, input_zero_point, filter_scales, ou
     w_arr = V.as_array(w, "w")
     if w_arr.ndim != 2:
         raise ShapeError(f"w must be (O, I), got shape {w_arr.shape}")
-    x, w, b, zin, zout, rq, lo, hi = _prepare(x, w, b, w_arr.shape[0], input_scale, input_zero_point,
-                                              filter_scales, output_scale, output_zero_point, requant,
-                                              activation, True)
+    x, w, b, zin, zout, rq, lo, hi = _prepare(
+        x,
+        w,
+        b,
+        w_arr.shape[0],
+        input_scale,
+        input_zero_point,
+        filter_scales,
+        output_scale,
+        output_zero_point,
+        requant,
+        activation,
+        True,
+    )
     if x.shape[-1] != w.shape[1]:
         raise ShapeError(f"x has {x.shape[-1]} features, w expects {w.shape[1]}")
     return _fc_jit(x, w, b, zin, rq, requant, zout, lo, hi)
@@ -380,14 +435,29 @@ def conv_geometry(in_hw, kernel_hw, stride, padding, dilation=(1, 1)) -> ConvGeo
         if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and n in ("stride", "dilation"):
             v = (v, v)
         if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list, np.ndarray)):
-            raise ArgTypeError(f"{n} must be a pair of ints{' or one int' if n in ('stride', 'dilation') else ''}, "
-                               f"got {v!r}")
+            raise ArgTypeError(
+                f"{n} must be a pair of ints{' or one int' if n in ('stride', 'dilation') else ''}, got {v!r}"
+            )
         pairs.append(tuple(v))
     return ConvGeometry.make(*pairs[:3], padding, pairs[3])
 
 
-def conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_scale, input_zero_point, filter_scales,
-           output_scale, output_zero_point, requant: str, activation=None) -> jax.Array:
+def conv2d(
+    x,
+    w,
+    b,
+    *,
+    stride=1,
+    padding="VALID",
+    dilation=1,
+    input_scale,
+    input_zero_point,
+    filter_scales,
+    output_scale,
+    output_zero_point,
+    requant: str,
+    activation=None,
+) -> jax.Array:
     """TFLite int8 CONV_2D (``ConvPerChannel``, spec §2.8): x (..., H, W, I) NHWC, w OHWI,
     padded taps read the input zero point. Multipliers always from the double scale
     product (also for one filter scale). Other arguments as :func:`fully_connected`.
@@ -395,17 +465,42 @@ def conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_scale, input
     w_arr = V.as_array(w, "w")
     if w_arr.ndim != 4:
         raise ShapeError(f"w must be OHWI, got shape {w_arr.shape}")
-    x, w, b, zin, zout, rq, lo, hi = _prepare(x, w, b, w_arr.shape[0], input_scale, input_zero_point,
-                                              filter_scales, output_scale, output_zero_point, requant,
-                                              activation, False)
+    x, w, b, zin, zout, rq, lo, hi = _prepare(
+        x,
+        w,
+        b,
+        w_arr.shape[0],
+        input_scale,
+        input_zero_point,
+        filter_scales,
+        output_scale,
+        output_zero_point,
+        requant,
+        activation,
+        False,
+    )
     if x.ndim < 3 or x.shape[-1] != w.shape[3]:
         raise ShapeError(f"x must be (..., H, W, {w.shape[3]}), got shape {x.shape}")
     geom = conv_geometry(x.shape[-3:-1], w.shape[1:3], stride, padding, dilation)
     return _conv_jit(x, w, b, zin, rq, requant, zout, lo, hi, geom)
 
 
-def depthwise_conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_scale, input_zero_point,
-                     filter_scales, output_scale, output_zero_point, requant: str, activation=None) -> jax.Array:
+def depthwise_conv2d(
+    x,
+    w,
+    b,
+    *,
+    stride=1,
+    padding="VALID",
+    dilation=1,
+    input_scale,
+    input_zero_point,
+    filter_scales,
+    output_scale,
+    output_zero_point,
+    requant: str,
+    activation=None,
+) -> jax.Array:
     """TFLite int8 DEPTHWISE_CONV_2D, channel multiplier 1: x (..., H, W, C), w (kh, kw, C)
     (the file's (1, kh, kw, C)), per-channel scales along C. Returns int32 (..., OH, OW, C)."""
     w_arr = V.as_array(w, "w")
@@ -413,9 +508,20 @@ def depthwise_conv2d(x, w, b, *, stride=1, padding="VALID", dilation=1, input_sc
         w = w_arr = w_arr[0]
     if w_arr.ndim != 3:
         raise ShapeError(f"w must be (kh, kw, C) or (1, kh, kw, C), got shape {w_arr.shape}")
-    x, w, b, zin, zout, rq, lo, hi = _prepare(x, w, b, w_arr.shape[2], input_scale, input_zero_point,
-                                              filter_scales, output_scale, output_zero_point, requant,
-                                              activation, False)
+    x, w, b, zin, zout, rq, lo, hi = _prepare(
+        x,
+        w,
+        b,
+        w_arr.shape[2],
+        input_scale,
+        input_zero_point,
+        filter_scales,
+        output_scale,
+        output_zero_point,
+        requant,
+        activation,
+        False,
+    )
     if x.ndim < 3 or x.shape[-1] != w.shape[2]:
         raise ShapeError(f"x must be (..., H, W, {w.shape[2]}), got shape {x.shape}")
     geom = conv_geometry(x.shape[-3:-1], w.shape[:2], stride, padding, dilation)

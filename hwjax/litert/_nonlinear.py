@@ -34,8 +34,17 @@ import numpy as np
 from hwjax.core import eager_program
 from hwjax.errors import RangeError, ShapeError, UnsupportedOpError
 from hwjax.litert._arith import (
-    INT32_MAX as _I32_MAX, INT32_MIN as _I32_MIN, _traced, check_finite_number, check_int_array, check_ints,
-    check_scale, check_zero_point, quantize_multiplier, rdbpot32, srdhm32,
+    INT32_MAX as _I32_MAX,
+    INT32_MIN as _I32_MIN,
+    _traced,
+    check_finite_number,
+    check_int_array,
+    check_ints,
+    check_scale,
+    check_zero_point,
+    quantize_multiplier,
+    rdbpot32,
+    srdhm32,
 )
 
 _I32 = jnp.int32
@@ -75,8 +84,10 @@ def c_float_fn(name: str, x) -> np.ndarray:
     substitute: ``expf`` / ``tanhf`` are not correctly rounded)."""
     fns = _libm()
     if fns is None:
-        raise UnsupportedOpError(f"the C library's {name} (needed to reproduce LiteRT's float32 tables) "
-                                 "cannot be loaded through ctypes on this platform")
+        raise UnsupportedOpError(
+            f"the C library's {name} (needed to reproduce LiteRT's float32 tables) "
+            "cannot be loaded through ctypes on this platform"
+        )
     fn = fns[name]
     a = np.asarray(x, np.float32)
     return np.array([fn(float(v)) for v in a.reshape(-1)], np.float32).reshape(a.shape)
@@ -148,6 +159,7 @@ def check_table(table, name: str, n: int, *, integer: bool) -> None:
 
 def check_int_or_float(v, name: str):
     from hwjax.litert._arith import _numbers
+
     return _numbers(v, name, "a float32 array")
 
 
@@ -182,8 +194,9 @@ def softmax_reference_params(s_in, beta) -> dict[str, np.ndarray]:
     beta, s_in = (np.asarray(v, np.float32).reshape(()) for v in (beta, s_in))
     real = min(float(np.float32(beta)) * float(np.float32(s_in)) * 2.0**26, 2.0**31 - 1.0)
     if not real > 1.0:
-        raise RangeError(f"softmax: beta * s_in * 2**26 = {real!r} must exceed 1 (LiteRT's reference kernel "
-                         "aborts otherwise)")
+        raise RangeError(
+            f"softmax: beta * s_in * 2**26 = {real!r} must exceed 1 (LiteRT's reference kernel aborts otherwise)"
+        )
     m, ls = quantize_multiplier(real)
     diff_min = -math.floor(31.0 * 2.0**26 / 2.0**ls)
     return {"m": np.int32(m), "ls": np.int32(ls), "diff_min": np.int32(diff_min)}
@@ -213,8 +226,7 @@ def _sat_shl(x, k: int):
     """gemmlowp ``SaturatingRoundingMultiplyByPOT<k>`` for static ``k > 0``:
     ``x * 2**k`` clamped to the int32 range."""
     limit = (1 << (31 - k)) - 1
-    return jnp.where(x > limit, jnp.int32(INT32_MAX), jnp.where(x < -limit, jnp.int32(INT32_MIN),
-                                                                 jnp.left_shift(x, k)))
+    return jnp.where(x > limit, jnp.int32(INT32_MAX), jnp.where(x < -limit, jnp.int32(INT32_MIN), jnp.left_shift(x, k)))
 
 
 def exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> jax.Array:
@@ -236,8 +248,7 @@ def exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> jax.Array:
 
 
 #: exp(-2**k) in Q0.31 for k = -2..4: the barrel shifter of ``exp_on_negative_values``
-_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-               (3, 720401), (4, 242))
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535), (3, 720401), (4, 242))
 
 
 def exp_on_negative_values(a, integer_bits: int = 5) -> jax.Array:
@@ -258,7 +269,7 @@ def exp_on_negative_values(a, integer_bits: int = 5) -> jax.Array:
     r = jnp.bitwise_and(a, jnp.int32((1 << (f - 2)) - 1)) - jnp.int32(1 << (f - 2))
     y = exp_on_interval_between_negative_one_quarter_and_0_excl(_sat_shl(r, integer_bits))
     rem = r - a
-    for k, mult in _EXP_BARREL[:integer_bits + 2]:
+    for k, mult in _EXP_BARREL[: integer_bits + 2]:
         bit = jnp.bitwise_and(rem, jnp.int32(1 << (f + k))) != 0
         y = jnp.where(bit, srdhm32(y, jnp.int32(mult)), y)
     return jnp.where(a == 0, jnp.int32(INT32_MAX), y)
@@ -322,8 +333,7 @@ def _softmax_reference(x, m, ls, diff_min) -> jax.Array:
     d = x - jnp.max(x, axis=-1, keepdims=True)
     keep = d >= diff_min
     e = exp_on_negative_values(srdhm32(jnp.left_shift(d, ls), m))
-    total = jnp.sum(jnp.where(keep, rdbpot32(e, ACCUMULATION_INTEGER_BITS), 0), axis=-1,
-                    keepdims=True, dtype=_I32)
+    total = jnp.sum(jnp.where(keep, rdbpot32(e, ACCUMULATION_INTEGER_BITS), 0), axis=-1, keepdims=True, dtype=_I32)
     h = _clz32(total)
     n = ACCUMULATION_INTEGER_BITS - h
     shifted_minus_one = jnp.bitwise_xor(jnp.left_shift(total, h), jnp.int32(INT32_MIN))
@@ -343,6 +353,7 @@ def sequential_sum_f32(v: jax.Array) -> jax.Array:
     """``((v[0] + v[1]) + v[2]) + ...`` over the last axis in float32, starting from 0
     (a C loop's order; ``jnp.sum`` may associate differently). Returns the sums with
     the last axis kept (size 1)."""
+
     def step(acc, col):
         acc = acc + col
         return acc, None
@@ -380,7 +391,6 @@ def _softmax_optimized(x, table, s_out, z_out) -> jax.Array:
     return jnp.clip(p + jnp.asarray(z_out, _I32), -128, 127)
 
 
-
 def softmax_quant_error(s_in, beta, s_out, z_out) -> str | None:
     """Why LiteRT rejects (or aborts on) an int8 SOFTMAX with these parameters, or None:
     ``beta`` must be positive and finite, the output zero point -128 and the output scale
@@ -390,9 +400,12 @@ def softmax_quant_error(s_in, beta, s_out, z_out) -> str | None:
         return f"beta {beta!r} must be positive and finite"
     delta = abs(np.float32(s_out) - np.float32(1.0 / 256))
     if z_out != -128 or delta > np.float32(np.float32(0.001) * np.float32(1.0 / 256)):
-        return (f"output scale {float(s_out)!r} and zero point {z_out}; LiteRT requires 1/256 (within "
-                "0.001/256) and -128")
+        return (
+            f"output scale {float(s_out)!r} and zero point {z_out}; LiteRT requires 1/256 (within 0.001/256) and -128"
+        )
     if float(np.float32(beta)) * float(np.float32(s_in)) * 2.0**26 <= 1.0:
-        return (f"beta * input scale = {float(np.float32(beta)) * float(np.float32(s_in))!r} is at most 2**-26: "
-                "LiteRT's reference kernel aborts on it")
+        return (
+            f"beta * input scale = {float(np.float32(beta)) * float(np.float32(s_in))!r} is at most 2**-26: "
+            "LiteRT's reference kernel aborts on it"
+        )
     return None

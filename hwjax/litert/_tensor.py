@@ -15,8 +15,17 @@ from hwjax.core import eager_program, mul_rn
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.litert._arith import (
-    INT32_MAX, INT32_MIN, _traced, check_act_range, check_int_array, check_ints, check_params, check_scales,
-    check_zero_point, params_used, requantize,
+    INT32_MAX,
+    INT32_MIN,
+    _traced,
+    check_act_range,
+    check_int_array,
+    check_ints,
+    check_params,
+    check_scales,
+    check_zero_point,
+    params_used,
+    requantize,
 )
 
 _I32 = jnp.int32
@@ -31,7 +40,6 @@ def mul_int16_safe(s1, s2, s_out, z_out) -> bool:
     (``|MBQM(p)| + |z_out| < 2**15``): then its 16-lane path equals the int32 formula."""
     real = float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_out))
     return _MAX_PRODUCT * real + 2 + abs(int(z_out)) < 2**15 - 1
-
 
 
 def _example_axes(axes, rank: int, name: str = "axes") -> tuple:
@@ -82,8 +90,10 @@ def pad_int(x, paddings, value):
     if pads is None or pads.dtype.kind not in "iu" or (pads.size and pads.ndim != 2):
         raise ArgTypeError(f"paddings must be one (before, after) pair of ints per example axis, got {paddings!r}")
     if pads.shape != (x.ndim - 1, 2):
-        raise ShapeError(f"paddings must be {x.ndim - 1} (before, after) pairs (one per example axis of x of shape "
-                         f"{x.shape}), got shape {pads.shape}")
+        raise ShapeError(
+            f"paddings must be {x.ndim - 1} (before, after) pairs (one per example axis of x of shape "
+            f"{x.shape}), got shape {pads.shape}"
+        )
     V.check_range(pads, 0, INT32_MAX, "paddings")
     return jnp.pad(x, ((0, 0), *paddings), constant_values=value)
 
@@ -101,9 +111,11 @@ def concat_int(xs, axis: int):
     a = V.check_static_int(axis, -(rank - 1), rank - 2, "axis")
     a = a % (rank - 1)
     for i, x in enumerate(xs):
-        if x.ndim != rank or x.shape[:a + 1] != xs[0].shape[:a + 1] or x.shape[a + 2:] != xs[0].shape[a + 2:]:
-            raise ShapeError(f"xs[{i}] of shape {x.shape} cannot be joined with xs[0] of shape {xs[0].shape} "
-                             f"along example axis {axis}")
+        if x.ndim != rank or x.shape[: a + 1] != xs[0].shape[: a + 1] or x.shape[a + 2 :] != xs[0].shape[a + 2 :]:
+            raise ShapeError(
+                f"xs[{i}] of shape {x.shape} cannot be joined with xs[0] of shape {xs[0].shape} "
+                f"along example axis {axis}"
+            )
     return jnp.concatenate(xs, axis=axis + 1)
 
 

@@ -29,7 +29,13 @@ import numpy as np
 from hwjax.core import eager_program
 from hwjax.errors import UnsupportedOpError
 from hwjax.litert._arith import (
-    check_int_array, check_ints, check_params, check_scale, check_zero_point, mbqm_double, params_used,
+    check_int_array,
+    check_ints,
+    check_params,
+    check_scale,
+    check_zero_point,
+    mbqm_double,
+    params_used,
 )
 from hwjax.litert._nonlinear import (
     INT32_MAX,
@@ -44,6 +50,8 @@ _I32 = jnp.int32
 
 #: integer bits of the fixed-point input of TFLM's LOGISTIC and TANH (Q4.27)
 INPUT_INTEGER_BITS = 4
+
+
 def _round_half_away(v: float) -> int:
     return int(math.floor(abs(v) + 0.5)) * (1 if v >= 0 else -1)
 
@@ -146,4 +154,3 @@ def _tanh(x, p, z_in) -> jax.Array:
     t = jnp.where(a == 0, 0, jnp.where(neg, -u, u))
     y = jnp.clip(rdbpot32(t, 31 - 7), -128, 127)
     return jnp.where(d <= -p["radius"], -128, jnp.where(d >= p["radius"], 127, y))
-

@@ -34,8 +34,17 @@ from hwjax.errors import RangeError, ShapeError, UnsupportedOpError
 from hwjax.core import eager_program
 from hwjax.core import validate as V
 from hwjax.litert._arith import (
-    INT32_MAX, INT32_MIN, check_act_range, check_int_array, check_ints, check_params, check_scale,
-    check_zero_point, activation_range, params_used, quantize_multiplier,
+    INT32_MAX,
+    INT32_MIN,
+    check_act_range,
+    check_int_array,
+    check_ints,
+    check_params,
+    check_scale,
+    check_zero_point,
+    activation_range,
+    params_used,
+    quantize_multiplier,
 )
 from hwjax.litert._kernels import ADD_KEYS, add_params, check_add_operands
 
@@ -146,8 +155,10 @@ def xnn_add_params(s1, z1, s2, z2, s_out, z_out, activation=None) -> dict[str, n
     numpy scalars ``a_mult``, ``b_mult``, ``bias``, ``shift``, ``act_min``, ``act_max``.
     """
     if not xnn_add_delegated(s1, s2, s_out):
-        raise RangeError(f"XNNPACK add: input/output scale ratios {float(_f32(s1) / _f32(s_out))}, "
-                         f"{float(_f32(s2) / _f32(s_out))} are outside [2**-10, 2**8)")
+        raise RangeError(
+            f"XNNPACK add: input/output scale ratios {float(_f32(s1) / _f32(s_out))}, "
+            f"{float(_f32(s2) / _f32(s_out))} are outside [2**-10, 2**8)"
+        )
     so = _f32(s_out)
     r1, r2 = np.float32(_f32(s1) / so), np.float32(_f32(s2) / so)
     top = max(r1, r2)
@@ -159,8 +170,7 @@ def xnn_add_params(s1, z1, s2, z2, s_out, z_out, activation=None) -> dict[str, n
     if activation not in _FLOAT_RANGES:
         raise RangeError(f"activation must be one of {tuple(_FLOAT_RANGES)}, got {activation!r}")
     lo, hi = (xnn_qs8_quantize(v, s_out, z_out) for v in _FLOAT_RANGES[activation])
-    return {k: np.int32(v) for k, v in dict(a_mult=a, b_mult=b, bias=bias, shift=shift, act_min=lo,
-                                             act_max=hi).items()}
+    return {k: np.int32(v) for k, v in dict(a_mult=a, b_mult=b, bias=bias, shift=shift, act_min=lo, act_max=hi).items()}
 
 
 def xnn_add_int(x1, x2, p, zout):
@@ -179,8 +189,10 @@ def litert_add_params(s1, s2, s_out) -> dict[str, np.ndarray]:
     below 1 (``QuantizeMultiplierSmallerThanOneExp`` aborts LiteRT there)."""
     p = add_params(s1, s2, s_out)
     if int(p["eo"]) > 0:
-        raise UnsupportedOpError(f"ADD: input/output scale ratio {max(float(s1), float(s2)) / float(s_out)} "
-                                 "is 2**19 or more; LiteRT rejects it")
+        raise UnsupportedOpError(
+            f"ADD: input/output scale ratio {max(float(s1), float(s2)) / float(s_out)} "
+            "is 2**19 or more; LiteRT rejects it"
+        )
     return p
 
 
@@ -231,8 +243,7 @@ def xnn_cvt_params(s_in, s_out) -> dict[str, np.ndarray]:
     ``multiplier = lrintf(256 * fl32(s_in / s_out))`` (float32, ties to even; 1..32768 in
     the delegated range, else RangeError). Host; ``{"cvt_mult": int32}``."""
     if not xnn_cvt_delegated(s_in, s_out):
-        raise RangeError(f"XNNPACK convert: scale ratio {float(_f32(s_in) / _f32(s_out))} is outside "
-                         "[2**-8, 2**7]")
+        raise RangeError(f"XNNPACK convert: scale ratio {float(_f32(s_in) / _f32(s_out))} is outside [2**-8, 2**7]")
     r = np.float32(_f32(s_in) / _f32(s_out))
     return {"cvt_mult": np.int32(np.rint(np.float32(np.float32(256.0) * r)))}
 
@@ -355,9 +366,13 @@ def add_recipe(runtime: str, activation, s1, z1, s2, z2, s_out, z_out) -> dict[s
             raise UnsupportedOpError(
                 f"ADD on xnnpack: output scale {float(_f32(s_out))} / zero point {int(z_out)} put XNNPACK's "
                 f"{bad} bounds on the other side of a rounding tie from LiteRT's; a fused {bad[0].upper()} "
-                "(a separate activation node here) would be clamped differently, so this ADD is not supported")
-        q = xnn_add_params(s1, z1, s2, z2, s_out, z_out, activation) if ok else \
-            dict.fromkeys(("a_mult", "b_mult", "bias", "shift", "act_min", "act_max"), np.int32(0))
+                "(a separate activation node here) would be clamped differently, so this ADD is not supported"
+            )
+        q = (
+            xnn_add_params(s1, z1, s2, z2, s_out, z_out, activation)
+            if ok
+            else dict.fromkeys(("a_mult", "b_mult", "bias", "shift", "act_min", "act_max"), np.int32(0))
+        )
         p.update({"xnn_" + k: v for k, v in q.items()})
         p["xnn"] = np.int32(ok)
     return p
@@ -380,7 +395,21 @@ def requant_recipe(runtime: str, s_in, s_out) -> dict[str, np.ndarray]:
 
 
 __all__ = [
-    "VECTOR_BLOCK", "add_jax", "add_recipe", "litert_add_params", "neon_add_int", "neon_requantize_int",
-    "requant_jax", "requant_recipe", "vector_lanes", "xnn_add_delegated", "xnn_add_int", "xnn_add_params",
-    "xnn_clamp_disagrees", "xnn_cvt_delegated", "xnn_cvt_int", "xnn_cvt_params", "xnn_qs8_quantize",
+    "VECTOR_BLOCK",
+    "add_jax",
+    "add_recipe",
+    "litert_add_params",
+    "neon_add_int",
+    "neon_requantize_int",
+    "requant_jax",
+    "requant_recipe",
+    "vector_lanes",
+    "xnn_add_delegated",
+    "xnn_add_int",
+    "xnn_add_params",
+    "xnn_clamp_disagrees",
+    "xnn_cvt_delegated",
+    "xnn_cvt_int",
+    "xnn_cvt_params",
+    "xnn_qs8_quantize",
 ]

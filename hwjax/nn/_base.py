@@ -94,16 +94,21 @@ class LayerStats:
         """Host-side fractions: ``low``, ``high`` of outputs, ``acc_saturated`` of accumulators."""
         c = max(int(self.count), 1)
         a = max(int(self.acc_count), 1)
-        return {"low": int(self.low) / c, "high": int(self.high) / c,
-                "acc_saturated": int(self.acc_saturated) / a}
+        return {"low": int(self.low) / c, "high": int(self.high) / c, "acc_saturated": int(self.acc_saturated) / a}
 
 
 def _i32(v) -> jax.Array:
     return jnp.asarray(v, jnp.int32)
 
 
-def make_stats(y_int: jax.Array | None, *, relu: bool, acc: dict | None = None,
-               y_float: jax.Array | None = None, bounds: tuple | None = None) -> LayerStats:
+def make_stats(
+    y_int: jax.Array | None,
+    *,
+    relu: bool,
+    acc: dict | None = None,
+    y_float: jax.Array | None = None,
+    bounds: tuple | None = None,
+) -> LayerStats:
     """Counts for :class:`LayerStats` from an integer output (hardware) or a float
     output and its representable real ``bounds`` (float modes)."""
     return _make_stats(y_int, y_float, bounds, acc, relu=bool(relu))
@@ -310,8 +315,11 @@ class HwLayer(nnx.Module):
         computed at trace time (``jax.ensure_compile_time_eval``) rather than in the
         program, so the layers that read them derive their integer parameters on the host
         once per trace."""
-        state = [v[...] for v in (self.out_range, getattr(self, "out_pin", None), getattr(self, "scale_factor", None))
-                 if isinstance(v, nnx.Variable)]
+        state = [
+            v[...]
+            for v in (self.out_range, getattr(self, "out_pin", None), getattr(self, "scale_factor", None))
+            if isinstance(v, nnx.Variable)
+        ]
         with evaluated_if_concrete(state):
             return self._out_qparams()
 
@@ -381,8 +389,10 @@ class HwLayer(nnx.Module):
 
     def _require_q(self, x, name: str = "x") -> QArray:
         if not isinstance(x, QArray):
-            raise ArgTypeError(f"{type(self).__name__} in hardware mode needs a QArray input for {name} "
-                            f"(start the model with hwjax.nn.Quantize), got {type(x).__name__}")
+            raise ArgTypeError(
+                f"{type(self).__name__} in hardware mode needs a QArray input for {name} "
+                f"(start the model with hwjax.nn.Quantize), got {type(x).__name__}"
+            )
         return x
 
 
@@ -404,8 +414,10 @@ def set_mode(model: nnx.Module, mode: Mode) -> nnx.Module:
     if mode == "hardware":
         bad = ["/".join(map(str, p)) or "<root>" for p, m in layers if not m.is_calibrated()]
         if bad:
-            raise RangeError(f"cannot switch to hardware mode: layers {bad} are not calibrated; "
-                             f"run the model in 'calibrate' mode on representative inputs first")
+            raise RangeError(
+                f"cannot switch to hardware mode: layers {bad} are not calibrated; "
+                f"run the model in 'calibrate' mode on representative inputs first"
+            )
     for _, m in layers:
         m.mode = mode
     return model

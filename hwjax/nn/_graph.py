@@ -26,8 +26,11 @@ class Sequential(nnx.Module):
     """
 
     def __init__(self, layers: Union[Mapping[str, Node], Sequence[Node]]):
-        items = list(layers.items()) if isinstance(layers, Mapping) else \
-            [(f"{type(l).__name__.lower()}{i}", l) for i, l in enumerate(layers)]
+        items = (
+            list(layers.items())
+            if isinstance(layers, Mapping)
+            else [(f"{type(l).__name__.lower()}{i}", l) for i, l in enumerate(layers)]
+        )
         names = [n for n, _ in items]
         if len(set(names)) != len(names):
             raise RangeError(f"layer names must be unique, got {names}")
@@ -108,10 +111,10 @@ class GraphModel(nnx.Module):
         for n in graph.nodes:
             cls = HwLayer.LAYERS.get(n.op)
             if cls is None:
-                raise UnsupportedOpError(f"node {n.name!r}: no hwjax.nn layer runs op {n.op!r} "
-                                          f"(layers exist for {sorted(HwLayer.LAYERS)})")
-            layers.append(cls.from_node(n, [graph.tensors[t] for t in n.inputs], graph.tensors[n.outputs[0]],
-                                        target))
+                raise UnsupportedOpError(
+                    f"node {n.name!r}: no hwjax.nn layer runs op {n.op!r} (layers exist for {sorted(HwLayer.LAYERS)})"
+                )
+            layers.append(cls.from_node(n, [graph.tensors[t] for t in n.inputs], graph.tensors[n.outputs[0]], target))
         self.layers = nnx.List(layers)
 
     @property
@@ -161,16 +164,21 @@ def from_graph(graph, target=None, *, mode: str = "hardware") -> GraphModel:
     from hwjax.targets import resolve
 
     if not isinstance(graph, Graph):
-        raise ArgTypeError(f"graph must be a hwjax.graph.Graph (e.g. hwjax.nn.to_graph(model) or "
-                           f"hwjax.tflite.load(path).graph), got {type(graph).__name__}")
+        raise ArgTypeError(
+            f"graph must be a hwjax.graph.Graph (e.g. hwjax.nn.to_graph(model) or "
+            f"hwjax.tflite.load(path).graph), got {type(graph).__name__}"
+        )
     if graph.target is not None:
-        raise RangeError("from_graph needs a portable graph (its target's integer parameters cannot be turned back "
-                         "into float weights); lowered graphs come from hwjax.load")
+        raise RangeError(
+            "from_graph needs a portable graph (its target's integer parameters cannot be turned back "
+            "into float weights); lowered graphs come from hwjax.load"
+        )
     if target is None:
         raise ArgTypeError("from_graph needs the target to run the layers on (a Target or a registered name)")
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-        raise UnsupportedOpError(f"from_graph supports one input and one output, got {len(graph.inputs)} and "
-                         f"{len(graph.outputs)}")
+        raise UnsupportedOpError(
+            f"from_graph supports one input and one output, got {len(graph.inputs)} and {len(graph.outputs)}"
+        )
     model = GraphModel(graph.validate(), resolve(target))
     check_mode(mode)
     for _, m in nnx.iter_modules(model):
@@ -203,8 +211,10 @@ def to_graph(model, input_shape=None):
         raise ArgTypeError(f"model: to_graph needs a hwjax.nn.Sequential or GraphModel, got {type(model).__name__}")
     shape = tuple(input_shape if input_shape is not None else getattr(model, "input_shape", ()) or ())
     if not shape or not all(isinstance(d, int) and d >= 1 for d in shape):
-        raise RangeError(f"input_shape must be a non-empty tuple of positive ints (the model has no "
-                         f"input_shape attribute), got {input_shape!r}")
+        raise RangeError(
+            f"input_shape must be a non-empty tuple of positive ints (the model has no "
+            f"input_shape attribute), got {input_shape!r}"
+        )
     layers = [(p, m) for p, m in nnx.iter_modules(model) if isinstance(m, HwLayer)]
     bad = ["/".join(map(str, p)) for p, m in layers if not m.is_calibrated()]
     if bad:

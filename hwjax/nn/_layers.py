@@ -21,8 +21,17 @@ import numpy as np
 from flax import nnx
 from flax.errors import TraceContextError
 
-from hwjax.nn._base import (Derived, HwLayer, LayerStats, Mode, Pinned, check_activation, current_plan,
-                             make_stats, planned_call)
+from hwjax.nn._base import (
+    Derived,
+    HwLayer,
+    LayerStats,
+    Mode,
+    Pinned,
+    check_activation,
+    current_plan,
+    make_stats,
+    planned_call,
+)
 from hwjax.nn._qarray import QArray
 from hwjax.nn._quant import (
     act_int,
@@ -56,8 +65,9 @@ def _pair(v, name: str, layer: str = "") -> tuple[int, int]:
     except TypeError:
         t = ()
     if len(t) != 2 or not all(_is_int(i) and i >= 1 for i in t):
-        raise RangeError(f"{layer + ': ' if layer else ''}{name} must be a positive int or a pair of positive "
-                         f"ints, got {v!r}")
+        raise RangeError(
+            f"{layer + ': ' if layer else ''}{name} must be a positive int or a pair of positive ints, got {v!r}"
+        )
     return (int(t[0]), int(t[1]))
 
 
@@ -70,8 +80,7 @@ def _positive_int(v, name: str, layer: str) -> int:
     return int(v)
 
 
-def _check_input(layer, x, *, ndim: int, channels: int | None = None, name: str = "x",
-                 what: str = "in_features"):
+def _check_input(layer, x, *, ndim: int, channels: int | None = None, name: str = "x", what: str = "in_features"):
     """The input ``x`` (a QArray, or anything :func:`hwjax.core.validate.as_array` takes,
     converted): ShapeError naming the layer unless it has ``ndim`` axes and (unless
     ``channels`` is None) ``channels`` entries on the last one."""
@@ -81,15 +90,16 @@ def _check_input(layer, x, *, ndim: int, channels: int | None = None, name: str 
     layout = "(batch, features)" if ndim == 2 else "(batch, height, width, channels)"
     if len(shape) != ndim or (channels is not None and shape[-1] != channels):
         req = f" with {channels} = {what} on the last axis" if channels is not None else ""
-        raise ShapeError(f"{type(layer).__name__}: input {name} must have shape {layout}{req}, "
-                         f"got shape {shape}")
+        raise ShapeError(f"{type(layer).__name__}: input {name} must have shape {layout}{req}, got shape {shape}")
     return x
 
 
 def _check_padding(padding: Padding) -> Padding:
     if isinstance(padding, str):
         if padding not in ("SAME", "VALID"):
-            raise RangeError(f"padding must be 'SAME', 'VALID', an int or ((top, bottom), (left, right)), got {padding!r}")
+            raise RangeError(
+                f"padding must be 'SAME', 'VALID', an int or ((top, bottom), (left, right)), got {padding!r}"
+            )
         return padding
     if isinstance(padding, int):
         if padding < 0:
@@ -102,8 +112,9 @@ def _check_padding(padding: Padding) -> Padding:
 
 
 def _float_conv(x: jax.Array, kernel: jax.Array, geom: ConvGeometry, groups: int = 1) -> jax.Array:
-    return jax.lax.conv_general_dilated(x, kernel, geom.stride, geom.padding, dimension_numbers=_DN,
-                                        feature_group_count=groups)
+    return jax.lax.conv_general_dilated(
+        x, kernel, geom.stride, geom.padding, dimension_numbers=_DN, feature_group_count=groups
+    )
 
 
 def _relu(y: jax.Array, activation) -> jax.Array:
@@ -202,13 +213,25 @@ class _Linear(HwLayer):
     requantizes = True
     groups_is_depthwise = False
 
-    def _init_linear(self, kernel_shape, n_out, use_bias, activation, strides, padding, rngs,
-                     kernel_init, target, mode, learn_scale, **cfg):
+    def _init_linear(
+        self,
+        kernel_shape,
+        n_out,
+        use_bias,
+        activation,
+        strides,
+        padding,
+        rngs,
+        kernel_init,
+        target,
+        mode,
+        learn_scale,
+        **cfg,
+    ):
         self.activation = check_activation(activation)
         self.strides = _pair(strides, "strides", type(self).__name__)
         self.padding = _check_padding(padding)
-        super().__init__(target, mode=mode, learn_scale=learn_scale, strides=self.strides, padding=self.padding,
-                         **cfg)
+        super().__init__(target, mode=mode, learn_scale=learn_scale, strides=self.strides, padding=self.padding, **cfg)
         self.kernel = nnx.Param(kernel_init(rngs.params(), kernel_shape, jnp.float32))
         self.use_bias = bool(use_bias)
         self.bias = nnx.Param(jnp.zeros((n_out,), jnp.float32)) if use_bias else None
@@ -227,8 +250,13 @@ class _Linear(HwLayer):
         kernel = self.kernel[...]
         if self.kind != "dense":  # Dense checks its 2-D input itself
             depthwise = self.groups_is_depthwise
-            x = _check_input(self, x, ndim=4, channels=kernel.shape[-1] if depthwise else kernel.shape[2],
-                             what="features" if depthwise else "in_features")
+            x = _check_input(
+                self,
+                x,
+                ndim=4,
+                channels=kernel.shape[-1] if depthwise else kernel.shape[2],
+                what="features" if depthwise else "in_features",
+            )
         if not isinstance(x, QArray):
             if self.mode == "hardware":
                 self._require_q(x)
@@ -283,8 +311,9 @@ class _Linear(HwLayer):
         """int8 ``kernel``, int32 ``bias`` and ``w_scale`` (see :mod:`hwjax.graph.ops.linear`)
         for an input tensor quantised with ``inputs[0].quant``."""
         q = inputs[0].quant
-        return _portable_jit(self.kernel[...], self._bias(), jnp.asarray(q.scale, jnp.float32), self.w_pin[...],
-                             self.kind)[3]
+        return _portable_jit(
+            self.kernel[...], self._bias(), jnp.asarray(q.scale, jnp.float32), self.w_pin[...], self.kind
+        )[3]
 
     def integer_params(self, s_in, z_in, geom: ConvGeometry | None = None, *, in_shape=None) -> "LinearQuant":
         """Integer weights and biases, weight scales, the output quantisation, the portable
@@ -294,9 +323,18 @@ class _Linear(HwLayer):
         if in_shape is None:
             in_shape = (*geom.in_hw, self.kernel.shape[2]) if geom is not None else (1, 1, self.kernel.shape[2])
         s_out, z_out = self.out_qparams()
-        return _linear_quant_jit(self.kernel[...], self._bias(), jnp.asarray(s_in, jnp.float32),
-                                 jnp.asarray(z_in, jnp.int32), s_out, z_out, self.w_pin[...], self.target, self.kind,
-                                 self.node_attrs(in_shape if self.kind != "dense" else (in_shape[-1],)))
+        return _linear_quant_jit(
+            self.kernel[...],
+            self._bias(),
+            jnp.asarray(s_in, jnp.float32),
+            jnp.asarray(z_in, jnp.int32),
+            s_out,
+            z_out,
+            self.w_pin[...],
+            self.target,
+            self.kind,
+            self.node_attrs(in_shape if self.kind != "dense" else (in_shape[-1],)),
+        )
 
 
 class LinearQuant(NamedTuple):
@@ -330,10 +368,12 @@ def _portable(kernel, bias, s_in, w_pin, op: str):
     # Each step computed once (see compute_once): XLA would otherwise inline the exact
     # divisions behind the scales into every consumer, at a large cost in compile time.
     trigger = jax.lax.bitcast_convert_type(s_in, jnp.int32)
-    s_w = compute_once(lambda k, p: jnp.where(jnp.isfinite(p), p, weight_scales(k, (0, 1, 2))), (kernel, w_pin),
-                       trigger)
-    w_int, b_int = compute_once(lambda k, b, si, sw: (weights_int(k, sw), bias_int(b, si * sw)),
-                                (kernel, bias, s_in, s_w), trigger)
+    s_w = compute_once(
+        lambda k, p: jnp.where(jnp.isfinite(p), p, weight_scales(k, (0, 1, 2))), (kernel, w_pin), trigger
+    )
+    w_int, b_int = compute_once(
+        lambda k, b, si, sw: (weights_int(k, sw), bias_int(b, si * sw)), (kernel, bias, s_in, s_w), trigger
+    )
     return w_int, b_int, s_w, {"kernel": portable_kernel(op, w_int), "bias": b_int.astype(jnp.int32), "w_scale": s_w}
 
 
@@ -352,10 +392,17 @@ def _linear_quant_many(target, requests) -> list[LinearQuant]:
     w_pin, op, attrs)`` each) on one target, their recipes derived together
     (:func:`hwjax.graph.derive_params`: one batched recipe where the target has one)."""
     parts = [_portable(k, b, s_in, w_pin, op) for k, b, s_in, _, _, _, w_pin, op, _ in requests]
-    params = derive_params(target, [(op, attrs, part[3], [Quant.of(sg(s_in), z_in)], Quant.of(sg(s_out), z_out))
-                                    for (_, _, s_in, z_in, s_out, z_out, _, op, attrs), part in zip(requests, parts)])
-    return [LinearQuant(p, w_int, b_int, s_w, sg(req[4]), req[5], portable)
-            for p, (w_int, b_int, s_w, portable), req in zip(params, parts, requests)]
+    params = derive_params(
+        target,
+        [
+            (op, attrs, part[3], [Quant.of(sg(s_in), z_in)], Quant.of(sg(s_out), z_out))
+            for (_, _, s_in, z_in, s_out, z_out, _, op, attrs), part in zip(requests, parts)
+        ],
+    )
+    return [
+        LinearQuant(p, w_int, b_int, s_w, sg(req[4]), req[5], portable)
+        for p, (w_int, b_int, s_w, portable), req in zip(params, parts, requests)
+    ]
 
 
 def planned(model, first, call):
@@ -365,13 +412,17 @@ def planned(model, first, call):
     (``OpImpl.params_many``); then their parameters are derived by one recipe per program
     instead of one per layer. Eager calls derive them on the host (no program) and are
     not planned."""
+
     def layers() -> list[HwLayer]:
         return [m for _, m in nnx.iter_modules(model) if isinstance(m, HwLayer)]
 
     def wanted() -> bool:
         linear = [m for m in layers() if isinstance(m, _Linear) and m.mode == "hardware"]
-        return len(linear) >= 2 and any(isinstance(m.kernel[...], jax.core.Tracer) for m in linear) and \
-            any(m.target.lowering(m.kind).params_many is not None for m in linear)
+        return (
+            len(linear) >= 2
+            and any(isinstance(m.kernel[...], jax.core.Tracer) for m in linear)
+            and any(m.target.lowering(m.kind).params_many is not None for m in linear)
+        )
 
     return planned_call(first, call, _derive_planned, wanted, layers)
 
@@ -381,8 +432,9 @@ def _derive_planned(target, requests) -> list[LinearQuant]:
     :func:`_linear_quant_many`, computed once (materialised, like :func:`_hw_linear`'s)."""
     arrays = [tuple(sg(a) for a in r[:7]) for r in requests]
     static = [r[7:] for r in requests]
-    return compute_once(lambda *rs: _linear_quant_many(target, [(*a, *st) for a, st in zip(rs, static)]),
-                        tuple(arrays), requests[0][3])
+    return compute_once(
+        lambda *rs: _linear_quant_many(target, [(*a, *st) for a, st in zip(rs, static)]), tuple(arrays), requests[0][3]
+    )
 
 
 _linear_quant_jit = jax.jit(_linear_quant, static_argnums=(7, 8, 9))
@@ -392,8 +444,7 @@ def _all_concrete(args) -> bool:
     return not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(args))
 
 
-def _hw_linear_eager(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, *, target, op: str, attrs,
-                     return_stats: bool):
+def _hw_linear_eager(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, *, target, op: str, attrs, return_stats: bool):
     """Hardware mode called eagerly (no jit, no grad: every argument concrete): the same
     integers as :func:`_hw_linear`, with the target's parameters from its host recipe
     (:func:`_host_linear_quant`) instead of compiling the in-graph recipe. None when the
@@ -416,12 +467,20 @@ def _host_linear_quant(kernel, bias, s_in, z_in, s_out, z_out, w_pin, target, op
     with evaluated_if_concrete((kernel, bias, s_in, z_in, s_out, z_out, w_pin)):  # computed now, also in a trace
         w_int, b_int, s_w, portable = _portable_jit(kernel, bias, jnp.asarray(s_in, jnp.float32), w_pin, op)
         q_in = [Quant.of(np.float32(s_in), np.int32(z_in))]
-        params = impl.host_params(target, attrs, jax.tree.map(np.asarray, portable), q_in,
-                                  Quant.of(np.float32(s_out), np.int32(z_out)))
+        params = impl.host_params(
+            target, attrs, jax.tree.map(np.asarray, portable), q_in, Quant.of(np.float32(s_out), np.int32(z_out))
+        )
         if params is None:
             return None
-        return LinearQuant(jax.tree.map(jnp.asarray, params), w_int, b_int, s_w, jnp.asarray(s_out, jnp.float32),
-                           jnp.asarray(z_out, jnp.int32), portable)
+        return LinearQuant(
+            jax.tree.map(jnp.asarray, params),
+            w_int,
+            b_int,
+            s_w,
+            jnp.asarray(s_out, jnp.float32),
+            jnp.asarray(z_out, jnp.int32),
+            portable,
+        )
 
 
 @functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
@@ -432,8 +491,11 @@ def _hw_run(xq, params, *, target, op: str, attrs, return_stats: bool):
     if op == "dense":
         x_int = x_int[:, 0, 0, :]
     impl = target.lowering(op)
-    y, acc = impl.run(target, attrs, params, x_int, return_acc=True) if return_stats else \
-        (impl.run(target, attrs, params, x_int), None)
+    y, acc = (
+        impl.run(target, attrs, params, x_int, return_acc=True)
+        if return_stats
+        else (impl.run(target, attrs, params, x_int), None)
+    )
     if op == "dense":
         y = y[:, None, None, :]
     stats = make_stats(y, relu=attrs.get("activation") == "relu", acc=acc) if return_stats else None
@@ -441,23 +503,30 @@ def _hw_run(xq, params, *, target, op: str, attrs, return_stats: bool):
 
 
 @functools.partial(jax.jit, static_argnames=("target", "op", "attrs", "return_stats"))
-def _hw_linear(kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, hw=None, *, target, op: str, attrs,
-               return_stats: bool):
+def _hw_linear(
+    kernel, bias, xq, s_in, z_in, s_out, z_out, w_pin, hw=None, *, target, op: str, attrs, return_stats: bool
+):
     """Hardware-mode forward of a linear layer (jitted once per configuration): the
     target's exact result with the surrogate's gradient (see :class:`_Linear`). ``xq`` is
     NHWC (dense: (B, 1, 1, N)). ``hw``: the layer's :class:`LinearQuant` when derived
     beforehand for these arguments (a planned model call), else derived here."""
     if hw is None:
-        hw = compute_once(lambda k, b, si, so, wp: _linear_quant(k, b, si, z_in, so, z_out, wp, target, op, attrs),
-                          (sg(kernel), sg(bias), sg(s_in), sg(s_out), sg(w_pin)), z_in)
+        hw = compute_once(
+            lambda k, b, si, so, wp: _linear_quant(k, b, si, z_in, so, z_out, wp, target, op, attrs),
+            (sg(kernel), sg(bias), sg(s_in), sg(s_out), sg(w_pin)),
+            z_in,
+        )
     w_q = exact_forward(hw.w_int, kernel / hw.s_w)  # straight-through: d w_q / d w = 1 / s_w
     b_q = exact_forward(hw.b_int, bias / (s_in * hw.s_w))
     x_int = sg(xq).astype(jnp.int32)
     if op == "dense":
         x_int = x_int[:, 0, 0, :]
     impl = target.lowering(op)
-    y, acc = compute_once(lambda v, p: impl.run(target, attrs, p, v, return_acc=True), (x_int, hw.params), z_in) \
-        if return_stats else (compute_once(lambda v, p: impl.run(target, attrs, p, v), (x_int, hw.params), z_in), None)
+    y, acc = (
+        compute_once(lambda v, p: impl.run(target, attrs, p, v, return_acc=True), (x_int, hw.params), z_in)
+        if return_stats
+        else (compute_once(lambda v, p: impl.run(target, attrs, p, v), (x_int, hw.params), z_in), None)
+    )
     if op == "dense":
         y = y[:, None, None, :]
     geom = geometry(attrs, xq.shape) if op != "dense" else ConvGeometry.make((1, 1), (1, 1), (1, 1), "VALID")
@@ -478,8 +547,11 @@ def _float_weights(kind: str, kernel, w_scale, bias, s_in):
     float32 weight scales of a portable linear node (one program; float32 products)."""
     k = jnp.asarray(kernel).astype(jnp.float32)
     s_w = jnp.asarray(w_scale, jnp.float32)
-    hwio = {"conv": lambda v: jnp.transpose(v, (1, 2, 3, 0)), "dense": lambda v: v.T[None, None],
-            "depthwise_conv": lambda v: v[:, :, None, :]}[kind](k)
+    hwio = {
+        "conv": lambda v: jnp.transpose(v, (1, 2, 3, 0)),
+        "dense": lambda v: v.T[None, None],
+        "depthwise_conv": lambda v: v[:, :, None, :],
+    }[kind](k)
     b = jnp.asarray(bias).astype(jnp.float32) * (jnp.asarray(s_in, jnp.float32) * s_w)
     return hwio * s_w, b, s_w
 
@@ -499,19 +571,50 @@ class Conv(_Linear):
     @classmethod
     def node_kwargs(cls, node, inputs) -> dict:
         a = node.attrs
-        return dict(in_features=inputs[0].shape[-1], out_features=a["features"], kernel_size=a["kernel_size"],
-                    strides=a.get("stride", (1, 1)), padding=a.get("padding", ((0, 0), (0, 0))),
-                    activation=a.get("activation"))
+        return dict(
+            in_features=inputs[0].shape[-1],
+            out_features=a["features"],
+            kernel_size=a["kernel_size"],
+            strides=a.get("stride", (1, 1)),
+            padding=a.get("padding", ((0, 0), (0, 0))),
+            activation=a.get("activation"),
+        )
 
-    def __init__(self, in_features: int, out_features: int, kernel_size, *, strides=1, padding: Padding = "SAME",
-                 activation=None, use_bias: bool = True, target, mode: Mode = "float", learn_scale: bool = False,
-                 rngs: nnx.Rngs, kernel_init: Callable = nnx.initializers.lecun_normal()):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        kernel_size,
+        *,
+        strides=1,
+        padding: Padding = "SAME",
+        activation=None,
+        use_bias: bool = True,
+        target,
+        mode: Mode = "float",
+        learn_scale: bool = False,
+        rngs: nnx.Rngs,
+        kernel_init: Callable = nnx.initializers.lecun_normal(),
+    ):
         kh, kw = _pair(kernel_size, "kernel_size", "Conv")
         in_features = _positive_int(in_features, "in_features", "Conv")
         out_features = _positive_int(out_features, "out_features", "Conv")
-        self._init_linear((kh, kw, in_features, out_features), out_features, use_bias, activation, strides,
-                          padding, rngs, kernel_init, target, mode, learn_scale, in_features=in_features,
-                          out_features=out_features, kernel_size=(kh, kw))
+        self._init_linear(
+            (kh, kw, in_features, out_features),
+            out_features,
+            use_bias,
+            activation,
+            strides,
+            padding,
+            rngs,
+            kernel_init,
+            target,
+            mode,
+            learn_scale,
+            in_features=in_features,
+            out_features=out_features,
+            kernel_size=(kh, kw),
+        )
 
     def __call__(self, x, *, return_stats: bool = False):
         y, stats = self._forward4d(x, return_stats)
@@ -530,17 +633,48 @@ class DepthwiseConv(_Linear):
     @classmethod
     def node_kwargs(cls, node, inputs) -> dict:
         a = node.attrs
-        return dict(features=inputs[0].shape[-1], kernel_size=a["kernel_size"], strides=a.get("stride", (1, 1)),
-                    padding=a.get("padding", ((0, 0), (0, 0))), activation=a.get("activation"))
+        return dict(
+            features=inputs[0].shape[-1],
+            kernel_size=a["kernel_size"],
+            strides=a.get("stride", (1, 1)),
+            padding=a.get("padding", ((0, 0), (0, 0))),
+            activation=a.get("activation"),
+        )
+
     groups_is_depthwise = True
 
-    def __init__(self, features: int, kernel_size, *, strides=1, padding: Padding = "SAME", activation=None,
-                 use_bias: bool = True, target, mode: Mode = "float", learn_scale: bool = False, rngs: nnx.Rngs,
-                 kernel_init: Callable = nnx.initializers.lecun_normal()):
+    def __init__(
+        self,
+        features: int,
+        kernel_size,
+        *,
+        strides=1,
+        padding: Padding = "SAME",
+        activation=None,
+        use_bias: bool = True,
+        target,
+        mode: Mode = "float",
+        learn_scale: bool = False,
+        rngs: nnx.Rngs,
+        kernel_init: Callable = nnx.initializers.lecun_normal(),
+    ):
         kh, kw = _pair(kernel_size, "kernel_size", "DepthwiseConv")
         features = _positive_int(features, "features", "DepthwiseConv")
-        self._init_linear((kh, kw, 1, features), features, use_bias, activation, strides, padding, rngs,
-                          kernel_init, target, mode, learn_scale, features=features, kernel_size=(kh, kw))
+        self._init_linear(
+            (kh, kw, 1, features),
+            features,
+            use_bias,
+            activation,
+            strides,
+            padding,
+            rngs,
+            kernel_init,
+            target,
+            mode,
+            learn_scale,
+            features=features,
+            kernel_size=(kh, kw),
+        )
 
     def __call__(self, x, *, return_stats: bool = False):
         y, stats = self._forward4d(x, return_stats)
@@ -558,17 +692,42 @@ class Dense(_Linear):
 
     @classmethod
     def node_kwargs(cls, node, inputs) -> dict:
-        return dict(in_features=inputs[0].shape[-1], out_features=node.attrs["features"],
-                    activation=node.attrs.get("activation"))
+        return dict(
+            in_features=inputs[0].shape[-1],
+            out_features=node.attrs["features"],
+            activation=node.attrs.get("activation"),
+        )
 
-    def __init__(self, in_features: int, out_features: int, *, activation=None, use_bias: bool = True, target,
-                 mode: Mode = "float", learn_scale: bool = False, rngs: nnx.Rngs,
-                 kernel_init: Callable = nnx.initializers.lecun_normal()):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        activation=None,
+        use_bias: bool = True,
+        target,
+        mode: Mode = "float",
+        learn_scale: bool = False,
+        rngs: nnx.Rngs,
+        kernel_init: Callable = nnx.initializers.lecun_normal(),
+    ):
         in_features = _positive_int(in_features, "in_features", "Dense")
         out_features = _positive_int(out_features, "out_features", "Dense")
-        self._init_linear((1, 1, in_features, out_features), out_features, use_bias, activation, 1, "VALID", rngs,
-                          kernel_init, target, mode, learn_scale, in_features=in_features,
-                          out_features=out_features)
+        self._init_linear(
+            (1, 1, in_features, out_features),
+            out_features,
+            use_bias,
+            activation,
+            1,
+            "VALID",
+            rngs,
+            kernel_init,
+            target,
+            mode,
+            learn_scale,
+            in_features=in_features,
+            out_features=out_features,
+        )
 
     def __call__(self, x, *, return_stats: bool = False):
         x = _check_input(self, x, ndim=2, channels=self.kernel.shape[2])
@@ -607,8 +766,10 @@ class _Pool(HwLayer):
         x = _check_input(self, x, ndim=4)
         hw = tuple((x.q if isinstance(x, QArray) else x).shape[1:3])
         if hw[0] < self.window[0] or hw[1] < self.window[1]:
-            raise ShapeError(f"{type(self).__name__}: window {self.window} does not fit the input's "
-                             f"(height, width) = {hw} (no output pixel)")
+            raise ShapeError(
+                f"{type(self).__name__}: window {self.window} does not fit the input's "
+                f"(height, width) = {hw} (no output pixel)"
+            )
         return x
 
     def _reduce(self, x, init, op):
@@ -710,8 +871,12 @@ def binary_forward(layer: HwLayer, x1, x2, real_fn, relu: bool, return_stats: bo
         return _ret(y, layer.float_stats(y, relu), return_stats)
     s_out, z_out = layer.out_qparams()
     attrs = layer.node_attrs()
-    params = layer.op_params(attrs, None, [Quant.of(sg(x1.scale), x1.zero_point),
-                                           Quant.of(sg(x2.scale), x2.zero_point)], Quant.of(sg(s_out), z_out))
+    params = layer.op_params(
+        attrs,
+        None,
+        [Quant.of(sg(x1.scale), x1.zero_point), Quant.of(sg(x2.scale), x2.zero_point)],
+        Quant.of(sg(s_out), z_out),
+    )
     a, b = sg(x1.q).astype(jnp.int32), sg(x2.q).astype(jnp.int32)
     y_int = compute_once(lambda u, v, p: layer.op_run(attrs, p, u, v), (a, b, params), z_out)
     y_sur = clip_int8(real_fn(x1.dequantize(), x2.dequantize()) / s_out + z_out.astype(jnp.float32))
@@ -751,16 +916,21 @@ class LutActivation(HwLayer):
         super().__init__(target, mode=mode, learn_scale=learn_scale, fn=fn)
         q = Quant.of(jnp.float32(1.0), jnp.int32(0))
         shapes = jax.eval_shape(lambda: self.op_params(self.node_attrs(), None, [q], q))
-        self.derived = Derived({"key": jnp.full((4,), jnp.nan, jnp.float32),
-                                "params": jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)})
+        self.derived = Derived(
+            {
+                "key": jnp.full((4,), jnp.nan, jnp.float32),
+                "params": jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes),
+            }
+        )
 
     def lut_params(self, attrs, q_in, q_out):
         """The target's table parameters for ``(q_in, q_out)``: derived (and kept in
         :class:`Derived`) when the scales are concrete; inside ``jit`` the kept ones where
         the key matches, so a training step with fixed scales never calls back to the
         host, and derived in the program (a host callback on XS3) where it does not."""
-        key = jnp.stack([jnp.asarray(v, jnp.float32) for v in (q_in[0].scale, q_in[0].zero_point, q_out.scale,
-                                                                 q_out.zero_point)])
+        key = jnp.stack(
+            [jnp.asarray(v, jnp.float32) for v in (q_in[0].scale, q_in[0].zero_point, q_out.scale, q_out.zero_point)]
+        )
         if _all_concrete(key):
             params = self.op_params(attrs, None, q_in, q_out)
             try:
@@ -769,8 +939,9 @@ class LutActivation(HwLayer):
                 pass
             return params
         kept = self.derived.get_value()
-        return jax.lax.cond(jnp.all(kept["key"] == key), lambda: kept["params"],
-                            lambda: self.op_params(attrs, None, q_in, q_out))
+        return jax.lax.cond(
+            jnp.all(kept["key"] == key), lambda: kept["params"], lambda: self.op_params(attrs, None, q_in, q_out)
+        )
 
     def __call__(self, x, *, return_stats: bool = False):
         f = lut_function(self.fn)
@@ -966,8 +1137,12 @@ class Pool(HwLayer):
     @classmethod
     def node_kwargs(cls, node, inputs) -> dict:
         a = node.attrs
-        return {"fn": a["fn"], "window": tuple(a["window"]), "strides": tuple(a["strides"]),
-                "padding": tuple(tuple(int(v) for v in q) for q in a.get("padding", ((0, 0), (0, 0))))}
+        return {
+            "fn": a["fn"],
+            "window": tuple(a["window"]),
+            "strides": tuple(a["strides"]),
+            "padding": tuple(tuple(int(v) for v in q) for q in a.get("padding", ((0, 0), (0, 0)))),
+        }
 
     def _float_pool(self, v: jax.Array) -> jax.Array:
         dims, strides = (1, *self.window, 1), (1, *self.strides, 1)
@@ -987,7 +1162,8 @@ class Pool(HwLayer):
             return _ret(y, make_stats(None, relu=False, y_float=y), return_stats)
         attrs, q = self.node_attrs(), Quant.of(sg(x.scale), x.zero_point)
         x_int = sg(x.q).astype(jnp.int32)
-        y_int = compute_once(lambda v: self.op_run(attrs, self.op_params(attrs, None, [q], q), v), (x_int,),
-                             x.zero_point)
+        y_int = compute_once(
+            lambda v: self.op_run(attrs, self.op_params(attrs, None, [q], q), v), (x_int,), x.zero_point
+        )
         y = exact_forward(y_int, clip_int8(self._float_pool(x.q)))
         return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)

@@ -68,8 +68,11 @@ class Pad(HwLayer):
     def node_kwargs(cls, node, inputs) -> dict:
         value = node.attrs.get("value")
         q = inputs[0].quant
-        fill = 0.0 if value is None or q is None else \
-            float(np.float32(np.asarray(q.scale).reshape(-1)[0]) * (int(value) - int(np.asarray(q.zero_point))))
+        fill = (
+            0.0
+            if value is None or q is None
+            else float(np.float32(np.asarray(q.scale).reshape(-1)[0]) * (int(value) - int(np.asarray(q.zero_point))))
+        )
         return {"paddings": tuple(tuple(p) for p in node.attrs["paddings"]), "value": value, "fill": fill}
 
     def _pads(self, ndim: int):
@@ -88,8 +91,7 @@ class Pad(HwLayer):
         attrs = self.node_attrs()
         q = Quant.of(sg(x.scale), x.zero_point)
         params = self.op_params(attrs, None, [q], q)
-        y_int = compute_once(lambda v, p: self.op_run(attrs, p, v), (sg(x.q).astype(jnp.int32), params),
-                             x.zero_point)
+        y_int = compute_once(lambda v, p: self.op_run(attrs, p, v), (sg(x.q).astype(jnp.int32), params), x.zero_point)
         const = x.zero_point if self.value is None else self.value
         y = exact_forward(y_int, jnp.pad(x.q, pads, constant_values=jnp.asarray(const, x.q.dtype)))
         return _ret(x.with_q(y), make_stats(None, relu=False, y_float=y), return_stats)
@@ -137,8 +139,10 @@ class Concat(HwLayer):
             raise ArgTypeError("Concat in hardware mode takes QArray inputs only")
         first = xs[0]
         for i, x in enumerate(xs[1:], 1):
-            differs = [V.is_concrete(a) and V.is_concrete(b) and not np.array_equal(np.asarray(a), np.asarray(b))
-                       for a, b in ((x.scale, first.scale), (x.zero_point, first.zero_point))]
+            differs = [
+                V.is_concrete(a) and V.is_concrete(b) and not np.array_equal(np.asarray(a), np.asarray(b))
+                for a, b in ((x.scale, first.scale), (x.zero_point, first.zero_point))
+            ]
             if any(differs):
                 raise RangeError(f"Concat input {i} is quantised differently from input 0 (scale, zero point)")
         attrs = self.node_attrs()
@@ -161,8 +165,7 @@ class Mean(_Unary):
 
     kind = "mean"
 
-    def __init__(self, axes, *, keep_dims: bool = False, target, mode: Mode = "float",
-                 learn_scale: bool = False):
+    def __init__(self, axes, *, keep_dims: bool = False, target, mode: Mode = "float", learn_scale: bool = False):
         self.axes = _axes(axes, "axes", "Mean")
         self.keep_dims = V.check_flag(keep_dims, "keep_dims")
         super().__init__(target, mode=mode, learn_scale=learn_scale)
@@ -226,8 +229,7 @@ class Mul(HwLayer):
     def __call__(self, x1, x2, *, return_stats: bool = False):
         x1 = x1 if isinstance(x1, QArray) else V.as_array(x1, "Mul input x1")
         x2 = x2 if isinstance(x2, QArray) else V.as_array(x2, "Mul input x2")
-        return binary_forward(self, x1, x2, lambda a, b: self._act(a * b), self.activation is not None,
-                              return_stats)
+        return binary_forward(self, x1, x2, lambda a, b: self._act(a * b), self.activation is not None, return_stats)
 
 
 class Softmax(_Unary):

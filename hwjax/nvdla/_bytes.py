@@ -81,8 +81,10 @@ def as_elements(x: Any, dtype: Any, name: str) -> jax.Array:
     if dtype is None:
         dt_in = getattr(x, "dtype", None)
         if dt_in is None or np.dtype(dt_in).name not in _ELEMENT_TYPES:
-            raise ArgTypeError(f"{name} has dtype {dt_in}; pass dtype= (one of {ELEMENT_TYPES}) "
-                            "or give an array of one of those dtypes")
+            raise ArgTypeError(
+                f"{name} has dtype {dt_in}; pass dtype= (one of {ELEMENT_TYPES}) "
+                "or give an array of one of those dtypes"
+            )
         return _device(x)
     dt = element_type(dtype)
     arr = _host_array(x, name)  # jax.Array includes tracers

@@ -180,9 +180,17 @@ def _int_arg(v, lo, hi, name) -> jax.Array:
     return a
 
 
-def cvt(x: Any, *, offset: Any, scale: Any, shift: Any, out_bits: OutBits,
-        stage_bits: Optional[int] = None, return_flags: bool = False,
-        saturation_grad: Literal["zero", "pass"] = "zero"):
+def cvt(
+    x: Any,
+    *,
+    offset: Any,
+    scale: Any,
+    shift: Any,
+    out_bits: OutBits,
+    stage_bits: Optional[int] = None,
+    return_flags: bool = False,
+    saturation_grad: Literal["zero", "pass"] = "zero",
+):
     """NVDLA integer convertor (spec 5.1): ``sat_out([sat_stage](rshift_rhaz((x - offset) * scale, shift)))``.
 
     Exact: ``x - offset`` and the product are formed without overflow (up to 64 bits as
@@ -223,8 +231,7 @@ def cvt(x: Any, *, offset: Any, scale: Any, shift: Any, out_bits: OutBits,
     sc = _int_arg(scale, -(2**15), 2**15 - 1, "scale")
     sh = _int_arg(shift, 0, 63, "shift")
     if isinstance(x, wide.Wide):
-        xa = wide.Wide(*(jax.device_put(a) if isinstance(a, (np.ndarray, np.generic)) else jnp.asarray(a)
-                         for a in x))
+        xa = wide.Wide(*(jax.device_put(a) if isinstance(a, (np.ndarray, np.generic)) else jnp.asarray(a) for a in x))
         if V.is_concrete(xa.hi) and V.is_concrete(xa.lo):
             hi = np.asarray(xa.hi).astype(np.int64)
             if hi.size and (hi.min() < -256 or hi.max() > 255):
@@ -241,10 +248,10 @@ def cvt(x: Any, *, offset: Any, scale: Any, shift: Any, out_bits: OutBits,
     try:
         jnp.broadcast_shapes(shape, off.shape, sc.shape, sh.shape)
     except ValueError as e:
-        raise ShapeError(f"offset {off.shape}, scale {sc.shape} and shift {sh.shape} must "
-                         f"broadcast against x {shape}") from e
-    y, flags = _cvt_jit(xa, off, sc, sh, stage_bits=stage_bits, out_bits=out_bits,
-                        saturation_grad=saturation_grad)
+        raise ShapeError(
+            f"offset {off.shape}, scale {sc.shape} and shift {sh.shape} must broadcast against x {shape}"
+        ) from e
+    y, flags = _cvt_jit(xa, off, sc, sh, stage_bits=stage_bits, out_bits=out_bits, saturation_grad=saturation_grad)
     return (y, flags) if return_flags else y
 
 
@@ -263,8 +270,7 @@ def _cvt_jit(x, off, sc, sh, *, stage_bits, out_bits, saturation_grad):
     if not isinstance(x, wide.Wide) and jnp.issubdtype(x.dtype, jnp.floating):
         off_b, sc_b, sh_b = (jnp.broadcast_to(a, bshape) for a in (off, sc, sh))
         y = _cvt_float(stage_bits, out_bits, saturation_grad)(x, off_b, sc_b, sh_b)
-        flags = _cvt_int(wide.from_int32(jax.lax.stop_gradient(x).astype(_I32)), off, sc, sh,
-                         stage_bits, out_bits)[2]
+        flags = _cvt_int(wide.from_int32(jax.lax.stop_gradient(x).astype(_I32)), off, sc, sh, stage_bits, out_bits)[2]
         return y, jnp.broadcast_to(flags, bshape)
     if not isinstance(x, wide.Wide):
         xw = wide.from_int32(x.astype(_I32))
@@ -317,9 +323,17 @@ def _check_wide_range(x, bits, name):
     V.check_range(a, -(1 << (b - 1)), (1 << (b - 1)) - 1, name)
 
 
-def cvt_unit(unit: str, x: Any, *, offset: Any, scale: Any, shift: Any,
-             out_bits: Optional[OutBits] = None, return_flags: bool = False,
-             saturation_grad: Literal["zero", "pass"] = "zero"):
+def cvt_unit(
+    unit: str,
+    x: Any,
+    *,
+    offset: Any,
+    scale: Any,
+    shift: Any,
+    out_bits: Optional[OutBits] = None,
+    return_flags: bool = False,
+    saturation_grad: Literal["zero", "pass"] = "zero",
+):
     """The convertor of one NVDLA unit (spec 5.2 table), with its operand ranges checked.
 
     Units (``CONVERTORS``): ``"cdma"`` (x 17-bit, offset/scale int16, shift 0..63, int17
@@ -340,23 +354,42 @@ def cvt_unit(unit: str, x: Any, *, offset: Any, scale: Any, shift: Any,
         if len(spec.outputs) != 1:
             raise RangeError(f"unit {unit!r} needs out_bits= (one of {spec.outputs})")
         out_bits = spec.outputs[0]
-    if not any(out_bits is o or (isinstance(out_bits, (str, int, np.integer)) and not isinstance(
-            out_bits, (bool, np.bool_)) and out_bits == o) for o in spec.outputs):
+    if not any(
+        out_bits is o
+        or (
+            isinstance(out_bits, (str, int, np.integer))
+            and not isinstance(out_bits, (bool, np.bool_))
+            and out_bits == o
+        )
+        for o in spec.outputs
+    ):
         raise RangeError(f"out_bits for unit {unit!r} must be one of {spec.outputs}, got {out_bits!r}")
     _check_wide_range(x, spec.x_bits, "x")
     _check_wide_range(offset, spec.offset_bits, "offset")
     V.check_range(V.as_array(shift, "shift"), 0, (1 << spec.shift_bits) - 1, "shift")
-    return cvt(x, offset=offset, scale=scale, shift=shift, out_bits=out_bits,
-               stage_bits=spec.stage_bits, return_flags=return_flags,
-               saturation_grad=saturation_grad)
+    return cvt(
+        x,
+        offset=offset,
+        scale=scale,
+        shift=shift,
+        out_bits=out_bits,
+        stage_bits=spec.stage_bits,
+        return_flags=return_flags,
+        saturation_grad=saturation_grad,
+    )
 
 
 # ------------------------------------------------------ precision-conversion validity (5.3)
 
 _IMAGE_INT = ("image_uint8", "image_int16", "image_uint16")
 _VALID: dict[str, dict[str, tuple[str, ...]]] = {
-    "conv": {**{f: ("int8", "int16", "fp16") for f in _IMAGE_INT},
-             "image_fp16": ("fp16",), "int8": ("int8",), "int16": ("int16",), "fp16": ("fp16",)},
+    "conv": {
+        **{f: ("int8", "int16", "fp16") for f in _IMAGE_INT},
+        "image_fp16": ("fp16",),
+        "int8": ("int8",),
+        "int16": ("int16",),
+        "fp16": ("fp16",),
+    },
     "sdp": {"int8": ("int8", "int16"), "int16": ("int8", "int16", "fp16"), "fp16": ("int16", "fp16")},
     "cdp": {"int8": ("int8",), "int16": ("int16",), "fp16": ("fp16",)},
     "pdp": {"int8": ("int8",), "int16": ("int16",), "fp16": ("fp16",)},
@@ -378,23 +411,24 @@ def check_precision_conversion(unit: str, input_precision: str, output_precision
     """Raises ValueError unless ``input_precision -> output_precision`` is valid for ``unit`` (5.3)."""
     table = valid_precision_conversions(unit)
     if not isinstance(input_precision, str) or input_precision not in table:
-        raise RangeError(f"input_precision for unit {unit!r} must be one of {tuple(table)}, "
-                         f"got {input_precision!r}")
+        raise RangeError(f"input_precision for unit {unit!r} must be one of {tuple(table)}, got {input_precision!r}")
     allowed = table[input_precision]
     if not isinstance(output_precision, str) or output_precision not in allowed:
-        raise RangeError(f"{unit}: {input_precision} input cannot produce {output_precision!r} "
-                         f"output; allowed output_precision: {allowed}")
+        raise RangeError(
+            f"{unit}: {input_precision} input cannot produce {output_precision!r} "
+            f"output; allowed output_precision: {allowed}"
+        )
 
 
 # ------------------------------------------------------------------- fp16 special values (5.4)
 
 INF_REPLACEMENT: dict[str, Optional[float]] = {
-    "conv": 65536.0,          # direct / image convolution
+    "conv": 65536.0,  # direct / image convolution
     "winograd": 65504.0,
     "sdp": float(np.finfo(np.float32).max),
     "cdp": 4292870144.0,
     "pdp_avg": 4292870144.0,  # pooling, averaging
-    "pdp_max": None,          # pooling, max/min: INF kept
+    "pdp_max": None,  # pooling, max/min: INF kept
 }
 
 

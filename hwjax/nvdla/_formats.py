@@ -61,8 +61,7 @@ def _static_int(value: Any, lo: int, hi: int, name: str) -> int:
 # ------------------------------------------------------------------ cube scheme (6.1, 6.7)
 
 
-def _cube_geometry(shape_nchw, slot_bytes, slots_per_atom, line_stride, surf_stride, batch_stride,
-                   align):
+def _cube_geometry(shape_nchw, slot_bytes, slots_per_atom, line_stride, surf_stride, batch_stride, align):
     """Resolves and validates the strides of a cube whose atom holds ``slots_per_atom`` slots.
 
     Given strides must be multiples of ``align`` bytes and large enough not to overlap.
@@ -85,17 +84,18 @@ def _cube_offsets(shape_nchw, slot_bytes, slots_per_atom, line, surf, batch):
     """Byte offset of the slot of every ``(n, c, h, w)``: spec 6.1 with a general atom."""
     n, c, h, w = (np.arange(d, dtype=np.int64) for d in shape_nchw)
     atom = slot_bytes * slots_per_atom
-    return (n[:, None, None, None] * batch
-            + (c // slots_per_atom)[None, :, None, None] * surf
-            + h[None, None, :, None] * line
-            + w[None, None, None, :] * atom
-            + (c % slots_per_atom)[None, :, None, None] * slot_bytes)
+    return (
+        n[:, None, None, None] * batch
+        + (c // slots_per_atom)[None, :, None, None] * surf
+        + h[None, None, :, None] * line
+        + w[None, None, None, :] * atom
+        + (c % slots_per_atom)[None, :, None, None] * slot_bytes
+    )
 
 
 def _feature_builder(shape_nchw, bpe, atom_bytes, line_stride, surf_stride, batch_stride):
     epa = atom_bytes // bpe
-    line, surf, batch, size = _cube_geometry(shape_nchw, bpe, epa, line_stride, surf_stride,
-                                             batch_stride, atom_bytes)
+    line, surf, batch, size = _cube_geometry(shape_nchw, bpe, epa, line_stride, surf_stride, batch_stride, atom_bytes)
     return _cube_offsets(shape_nchw, bpe, epa, line, surf, batch), bpe, size
 
 
@@ -108,13 +108,20 @@ def _feature_placement(shape, dtype, line_stride, surf_stride, batch_stride, ato
     atom_bytes = _static_int(atom_bytes, 8, 1 << 12, "atom_bytes")
     if atom_bytes % 8:
         raise RangeError(f"atom_bytes must be a multiple of 8, got {atom_bytes}")
-    return B.cached_placement(_feature_builder, _as_nchw(shape), B.element_bytes(dtype), atom_bytes,
-                              line_stride, surf_stride, batch_stride)
+    return B.cached_placement(
+        _feature_builder, _as_nchw(shape), B.element_bytes(dtype), atom_bytes, line_stride, surf_stride, batch_stride
+    )
 
 
-def feature_offsets(shape, dtype: Any, *, line_stride: Optional[int] = None,
-                    surf_stride: Optional[int] = None, batch_stride: Optional[int] = None,
-                    atom_bytes: int = ATOM_BYTES) -> np.ndarray:
+def feature_offsets(
+    shape,
+    dtype: Any,
+    *,
+    line_stride: Optional[int] = None,
+    surf_stride: Optional[int] = None,
+    batch_stride: Optional[int] = None,
+    atom_bytes: int = ATOM_BYTES,
+) -> np.ndarray:
     """Byte offset of every element of a feature data cube (spec 6.1).
 
     ``off = n*batch_stride + (c // epa)*surf_stride + h*line_stride + w*atom_bytes
@@ -135,9 +142,15 @@ def feature_offsets(shape, dtype: Any, *, line_stride: Optional[int] = None,
     return p.byte_index[..., 0].astype(np.int64).reshape(B.check_shape(shape, (3, 4), "shape"))
 
 
-def pack_feature(x: Any, *, dtype: Any = None, line_stride: Optional[int] = None,
-                 surf_stride: Optional[int] = None, batch_stride: Optional[int] = None,
-                 atom_bytes: int = ATOM_BYTES) -> jax.Array:
+def pack_feature(
+    x: Any,
+    *,
+    dtype: Any = None,
+    line_stride: Optional[int] = None,
+    surf_stride: Optional[int] = None,
+    batch_stride: Optional[int] = None,
+    atom_bytes: int = ATOM_BYTES,
+) -> jax.Array:
     """Byte image of a feature data cube (spec 6.1), packed or with explicit strides.
 
     Order in memory: channel inside the 32-byte atom, then W, then H, then channel group
@@ -163,9 +176,16 @@ def pack_feature(x: Any, *, dtype: Any = None, line_stride: Optional[int] = None
     return B.place(x.reshape(p.shape), p)
 
 
-def unpack_feature(image: Any, shape, *, dtype: Any, line_stride: Optional[int] = None,
-                   surf_stride: Optional[int] = None, batch_stride: Optional[int] = None,
-                   atom_bytes: int = ATOM_BYTES) -> jax.Array:
+def unpack_feature(
+    image: Any,
+    shape,
+    *,
+    dtype: Any,
+    line_stride: Optional[int] = None,
+    surf_stride: Optional[int] = None,
+    batch_stride: Optional[int] = None,
+    atom_bytes: int = ATOM_BYTES,
+) -> jax.Array:
     """Inverse of :func:`pack_feature`: reads the ``shape`` tensor of ``dtype`` from ``image``.
 
     ``image`` must be a 1-D uint8 array at least as long as the packed image; padding and
@@ -197,8 +217,7 @@ def _dc_elems(shape_kcrs, kpg, cpb) -> np.ndarray:
     kg, kk, cb, cc = k // kpg, k % kpg, c // cpb, c % cpb
     kgsize = np.minimum(kpg, K - kg * kpg)
     cbsize = np.minimum(cpb, C - cb * cpb)
-    return (kg * kpg * C * R * S + R * S * kgsize * (cb * cpb)
-            + (r * S + s) * kgsize * cbsize + kk * cbsize + cc)
+    return kg * kpg * C * R * S + R * S * kgsize * (cb * cpb) + (r * S + s) * kgsize * cbsize + kk * cbsize + cc
 
 
 def _dc_builder(shape_kcrs, bpe, kpg, cpb, cbuf):
@@ -213,8 +232,7 @@ def _dc_placement(shape_kcrs, dtype, atomic_k, atomic_c, cbuf_width):
     return B.cached_placement(_dc_builder, shape_kcrs, bpe, kpg, cpb, cbuf)
 
 
-def dc_weight_offsets(shape_kcrs, dtype: Any, *, atomic_k: int = ATOMIC_K,
-                      atomic_c: int = ATOMIC_C) -> np.ndarray:
+def dc_weight_offsets(shape_kcrs, dtype: Any, *, atomic_k: int = ATOMIC_K, atomic_c: int = ATOMIC_C) -> np.ndarray:
     """Byte offset of every weight ``W[k, c, r, s]`` in the direct-convolution layout (spec 6.3).
 
     Kernel groups of ``kpg = atomic_k // bpe`` kernels (32 int8, 16 int16/fp16; the last
@@ -228,8 +246,9 @@ def dc_weight_offsets(shape_kcrs, dtype: Any, *, atomic_k: int = ATOMIC_K,
     return p.byte_index[..., 0].astype(np.int64)
 
 
-def pack_dc_weights(w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K,
-                    atomic_c: int = ATOMIC_C, cbuf_width: int = CBUF_WIDTH) -> jax.Array:
+def pack_dc_weights(
+    w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K, atomic_c: int = ATOMIC_C, cbuf_width: int = CBUF_WIDTH
+) -> jax.Array:
     """Byte image of direct-convolution weights ``w[K, C, R, S]`` (spec 6.3).
 
     Offsets as in :func:`dc_weight_offsets`; groups and blocks follow each other without
@@ -247,8 +266,15 @@ def pack_dc_weights(w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K,
     return B.place(w, _dc_placement(w.shape, w.dtype, atomic_k, atomic_c, cbuf_width))
 
 
-def unpack_dc_weights(image: Any, shape_kcrs, *, dtype: Any, atomic_k: int = ATOMIC_K,
-                      atomic_c: int = ATOMIC_C, cbuf_width: int = CBUF_WIDTH) -> jax.Array:
+def unpack_dc_weights(
+    image: Any,
+    shape_kcrs,
+    *,
+    dtype: Any,
+    atomic_k: int = ATOMIC_K,
+    atomic_c: int = ATOMIC_C,
+    cbuf_width: int = CBUF_WIDTH,
+) -> jax.Array:
     """Inverse of :func:`pack_dc_weights`: the ``(K, C, R, S)`` weights of ``dtype``."""
     return B.gather(image, _dc_placement(shape_kcrs, dtype, atomic_k, atomic_c, cbuf_width), dtype)
 
@@ -303,9 +329,15 @@ def _unextend(w_pre: jax.Array, channels: int, kernel_width: int) -> jax.Array:
     return jnp.transpose(w_pre[..., 0].reshape(K, S, CP // S, R), (0, 2, 3, 1))[:, :channels]
 
 
-def image_post_extension_factor(*, input_channels: int, kernel_width: int, kernel_height: int,
-                                stride_x: int = 1, atomic_c: int = ATOMIC_C,
-                                compiler_rule: bool = True) -> int:
+def image_post_extension_factor(
+    *,
+    input_channels: int,
+    kernel_width: int,
+    kernel_height: int,
+    stride_x: int = 1,
+    atomic_c: int = ATOMIC_C,
+    compiler_rule: bool = True,
+) -> int:
     """Post-extension factor of image weights (spec 6.4): 4, 2 or 1 (none).
 
     With ``C' = S*Cin``: 4 if ``Cin*stride_x*3 + C' <= atomic_c`` and ``C' <= atomic_c/4``;
@@ -353,45 +385,61 @@ def _image_builder(shape_pre, bpe, kpg, cpb, cbuf, f):
     return elems * bpe, bpe, B.round_up(n * bpe, cbuf)
 
 
-def _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k,
-                 atomic_c, cbuf_width):
+def _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k, atomic_c, cbuf_width):
     K, C, R, S = B.check_shape(shape_kcrs, 4, "shape_kcrs (KCRS)")
     cin = _static_int(input_channels, C, 1 << 16, "input_channels (>= the weights' C)")
     bpe = B.element_bytes(dtype)
     kpg, cpb, cbuf = _check_atomics(atomic_k, atomic_c, cbuf_width, bpe)
-    auto = image_post_extension_factor(input_channels=cin, kernel_width=S, kernel_height=R,
-                                       stride_x=stride_x, atomic_c=cpb)
+    auto = image_post_extension_factor(
+        input_channels=cin, kernel_width=S, kernel_height=R, stride_x=stride_x, atomic_c=cpb
+    )
     if post_extension is None:
         f = auto
     else:
         f = _static_int(post_extension, 1, 4, "post_extension")
-        hw = image_post_extension_factor(input_channels=cin, kernel_width=S, kernel_height=R,
-                                         stride_x=stride_x, atomic_c=cpb, compiler_rule=False)
+        hw = image_post_extension_factor(
+            input_channels=cin, kernel_width=S, kernel_height=R, stride_x=stride_x, atomic_c=cpb, compiler_rule=False
+        )
         if f not in (1, 2, 4) or (f > 1 and f > hw):
-            raise RangeError(f"post_extension must be 1 or an eligible factor (<= {hw}: spec 6.4 "
-                             f"with Cin={cin}, S={S}, stride_x={stride_x}); got {post_extension}")
+            raise RangeError(
+                f"post_extension must be 1 or an eligible factor (<= {hw}: spec 6.4 "
+                f"with Cin={cin}, S={S}, stride_x={stride_x}); got {post_extension}"
+            )
     shape_pre = (K, S * cin, R, 1)
     return B.cached_placement(_image_builder, shape_pre, bpe, kpg, cpb, cbuf, f), cin
 
 
-def image_weight_offsets(shape_kcrs, dtype: Any, *, input_channels: int, stride_x: int = 1,
-                         post_extension: Optional[int] = None, atomic_k: int = ATOMIC_K,
-                         atomic_c: int = ATOMIC_C) -> np.ndarray:
+def image_weight_offsets(
+    shape_kcrs,
+    dtype: Any,
+    *,
+    input_channels: int,
+    stride_x: int = 1,
+    post_extension: Optional[int] = None,
+    atomic_k: int = ATOMIC_K,
+    atomic_c: int = ATOMIC_C,
+) -> np.ndarray:
     """Byte offsets of the pre-extended weights ``W_pre[k, c', r, 0]`` (shape ``(K, S*Cin, R, 1)``).
 
     ``post_extension`` 1: the DC layout of ``W_pre``; 2 or 4: the post-extended order of
     spec 6.4 (kernel group, row group, kernel, row in group, channel). ``None`` picks
     :func:`image_post_extension_factor` with the compiler rule.
     """
-    p, _ = _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k,
-                        atomic_c, CBUF_WIDTH)
+    p, _ = _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k, atomic_c, CBUF_WIDTH)
     return p.byte_index[..., 0].astype(np.int64)
 
 
-def pack_image_weights(w: Any, *, input_channels: int, stride_x: int = 1,
-                       post_extension: Optional[int] = None, dtype: Any = None,
-                       atomic_k: int = ATOMIC_K, atomic_c: int = ATOMIC_C,
-                       cbuf_width: int = CBUF_WIDTH) -> jax.Array:
+def pack_image_weights(
+    w: Any,
+    *,
+    input_channels: int,
+    stride_x: int = 1,
+    post_extension: Optional[int] = None,
+    dtype: Any = None,
+    atomic_k: int = ATOMIC_K,
+    atomic_c: int = ATOMIC_C,
+    cbuf_width: int = CBUF_WIDTH,
+) -> jax.Array:
     """Byte image of image-input (pixel) convolution weights ``w[K, C, R, S]`` (spec 6.4).
 
     Steps: zero channels up to ``input_channels``; pre-extension to ``(K, S*Cin, R, 1)``
@@ -408,8 +456,7 @@ def pack_image_weights(w: Any, *, input_channels: int, stride_x: int = 1,
       dtype: element type; ``None`` uses ``w.dtype``.
     """
     w = B.as_elements(w, dtype, "w")
-    p, cin = _image_setup(w.shape, w.dtype, input_channels, stride_x, post_extension, atomic_k,
-                          atomic_c, cbuf_width)
+    p, cin = _image_setup(w.shape, w.dtype, input_channels, stride_x, post_extension, atomic_k, atomic_c, cbuf_width)
     return _pack_image(w, p.source, cin=cin)
 
 
@@ -419,14 +466,21 @@ def _pack_image(w: jax.Array, source: np.ndarray, *, cin: int) -> jax.Array:
     return B.place_source(_pre_extend(w, cin), source)
 
 
-def unpack_image_weights(image: Any, shape_kcrs, *, input_channels: int, dtype: Any,
-                         stride_x: int = 1, post_extension: Optional[int] = None,
-                         atomic_k: int = ATOMIC_K, atomic_c: int = ATOMIC_C,
-                         cbuf_width: int = CBUF_WIDTH) -> jax.Array:
+def unpack_image_weights(
+    image: Any,
+    shape_kcrs,
+    *,
+    input_channels: int,
+    dtype: Any,
+    stride_x: int = 1,
+    post_extension: Optional[int] = None,
+    atomic_k: int = ATOMIC_K,
+    atomic_c: int = ATOMIC_C,
+    cbuf_width: int = CBUF_WIDTH,
+) -> jax.Array:
     """Inverse of :func:`pack_image_weights`: the original ``(K, C, R, S)`` weights."""
     K, C, R, S = B.check_shape(shape_kcrs, 4, "shape_kcrs (KCRS)")
-    p, _ = _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k,
-                        atomic_c, cbuf_width)
+    p, _ = _image_setup(shape_kcrs, dtype, input_channels, stride_x, post_extension, atomic_k, atomic_c, cbuf_width)
     image = B.check_image(image, p.size)
     return _unpack_image(image, p.byte_index, dtype_name=B.element_type(dtype).name, channels=C, kernel_width=S)
 
@@ -451,8 +505,9 @@ def _operands(alu, mul, dtype) -> tuple[tuple[jax.Array, ...], tuple[str, ...]]:
         raise RangeError("give at least one of alu= and mul=")
     arrs = tuple(B.as_elements(v, dtype, n) for n, v in given)
     if len({a.shape for a in arrs}) != 1 or len({a.dtype for a in arrs}) != 1:
-        raise ShapeError(f"alu and mul must have the same shape and dtype; got "
-                         f"{[(a.shape, str(a.dtype)) for a in arrs]}")
+        raise ShapeError(
+            f"alu and mul must have the same shape and dtype; got {[(a.shape, str(a.dtype)) for a in arrs]}"
+        )
     return arrs, tuple(n for n, _ in given)
 
 
@@ -485,8 +540,9 @@ def _pack_per_channel(arrs, *, size: int) -> jax.Array:
     return B.elements_image(jnp.stack(arrs, axis=-1), size)
 
 
-def unpack_sdp_per_channel(image: Any, channels: int, *, dtype: Any,
-                           components=("alu", "mul")) -> tuple[jax.Array, ...]:
+def unpack_sdp_per_channel(
+    image: Any, channels: int, *, dtype: Any, components=("alu", "mul")
+) -> tuple[jax.Array, ...]:
     """Inverse of :func:`pack_sdp_per_channel`: a tuple of ``(C,)`` arrays in ``components`` order."""
     comps = _components(components)
     C = _static_int(channels, 1, 1 << 24, "channels")
@@ -514,16 +570,25 @@ def _sdp_placement(shape_chw, ncomp, dtype, proc_precision, line_stride, surf_st
         raise RangeError(f"proc_precision must be one of {tuple(_PROC_EPA)}, got {proc_precision!r}")
     bpa = _PROC_EPA[proc_precision] * ncomp * B.element_bytes(dtype)
     if bpa < 32:
-        raise RangeError(f"{proc_precision} processing with {ncomp} 1-byte component gives "
-                         f"{bpa}-byte atoms; per-element operands need 32, 64 or 128 bytes per atom "
-                         "(use 2-byte components)")
-    return B.cached_placement(_sdp_builder, shape_chw, ncomp, B.element_bytes(dtype),
-                              _PROC_EPA[proc_precision], line_stride, surf_stride)
+        raise RangeError(
+            f"{proc_precision} processing with {ncomp} 1-byte component gives "
+            f"{bpa}-byte atoms; per-element operands need 32, 64 or 128 bytes per atom "
+            "(use 2-byte components)"
+        )
+    return B.cached_placement(
+        _sdp_builder, shape_chw, ncomp, B.element_bytes(dtype), _PROC_EPA[proc_precision], line_stride, surf_stride
+    )
 
 
-def sdp_per_element_offsets(shape_chw, dtype: Any, *, proc_precision: str,
-                            components=("alu", "mul"), line_stride: Optional[int] = None,
-                            surf_stride: Optional[int] = None) -> np.ndarray:
+def sdp_per_element_offsets(
+    shape_chw,
+    dtype: Any,
+    *,
+    proc_precision: str,
+    components=("alu", "mul"),
+    line_stride: Optional[int] = None,
+    surf_stride: Optional[int] = None,
+) -> np.ndarray:
     """Byte offset of every per-element SDP operand component (spec 6.7).
 
     ``epa = 32`` for INT8 processing, 16 for INT16/FP16; ``bytes_per_atom = epa * ncomp * cb``;
@@ -534,14 +599,19 @@ def sdp_per_element_offsets(shape_chw, dtype: Any, *, proc_precision: str,
     Returns:
       int64 array of shape ``(C, H, W, ncomp)``.
     """
-    p = _sdp_placement(shape_chw, len(_components(components)), dtype, proc_precision,
-                       line_stride, surf_stride)
+    p = _sdp_placement(shape_chw, len(_components(components)), dtype, proc_precision, line_stride, surf_stride)
     return p.byte_index[..., 0].astype(np.int64)
 
 
-def pack_sdp_per_element(alu: Any = None, mul: Any = None, *, proc_precision: str,
-                         dtype: Any = None, line_stride: Optional[int] = None,
-                         surf_stride: Optional[int] = None) -> jax.Array:
+def pack_sdp_per_element(
+    alu: Any = None,
+    mul: Any = None,
+    *,
+    proc_precision: str,
+    dtype: Any = None,
+    line_stride: Optional[int] = None,
+    surf_stride: Optional[int] = None,
+) -> jax.Array:
     """Byte image of per-element SDP operands (bias, element-wise; spec 6.7).
 
     The feature-cube scheme with ``epa`` elements per atom (32 for INT8 processing, 16 for
@@ -566,9 +636,16 @@ def _pack_per_element(arrs, source: np.ndarray) -> jax.Array:
     return B.place_source(jnp.stack(arrs, axis=-1), source)
 
 
-def unpack_sdp_per_element(image: Any, shape_chw, *, proc_precision: str, dtype: Any,
-                           components=("alu", "mul"), line_stride: Optional[int] = None,
-                           surf_stride: Optional[int] = None) -> tuple[jax.Array, ...]:
+def unpack_sdp_per_element(
+    image: Any,
+    shape_chw,
+    *,
+    proc_precision: str,
+    dtype: Any,
+    components=("alu", "mul"),
+    line_stride: Optional[int] = None,
+    surf_stride: Optional[int] = None,
+) -> tuple[jax.Array, ...]:
     """Inverse of :func:`pack_sdp_per_element`: ``(C, H, W)`` arrays in ``components`` order."""
     comps = _components(components)
     p = _sdp_placement(shape_chw, len(comps), dtype, proc_precision, line_stride, surf_stride)

@@ -94,8 +94,10 @@ def _int_array(x: Any, lo: int, hi: int, name: str, what: str) -> jax.Array:
     concrete values checked against [lo, hi]."""
     a = V.as_array(x, name)
     if V.kind(a, name) != "int":
-        raise ArgTypeError(f"{name} must be an integer array of {what} values (these NVDLA kernels take "
-                        f"integers only), got dtype {a.dtype}")
+        raise ArgTypeError(
+            f"{name} must be an integer array of {what} values (these NVDLA kernels take "
+            f"integers only), got dtype {a.dtype}"
+        )
     V.check_range(a, lo, hi, f"{name} ({what})")
     return a
 
@@ -118,8 +120,9 @@ def _per_channel(v: Any, lo: int, hi: int, name: str, channels: int) -> jax.Arra
     """A per-layer (scalar) or per-channel ((C,)) operand as int32."""
     a = _int_array(v, lo, hi, name, f"[{lo}, {hi}]")
     if a.ndim > 1 or (a.ndim == 1 and a.shape[0] not in (1, channels)):
-        raise ShapeError(f"{name} must be a scalar (per layer) or have shape ({channels},) (per channel), "
-                         f"got shape {a.shape}")
+        raise ShapeError(
+            f"{name} must be a scalar (per layer) or have shape ({channels},) (per channel), got shape {a.shape}"
+        )
     return a
 
 
@@ -137,8 +140,9 @@ def _sat32_sum(a: jax.Array, b: jax.Array) -> jax.Array:
 # ------------------------------------------------------------------------ SDP X stage
 
 
-def sdp_x(v, *, alu_op=None, alu_shift=0, alu_algo: str = "sum", mul_op=None, mul_shift=0,
-          relu: bool = False) -> jax.Array:
+def sdp_x(
+    v, *, alu_op=None, alu_shift=0, alu_algo: str = "sum", mul_op=None, mul_shift=0, relu: bool = False
+) -> jax.Array:
     """One SDP X1 (``BS``) or X2 (``BN``) stage, INT processing (C model ``sdp_x.cpp``).
 
     Per element, with ``v`` the stage's int32 input::
@@ -204,8 +208,11 @@ def _sdp_x_kernel(x, op, alu_shift, m, mul_shift, *, algo, relu):
 
 
 def _out_registers(offset, scale, shift) -> tuple[jax.Array, jax.Array, jax.Array]:
-    return (_register(offset, _I32_MIN, _I32_MAX, "out_offset"), _register(scale, _I16_MIN, _I16_MAX, "out_scale"),
-            _register(shift, 0, 63, "out_shift"))
+    return (
+        _register(offset, _I32_MIN, _I32_MAX, "out_offset"),
+        _register(scale, _I16_MIN, _I16_MAX, "out_scale"),
+        _register(shift, 0, 63, "out_shift"),
+    )
 
 
 def _out8(v, out) -> jax.Array:
@@ -219,9 +226,13 @@ def _x1_registers(acc_shape, bias16, bias_shift, mul16, mul_shift, out_offset, o
     if len(acc_shape) < 1:
         raise ShapeError("acc must have a channel axis (..., C)")
     c = acc_shape[-1]
-    return (_per_channel(bias16, _I16_MIN, _I16_MAX, "bias16", c), _register(bias_shift, 0, 63, "bias_shift"),
-            _per_channel(mul16, _I16_MIN, _I16_MAX, "mul16", c), _register(mul_shift, 0, 63, "mul_shift"),
-            _out_registers(out_offset, out_scale, out_shift))
+    return (
+        _per_channel(bias16, _I16_MIN, _I16_MAX, "bias16", c),
+        _register(bias_shift, 0, 63, "bias_shift"),
+        _per_channel(mul16, _I16_MIN, _I16_MAX, "mul16", c),
+        _register(mul_shift, 0, 63, "mul_shift"),
+        _out_registers(out_offset, out_scale, out_shift),
+    )
 
 
 def _x1(acc, regs, relu):
@@ -234,8 +245,9 @@ def _sdp_x1_kernel(acc, regs, *, relu):
     return _x1(*_i32((acc, regs)), relu)
 
 
-def sdp_x1(acc, *, bias16, bias_shift, mul16, mul_shift, relu: bool = False, out_offset=0,
-           out_scale=1, out_shift=0) -> jax.Array:
+def sdp_x1(
+    acc, *, bias16, bias_shift, mul16, mul_shift, relu: bool = False, out_offset=0, out_scale=1, out_shift=0
+) -> jax.Array:
     """The INT8 convolution's SDP program: X1 bias + scale (+ ReLU), X2/Y bypassed, int8 output.
 
     Per element in channel ``c`` (last axis of ``acc``)::
@@ -275,8 +287,10 @@ def _cacc_deliver(acc: jax.Array, truncate: jax.Array) -> jax.Array:
 
 def _check_products(k: int, what: str) -> None:
     if k > MAX_CONV_PRODUCTS:
-        raise RangeError(f"an NVDLA {what} with {k} products per output (kh*kw*C_in) could exceed int32; "
-                         f"the exact int32 accumulation here supports at most {MAX_CONV_PRODUCTS}")
+        raise RangeError(
+            f"an NVDLA {what} with {k} products per output (kh*kw*C_in) could exceed int32; "
+            f"the exact int32 accumulation here supports at most {MAX_CONV_PRODUCTS}"
+        )
 
 
 _CONV_DOC_ARGS = """
@@ -291,10 +305,26 @@ _CONV_DOC_ARGS = """
         model rejects values that do not leave 32 bits of its 48-bit assembly); default 0."""
 
 
-def conv2d_int8(x, kernel_ohwi, *, stride=1, padding="VALID", dilation=1, pad_value=0, bias16,
-                bias_shift, mul16, mul_shift, relu: bool = False, out_offset=0, out_scale=1,
-                out_shift=0, cacc_truncate=0):
-    """NVDLA INT8 direct convolution: exact CMAC/CACC accumulation, then :func:`sdp_x1`.
+def conv2d_int8(
+    x,
+    kernel_ohwi,
+    *,
+    stride=1,
+    padding="VALID",
+    dilation=1,
+    pad_value=0,
+    bias16,
+    bias_shift,
+    mul16,
+    mul_shift,
+    relu: bool = False,
+    out_offset=0,
+    out_scale=1,
+    out_shift=0,
+    cacc_truncate=0,
+):
+    (
+        """NVDLA INT8 direct convolution: exact CMAC/CACC accumulation, then :func:`sdp_x1`.
 
     ``acc[..., oy, ox, o] = sat_32(rshift_rhaz(sum_{i, j, c} x[..., r, s, c] *
     kernel_ohwi[o, i, j, c], cacc_truncate))`` with ``r``, ``s`` the window positions of
@@ -305,22 +335,28 @@ def conv2d_int8(x, kernel_ohwi, *, stride=1, padding="VALID", dilation=1, pad_va
 
     Args:
       x: integer array (..., H, W, C_in) of int8 values (NHWC; any leading axes).
-      kernel_ohwi: integer array (C_out, kh, kw, C_in) of int8 values.""" + _CONV_DOC_ARGS + """
+      kernel_ohwi: integer array (C_out, kh, kw, C_in) of int8 values."""
+        + _CONV_DOC_ARGS
+        + """
 
     Returns:
       ``(y, acc)``: int8 (..., OH, OW, C_out) and the int32 accumulators delivered to the
       SDP, same shape.
     """
+    )
     xv, k = _int8_array(x, "x"), _int8_array(kernel_ohwi, "kernel_ohwi")
     if xv.ndim < 3 or k.ndim != 4 or k.shape[3] != xv.shape[-1]:
-        raise ShapeError(f"x must be (..., H, W, C_in) and kernel_ohwi (C_out, kh, kw, C_in) with the same "
-                         f"C_in, got {xv.shape} and {k.shape}")
+        raise ShapeError(
+            f"x must be (..., H, W, C_in) and kernel_ohwi (C_out, kh, kw, C_in) with the same "
+            f"C_in, got {xv.shape} and {k.shape}"
+        )
     geom = ConvGeometry.make(xv.shape[-3:-1], k.shape[1:3], stride, padding, dilation)
     _check_products(int(np.prod(k.shape[1:])), "convolution")
     pv = _register(pad_value, -128, 127, "pad_value")
     tr = _register(cacc_truncate, 0, _CACC_MAX_TRUNCATE, "cacc_truncate")
-    regs = _x1_registers(xv.shape[:-1] + (k.shape[0],), bias16, bias_shift, mul16, mul_shift, out_offset,
-                         out_scale, out_shift)
+    regs = _x1_registers(
+        xv.shape[:-1] + (k.shape[0],), bias16, bias_shift, mul16, mul_shift, out_offset, out_scale, out_shift
+    )
     return _conv_kernel(xv, k, pv, tr, regs, geom=geom, relu=_check_bool(relu, "relu"))
 
 
@@ -335,10 +371,26 @@ def _conv_kernel(x, k, pad_value, truncate, regs, *, geom, relu):
     return _x1(acc, regs, relu), acc
 
 
-def depthwise_conv2d_int8(x, kernel_hwc, *, stride=1, padding="VALID", dilation=1, pad_value=0, bias16,
-                          bias_shift, mul16, mul_shift, relu: bool = False, out_offset=0, out_scale=1,
-                          out_shift=0, cacc_truncate=0):
-    """Depthwise convolution as NVDLA runs it (it has no depthwise mode).
+def depthwise_conv2d_int8(
+    x,
+    kernel_hwc,
+    *,
+    stride=1,
+    padding="VALID",
+    dilation=1,
+    pad_value=0,
+    bias16,
+    bias_shift,
+    mul16,
+    mul_shift,
+    relu: bool = False,
+    out_offset=0,
+    out_scale=1,
+    out_shift=0,
+    cacc_truncate=0,
+):
+    (
+        """Depthwise convolution as NVDLA runs it (it has no depthwise mode).
 
     NVIDIA's compiler turns a grouped convolution into an ordinary one whose kernel holds
     zeros for every other group's channels; the CMAC/CACC sum stays exact, so output
@@ -353,15 +405,19 @@ def depthwise_conv2d_int8(x, kernel_hwc, *, stride=1, padding="VALID", dilation=
 
     Args:
       x: integer array (..., H, W, C) of int8 values.
-      kernel_hwc: integer array (kh, kw, C) of int8 values.""" + _CONV_DOC_ARGS + """
+      kernel_hwc: integer array (kh, kw, C) of int8 values."""
+        + _CONV_DOC_ARGS
+        + """
 
     Returns:
       ``(y, acc)``: int8 (..., OH, OW, C) and the int32 accumulators, same shape.
     """
+    )
     xv, k = _int8_array(x, "x"), _int8_array(kernel_hwc, "kernel_hwc")
     if xv.ndim < 3 or k.ndim != 3 or k.shape[2] != xv.shape[-1]:
-        raise ShapeError(f"x must be (..., H, W, C) and kernel_hwc (kh, kw, C) with the same C, got "
-                         f"{xv.shape} and {k.shape}")
+        raise ShapeError(
+            f"x must be (..., H, W, C) and kernel_hwc (kh, kw, C) with the same C, got {xv.shape} and {k.shape}"
+        )
     geom = ConvGeometry.make(xv.shape[-3:-1], k.shape[:2], stride, padding, dilation)
     _check_products(k.shape[0] * k.shape[1], "depthwise convolution")
     pv = _register(pad_value, -128, 127, "pad_value")
@@ -386,8 +442,9 @@ def _depthwise_kernel(x, k, pad_value, truncate, regs, *, geom, relu):
 # ------------------------------------------------------------------- element-wise add
 
 
-def sdp_add_int8(x, y, *, x_mul, x_shift, y_offset=0, y_scale, y_shift, out_offset=0, out_scale,
-                 out_shift) -> jax.Array:
+def sdp_add_int8(
+    x, y, *, x_mul, x_shift, y_offset=0, y_scale, y_shift, out_offset=0, out_scale, out_shift
+) -> jax.Array:
     """Element-wise add of two int8 tensors on the SDP, int8 output.
 
     Register program: the SDP reads ``x`` as its input (int8 sign-extended); X1 with the
@@ -425,9 +482,14 @@ def sdp_add_int8(x, y, *, x_mul, x_shift, y_offset=0, y_scale, y_shift, out_offs
         raise ShapeError(f"x and y must have the same shape, got {a8.shape} and {b8.shape}")
     if a8.ndim < 1:
         raise ShapeError("x must have a channel axis (..., C)")
-    regs = (_per_channel(x_mul, _I16_MIN, _I16_MAX, "x_mul", a8.shape[-1]), _register(x_shift, 0, 63, "x_shift"),
-            _register(y_offset, _I32_MIN, _I32_MAX, "y_offset"), _register(y_scale, _I16_MIN, _I16_MAX, "y_scale"),
-            _register(y_shift, 0, 63, "y_shift"), _out_registers(out_offset, out_scale, out_shift))
+    regs = (
+        _per_channel(x_mul, _I16_MIN, _I16_MAX, "x_mul", a8.shape[-1]),
+        _register(x_shift, 0, 63, "x_shift"),
+        _register(y_offset, _I32_MIN, _I32_MAX, "y_offset"),
+        _register(y_scale, _I16_MIN, _I16_MAX, "y_scale"),
+        _register(y_shift, 0, 63, "y_shift"),
+        _out_registers(out_offset, out_scale, out_shift),
+    )
     return _add_kernel(a8, b8, regs)
 
 
@@ -473,8 +535,10 @@ def _pdp_geometry(x: jax.Array, window, stride, padding) -> ConvGeometry:
             raise RangeError(f"stride {axis} must lie in [1, {_PDP_MAX_STRIDE}] (PDP), got {s}")
         for p, side in zip(geom.padding[i], (("top", "bottom"), ("left", "right"))[i]):
             if p > min(_PDP_MAX_PAD, kk - 1):
-                raise RangeError(f"padding {side} must lie in [0, {min(_PDP_MAX_PAD, kk - 1)}] (PDP: 3-bit field, "
-                                 f"less than the window {axis}), got {p}")
+                raise RangeError(
+                    f"padding {side} must lie in [0, {min(_PDP_MAX_PAD, kk - 1)}] (PDP: 3-bit field, "
+                    f"less than the window {axis}), got {p}"
+                )
     return geom
 
 
@@ -488,17 +552,21 @@ _POOL_DOC_ARGS = """
 
 
 def pdp_maxpool_int8(x, window, stride=None, *, padding="VALID") -> jax.Array:
-    """PDP max pooling, int8 -> int8: the maximum of the window's input elements.
+    (
+        """PDP max pooling, int8 -> int8: the maximum of the window's input elements.
 
     Padded positions do not take part (the PDP's MAX method adds no pad values), so with
     padding the maximum is over the window's elements inside the image (every window
     holds at least one, given the padding limits below).
 
-    Args:""" + _POOL_DOC_ARGS + """
+    Args:"""
+        + _POOL_DOC_ARGS
+        + """
 
     Returns:
       int8 array (..., OH, OW, C).
     """
+    )
     xv = _int8_array(x, "x")
     geom = _pdp_geometry(xv, window, stride, padding)
     return _maxpool_kernel(xv, geom=geom)
@@ -514,9 +582,11 @@ def _maxpool_kernel(x, *, geom):
     return y
 
 
-def pdp_avgpool_int8(x, window, stride=None, *, padding="VALID", recip_kernel_width=None,
-                     recip_kernel_height=None) -> jax.Array:
-    """PDP average pooling, int8 -> int8, as the PDP computes it (C model ``PoolingStage1Calc``).
+def pdp_avgpool_int8(
+    x, window, stride=None, *, padding="VALID", recip_kernel_width=None, recip_kernel_height=None
+) -> jax.Array:
+    (
+        """PDP average pooling, int8 -> int8, as the PDP computes it (C model ``PoolingStage1Calc``).
 
     Per output element: the exact window sum ``S`` (padded positions contribute 0: the
     ``PAD_VALUE_*`` registers are 0, as NVIDIA's compiler programs them), then the two
@@ -534,20 +604,31 @@ def pdp_avgpool_int8(x, window, stride=None, *, padding="VALID", recip_kernel_wi
     additionally keeps ``t`` in 11 bits, so there results beyond that width are not
     defined by the hardware; this function follows the C model).
 
-    Args:""" + _POOL_DOC_ARGS + """
+    Args:"""
+        + _POOL_DOC_ARGS
+        + """
       recip_kernel_width, recip_kernel_height: integer scalars in [0, 131071] (may be
         traced); ``None`` gives :func:`pdp_recip_kernel` of the window's width / height.
 
     Returns:
       int8 array (..., OH, OW, C).
     """
+    )
     xv = _int8_array(x, "x")
     geom = _pdp_geometry(xv, window, stride, padding)
     kh, kw = geom.kernel
-    rw = _register(pdp_recip_kernel(kw) if recip_kernel_width is None else recip_kernel_width,
-                   0, _PDP_RECIP_MAX, "recip_kernel_width")
-    rh = _register(pdp_recip_kernel(kh) if recip_kernel_height is None else recip_kernel_height,
-                   0, _PDP_RECIP_MAX, "recip_kernel_height")
+    rw = _register(
+        pdp_recip_kernel(kw) if recip_kernel_width is None else recip_kernel_width,
+        0,
+        _PDP_RECIP_MAX,
+        "recip_kernel_width",
+    )
+    rh = _register(
+        pdp_recip_kernel(kh) if recip_kernel_height is None else recip_kernel_height,
+        0,
+        _PDP_RECIP_MAX,
+        "recip_kernel_height",
+    )
     return _avgpool_kernel(xv, rw, rh, geom=geom)
 
 

@@ -44,10 +44,22 @@ LE_DEPTH, LO_DEPTH = 65, 257
 FUNCTIONS = ("LINEAR", "EXPONENT")
 
 REGISTER_FIELDS: tuple[str, ...] = (
-    "le_function", "le_start", "le_end", "lo_start", "lo_end",
-    "le_index_offset", "le_index_select", "lo_index_select",
-    "le_uflow_scale", "le_oflow_scale", "lo_uflow_scale", "lo_oflow_scale",
-    "le_uflow_shift", "le_oflow_shift", "lo_uflow_shift", "lo_oflow_shift",
+    "le_function",
+    "le_start",
+    "le_end",
+    "lo_start",
+    "lo_end",
+    "le_index_offset",
+    "le_index_select",
+    "lo_index_select",
+    "le_uflow_scale",
+    "le_oflow_scale",
+    "lo_uflow_scale",
+    "lo_oflow_scale",
+    "le_uflow_shift",
+    "le_oflow_shift",
+    "lo_uflow_shift",
+    "lo_oflow_shift",
 )
 PRIORITY_FIELDS: tuple[str, ...] = ("uflow_priority", "oflow_priority", "hybrid_priority")
 COUNTERS: tuple[str, ...] = ("lut_uflow", "lut_oflow", "lut_le_hit", "lut_lo_hit", "lut_hybrid")
@@ -142,15 +154,18 @@ class _LutConfig:
     # -- views
     def registers(self) -> dict[str, Any]:
         """Every field but the tables (registers, priorities and options) as a dict."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("le_table", "lo_table")}
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("le_table", "lo_table")
+        }
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return (self.registers() == other.registers()
-                and np.array_equal(np.asarray(self.le_table), np.asarray(other.le_table))
-                and np.array_equal(np.asarray(self.lo_table), np.asarray(other.lo_table)))
+        return (
+            self.registers() == other.registers()
+            and np.array_equal(np.asarray(self.le_table), np.asarray(other.le_table))
+            and np.array_equal(np.asarray(self.lo_table), np.asarray(other.lo_table))
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -208,18 +223,28 @@ class SdpLutConfig(_LutConfig):
 
     # -- raw register words (spec 1.2)
     WORDS: ClassVar[tuple[str, ...]] = (
-        "S_LUT_CFG", "S_LUT_INFO", "S_LUT_LE_START", "S_LUT_LE_END", "S_LUT_LO_START",
-        "S_LUT_LO_END", "S_LUT_LE_SLOPE_SCALE", "S_LUT_LE_SLOPE_SHIFT", "S_LUT_LO_SLOPE_SCALE",
+        "S_LUT_CFG",
+        "S_LUT_INFO",
+        "S_LUT_LE_START",
+        "S_LUT_LE_END",
+        "S_LUT_LO_START",
+        "S_LUT_LO_END",
+        "S_LUT_LE_SLOPE_SCALE",
+        "S_LUT_LE_SLOPE_SHIFT",
+        "S_LUT_LO_SLOPE_SCALE",
         "S_LUT_LO_SLOPE_SHIFT",
     )
     _WORD_MASKS: ClassVar[dict[str, int]] = {
-        "S_LUT_CFG": 0x71, "S_LUT_INFO": 0xFFFFFF, "S_LUT_LE_SLOPE_SHIFT": 0x3FF,
+        "S_LUT_CFG": 0x71,
+        "S_LUT_INFO": 0xFFFFFF,
+        "S_LUT_LE_SLOPE_SHIFT": 0x3FF,
         "S_LUT_LO_SLOPE_SHIFT": 0x3FF,
     }
 
     @classmethod
-    def from_register_words(cls, words: Mapping[str, int], le_table, lo_table,
-                            *, underflow_bias: str = "c_model") -> "SdpLutConfig":
+    def from_register_words(
+        cls, words: Mapping[str, int], le_table, lo_table, *, underflow_bias: str = "c_model"
+    ) -> "SdpLutConfig":
         """Decodes the ten raw 32-bit SDP LUT register words (keys: :attr:`WORDS`).
 
         Bits outside the defined fields must be 0 (``ValueError`` otherwise), so
@@ -241,8 +266,11 @@ class SdpLutConfig(_LutConfig):
         cfg, info = w["S_LUT_CFG"], w["S_LUT_INFO"]
         fields = dict(
             le_function="LINEAR" if cfg & 1 else "EXPONENT",
-            uflow_priority=(cfg >> 4) & 1, oflow_priority=(cfg >> 5) & 1, hybrid_priority=(cfg >> 6) & 1,
-            le_index_offset=_sx(info, 8), le_index_select=_sx(info >> 8, 8),
+            uflow_priority=(cfg >> 4) & 1,
+            oflow_priority=(cfg >> 5) & 1,
+            hybrid_priority=(cfg >> 6) & 1,
+            le_index_offset=_sx(info, 8),
+            le_index_select=_sx(info >> 8, 8),
             lo_index_select=_sx(info >> 16, 8),
         )
         for t in ("le", "lo"):
@@ -258,9 +286,12 @@ class SdpLutConfig(_LutConfig):
         """Encodes the registers as the ten unsigned 32-bit words of spec 1.2."""
         m32 = 0xFFFFFFFF
         words = {
-            "S_LUT_CFG": (self.le_function == "LINEAR") | self.uflow_priority << 4
-            | self.oflow_priority << 5 | self.hybrid_priority << 6,
-            "S_LUT_INFO": (self.le_index_offset & 0xFF) | (self.le_index_select & 0xFF) << 8
+            "S_LUT_CFG": (self.le_function == "LINEAR")
+            | self.uflow_priority << 4
+            | self.oflow_priority << 5
+            | self.hybrid_priority << 6,
+            "S_LUT_INFO": (self.le_index_offset & 0xFF)
+            | (self.le_index_select & 0xFF) << 8
             | (self.lo_index_select & 0xFF) << 16,
         }
         for t in ("le", "lo"):
@@ -268,9 +299,11 @@ class SdpLutConfig(_LutConfig):
             words[f"S_LUT_{T}_START"] = getattr(self, f"{t}_start") & m32
             words[f"S_LUT_{T}_END"] = getattr(self, f"{t}_end") & m32
             words[f"S_LUT_{T}_SLOPE_SCALE"] = (getattr(self, f"{t}_uflow_scale") & 0xFFFF) | (
-                getattr(self, f"{t}_oflow_scale") & 0xFFFF) << 16
+                getattr(self, f"{t}_oflow_scale") & 0xFFFF
+            ) << 16
             words[f"S_LUT_{T}_SLOPE_SHIFT"] = (getattr(self, f"{t}_uflow_shift") & 0x1F) | (
-                getattr(self, f"{t}_oflow_shift") & 0x1F) << 5
+                getattr(self, f"{t}_oflow_shift") & 0x1F
+            ) << 5
         return {k: int(words[k]) for k in self.WORDS}
 
 
@@ -299,15 +332,38 @@ class CdpLutConfig(_LutConfig):
         super().__post_init__()
 
     FIELDS_RAW: ClassVar[tuple[str, ...]] = (
-        "le_function", "uflow_priority", "oflow_priority", "hybrid_priority", "le_index_offset",
-        "le_index_select", "lo_index_select", "le_start_low", "le_start_high", "le_end_low",
-        "le_end_high", "lo_start_low", "lo_start_high", "lo_end_low", "lo_end_high",
-        "le_uflow_scale", "le_oflow_scale", "le_uflow_shift", "le_oflow_shift",
-        "lo_uflow_scale", "lo_oflow_scale", "lo_uflow_shift", "lo_oflow_shift",
+        "le_function",
+        "uflow_priority",
+        "oflow_priority",
+        "hybrid_priority",
+        "le_index_offset",
+        "le_index_select",
+        "lo_index_select",
+        "le_start_low",
+        "le_start_high",
+        "le_end_low",
+        "le_end_high",
+        "lo_start_low",
+        "lo_start_high",
+        "lo_end_low",
+        "lo_end_high",
+        "le_uflow_scale",
+        "le_oflow_scale",
+        "le_uflow_shift",
+        "le_oflow_shift",
+        "lo_uflow_scale",
+        "lo_oflow_scale",
+        "lo_uflow_shift",
+        "lo_oflow_shift",
     )
     _RAW_BITS: ClassVar[dict[str, int]] = {
-        "le_function": 1, "uflow_priority": 1, "oflow_priority": 1, "hybrid_priority": 1,
-        "le_index_offset": 8, "le_index_select": 8, "lo_index_select": 8,
+        "le_function": 1,
+        "uflow_priority": 1,
+        "oflow_priority": 1,
+        "hybrid_priority": 1,
+        "le_index_offset": 8,
+        "le_index_select": 8,
+        "lo_index_select": 8,
         **{f"{t}_{w}_low": 32 for t in ("le", "lo") for w in ("start", "end")},
         **{f"{t}_{w}_high": 6 for t in ("le", "lo") for w in ("start", "end")},
         **{f"{t}_{k}_scale": 16 for t in ("le", "lo") for k in ("uflow", "oflow")},
@@ -315,8 +371,9 @@ class CdpLutConfig(_LutConfig):
     }
 
     @classmethod
-    def from_register_fields(cls, fields: Mapping[str, int], le_table, lo_table,
-                             *, precision: str = "INT16") -> "CdpLutConfig":
+    def from_register_fields(
+        cls, fields: Mapping[str, int], le_table, lo_table, *, precision: str = "INT16"
+    ) -> "CdpLutConfig":
         """Decodes unsigned CDP LUT register-field values (keys: :attr:`FIELDS_RAW`).
 
         START/END are ``sx_38(HIGH * 2**32 + LOW)``; selects and offset are 8-bit fields
@@ -377,7 +434,7 @@ def _count(flags: jax.Array) -> jax.Array:
     if flags.size < 2**32:
         return jnp.sum(flags, dtype=_U32)
     chunk = 2**31  # pragma: no cover - needs more than 2**32 elements
-    parts = [jnp.sum(flags[i:i + chunk], dtype=_U32) for i in range(0, flags.size, chunk)]
+    parts = [jnp.sum(flags[i : i + chunk], dtype=_U32) for i in range(0, flags.size, chunk)]
     total = parts[0]
     for p in parts[1:]:
         s = total + p
@@ -403,8 +460,7 @@ def _slope_term(a: wide.Wide, scale: jax.Array, shift: jax.Array) -> tuple[jax.A
     in -16..15 (negative: left shift, saturating).
     """
     p = wide.mul_wide_int32(a, scale)
-    right, clip_r = wide.saturate_to_int32(wide.shift_right(p, jnp.maximum(shift, 0), "half_away"),
-                                           _I32_MIN, _I32_MAX)
+    right, clip_r = wide.saturate_to_int32(wide.shift_right(p, jnp.maximum(shift, 0), "half_away"), _I32_MIN, _I32_MAX)
     # Left shifts: saturating P to int32 first does not change the saturated result.
     p32, clip_p = wide.saturate_to_int32(p, _I32_MIN, _I32_MAX)
     k = jnp.clip(-shift, 0, 16)
@@ -462,10 +518,12 @@ def _wide_param(v: int) -> tuple[np.ndarray, np.ndarray]:
 def _extrap_params(r: dict, combos: list[tuple[str, str, int]]) -> dict[str, np.ndarray]:
     """Per-choice extrapolation operands: reference (START + bias or END), scale, shift."""
     refs = [_wide_param(ref) for _, _, ref in combos]
-    return {"ref_hi": np.array([h for h, _ in refs], np.int32),
-            "ref_lo": np.array([lo for _, lo in refs], np.uint32),
-            "scale": np.array([r[f"{t}_{k}_scale"] for t, k, _ in combos], np.int32),
-            "shift": np.array([r[f"{t}_{k}_shift"] for t, k, _ in combos], np.int32)}
+    return {
+        "ref_hi": np.array([h for h, _ in refs], np.int32),
+        "ref_lo": np.array([lo for _, lo in refs], np.uint32),
+        "scale": np.array([r[f"{t}_{k}_scale"] for t, k, _ in combos], np.int32),
+        "shift": np.array([r[f"{t}_{k}_shift"] for t, k, _ in combos], np.int32),
+    }
 
 
 def _priority_params(r: dict) -> dict[str, np.ndarray]:
@@ -533,20 +591,31 @@ def _sdp_params(regs: tuple) -> tuple[bool, dict]:
     p: dict[str, Any] = {"le_off": np.int32(off if exp_mode else 0), **_priority_params(r)}
     for t, depth in (("le", LE_DEPTH), ("lo", LO_DEPTH)):
         p[f"{t}_start"] = np.int32(r[f"{t}_start"])
-        lin = _linear_params(r[f"{t}_index_select"], depth) if not (t == "le" and exp_mode) else \
-            {"s_r": 0, "s_l": 0, "lim": 0}
-        p.update({f"{t}_s_r": np.int32(lin["s_r"]), f"{t}_s_l": np.int32(lin["s_l"]),
-                  f"{t}_lim": np.uint32(lin["lim"])})
-    combos = [("le", "uflow", r["le_start"] + ((1 << off) if bias_on else 0)),
-              ("le", "oflow", r["le_end"]), ("lo", "uflow", r["lo_start"]), ("lo", "oflow", r["lo_end"])]
+        lin = (
+            _linear_params(r[f"{t}_index_select"], depth)
+            if not (t == "le" and exp_mode)
+            else {"s_r": 0, "s_l": 0, "lim": 0}
+        )
+        p.update(
+            {f"{t}_s_r": np.int32(lin["s_r"]), f"{t}_s_l": np.int32(lin["s_l"]), f"{t}_lim": np.uint32(lin["lim"])}
+        )
+    combos = [
+        ("le", "uflow", r["le_start"] + ((1 << off) if bias_on else 0)),
+        ("le", "oflow", r["le_end"]),
+        ("lo", "uflow", r["lo_start"]),
+        ("lo", "oflow", r["lo_end"]),
+    ]
     p.update(_extrap_params(r, combos))
     return exp_mode, p
 
 
 def _sdp_kernel(exp_mode: bool, p: dict, x: jax.Array, le_table: jax.Array, lo_table: jax.Array):
     """Exact SDP LUT on int32 ``x``: (y, stats, details, (slope numerator, slope exponent))."""
-    le = (_sdp_exponent(x, p["le_start"], p["le_off"]) if exp_mode
-          else _sdp_linear(x, p["le_start"], p["le_s_r"], p["le_s_l"], p["le_lim"], LE_DEPTH))
+    le = (
+        _sdp_exponent(x, p["le_start"], p["le_off"])
+        if exp_mode
+        else _sdp_linear(x, p["le_start"], p["le_s_r"], p["le_s_l"], p["le_lim"], LE_DEPTH)
+    )
     lo = _sdp_linear(x, p["lo_start"], p["lo_s_r"], p["lo_s_l"], p["lo_lim"], LO_DEPTH)
     pick_lo = _select_table(le.state, lo.state, p["uflow"], p["oflow"], p["hybrid"])
     state = jnp.where(pick_lo, lo.state, le.state)
@@ -571,15 +640,24 @@ def _sdp_kernel(exp_mode: bool, p: dict, x: jax.Array, le_table: jax.Array, lo_t
     y = jnp.where(hit, inter, extra)
 
     stats = {
-        "lut_uflow": _count(uflow), "lut_oflow": _count(oflow),
-        "lut_le_hit": _count(le.state == HIT), "lut_lo_hit": _count(lo.state == HIT),
+        "lut_uflow": _count(uflow),
+        "lut_oflow": _count(oflow),
+        "lut_le_hit": _count(le.state == HIT),
+        "lut_lo_hit": _count(lo.state == HIT),
         "lut_hybrid": _count(hit),
     }
     details = {
-        "le_state": le.state, "lo_state": lo.state, "sel": pick_lo.astype(_I32), "addr": idx,
+        "le_state": le.state,
+        "lo_state": lo.state,
+        "sel": pick_lo.astype(_I32),
+        "addr": idx,
         "frac35": wide.shift_left(wide.from_uint32(jnp.where(hit, rem, _U32(0))), 35 - n),
-        "uflow": uflow, "oflow": oflow, "le_hit": le.state == HIT, "lo_hit": lo.state == HIT,
-        "y0": y0, "y1": y1,
+        "uflow": uflow,
+        "oflow": oflow,
+        "le_hit": le.state == HIT,
+        "lo_hit": lo.state == HIT,
+        "y0": y0,
+        "y1": y1,
     }
     # Gradient: (y1 - y0) / 2**width on a hit, scale / 2**shift on an unsaturated extrapolation.
     num = jnp.where(hit, y1 - y0, jnp.where(clip_c | clip_y, 0, scale))
@@ -762,8 +840,11 @@ def _cdp_params(regs: tuple) -> tuple[bool, dict]:
     p: dict[str, Any] = {"le_off": np.int32(off if exp_mode else 0), **_priority_params(r)}
     for t, depth in (("le", LE_DEPTH), ("lo", LO_DEPTH)):
         p[f"{t}_start_hi"], p[f"{t}_start_lo"] = _wide_param(r[f"{t}_start"])
-        lin = _linear_params(r[f"{t}_index_select"], depth) if not (t == "le" and exp_mode) else \
-            {"s_r": 0, "s_l": 0, "lim": 0}
+        lin = (
+            _linear_params(r[f"{t}_index_select"], depth)
+            if not (t == "le" and exp_mode)
+            else {"s_r": 0, "s_l": 0, "lim": 0}
+        )
         lim = lin["lim"] << lin["s_r"]  # d >> s_r < lim  <=>  d < lim << s_r
         p[f"{t}_lim_hi"], p[f"{t}_lim_lo"] = _wide_param(lim)
         p[f"{t}_s_r"], p[f"{t}_s_l"] = np.int32(lin["s_r"]), np.int32(lin["s_l"])
@@ -788,14 +869,19 @@ def _cdp_kernel(exp_mode: bool, p: dict, x, le_table: jax.Array, lo_table: jax.A
     both_u = (le_s == UFLOW) & (lo_s == UFLOW)
     both_o = (le_s == OFLOW) & (lo_s == OFLOW)
     stats = {
-        "lut_uflow": _count(both_u), "lut_oflow": _count(both_o),
-        "lut_le_hit": _count(le_hit & ~lo_hit), "lut_lo_hit": _count(lo_hit & ~le_hit),
+        "lut_uflow": _count(both_u),
+        "lut_oflow": _count(both_o),
+        "lut_le_hit": _count(le_hit & ~lo_hit),
+        "lut_lo_hit": _count(lo_hit & ~le_hit),
         "lut_hybrid": _count(~(both_u | both_o | (le_hit != lo_hit))),
     }
     details = {
-        "le_state": le_s, "lo_state": lo_s, "sel": pick_lo.astype(_I32),
+        "le_state": le_s,
+        "lo_state": lo_s,
+        "sel": pick_lo.astype(_I32),
         "addr": jnp.where(pick_lo, states["lo"].idx, states["le"].idx),
-        "le_value": values["le"], "lo_value": values["lo"],
+        "le_value": values["le"],
+        "lo_value": values["lo"],
     }
     slope = tuple(jnp.where(pick_lo, a, b) for a, b in zip(slopes["lo"], slopes["le"]))
     return y, stats, details, slope
@@ -850,7 +936,7 @@ def _sqsum(v: jax.Array, L: jax.Array, axis: int) -> wide.Wide:
     acc = wide.Wide(jnp.zeros(v.shape, _I32), jnp.zeros(v.shape, _U32))
     for j in range(-_MAX_L, _MAX_L + 1):
         use = abs(j) <= L
-        term = wide.Wide(sq.hi[..., _MAX_L + j:_MAX_L + j + n], sq.lo[..., _MAX_L + j:_MAX_L + j + n])
+        term = wide.Wide(sq.hi[..., _MAX_L + j : _MAX_L + j + n], sq.lo[..., _MAX_L + j : _MAX_L + j + n])
         acc = wide.add(acc, wide.where(use, term, wide.const(0)))
     return wide.Wide(jnp.moveaxis(acc.hi, -1, axis), jnp.moveaxis(acc.lo, -1, axis))
 
@@ -882,8 +968,16 @@ def _checked_int32(v, name: str) -> jax.Array:
     return v
 
 
-def cdp_lrn(v, cfg: CdpLutConfig, *, normalz_len: int, sqsum_bypass: bool = False,
-            mul_bypass: bool = False, axis: int = -1, return_details: bool = False):
+def cdp_lrn(
+    v,
+    cfg: CdpLutConfig,
+    *,
+    normalz_len: int,
+    sqsum_bypass: bool = False,
+    mul_bypass: bool = False,
+    axis: int = -1,
+    return_details: bool = False,
+):
     """CDP data path between the convertors (spec 3.1 steps 2-5).
 
     ``x`` = :func:`cdp_sqsum` of ``v`` (or ``v`` itself with ``sqsum_bypass``), then
@@ -906,9 +1000,17 @@ def cdp_lrn(v, cfg: CdpLutConfig, *, normalz_len: int, sqsum_bypass: bool = Fals
         axis = V.check_static_int(axis, -v.ndim, v.ndim - 1, "axis") % v.ndim
     exp_mode, p = _cdp_params(tuple(sorted(cfg.registers().items())))
     L = np.int32(1 if sqsum_bypass else normalz_len + 1)
-    m, stats, details = _cdp_lrn_jit(v, L, np.bool_(sqsum_bypass), np.bool_(mul_bypass), p,
-                                     cfg.le_table, cfg.lo_table, exp_mode=exp_mode,
-                                     axis=-1 if sqsum_bypass else axis)
+    m, stats, details = _cdp_lrn_jit(
+        v,
+        L,
+        np.bool_(sqsum_bypass),
+        np.bool_(mul_bypass),
+        p,
+        cfg.le_table,
+        cfg.lo_table,
+        exp_mode=exp_mode,
+        axis=-1 if sqsum_bypass else axis,
+    )
     return (m, stats, details) if return_details else (m, stats)
 
 

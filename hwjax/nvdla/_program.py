@@ -67,6 +67,8 @@ def _cfg(cfg: Any, name: str = "cfg") -> Any:
     if not isinstance(cfg, (SdpLutConfig, CdpLutConfig)):
         raise ArgTypeError(f"{name} must be an SdpLutConfig or CdpLutConfig, got {type(cfg).__name__}")
     return cfg
+
+
 _UNITS = {"sdp": (SdpLutConfig, 32, (-128, 32)), "cdp": (CdpLutConfig, 38, (-24, 30))}
 
 
@@ -106,10 +108,12 @@ def _on_host(fn):
     """For the functions that compute on the host and return NumPy values (tables, reports):
     their JAX work on concrete values runs at once, also when they are called inside a
     ``jit`` trace (:func:`hwjax.core.evaluated_if_concrete`)."""
+
     @functools.wraps(fn)
     def host(*args, **kwargs):
         with evaluated_if_concrete((args, kwargs)):
             return fn(*args, **kwargs)
+
     return host
 
 
@@ -166,8 +170,13 @@ def _int_range(bits: int) -> tuple[int, int]:
     return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
 
-def linear_layout(x_range: tuple[float, float], input_scale: float, depth: int,
-                  bits: int = 32, select_range: tuple[int, int] = (0, 32)) -> tuple[int, int, int]:
+def linear_layout(
+    x_range: tuple[float, float],
+    input_scale: float,
+    depth: int,
+    bits: int = 32,
+    select_range: tuple[int, int] = (0, 32),
+) -> tuple[int, int, int]:
     """``(START, sel, END)`` of a LINEAR table covering ``x_range`` (spec 4.2).
 
     ``START = round(x_min * input_scale)``; ``sel`` the smallest select (never below 0
@@ -178,8 +187,7 @@ def linear_layout(x_range: tuple[float, float], input_scale: float, depth: int,
     input_scale = _real(input_scale, "input_scale", positive=True)
     depth = V.check_static_int(depth, 2, 1 << 16, "depth")
     bits = V.check_static_int(bits, 2, 64, "bits")
-    if isinstance(select_range, (str, bytes)) or not isinstance(select_range, (tuple, list)) or \
-            len(select_range) != 2:
+    if isinstance(select_range, (str, bytes)) or not isinstance(select_range, (tuple, list)) or len(select_range) != 2:
         raise ArgTypeError(f"select_range must be a pair of ints, got {select_range!r}")
     select_range = tuple(V.check_static_int(v, -256, 256, "select_range") for v in select_range)
     start = int(_round_half_away(np.float64(lo * input_scale)))
@@ -190,19 +198,19 @@ def linear_layout(x_range: tuple[float, float], input_scale: float, depth: int,
     end = start + (depth - 1) * 2**sel
     rmin, rmax = _int_range(bits)
     if not (rmin <= start <= rmax and rmin <= end <= rmax):
-        raise RangeError(f"table over {x_range} at input_scale {input_scale} needs START={start}, "
-                         f"END={end} outside the {bits}-bit register range")
+        raise RangeError(
+            f"table over {x_range} at input_scale {input_scale} needs START={start}, "
+            f"END={end} outside the {bits}-bit register range"
+        )
     return start, sel, end
 
 
-def _linear_entries(fn: Fn, start: int, sel: int, depth: int, input_scale: float,
-                    output_scale: float) -> np.ndarray:
+def _linear_entries(fn: Fn, start: int, sel: int, depth: int, input_scale: float, output_scale: float) -> np.ndarray:
     x = (start + np.arange(depth, dtype=np.float64) * 2.0**sel) / input_scale
     return quantize_entries(output_scale * _eval(fn, x))
 
 
-def _exponent_entries(fn: Fn, start: int, off: int, input_scale: float,
-                      output_scale: float) -> np.ndarray:
+def _exponent_entries(fn: Fn, start: int, off: int, input_scale: float, output_scale: float) -> np.ndarray:
     x = (start + 2.0 ** (np.arange(LE_DEPTH, dtype=np.float64) + off)) / input_scale
     return quantize_entries(output_scale * _eval(fn, x))
 
@@ -214,8 +222,9 @@ def _derivative(fn: Fn, x: float, h: float) -> float:
     return float(d) if math.isfinite(d) else 0.0
 
 
-def sweep(x_range: tuple[float, float], input_scale: float, num_points: int = 65537,
-          geometric: bool = False) -> np.ndarray:
+def sweep(
+    x_range: tuple[float, float], input_scale: float, num_points: int = 65537, geometric: bool = False
+) -> np.ndarray:
     """Sorted distinct integer inputs over ``x_range`` (int64): every integer if there are
     at most ``num_points``, else ``num_points`` evenly spaced ones; with ``geometric``
     half of them are instead spaced geometrically in the offset from ``x_min`` (for
@@ -253,13 +262,26 @@ def evaluate(cfg, x: np.ndarray) -> np.ndarray:
 
 def _report(y: np.ndarray, target: np.ndarray, output_scale: float) -> LutReport:
     err = np.abs(y - target)
-    return LutReport(max_abs=float(err.max() / output_scale), mean_abs=float(err.mean() / output_scale),
-                     max_abs_lsb=float(err.max()), mean_abs_lsb=float(err.mean()), num_points=int(y.size))
+    return LutReport(
+        max_abs=float(err.max() / output_scale),
+        mean_abs=float(err.mean() / output_scale),
+        max_abs_lsb=float(err.max()),
+        mean_abs_lsb=float(err.mean()),
+        num_points=int(y.size),
+    )
 
 
 @_on_host
-def lut_error(cfg, fn: Fn, *, input_scale: float, output_scale: float,
-              x_range: tuple[float, float], num_points: int = 65537, geometric: bool = False) -> LutReport:
+def lut_error(
+    cfg,
+    fn: Fn,
+    *,
+    input_scale: float,
+    output_scale: float,
+    x_range: tuple[float, float],
+    num_points: int = 65537,
+    geometric: bool = False,
+) -> LutReport:
     """Max and mean absolute error of the exact LUT against ``fn`` over :func:`sweep`."""
     _cfg(cfg)
     _fn(fn)
@@ -269,8 +291,9 @@ def lut_error(cfg, fn: Fn, *, input_scale: float, output_scale: float,
     return _report(evaluate(cfg, x).astype(np.float64), target, output_scale)
 
 
-def _sweep_target(fn: Fn, x_range, input_scale: float, output_scale: float, num_points: int = 65537,
-                  geometric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _sweep_target(
+    fn: Fn, x_range, input_scale: float, output_scale: float, num_points: int = 65537, geometric: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`sweep`'s integer inputs and ``fn``'s float64 values there in output LSBs
     (what :func:`lut_error` compares the LUT with)."""
     x = sweep(x_range, input_scale, num_points, geometric)
@@ -303,24 +326,33 @@ def _raw_table(fn, le_mode, lo_x, hi_x, input_scale, output_scale, bits, sel_ran
     """Registers and entries of the raw table; returns (regs, entries, real END abscissa)."""
     if le_mode == "linear":
         start, sel, end = linear_layout((lo_x, hi_x), input_scale, LO_DEPTH, bits, sel_range)
-        regs = dict(le_function="LINEAR", lo_start=start, lo_index_select=sel, lo_end=end,
-                    le_index_offset=0)
+        regs = dict(le_function="LINEAR", lo_start=start, lo_index_select=sel, lo_end=end, le_index_offset=0)
         return regs, _linear_entries(fn, start, sel, LO_DEPTH, input_scale, output_scale), end / input_scale
     start = int(_round_half_away(np.float64(lo_x * input_scale)))
     rmin, rmax = _int_range(bits)
     end = min(max(start + 2 ** (LE_DEPTH - 1 + off), rmin), rmax)  # clamped if unreachable
-    regs = dict(le_function="EXPONENT", le_start=start, le_index_offset=off, le_end=end,
-                le_index_select=0)
+    regs = dict(le_function="EXPONENT", le_start=start, le_index_offset=off, le_end=end, le_index_select=0)
     return regs, _exponent_entries(fn, start, off, input_scale, output_scale), hi_x
 
 
 @_on_host
-def program_lut(fn: Fn, *, input_scale: float, output_scale: float | None = None,
-                x_range: tuple[float, float], le_mode: Literal["linear", "exponent"] = "linear",
-                density_range: tuple[float, float] | None = None, le_index_offset: int = 0,
-                uflow_slope: float | Literal["auto"] = "auto", oflow_slope: float | Literal["auto"] = "auto",
-                hybrid_priority: int | Literal["auto"] = "auto", unit: Literal["sdp", "cdp"] = "sdp",
-                precision: str = "INT16", num_points: int = 65537, return_report: bool = False):
+def program_lut(
+    fn: Fn,
+    *,
+    input_scale: float,
+    output_scale: float | None = None,
+    x_range: tuple[float, float],
+    le_mode: Literal["linear", "exponent"] = "linear",
+    density_range: tuple[float, float] | None = None,
+    le_index_offset: int = 0,
+    uflow_slope: float | Literal["auto"] = "auto",
+    oflow_slope: float | Literal["auto"] = "auto",
+    hybrid_priority: int | Literal["auto"] = "auto",
+    unit: Literal["sdp", "cdp"] = "sdp",
+    precision: str = "INT16",
+    num_points: int = 65537,
+    return_report: bool = False,
+):
     """Programs both LUT tables for the real function ``fn`` (spec 4.2-4.5).
 
     * ``le_mode="linear"``: LO is the raw table, LINEAR over ``x_range``; LE is a LINEAR
@@ -378,33 +410,52 @@ def program_lut(fn: Fn, *, input_scale: float, output_scale: float | None = None
     extra = {"precision": precision} if unit == "cdp" else {}
     raw_t, dens_t = ("lo", "le") if le_mode == "linear" else ("le", "lo")
     raw_id, dens_depth = (LO, LE_DEPTH) if raw_t == "lo" else (LE, LO_DEPTH)
-    regs, raw_entries, raw_end_x = _raw_table(fn, le_mode, lo_x, hi_x, input_scale, output_scale,
-                                              bits, sel_range, int(le_index_offset))
+    regs, raw_entries, raw_end_x = _raw_table(
+        fn, le_mode, lo_x, hi_x, input_scale, output_scale, bits, sel_range, int(le_index_offset)
+    )
     h = 1.0 / input_scale
-    slopes = {"uflow": _derivative(fn, lo_x, h) if uflow_slope == "auto" else float(uflow_slope),
-              "oflow": _derivative(fn, raw_end_x, -h) if oflow_slope == "auto" else float(oflow_slope)}
+    slopes = {
+        "uflow": _derivative(fn, lo_x, h) if uflow_slope == "auto" else float(uflow_slope),
+        "oflow": _derivative(fn, raw_end_x, -h) if oflow_slope == "auto" else float(oflow_slope),
+    }
     for kind in ("uflow", "oflow"):
         regs[f"{raw_t}_{kind}_scale"], regs[f"{raw_t}_{kind}_shift"] = slope_registers(
-            slopes[kind], input_scale, output_scale)
+            slopes[kind], input_scale, output_scale
+        )
         regs[f"{dens_t}_{kind}_scale"] = regs[f"{dens_t}_{kind}_shift"] = 0
     regs.update(uflow_priority=raw_id, oflow_priority=raw_id, **extra)
 
     def build(d_range, hp):
         d_start, d_sel, d_end = linear_layout(d_range, input_scale, dens_depth, bits, sel_range)
-        return cls(**regs, **{f"{dens_t}_start": d_start, f"{dens_t}_index_select": d_sel,
-                              f"{dens_t}_end": d_end, f"{raw_t}_table": raw_entries,
-                              f"{dens_t}_table": _linear_entries(fn, d_start, d_sel, dens_depth,
-                                                                 input_scale, output_scale)},
-                   hybrid_priority=hp)
+        return cls(
+            **regs,
+            **{
+                f"{dens_t}_start": d_start,
+                f"{dens_t}_index_select": d_sel,
+                f"{dens_t}_end": d_end,
+                f"{raw_t}_table": raw_entries,
+                f"{dens_t}_table": _linear_entries(fn, d_start, d_sel, dens_depth, input_scale, output_scale),
+            },
+            hybrid_priority=hp,
+        )
 
-    kw = dict(fn=fn, input_scale=input_scale, output_scale=output_scale, x_range=(lo_x, hi_x),
-              geometric=le_mode == "exponent")
+    kw = dict(
+        fn=fn, input_scale=input_scale, output_scale=output_scale, x_range=(lo_x, hi_x), geometric=le_mode == "exponent"
+    )
     if density_range is None:
         # Raw table alone: a density table parked at the largest START always underflows.
         rmax = _int_range(bits)[1]
-        raw_only = cls(**{**regs, f"{dens_t}_start": rmax, f"{dens_t}_end": rmax,
-                          f"{dens_t}_index_select": 0, f"{raw_t}_table": raw_entries,
-                          f"{dens_t}_table": np.zeros(dens_depth, np.int16)}, hybrid_priority=raw_id)
+        raw_only = cls(
+            **{
+                **regs,
+                f"{dens_t}_start": rmax,
+                f"{dens_t}_end": rmax,
+                f"{dens_t}_index_select": 0,
+                f"{raw_t}_table": raw_entries,
+                f"{dens_t}_table": np.zeros(dens_depth, np.int16),
+            },
+            hybrid_priority=raw_id,
+        )
         worst = _worst_point(raw_only, **kw)
         ranges = _density_candidates(le_mode, lo_x, hi_x, worst, input_scale)
     else:
@@ -429,8 +480,7 @@ def _preset(fn: Fn, x_range, input_frac_bits: int, **kw):
 
 def sigmoid_lut(*, input_frac_bits: int = 12, x_range=(-8.0, 8.0), output_scale: float = 32767.0, **kw):
     """Sigmoid on a Q``input_frac_bits`` input, ``Y = output_scale * sigmoid(x)`` (spec 4.6 layout)."""
-    return _preset(lambda x: 1.0 / (1.0 + np.exp(-x)), x_range, input_frac_bits,
-                   output_scale=output_scale, **kw)
+    return _preset(lambda x: 1.0 / (1.0 + np.exp(-x)), x_range, input_frac_bits, output_scale=output_scale, **kw)
 
 
 def tanh_lut(*, input_frac_bits: int = 12, x_range=(-4.0, 4.0), output_scale: float = 32767.0, **kw):
@@ -450,9 +500,18 @@ def reciprocal_lut(*, input_frac_bits: int = 8, x_range=(1.0, 256.0), output_sca
     return _preset(lambda x: 1.0 / x, x_range, input_frac_bits, output_scale=output_scale, **kw)
 
 
-def lrn_lut(*, k: float = 2.0, alpha: float = 1e-4, beta: float = 0.75, n: int = 5,
-            input_frac_bits: int = 0, x_range=(0.0, 2.0**32), output_scale: float | None = None,
-            unit: Literal["sdp", "cdp"] = "cdp", **kw):
+def lrn_lut(
+    *,
+    k: float = 2.0,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    n: int = 5,
+    input_frac_bits: int = 0,
+    x_range=(0.0, 2.0**32),
+    output_scale: float | None = None,
+    unit: Literal["sdp", "cdp"] = "cdp",
+    **kw,
+):
     """LRN scale ``(k + alpha / n * s) ** -beta`` of a sum of squares ``s`` (spec 4.5, 4.7).
 
     EXPONENT raw LE table from ``s = 0`` (as NVDLA's compiler does), LINEAR density LO
@@ -462,12 +521,16 @@ def lrn_lut(*, k: float = 2.0, alpha: float = 1e-4, beta: float = 0.75, n: int =
     n = V.check_static_int(n, 1, 1 << 16, "n")
     kw.setdefault("le_mode", "exponent")
     kw.setdefault("oflow_slope", 0.0)
-    return _preset(lambda s: (k + alpha / n * s) ** -beta, x_range, input_frac_bits,
-                   output_scale=output_scale, unit=unit, **kw)
+    return _preset(
+        lambda s: (k + alpha / n * s) ** -beta, x_range, input_frac_bits, output_scale=output_scale, unit=unit, **kw
+    )
 
 
 PRESETS: dict[str, Callable[..., Any]] = {
-    "sigmoid": sigmoid_lut, "tanh": tanh_lut, "exp": exp_lut, "reciprocal": reciprocal_lut,
+    "sigmoid": sigmoid_lut,
+    "tanh": tanh_lut,
+    "exp": exp_lut,
+    "reciprocal": reciprocal_lut,
     "lrn": lrn_lut,
 }
 
@@ -498,9 +561,18 @@ def _surrogate(params: dict, cfg: SdpLutConfig, x: jax.Array):
 
 
 @_on_host
-def fit_lut(fn: Fn, cfg: SdpLutConfig, *, input_scale: float, output_scale: float,
-            x_range: tuple[float, float], steps: int = 300, learning_rate: float = 0.5,
-            num_points: int = 8192, optimizer=None) -> tuple[SdpLutConfig, FitReport]:
+def fit_lut(
+    fn: Fn,
+    cfg: SdpLutConfig,
+    *,
+    input_scale: float,
+    output_scale: float,
+    x_range: tuple[float, float],
+    steps: int = 300,
+    learning_rate: float = 0.5,
+    num_points: int = 8192,
+    optimizer=None,
+) -> tuple[SdpLutConfig, FitReport]:
     """Optimises the int16 entries of an SDP configuration for ``fn`` with optax.
 
     The entries are float parameters; the forward pass is the exact LUT on the entries
@@ -591,8 +663,16 @@ def _table_span(cfg, input_scale: float) -> tuple[float, float]:
 
 
 @_on_host
-def plot_lut(cfg, fn: Fn, path, *, input_scale: float = 1.0, output_scale: float = 1.0,
-             x_range: tuple[float, float] | None = None, num_points: int = 4097) -> None:
+def plot_lut(
+    cfg,
+    fn: Fn,
+    path,
+    *,
+    input_scale: float = 1.0,
+    output_scale: float = 1.0,
+    x_range: tuple[float, float] | None = None,
+    num_points: int = 4097,
+) -> None:
     """Writes a PNG: ``fn`` and the exact LUT output (top) and their difference in output
     LSBs (bottom), with the entry abscissas of both tables marked. Needs matplotlib.
 

@@ -56,13 +56,15 @@ def _nonzero(seq: jax.Array) -> jax.Array:
 
 
 def _check_groups(group_elements, n: int) -> tuple[int, ...]:
-    if isinstance(group_elements, (str, bytes)) or not hasattr(group_elements, "__iter__") or any(
-            isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) for g in group_elements):
+    if (
+        isinstance(group_elements, (str, bytes))
+        or not hasattr(group_elements, "__iter__")
+        or any(isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) for g in group_elements)
+    ):
         raise ArgTypeError(f"group_elements must be a sequence of ints, got {group_elements!r}")
     groups = tuple(int(g) for g in group_elements)
     if not groups or any(g < 1 for g in groups) or sum(groups) != n:
-        raise RangeError(f"group_elements must be positive and sum to the sequence length {n}; "
-                         f"got {groups}")
+        raise RangeError(f"group_elements must be positive and sum to the sequence length {n}; got {groups}")
     return groups
 
 
@@ -70,8 +72,7 @@ def _pad_to(x: jax.Array, size: int) -> jax.Array:
     return jnp.concatenate([x, jnp.zeros((size - x.shape[0],), x.dtype)]) if size > x.shape[0] else x
 
 
-def compress_sequence(seq: Any, group_elements, *, dtype: Any = None,
-                      cbuf_width: int = F.CBUF_WIDTH) -> SparseWeights:
+def compress_sequence(seq: Any, group_elements, *, dtype: Any = None, cbuf_width: int = F.CBUF_WIDTH) -> SparseWeights:
     """Compresses an uncompressed weight element sequence (spec 6.6).
 
     Args:
@@ -160,8 +161,7 @@ def _decompress_kernel(weight: jax.Array, wmb: jax.Array, n: int, dtype_name: st
 # ------------------------------------------------------------------ layout-level interface
 
 
-def _layout_setup(layout, shape, dtype, input_channels, stride_x, post_extension, atomic_k,
-                  atomic_c, cbuf_width):
+def _layout_setup(layout, shape, dtype, input_channels, stride_x, post_extension, atomic_k, atomic_c, cbuf_width):
     """(pack(w) -> image, unpack(image) -> w, elements, group_elements) of a weight layout."""
     if layout not in LAYOUTS:
         raise RangeError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -171,39 +171,62 @@ def _layout_setup(layout, shape, dtype, input_channels, stride_x, post_extension
     K, C, R, S = shape
     if layout == "dc":
         kw = dict(atomic_k=atomic_k, atomic_c=atomic_c, cbuf_width=cbuf_width)
-        pack = lambda w: F.pack_dc_weights(w, **kw)  # noqa: E731
-        unpack = lambda im: F.unpack_dc_weights(im, shape, dtype=dtype, **kw)  # noqa: E731
+        pack = lambda w: F.pack_dc_weights(w, **kw)
+        unpack = lambda im: F.unpack_dc_weights(im, shape, dtype=dtype, **kw)
         n = K * C * R * S
     elif layout == "image":
         if input_channels is None:
             raise RangeError("layout='image' needs input_channels=")
-        kw = dict(input_channels=input_channels, stride_x=stride_x, post_extension=post_extension,
-                  atomic_k=atomic_k, atomic_c=atomic_c, cbuf_width=cbuf_width)
-        pack = lambda w: F.pack_image_weights(w, **kw)  # noqa: E731
-        unpack = lambda im: F.unpack_image_weights(im, shape, dtype=dtype, **kw)  # noqa: E731
+        kw = dict(
+            input_channels=input_channels,
+            stride_x=stride_x,
+            post_extension=post_extension,
+            atomic_k=atomic_k,
+            atomic_c=atomic_c,
+            cbuf_width=cbuf_width,
+        )
+        pack = lambda w: F.pack_image_weights(w, **kw)
+        unpack = lambda im: F.unpack_image_weights(im, shape, dtype=dtype, **kw)
         n = K * S * F._static_int(input_channels, C, 1 << 16, "input_channels") * R
     else:
         kw = dict(atomic_k=atomic_k, cbuf_width=cbuf_width)
-        pack = lambda w: W.pack_winograd_transformed(w, **kw)  # noqa: E731
-        unpack = lambda im: W.unpack_winograd_weights(im, shape, dtype=dtype, **kw)  # noqa: E731
+        pack = lambda w: W.pack_winograd_transformed(w, **kw)
+        unpack = lambda im: W.unpack_winograd_weights(im, shape, dtype=dtype, **kw)
         n = K * C * 16
     per_kernel = n // K
     groups = tuple(min(kpg, K - g) * per_kernel for g in range(0, K, kpg))
     return pack, unpack, n, groups
 
 
-def weight_group_elements(shape, dtype: Any, *, layout: str = "dc", input_channels: Optional[int] = None,
-                          stride_x: int = 1, post_extension: Optional[int] = None,
-                          atomic_k: int = F.ATOMIC_K, atomic_c: int = F.ATOMIC_C) -> tuple[int, ...]:
+def weight_group_elements(
+    shape,
+    dtype: Any,
+    *,
+    layout: str = "dc",
+    input_channels: Optional[int] = None,
+    stride_x: int = 1,
+    post_extension: Optional[int] = None,
+    atomic_k: int = F.ATOMIC_K,
+    atomic_c: int = F.ATOMIC_C,
+) -> tuple[int, ...]:
     """Elements of each kernel group in a weight layout's uncompressed sequence."""
-    return _layout_setup(layout, shape, dtype, input_channels, stride_x, post_extension, atomic_k,
-                         atomic_c, F.CBUF_WIDTH)[3]
+    return _layout_setup(
+        layout, shape, dtype, input_channels, stride_x, post_extension, atomic_k, atomic_c, F.CBUF_WIDTH
+    )[3]
 
 
-def compress_weights(w: Any, *, dtype: Any = None, layout: str = "dc",
-                     input_channels: Optional[int] = None, stride_x: int = 1,
-                     post_extension: Optional[int] = None, atomic_k: int = F.ATOMIC_K,
-                     atomic_c: int = F.ATOMIC_C, cbuf_width: int = F.CBUF_WIDTH) -> SparseWeights:
+def compress_weights(
+    w: Any,
+    *,
+    dtype: Any = None,
+    layout: str = "dc",
+    input_channels: Optional[int] = None,
+    stride_x: int = 1,
+    post_extension: Optional[int] = None,
+    atomic_k: int = F.ATOMIC_K,
+    atomic_c: int = F.ATOMIC_C,
+    cbuf_width: int = F.CBUF_WIDTH,
+) -> SparseWeights:
     """Sparse-compresses convolution weights (spec 6.6) after laying them out.
 
     The uncompressed element sequence is the layout's image without its tail padding:
@@ -217,34 +240,64 @@ def compress_weights(w: Any, *, dtype: Any = None, layout: str = "dc",
       :class:`SparseWeights` (see :func:`compress_sequence` for the ``weight`` length).
     """
     w = B.as_elements(w, dtype, "w")
-    fn = _layout_kernels(layout, w.shape, np.dtype(w.dtype).name, input_channels, stride_x,
-                         post_extension, atomic_k, atomic_c, cbuf_width)[0]
+    fn = _layout_kernels(
+        layout,
+        w.shape,
+        np.dtype(w.dtype).name,
+        input_channels,
+        stride_x,
+        post_extension,
+        atomic_k,
+        atomic_c,
+        cbuf_width,
+    )[0]
     weight, wmb, wgs = fn(w)
     return SparseWeights(_trim(weight, wgs, cbuf_width), wmb, wgs)
 
 
-def decompress_weights(weight: Any, wmb: Any, shape, *, dtype: Any, layout: str = "dc",
-                       input_channels: Optional[int] = None, stride_x: int = 1,
-                       post_extension: Optional[int] = None, atomic_k: int = F.ATOMIC_K,
-                       atomic_c: int = F.ATOMIC_C, cbuf_width: int = F.CBUF_WIDTH) -> jax.Array:
+def decompress_weights(
+    weight: Any,
+    wmb: Any,
+    shape,
+    *,
+    dtype: Any,
+    layout: str = "dc",
+    input_channels: Optional[int] = None,
+    stride_x: int = 1,
+    post_extension: Optional[int] = None,
+    atomic_k: int = F.ATOMIC_K,
+    atomic_c: int = F.ATOMIC_C,
+    cbuf_width: int = F.CBUF_WIDTH,
+) -> jax.Array:
     """Inverse of :func:`compress_weights`: the ``shape`` weights of ``dtype``.
 
     ``shape`` is ``(K, C, R, S)`` for ``"dc"``/``"image"`` and ``(K, Cp, 4, 4)`` for
     ``"winograd"``. fp16 -0 weights come back as +0 (NVDLA's mask treats both as zero).
     """
     shape = B.check_shape(shape, 4, "shape")
-    fn, n = _layout_kernels(layout, shape, B.element_type(dtype).name, input_channels, stride_x,
-                            post_extension, atomic_k, atomic_c, cbuf_width)[1:]
+    fn, n = _layout_kernels(
+        layout,
+        shape,
+        B.element_type(dtype).name,
+        input_channels,
+        stride_x,
+        post_extension,
+        atomic_k,
+        atomic_c,
+        cbuf_width,
+    )[1:]
     _check_decompress_inputs(weight, wmb, n, B.element_bytes(dtype))
     return fn(B.check_image(weight, 0, "weight"), B.check_image(wmb, -(-n // 8), "wmb"))
 
 
 @functools.lru_cache(maxsize=64)
-def _layout_kernels(layout, shape, dtype_name, input_channels, stride_x, post_extension, atomic_k,
-                    atomic_c, cbuf_width):
+def _layout_kernels(
+    layout, shape, dtype_name, input_channels, stride_x, post_extension, atomic_k, atomic_c, cbuf_width
+):
     """(jitted compress(w), jitted decompress(weight, wmb), elements) of one weight layout."""
-    pack, unpack, n, groups = _layout_setup(layout, shape, dtype_name, input_channels, stride_x,
-                                            post_extension, atomic_k, atomic_c, cbuf_width)
+    pack, unpack, n, groups = _layout_setup(
+        layout, shape, dtype_name, input_channels, stride_x, post_extension, atomic_k, atomic_c, cbuf_width
+    )
     cbuf = F._static_int(cbuf_width, 1, 1 << 16, "cbuf_width")
     size = B.round_up(n * B.element_bytes(dtype_name), cbuf)
 

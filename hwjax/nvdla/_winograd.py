@@ -102,16 +102,20 @@ def _check_transformed(v: jax.Array, w: jax.Array) -> None:
             raise RangeError("w: Winograd weights must be finite (no NaN or INF)")
         bad = np.abs(a) >= _FP16_LIMIT
         if bad.any():
-            raise RangeError(f"w: transformed Winograd weights reach {a[bad].flat[0]}, which does "
-                             "not fit fp16 (|v| < 65536); scale the weights down")
+            raise RangeError(
+                f"w: transformed Winograd weights reach {a[bad].flat[0]}, which does "
+                "not fit fp16 (|v| < 65536); scale the weights down"
+            )
     else:
         info = np.iinfo(np.dtype(w.dtype))
         t = np.trunc(a)
         if t.min() < info.min or t.max() > info.max:
             bad = t.min() if t.min() < info.min else t.max()
-            raise RangeError(f"w: transformed Winograd weights reach {bad}, outside the "
-                             f"{np.dtype(w.dtype).name} range [{info.min}, {info.max}]; scale "
-                             "the weights down")
+            raise RangeError(
+                f"w: transformed Winograd weights reach {bad}, outside the "
+                f"{np.dtype(w.dtype).name} range [{info.min}, {info.max}]; scale "
+                "the weights down"
+            )
 
 
 @eager_program(static_argnames=("cp",))
@@ -133,8 +137,8 @@ def _winograd_image(w: jax.Array, source: np.ndarray, *, cp: int) -> tuple[jax.A
 def _transform_fp32(w: jax.Array, cp: int) -> jax.Array:
     """``(G g) G^T`` in fp32 of the channel-padded 3x3 kernels, NVDLA's compiler's order."""
     g = jnp.pad(w, ((0, 0), (0, cp - w.shape[1]), (0, 0), (0, 0))).astype(jnp.float32)
-    gg = _matmul_in_order(g, _G.T, a_axis=2)            # (K, Cp, 4, 3): rows = G g
-    v = _matmul_in_order(gg, _G.T, a_axis=3)            # (K, Cp, 4, 4): (G g) G^T
+    gg = _matmul_in_order(g, _G.T, a_axis=2)  # (K, Cp, 4, 3): rows = G g
+    v = _matmul_in_order(gg, _G.T, a_axis=3)  # (K, Cp, 4, 4): (G g) G^T
     return jnp.where(v == 0, jnp.float32(0), v)  # sums that start from +0.0 are never -0
 
 
@@ -162,8 +166,9 @@ def _wg_placement(shape_kc44, dtype, atomic_k, cbuf_width, name="shape_kc44"):
     shape = B.check_shape(shape_kc44, 4, f"{name} (K, Cp, 4, 4)")
     bpe = B.element_bytes(dtype)
     if shape[2:] != (4, 4) or shape[1] % 4:
-        raise ShapeError(f"{name}: transformed Winograd weights must have shape (K, Cp, 4, 4) with Cp a "
-                         f"multiple of 4; got {shape}")
+        raise ShapeError(
+            f"{name}: transformed Winograd weights must have shape (K, Cp, 4, 4) with Cp a multiple of 4; got {shape}"
+        )
     kpg, _, cbuf = _check_atomics(atomic_k, 1, cbuf_width, bpe)
     return B.cached_placement(_wg_builder, shape, bpe, kpg, cbuf)
 
@@ -179,8 +184,9 @@ def winograd_weight_offsets(shape_kc44, dtype: Any, *, atomic_k: int = ATOMIC_K)
     return _wg_placement(shape_kc44, dtype, atomic_k, CBUF_WIDTH).byte_index[..., 0].astype(np.int64)
 
 
-def pack_winograd_transformed(w4: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K,
-                              cbuf_width: int = CBUF_WIDTH) -> jax.Array:
+def pack_winograd_transformed(
+    w4: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K, cbuf_width: int = CBUF_WIDTH
+) -> jax.Array:
     """Byte image of transformed Winograd weights ``(K, Cp, 4, 4)`` (spec 6.5 steps 3-4).
 
     Offsets as in :func:`winograd_weight_offsets`; zero tail padding to a multiple of
@@ -190,8 +196,9 @@ def pack_winograd_transformed(w4: Any, *, dtype: Any = None, atomic_k: int = ATO
     return B.place(w4, _wg_placement(w4.shape, w4.dtype, atomic_k, cbuf_width, "w4"))
 
 
-def pack_winograd_weights(w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K,
-                          cbuf_width: int = CBUF_WIDTH) -> jax.Array:
+def pack_winograd_weights(
+    w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K, cbuf_width: int = CBUF_WIDTH
+) -> jax.Array:
     """Byte image of Winograd weights from 3x3 kernels ``(K, C, 3, 3)`` (spec 6.5).
 
     ``pack_winograd_transformed(winograd_transform(w))``. The conversion is lossy;
@@ -205,7 +212,8 @@ def pack_winograd_weights(w: Any, *, dtype: Any = None, atomic_k: int = ATOMIC_K
     return image
 
 
-def unpack_winograd_weights(image: Any, shape_kc44, *, dtype: Any, atomic_k: int = ATOMIC_K,
-                            cbuf_width: int = CBUF_WIDTH) -> jax.Array:
+def unpack_winograd_weights(
+    image: Any, shape_kc44, *, dtype: Any, atomic_k: int = ATOMIC_K, cbuf_width: int = CBUF_WIDTH
+) -> jax.Array:
     """Inverse of :func:`pack_winograd_transformed`: the ``(K, Cp, 4, 4)`` transformed weights."""
     return B.gather(image, _wg_placement(shape_kc44, dtype, atomic_k, cbuf_width), dtype)

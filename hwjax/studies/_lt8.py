@@ -61,8 +61,12 @@ def _trained_values() -> tuple[np.ndarray, np.ndarray]:
         x = jnp.asarray(d.data / 16.0, jnp.float32)
         y = jnp.asarray(d.target)
         k1, k2 = jax.random.split(jax.random.PRNGKey(0))
-        params = {"w1": jax.random.normal(k1, (64, 64)) / 8.0, "b1": jnp.zeros(64),
-                  "w2": jax.random.normal(k2, (64, 10)) / 8.0, "b2": jnp.zeros(10)}
+        params = {
+            "w1": jax.random.normal(k1, (64, 64)) / 8.0,
+            "b1": jnp.zeros(64),
+            "w2": jax.random.normal(k2, (64, 10)) / 8.0,
+            "b2": jnp.zeros(10),
+        }
 
         def loss(p):
             h = jax.nn.relu(x @ p["w1"] + p["b1"])
@@ -115,20 +119,28 @@ def run(kinds, pairs, modes, depths, rows, cols, seeds, seed):
     for kind in kinds:
         for depth in depths:
             lhs, rhs, lo, ro = make_data(kind, seeds, rows, depth, cols, seed)
-            exact_fn = fns.setdefault(("exact", lo, ro), jax.jit(jax.vmap(
-                lambda a, b, lo=lo, ro=ro: G.gemm(a, b, lhs_offset=lo, rhs_offset=ro))))
+            exact_fn = fns.setdefault(
+                ("exact", lo, ro),
+                jax.jit(jax.vmap(lambda a, b, lo=lo, ro=ro: G.gemm(a, b, lhs_offset=lo, rhs_offset=ro))),
+            )
             exact = np.asarray(exact_fn(lhs, rhs)).astype(np.float64)
             scale = np.sqrt(np.mean(exact**2))
             for pair in pairs:
                 lb, rb = _BITS[pair]
                 for mode in modes:
                     key = ("lt8", lo, ro, lb, rb, mode)
-                    fn = fns.setdefault(key, jax.jit(jax.vmap(
-                        lambda a, b, lo=lo, ro=ro, lb=lb, rb=rb, mode=mode: G.gemm_lt8(
-                            a, b, lhs_offset=lo, rhs_offset=ro, lhs_bits=lb, rhs_bits=rb, rounding=mode))))
+                    fn = fns.setdefault(
+                        key,
+                        jax.jit(
+                            jax.vmap(
+                                lambda a, b, lo=lo, ro=ro, lb=lb, rb=rb, mode=mode: G.gemm_lt8(
+                                    a, b, lhs_offset=lo, rhs_offset=ro, lhs_bits=lb, rhs_bits=rb, rounding=mode
+                                )
+                            )
+                        ),
+                    )
                     err = np.asarray(fn(lhs, rhs)).astype(np.float64) - exact
-                    results[(kind, pair, mode, depth)] = (np.sqrt(np.mean(err**2)) / scale,
-                                                          abs(np.mean(err)) / scale)
+                    results[(kind, pair, mode, depth)] = (np.sqrt(np.mean(err**2)) / scale, abs(np.mean(err)) / scale)
     return results
 
 
@@ -154,8 +166,9 @@ def plot(results, kinds, pairs, modes, depths, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(kinds), len(pairs), figsize=(4.2 * len(pairs), 3.4 * len(kinds)),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(kinds), len(pairs), figsize=(4.2 * len(pairs), 3.4 * len(kinds)), squeeze=False, sharex=True
+    )
     styles = {"nearest": ("C0", "o"), "xorshift": ("C1", "s"), "addmod": ("C2", "^")}
     for i, kind in enumerate(kinds):
         for j, pair in enumerate(pairs):
@@ -183,8 +196,9 @@ def plot(results, kinds, pairs, modes, depths, path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hwjax.studies lt8", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m hwjax.studies lt8", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rows", type=int, default=128)
     ap.add_argument("--cols", type=int, default=128)
     ap.add_argument("--depths", default="64,128,256,512,1024,2048,4096")
@@ -210,9 +224,11 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     results = run(kinds, pairs, modes, depths, args.rows, args.cols, args.seeds, args.seed)
-    print(f"gemmlowp less-than-8-bit GEMM error vs exact 8-bit: {args.rows} x K x {args.cols}, "
-          f"{args.seeds} random GEMMs per point (seed {args.seed}); cell = relative RMS error % "
-          f"(relative |bias| %); bold = the mode gemmlowp's default strategy picks at that depth")
+    print(
+        f"gemmlowp less-than-8-bit GEMM error vs exact 8-bit: {args.rows} x K x {args.cols}, "
+        f"{args.seeds} random GEMMs per point (seed {args.seed}); cell = relative RMS error % "
+        f"(relative |bias| %); bold = the mode gemmlowp's default strategy picks at that depth"
+    )
     for kind in kinds:
         print(f"\n{kind} data\n")
         print(markdown(results, kind, pairs, modes, depths))

@@ -27,12 +27,34 @@ from hwjax.targets._gemmlowp import Gemmlowp, GemmlowpLinearParams
 from hwjax.targets._nvdla import NVDLA, NVDLAConvParams, NVDLALutParams, nvdla_lut_config
 from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, xs3_add_params, xs3_bso
 from hwjax.targets._tflite import TFLite
-from hwjax.targets import _tflite_nonlinear, _tflite_tensor  # noqa: F401,E402  (registration)
+from hwjax.targets import _tflite_nonlinear, _tflite_tensor
 from hwjax.targets._xs3_runtime import XS3Runtime
 from hwjax.targets._xs3_compiled import XS3Compiled, check_xformer_lowering
 
 __all__ = [
-    "Gemmlowp", "GemmlowpLinearParams", "TFLite", "LUT_FUNCTIONS", "NVDLA", "ConvGeometry", "NVDLAConvParams", "NVDLALutParams", "Target", "XS3", "XS3ConvParams",
-    "XS3Compiled", "XS3Legacy", "XS3LegacyParams", "XS3Runtime", "available", "check_xformer_lowering", "get", "lut_function", "lut_table", "nvdla_lut_config", "register",
-    "resolve", "xs3_add_params", "xs3_bso",
+    "Gemmlowp",
+    "GemmlowpLinearParams",
+    "TFLite",
+    "LUT_FUNCTIONS",
+    "NVDLA",
+    "ConvGeometry",
+    "NVDLAConvParams",
+    "NVDLALutParams",
+    "Target",
+    "XS3",
+    "XS3ConvParams",
+    "XS3Compiled",
+    "XS3Legacy",
+    "XS3LegacyParams",
+    "XS3Runtime",
+    "available",
+    "check_xformer_lowering",
+    "get",
+    "lut_function",
+    "lut_table",
+    "nvdla_lut_config",
+    "register",
+    "resolve",
+    "xs3_add_params",
+    "xs3_bso",
 ]

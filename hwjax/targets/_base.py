@@ -54,10 +54,15 @@ def lut_table(fn: str, *, s_in, z_in, s_out, z_out) -> jax.Array:
         V.check_range(V.as_array(v, name), -128, 127, name)
     if not any(isinstance(a, jax.core.Tracer) for a in (s_in, z_in, s_out, z_out)):
         return jnp.asarray(_host_lut_table(fn, *(np.asarray(a) for a in (s_in, z_in, s_out, z_out))))
-    args = [jnp.asarray(a, d) for a, d in ((s_in, jnp.float32), (z_in, jnp.int32), (s_out, jnp.float32),
-                                           (z_out, jnp.int32))]
-    return jax.pure_callback(functools.partial(_host_lut_table, fn), jax.ShapeDtypeStruct((256,), jnp.int32),
-                             *jax.lax.stop_gradient(args), vmap_method="sequential")
+    args = [
+        jnp.asarray(a, d) for a, d in ((s_in, jnp.float32), (z_in, jnp.int32), (s_out, jnp.float32), (z_out, jnp.int32))
+    ]
+    return jax.pure_callback(
+        functools.partial(_host_lut_table, fn),
+        jax.ShapeDtypeStruct((256,), jnp.int32),
+        *jax.lax.stop_gradient(args),
+        vmap_method="sequential",
+    )
 
 
 def pytree(cls):
@@ -121,12 +126,16 @@ class Target:
         cls._impls[op] = impl
 
     @classmethod
-    def implements(cls, op: str, *, params=None, export=None, load=None, host_params=None,
-                   params_many=None) -> Callable:
+    def implements(
+        cls, op: str, *, params=None, export=None, load=None, host_params=None, params_many=None
+    ) -> Callable:
         """Decorator form of :meth:`implement` around the ``run`` function."""
+
         def deco(run):
-            cls.implement(op, OpImpl(run, params=params, export=export, load=load, host_params=host_params,
-                                     params_many=params_many))
+            cls.implement(
+                op,
+                OpImpl(run, params=params, export=export, load=load, host_params=host_params, params_many=params_many),
+            )
             return run
 
         return deco
@@ -161,16 +170,22 @@ class Target:
     # ------------------------------------------------- hwjax 0.1 methods (deprecated)
 
     def _deprecated(self, old: str, new: str):
-        warnings.warn(f"Target.{old} is deprecated; use {new} (see hwjax.graph.OpImpl)", DeprecationWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"Target.{old} is deprecated; use {new} (see hwjax.graph.OpImpl)", DeprecationWarning, stacklevel=3
+        )
 
     def _old_params(self, op, kernel, bias_q, *, s_in, z_in, s_w, s_out, z_out, relu=False):
         from hwjax.graph import Attrs, Quant
 
         self._deprecated(f"{op}_params", f'target.lowering("{op}").params')
         attrs = Attrs({"activation": "relu" if relu else None})
-        return self.lowering(op).params(self, attrs, {"kernel": kernel, "bias": bias_q, "w_scale": s_w},
-                                        [Quant.of(s_in, z_in)], Quant.of(s_out, z_out))
+        return self.lowering(op).params(
+            self,
+            attrs,
+            {"kernel": kernel, "bias": bias_q, "w_scale": s_w},
+            [Quant.of(s_in, z_in)],
+            Quant.of(s_out, z_out),
+        )
 
     def conv_params(self, kernel_ohwi, bias_q, **q):
         """Deprecated: ``target.lowering("conv").params(...)``."""
@@ -184,8 +199,9 @@ class Target:
         from hwjax.graph import Attrs
 
         self._deprecated(op if op != "depthwise_conv" else "depthwise", f'target.lowering("{op}").run')
-        attrs = Attrs({} if geom is None else {"kernel_size": geom.kernel, "stride": geom.stride,
-                                               "padding": geom.padding})
+        attrs = Attrs(
+            {} if geom is None else {"kernel_size": geom.kernel, "stride": geom.stride, "padding": geom.padding}
+        )
         out = self.lowering(op).run(self, attrs, params, *xs, return_acc=return_acc)
         return out if return_acc or geom is None else (out, None)
 
@@ -247,8 +263,10 @@ def resolve(target: Any) -> Target:
         return get(target)
     if isinstance(target, dict) and "name" in target:
         return get(target["name"], **{k: v for k, v in target.items() if k != "name"})
-    raise ArgTypeError(f"target must be a hwjax.targets.Target, a registered name {list(available())} or a "
-                    f"describe() dict, got {target!r}")
+    raise ArgTypeError(
+        f"target must be a hwjax.targets.Target, a registered name {list(available())} or a "
+        f"describe() dict, got {target!r}"
+    )
 
 
 def no_acc(y, return_acc: bool):
@@ -263,4 +281,3 @@ def empty_export(target, attrs, params) -> tuple[dict, dict]:
 
 def as_np(v, dtype) -> np.ndarray:
     return np.asarray(v).astype(dtype)
-

@@ -114,8 +114,10 @@ class Gemmlowp(Target):
         if not isinstance(self.rounding, str) or self.rounding not in ROUNDINGS:
             raise RangeError(f"rounding must be one of {ROUNDINGS}, got {self.rounding!r}")
         if self.rounding == "exact" and (self.lhs_bits, self.rhs_bits) != (8, 8):
-            raise RangeError(f"rounding='exact' requires lhs_bits == rhs_bits == 8, got "
-                             f"lhs_bits={self.lhs_bits}, rhs_bits={self.rhs_bits}")
+            raise RangeError(
+                f"rounding='exact' requires lhs_bits == rhs_bits == 8, got "
+                f"lhs_bits={self.lhs_bits}, rhs_bits={self.rhs_bits}"
+            )
         if not isinstance(self.requantize, str) or self.requantize not in REQUANTIZE:
             raise RangeError(f"requantize must be one of {REQUANTIZE}, got {self.requantize!r}")
 
@@ -155,11 +157,14 @@ class GemmlowpLinearParams:
 
     def output_stages(self) -> tuple:
         """The gemmlowp output pipeline of this layer (rows are output channels)."""
-        return (gl.BiasAddition(self.bias, shape="col"),
-                gl.ScaleInt32ByFixedPointAndExponentPC(self.multiplier, self.exponent, self.out_offset, shape="col",
-                                                       shift_left_overflow="saturate"),
-                gl.Clamp(self.act_min, self.act_max),
-                gl.SaturatingCastToInt8())
+        return (
+            gl.BiasAddition(self.bias, shape="col"),
+            gl.ScaleInt32ByFixedPointAndExponentPC(
+                self.multiplier, self.exponent, self.out_offset, shape="col", shift_left_overflow="saturate"
+            ),
+            gl.Clamp(self.act_min, self.act_max),
+            gl.SaturatingCastToInt8(),
+        )
 
 
 def quantize_multiplier(r) -> tuple[jax.Array, jax.Array]:
@@ -185,14 +190,25 @@ def _linear_params(op: str):
         weights = (k.reshape(k.shape[0], -1) + 128).astype(jnp.uint8)
         z_in = jnp.asarray(q_in[0].zero_point, _I32)
         z_out = jnp.asarray(q_out.zero_point, _I32)
-        r = div_rn(jnp.asarray(q_in[0].scale, jnp.float32) * jnp.asarray(p["w_scale"], jnp.float32),
-                   jnp.asarray(q_out.scale, jnp.float32))
+        r = div_rn(
+            jnp.asarray(q_in[0].scale, jnp.float32) * jnp.asarray(p["w_scale"], jnp.float32),
+            jnp.asarray(q_out.scale, jnp.float32),
+        )
         m, e = quantize_multiplier(jnp.broadcast_to(r, (k.shape[0],)))
         relu = attrs.get("activation") == "relu"
         act_min = jnp.maximum(z_out, -128) if relu else jnp.asarray(-128, _I32)
-        return GemmlowpLinearParams(weights, jnp.asarray(-128, _I32), -(z_in + 128),
-                                    jnp.asarray(p["bias"], _I32).reshape(k.shape[0]), m, e, z_out,
-                                    act_min.astype(_I32), jnp.asarray(127, _I32), tuple(int(d) for d in k.shape))
+        return GemmlowpLinearParams(
+            weights,
+            jnp.asarray(-128, _I32),
+            -(z_in + 128),
+            jnp.asarray(p["bias"], _I32).reshape(k.shape[0]),
+            m,
+            e,
+            z_out,
+            act_min.astype(_I32),
+            jnp.asarray(127, _I32),
+            tuple(int(d) for d in k.shape),
+        )
 
     return params
 
@@ -201,8 +217,9 @@ def _rmcf(x, numerator: int, denominator: int) -> jax.Array:
     return gl.rounding_multiply_by_constant_fraction(x, numerator, denominator)
 
 
-def lt8_always(lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int, rhs_bits: int, rounding: str,
-               output_stages=()) -> jax.Array:
+def lt8_always(
+    lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int, rhs_bits: int, rounding: str, output_stages=()
+) -> jax.Array:
     """gemmlowp's requantized GEMM (spec §3.5-§3.11) without the
     ``IsRequantizationWorthIt`` fallback: :func:`hwjax.gemmlowp.pack_lt8` operands, the
     exact product, and the four rescaled terms of §3.10::
@@ -218,16 +235,26 @@ def lt8_always(lhs, rhs, *, lhs_offset, rhs_offset, lhs_bits: int, rhs_bits: int
     raw_xx = gl.gemm(pl, pr, lhs_offset=0, rhs_offset=0)
     row_sums = jnp.sum(pl.astype(_I32), axis=1, dtype=_I32)[:, None]
     col_sums = jnp.sum(pr.astype(_I32), axis=0, dtype=_I32)[None, :]
-    acc = (_rmcf(raw_xx, 255 * 255, ml * mr) + _rmcf(row_sums * ro, 255, ml) + _rmcf(col_sums * lo, 255, mr)
-           + lo * ro * _I32(lhs.shape[1]))
+    acc = (
+        _rmcf(raw_xx, 255 * 255, ml * mr)
+        + _rmcf(row_sums * ro, 255, ml)
+        + _rmcf(col_sums * lo, 255, mr)
+        + lo * ro * _I32(lhs.shape[1])
+    )
     return gl.apply_output_stages(acc, output_stages)
 
 
 def _gemm(target: Gemmlowp, params: GemmlowpLinearParams, rhs) -> jax.Array:
     """One example's GEMM and output pipeline: (O, cols) int8."""
     lhs = params.weights
-    common = dict(lhs_offset=params.lhs_offset, rhs_offset=params.rhs_offset, lhs_bits=target.lhs_bits,
-                  rhs_bits=target.rhs_bits, rounding=target.rounding, output_stages=params.output_stages())
+    common = dict(
+        lhs_offset=params.lhs_offset,
+        rhs_offset=params.rhs_offset,
+        lhs_bits=target.lhs_bits,
+        rhs_bits=target.rhs_bits,
+        rounding=target.rounding,
+        output_stages=params.output_stages(),
+    )
     rows, cols = lhs.shape[0], rhs.shape[1]
     if target.requantizes(rows, cols) and not gl.is_requantization_worth_it(rows, cols):  # "always" only
         return lt8_always(lhs, rhs, **common)
@@ -266,13 +293,18 @@ def _linear_export(op: str):
         names and parameters, per-channel vectors as lists)."""
         meta = {
             "kernel_shape": list(params.kernel_shape),
-            "lhs_offset": int(params.lhs_offset), "rhs_offset": int(params.rhs_offset),
+            "lhs_offset": int(params.lhs_offset),
+            "rhs_offset": int(params.rhs_offset),
             "output_stages": [
                 {"stage": "BiasAddition", "shape": "col", "bias": "the bias tensor"},
-                {"stage": "ScaleInt32ByFixedPointAndExponentPC", "shape": "col", "shift_left_overflow": "saturate",
-                 "result_fixedpoint_multiplier": np.asarray(params.multiplier, np.int64).tolist(),
-                 "result_exponent": np.asarray(params.exponent, np.int64).tolist(),
-                 "result_offset_after_shift": int(params.out_offset)},
+                {
+                    "stage": "ScaleInt32ByFixedPointAndExponentPC",
+                    "shape": "col",
+                    "shift_left_overflow": "saturate",
+                    "result_fixedpoint_multiplier": np.asarray(params.multiplier, np.int64).tolist(),
+                    "result_exponent": np.asarray(params.exponent, np.int64).tolist(),
+                    "result_offset_after_shift": int(params.out_offset),
+                },
                 {"stage": "Clamp", "min": int(params.act_min), "max": int(params.act_max)},
                 {"stage": "SaturatingCastToInt8"},
             ],
@@ -308,28 +340,36 @@ def _linear_load(op: str):
             raise FormatError(f"bias must be int32 of shape {(o,)}, got {b.dtype}{list(b.shape)}")
         st = meta["output_stages"]
         if not isinstance(st, list) or [s.get("stage") if isinstance(s, dict) else None for s in st] != list(
-                _STAGE_NAMES):
+            _STAGE_NAMES
+        ):
             raise FormatError(f"output_stages must be the pipeline {list(_STAGE_NAMES)}")
-        if st[0].get("shape") != "col" or st[1].get("shape") != "col" or \
-                st[1].get("shift_left_overflow") != "saturate":
-            raise FormatError("the gemmlowp target's stages are column-shaped (per output channel) with a "
-                             "saturating left shift")
-        i32 = (-2**31, _INT32_MAX)
+        if st[0].get("shape") != "col" or st[1].get("shape") != "col" or st[1].get("shift_left_overflow") != "saturate":
+            raise FormatError(
+                "the gemmlowp target's stages are column-shaped (per output channel) with a saturating left shift"
+            )
+        i32 = (-(2**31), _INT32_MAX)
         m = _int_list(st[1]["result_fixedpoint_multiplier"], o, *i32, "result_fixedpoint_multiplier")
         e = _int_list(st[1]["result_exponent"], o, -31, 31, "result_exponent")
         return GemmlowpLinearParams(
-            jnp.asarray(w), jnp.int32(_int(meta["lhs_offset"], -255, 0, "lhs_offset")),
-            jnp.int32(_int(meta["rhs_offset"], -255, 0, "rhs_offset")), jnp.asarray(b), jnp.asarray(m),
-            jnp.asarray(e), jnp.int32(_int(st[1]["result_offset_after_shift"], *i32, "result_offset_after_shift")),
+            jnp.asarray(w),
+            jnp.int32(_int(meta["lhs_offset"], -255, 0, "lhs_offset")),
+            jnp.int32(_int(meta["rhs_offset"], -255, 0, "rhs_offset")),
+            jnp.asarray(b),
+            jnp.asarray(m),
+            jnp.asarray(e),
+            jnp.int32(_int(st[1]["result_offset_after_shift"], *i32, "result_offset_after_shift")),
             jnp.int32(_int(st[2]["min"], -128, 127, "Clamp min")),
-            jnp.int32(_int(st[2]["max"], -128, 127, "Clamp max")), shape)
+            jnp.int32(_int(st[2]["max"], -128, 127, "Clamp max")),
+            shape,
+        )
 
     return load
 
 
 for _op in ("conv", "dense"):
-    Gemmlowp.implements(_op, params=_linear_params(_op), export=_linear_export(_op),
-                        load=_linear_load(_op))(_linear_run(_op))
+    Gemmlowp.implements(_op, params=_linear_params(_op), export=_linear_export(_op), load=_linear_load(_op))(
+        _linear_run(_op)
+    )
 
 
 # ----------------------------------------------------------------------- pools

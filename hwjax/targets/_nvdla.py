@@ -107,8 +107,9 @@ class NVDLA(Target):
         if op == "lut" and config.get("fn") is not None:
             nvdla_lut_config(config["fn"])
         if op == "add" and config.get("activation") is not None:
-            raise UnsupportedOpError("NVDLA's SDP has no ReLU after the element-wise (Y) unit: use an add "
-                                     "without activation")
+            raise UnsupportedOpError(
+                "NVDLA's SDP has no ReLU after the element-wise (Y) unit: use an add without activation"
+            )
         for key in ("window",):
             if op in ("avgpool", "maxpool") and config.get(key) is not None and max(config[key]) > 8:
                 raise UnsupportedOpError(f"NVDLA's PDP pools windows of at most 8 x 8, got {config[key]}")
@@ -136,8 +137,7 @@ def _conv_params(op: str):
         k = jnp.asarray(p["kernel"]).astype(jnp.int32)
         if op == "dense":
             k = k.reshape(k.shape[0], 1, 1, k.shape[1])
-        return NVDLAConvParams(k.astype(jnp.int8), *_sdp_operands(p, q_in, q_out),
-                               attrs.get("activation") == "relu")
+        return NVDLAConvParams(k.astype(jnp.int8), *_sdp_operands(p, q_in, q_out), attrs.get("activation") == "relu")
 
     return params
 
@@ -147,16 +147,24 @@ def _conv_run(op: str):
         """:func:`hwjax.nvdla.conv2d_int8` (exact CMAC/CACC, then the SDP X1 program) or
         :func:`hwjax.nvdla.depthwise_conv2d_int8`; padded taps read 0 (the zero point)."""
         if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
-            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
-                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
-        sdp = dict(bias16=params.bias16, bias_shift=params.bias_shift, mul16=params.mul16,
-                   mul_shift=params.mul_shift, relu=params.relu)
+            raise UnsupportedOpError(
+                f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported"
+            )
+        sdp = dict(
+            bias16=params.bias16,
+            bias_shift=params.bias_shift,
+            mul16=params.mul16,
+            mul_shift=params.mul_shift,
+            relu=params.relu,
+        )
         if op == "dense":
             y, acc = nvdla_pkg.conv2d_int8(x[:, None, None, :], params.kernel, **sdp)
             y, acc = y[:, 0, 0, :], acc[:, 0, 0, :]
         elif op == "depthwise_conv":
-            y, acc = nvdla_pkg.depthwise_conv2d_int8(x, params.kernel, stride=attrs["stride"],
-                                                     padding=attrs["padding"], **sdp)
+            y, acc = nvdla_pkg.depthwise_conv2d_int8(
+                x, params.kernel, stride=attrs["stride"], padding=attrs["padding"], **sdp
+            )
         else:
             y, acc = nvdla_pkg.conv2d_int8(x, params.kernel, stride=attrs["stride"], padding=attrs["padding"], **sdp)
         y = y.astype(jnp.int32)
@@ -186,10 +194,18 @@ def _conv_export(op: str):
         :func:`hwjax.nvdla.pack_sdp_per_channel` of the (bias16, mul16) operands; shifts and
         ReLU to the manifest."""
         image = np.asarray(nvdla_pkg.pack_dc_weights(_kcrs(params, op), dtype=np.int8), np.uint8)
-        sdp = np.asarray(nvdla_pkg.pack_sdp_per_channel(np.asarray(params.bias16, np.int16),
-                                                        np.asarray(params.mul16, np.int16), dtype=np.int16), np.uint8)
-        meta = {"kernel_shape": list(np.asarray(params.kernel).shape), "bias_shift": int(params.bias_shift),
-                "mul_shift": int(params.mul_shift), "relu": bool(params.relu)}
+        sdp = np.asarray(
+            nvdla_pkg.pack_sdp_per_channel(
+                np.asarray(params.bias16, np.int16), np.asarray(params.mul16, np.int16), dtype=np.int16
+            ),
+            np.uint8,
+        )
+        meta = {
+            "kernel_shape": list(np.asarray(params.kernel).shape),
+            "bias_shift": int(params.bias_shift),
+            "mul_shift": int(params.mul_shift),
+            "relu": bool(params.relu),
+        }
         return {"weights": image, "sdp": sdp}, meta
 
     return export
@@ -202,28 +218,35 @@ def _conv_load(op: str):
             raise FormatError(f"kernel_shape {list(shape)} does not fit a {op} kernel")
         if op == "depthwise_conv":
             kh, kw, c = shape
-            kcrs = np.asarray(nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (c, c, kh, kw),
-                                                          dtype=jnp.int8))
+            kcrs = np.asarray(
+                nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (c, c, kh, kw), dtype=jnp.int8)
+            )
             diag = kcrs[np.arange(c), np.arange(c)]
             if np.count_nonzero(kcrs) != np.count_nonzero(diag):
                 raise FormatError("depthwise weights have non-zero taps outside their own channel")
             kernel = jnp.asarray(np.transpose(diag, (1, 2, 0)), jnp.int8)
             c_out = c
         else:
-            kcrs = nvdla_pkg.unpack_dc_weights(jnp.asarray(tensors["weights"]), (shape[0], shape[3], shape[1], shape[2]),
-                                               dtype=jnp.int8)
+            kcrs = nvdla_pkg.unpack_dc_weights(
+                jnp.asarray(tensors["weights"]), (shape[0], shape[3], shape[1], shape[2]), dtype=jnp.int8
+            )
             kernel = jnp.transpose(kcrs, (0, 2, 3, 1)).astype(jnp.int8)
             c_out = shape[0]
         bias16, mul16 = nvdla_pkg.unpack_sdp_per_channel(jnp.asarray(tensors["sdp"]), c_out, dtype=jnp.int16)
-        return NVDLAConvParams(kernel, bias16.astype(jnp.int32), jnp.int32(meta["bias_shift"]),
-                               mul16.astype(jnp.int32), jnp.int32(meta["mul_shift"]), bool(meta["relu"]))
+        return NVDLAConvParams(
+            kernel,
+            bias16.astype(jnp.int32),
+            jnp.int32(meta["bias_shift"]),
+            mul16.astype(jnp.int32),
+            jnp.int32(meta["mul_shift"]),
+            bool(meta["relu"]),
+        )
 
     return load
 
 
 for _op in ("conv", "dense", "depthwise_conv"):
-    NVDLA.implements(_op, params=_conv_params(_op),
-                     export=_conv_export(_op), load=_conv_load(_op))(_conv_run(_op))
+    NVDLA.implements(_op, params=_conv_params(_op), export=_conv_export(_op), load=_conv_load(_op))(_conv_run(_op))
 
 
 # ----------------------------------------------------------------------- pools
@@ -244,8 +267,10 @@ def _nvdla_maxpool(target, attrs, params, x, return_acc: bool = False):
 def _avgpool_params(target, attrs, p, q_in, q_out) -> dict:
     """The reciprocals NVDLA's firmware programs: ``floor(2**16 / k)`` per window extent."""
     (kh, kw), _ = _pool_attrs(attrs)
-    return {"recip_kernel_width": jnp.int32(nvdla_pkg.pdp_recip_kernel(kw)),
-            "recip_kernel_height": jnp.int32(nvdla_pkg.pdp_recip_kernel(kh))}
+    return {
+        "recip_kernel_width": jnp.int32(nvdla_pkg.pdp_recip_kernel(kw)),
+        "recip_kernel_height": jnp.int32(nvdla_pkg.pdp_recip_kernel(kh)),
+    }
 
 
 def _register_export(target, attrs, params):
@@ -260,15 +285,24 @@ def _register_load(names):
     return load
 
 
-@NVDLA.implements("avgpool", params=_avgpool_params, export=_register_export,
-                  load=_register_load(("recip_kernel_width", "recip_kernel_height")))
+@NVDLA.implements(
+    "avgpool",
+    params=_avgpool_params,
+    export=_register_export,
+    load=_register_load(("recip_kernel_width", "recip_kernel_height")),
+)
 def _nvdla_avgpool(target, attrs, params, x, return_acc: bool = False):
     """PDP average pooling (:func:`hwjax.nvdla.pdp_avgpool_int8`): the exact window sum times
     the width and height reciprocals, each rounded half away from zero. The output keeps
     the input's quantisation."""
     window, strides = _pool_attrs(attrs)
-    y = nvdla_pkg.pdp_avgpool_int8(x, window, strides, recip_kernel_width=params["recip_kernel_width"],
-                                   recip_kernel_height=params["recip_kernel_height"])
+    y = nvdla_pkg.pdp_avgpool_int8(
+        x,
+        window,
+        strides,
+        recip_kernel_width=params["recip_kernel_width"],
+        recip_kernel_height=params["recip_kernel_height"],
+    )
     return no_acc(y.astype(jnp.int32), return_acc)
 
 
@@ -282,20 +316,30 @@ def _add_params(target, attrs, p, q_in, q_out) -> dict:
     (int16 multipliers), output convertor ``rshift_rhaz(s, 8)``: ``z ~ (s1 x + s2 y) / s_out``
     (zero points are 0 on NVDLA)."""
     if attrs.get("activation") is not None:
-        raise UnsupportedOpError("NVDLA's SDP has no ReLU after the element-wise (Y) unit: an add with a "
-                                 "fused ReLU cannot run on it")
+        raise UnsupportedOpError(
+            "NVDLA's SDP has no ReLU after the element-wise (Y) unit: an add with a fused ReLU cannot run on it"
+        )
     x_mul, x_shift = _scale_shift(div_rn(q_in[0].scale, q_out.scale) * float(2**_ADD_GUARD_BITS))
     y_scale, y_shift = _scale_shift(div_rn(q_in[1].scale, q_out.scale) * float(2**_ADD_GUARD_BITS))
     return {"x_mul": x_mul, "x_shift": x_shift, "y_scale": y_scale, "y_shift": y_shift}
 
 
-@NVDLA.implements("add", params=_add_params, export=_register_export,
-                  load=_register_load(("x_mul", "x_shift", "y_scale", "y_shift")))
+@NVDLA.implements(
+    "add", params=_add_params, export=_register_export, load=_register_load(("x_mul", "x_shift", "y_scale", "y_shift"))
+)
 def _nvdla_add(target, attrs, params, x1, x2, return_acc: bool = False):
     """:func:`hwjax.nvdla.sdp_add_int8`: ``x1`` through the X1 multiplier, ``x2`` as the Y
     unit's element-wise operand through its convertor, summed, then the output convertor."""
-    y = nvdla_pkg.sdp_add_int8(x1, x2, x_mul=params["x_mul"], x_shift=params["x_shift"], y_scale=params["y_scale"],
-                               y_shift=params["y_shift"], out_scale=1, out_shift=_ADD_GUARD_BITS)
+    y = nvdla_pkg.sdp_add_int8(
+        x1,
+        x2,
+        x_mul=params["x_mul"],
+        x_shift=params["x_shift"],
+        y_scale=params["y_scale"],
+        y_shift=params["y_shift"],
+        out_scale=1,
+        out_shift=_ADD_GUARD_BITS,
+    )
     return no_acc(y.astype(jnp.int32), return_acc)
 
 
@@ -308,8 +352,15 @@ def _lut_params(target, attrs, p, q_in, q_out) -> NVDLALutParams:
     m_in, sh_in = _scale_shift(jnp.asarray(q_in[0].scale, jnp.float32) * float(2**_LUT_IN_BITS))
     m_out, sh_out = _scale_shift(div_rn(jnp.float32(1.0), _LUT_OUT_SCALE * jnp.asarray(q_out.scale, jnp.float32)))
     cfg = nvdla_lut_config(attrs["fn"])
-    return NVDLALutParams(m_in, sh_in, m_out, sh_out, jnp.asarray(cfg.le_table, jnp.int16),
-                          jnp.asarray(cfg.lo_table, jnp.int16), attrs["fn"])
+    return NVDLALutParams(
+        m_in,
+        sh_in,
+        m_out,
+        sh_out,
+        jnp.asarray(cfg.le_table, jnp.int16),
+        jnp.asarray(cfg.lo_table, jnp.int16),
+        attrs["fn"],
+    )
 
 
 def _lut_export(target, attrs, params: NVDLALutParams):
@@ -317,7 +368,11 @@ def _lut_export(target, attrs, params: NVDLALutParams):
     settings to the manifest."""
     cfg = nvdla_lut_config(params.fn)
     regs = {k: (v if isinstance(v, (str, int)) else int(v)) for k, v in cfg.registers().items()}
-    meta = {"fn": params.fn, "registers": regs, **{k: int(getattr(params, k)) for k in ("m_in", "sh_in", "m_out", "sh_out")}}
+    meta = {
+        "fn": params.fn,
+        "registers": regs,
+        **{k: int(getattr(params, k)) for k in ("m_in", "sh_in", "m_out", "sh_out")},
+    }
     return {"le_table": np.asarray(params.le_table, np.int16), "lo_table": np.asarray(params.lo_table, np.int16)}, meta
 
 
@@ -328,9 +383,12 @@ def _lut_load(target, attrs, tensors, meta) -> NVDLALutParams:
     for t, n in (("le_table", 65), ("lo_table", 257)):
         if np.asarray(tensors[t]).shape != (n,):
             raise FormatError(f"{t} must have {n} entries, got shape {np.asarray(tensors[t]).shape}")
-    return NVDLALutParams(*(jnp.int32(meta[k]) for k in ("m_in", "sh_in", "m_out", "sh_out")),
-                          jnp.asarray(tensors["le_table"], jnp.int16), jnp.asarray(tensors["lo_table"], jnp.int16),
-                          meta["fn"])
+    return NVDLALutParams(
+        *(jnp.int32(meta[k]) for k in ("m_in", "sh_in", "m_out", "sh_out")),
+        jnp.asarray(tensors["le_table"], jnp.int16),
+        jnp.asarray(tensors["lo_table"], jnp.int16),
+        meta["fn"],
+    )
 
 
 @NVDLA.implements("lut", params=_lut_params, export=_lut_export, load=_lut_load)

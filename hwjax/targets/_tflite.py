@@ -4,7 +4,7 @@
 Each op kind's recipe (``params``) derives the runtime's integer parameters on the host
 in float64, as the runtime's C++ does (directly when the quantisation is concrete,
 through ``jax.pure_callback`` when it is traced); ``run`` is the exact integer kernel of
-:mod:`hwjax.tflite`. An op/runtime pair whose arithmetic has not been verified against
+:mod:`hwjax.litert`. An op/runtime pair whose arithmetic has not been verified against
 the runtime raises :class:`hwjax.errors.UnsupportedOpError` rather than guess.
 """
 
@@ -91,8 +91,12 @@ def host_recipe(fn, *args):
         return jax.tree.map(jax.device_put, fn(*[np.asarray(a) for a in args]))
     dummy = fn(*[np.ones(np.shape(a), a.dtype) for a in args])
     spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype), dummy)
-    return jax.pure_callback(lambda *a: jax.tree.map(np.asarray, fn(*[np.asarray(v) for v in a])), spec,
-                             *jax.lax.stop_gradient(args), vmap_method="sequential")
+    return jax.pure_callback(
+        lambda *a: jax.tree.map(np.asarray, fn(*[np.asarray(v) for v in a])),
+        spec,
+        *jax.lax.stop_gradient(args),
+        vmap_method="sequential",
+    )
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,10 @@ class TFLite(Target):
     def lowering(self, op: str):
         ok = _VERIFIED.get(op)
         if ok is not None and self.runtime not in ok:
-            raise UnsupportedOpError(f"target {self!r}: the {op!r} op's arithmetic on runtime {self.runtime!r} is "
-                                     f"not implemented (runtimes with {op!r}: {list(ok)})")
+            raise UnsupportedOpError(
+                f"target {self!r}: the {op!r} op's arithmetic on runtime {self.runtime!r} is "
+                f"not implemented (runtimes with {op!r}: {list(ok)})"
+            )
         impl = super().lowering(op)
         if impl.params is not None and impl.host_params is None:
             # the recipes are host computations (``host_recipe``): on concrete values
@@ -162,14 +168,25 @@ def _linear_params(op):
         current_tflm = target.runtime == "tflm" and target.tflm == "current"
 
         def recipe(s_in, w_scale, s_out, z_out):
-            rq = requant_params(s_in, w_scale, s_out, requant, channels=n_out,
-                                float32_product=op == "dense" and np.size(w_scale) == 1 and not current_tflm)
+            rq = requant_params(
+                s_in,
+                w_scale,
+                s_out,
+                requant,
+                channels=n_out,
+                float32_product=op == "dense" and np.size(w_scale) == 1 and not current_tflm,
+            )
             lo, hi = activation_range(act, s_out, int(z_out))
             return {"rq": rq, "act_min": np.int32(lo), "act_max": np.int32(hi)}
 
         r = host_recipe(recipe, q_in[0].scale, w_scale, q_out.scale, q_out.zero_point)
-        return {"kernel": kernel, "bias": portable["bias"], "zin": jnp.asarray(q_in[0].zero_point, jnp.int32),
-                "zout": jnp.asarray(q_out.zero_point, jnp.int32), **r}
+        return {
+            "kernel": kernel,
+            "bias": portable["bias"],
+            "zin": jnp.asarray(q_in[0].zero_point, jnp.int32),
+            "zout": jnp.asarray(q_out.zero_point, jnp.int32),
+            **r,
+        }
 
     return params
 
@@ -307,8 +324,10 @@ def quantize_f32(x, p, runtime: str, lo: int, hi: int):
         v = jnp.where(big, _INT_MIN, _cvt_int32(_round_half_away_f32(q)))
         return jnp.clip(v + z, lo, hi)
     if runtime != "optimized":
-        raise UnsupportedOpError(f"QUANTIZE float32 -> int on runtime {runtime!r} is not implemented (verified on "
-                                 "'reference', 'optimized', 'xnnpack')")
+        raise UnsupportedOpError(
+            f"QUANTIZE float32 -> int on runtime {runtime!r} is not implemented (verified on "
+            "'reference', 'optimized', 'xnnpack')"
+        )
     shape = x.shape
     flat = x.reshape(shape[0], -1)
     n = flat.shape[1]
@@ -324,12 +343,16 @@ def quantize_f32(x, p, runtime: str, lo: int, hi: int):
 def _quantize_params(target, attrs, portable, q_in, q_out):
     """QUANTIZE float32 -> int8/uint8: the output scale (float32), its float32 reciprocal and
     the zero point (int32)."""
+
     def recipe(s, zp):
         s32 = np.float32(np.asarray(s).reshape(()))
         if not (np.isfinite(s32) and s32 > 0 and np.abs(s32) >= np.finfo(np.float32).tiny):
             raise UnsupportedOpError(f"quantize: the output scale must be a positive normal float32, got {s32}")
-        return {"scale": np.float32(s32), "inv_scale": np.float32(np.float32(1) / s32),
-                "zero_point": np.int32(np.asarray(zp).reshape(()))}
+        return {
+            "scale": np.float32(s32),
+            "inv_scale": np.float32(np.float32(1) / s32),
+            "zero_point": np.int32(np.asarray(zp).reshape(())),
+        }
 
     return host_recipe(recipe, q_out.scale, q_out.zero_point)
 
@@ -340,8 +363,10 @@ def _quantize(target, attrs, p, x, return_acc: bool = False):
     if jnp.issubdtype(x.dtype, jnp.integer):
         return no_acc(x.astype(jnp.int32), return_acc)
     if target.runtime not in ("reference", "optimized", "xnnpack"):
-        raise UnsupportedOpError(f"target {target!r}: QUANTIZE float32 -> int on runtime {target.runtime!r} is not "
-                                 "implemented (verified against LiteRT: 'reference', 'optimized', 'xnnpack')")
+        raise UnsupportedOpError(
+            f"target {target!r}: QUANTIZE float32 -> int on runtime {target.runtime!r} is not "
+            "implemented (verified against LiteRT: 'reference', 'optimized', 'xnnpack')"
+        )
     lo, hi = QUANTIZE_RANGES[attrs.get("dtype", "int8")]
     return no_acc(quantize_f32(x, p, target.runtime, lo, hi), return_acc)
 
@@ -407,8 +432,10 @@ def _pool_params(target, attrs, portable, q_in, q_out):
 def _check_avg(target):
     ok = _VERIFIED["avgpool"]
     if target.runtime not in ok:
-        raise UnsupportedOpError(f"target {target!r}: AVERAGE_POOL_2D's arithmetic on runtime {target.runtime!r} is "
-                                 f"not implemented (runtimes with it: {list(ok)})")
+        raise UnsupportedOpError(
+            f"target {target!r}: AVERAGE_POOL_2D's arithmetic on runtime {target.runtime!r} is "
+            f"not implemented (runtimes with it: {list(ok)})"
+        )
 
 
 @TFLite.implements("maxpool", params=_pool_params)
@@ -447,10 +474,15 @@ def _add_params(target, attrs, portable, q_in, q_out):
         lo, hi = activation_range(act, s_out, int(z_out))
         return {**p, "act_min": np.int32(lo), "act_max": np.int32(hi)}
 
-    r = host_recipe(recipe, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point, q_out.scale,
-                    q_out.zero_point)
-    return {**r, "z1": jnp.asarray(q_in[0].zero_point, jnp.int32), "z2": jnp.asarray(q_in[1].zero_point, jnp.int32),
-            "zout": jnp.asarray(q_out.zero_point, jnp.int32)}
+    r = host_recipe(
+        recipe, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point, q_out.scale, q_out.zero_point
+    )
+    return {
+        **r,
+        "z1": jnp.asarray(q_in[0].zero_point, jnp.int32),
+        "z2": jnp.asarray(q_in[1].zero_point, jnp.int32),
+        "zout": jnp.asarray(q_out.zero_point, jnp.int32),
+    }
 
 
 @TFLite.implements("add", params=_add_params)

@@ -55,8 +55,13 @@ def _lut_params(target, attrs, portable, q_in, q_out):
     def recipe(s_in, z_in, s_out, z_out):
         return {"table": litert_lut_table(fn, s_in, int(z_in), s_out, int(z_out))}
 
-    return host_recipe(recipe, jnp.asarray(q_in[0].scale, jnp.float32), jnp.asarray(q_in[0].zero_point, jnp.int32),
-                       jnp.asarray(q_out.scale, jnp.float32), jnp.asarray(q_out.zero_point, jnp.int32))
+    return host_recipe(
+        recipe,
+        jnp.asarray(q_in[0].scale, jnp.float32),
+        jnp.asarray(q_in[0].zero_point, jnp.int32),
+        jnp.asarray(q_out.scale, jnp.float32),
+        jnp.asarray(q_out.zero_point, jnp.int32),
+    )
 
 
 def _lut_host_params(target, attrs, portable, q_in, q_out):
@@ -67,8 +72,10 @@ def _lut_host_params(target, attrs, portable, q_in, q_out):
         return None
     z_out = int(np.asarray(q_out.zero_point).reshape(-1)[0])
     if attrs["fn"] == "sigmoid" and z_out != -128:
-        raise UnsupportedOpError(f"target {target!r}: LOGISTIC with output zero point {z_out}; TFLite Micro "
-                                 "requires -128 (it refuses to prepare the model)")
+        raise UnsupportedOpError(
+            f"target {target!r}: LOGISTIC with output zero point {z_out}; TFLite Micro "
+            "requires -128 (it refuses to prepare the model)"
+        )
     return _lut_params(target, attrs, portable, q_in, q_out)
 
 
@@ -99,8 +106,10 @@ def _softmax(target, attrs, p, x, return_acc: bool = False):
     if target.runtime in ("reference", "tflm"):
         depth = x.shape[-1]
         if depth > REFERENCE_MAX_DEPTH:
-            raise UnsupportedOpError(f"target {target!r}: softmax over {depth} values: the reference kernel "
-                                     f"(LiteRT's, TFLM's) handles rows of at most {REFERENCE_MAX_DEPTH}")
+            raise UnsupportedOpError(
+                f"target {target!r}: softmax over {depth} values: the reference kernel "
+                f"(LiteRT's, TFLM's) handles rows of at most {REFERENCE_MAX_DEPTH}"
+            )
         y = softmax_reference(x, p["m"], p["ls"], p["diff_min"])
     else:
         y = softmax_optimized(x, p["table"], p["s_out"], p["z_out"])

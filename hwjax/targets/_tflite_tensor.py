@@ -101,8 +101,7 @@ def _mean_params(target, attrs, portable, q_in, q_out):
     q = (q_in[0].scale, q_in[0].zero_point, q_out.scale, q_out.zero_point)
     if target.runtime == "xnnpack":
         return host_recipe(lambda a, b, c, d: mean_float_params(a, b, c, d, count), *q)
-    p = {"generic": {**host_recipe(lambda a, c: mean_multiplier(a, c, count), q[0], q[2]),
-                     "zin": q[1], "zout": q[3]}}
+    p = {"generic": {**host_recipe(lambda a, c: mean_multiplier(a, c, count), q[0], q[2]), "zin": q[1], "zout": q[3]}}
     if target.runtime == "optimized":
         p["lanes"] = host_recipe(lambda a, b, c, d: mean_lane_params(a, b, c, d, count), *q)
     return p
@@ -130,6 +129,7 @@ def _mean(target, attrs, p, x, return_acc: bool = False):
 def xnnpack_activation_range(act, s_out, z_out) -> tuple[int, int]:
     """XNNPACK's clamp of a fused activation: ``lrintf(clamp(fl32(fl32(f / s_out) + z_out),
     -128, 127))`` for each finite bound ``f`` (ties to even)."""
+
     def q(f):
         v = _F32(_F32(_F32(f) / _F32(s_out)) + _F32(int(z_out)))
         return int(np.rint(min(max(v, _F32(-128)), _F32(127))))
@@ -152,8 +152,9 @@ def mul_params(act, runtime, s1, s2, s_out, z_out) -> dict[str, np.ndarray]:
 
 def _mul_params(target, attrs, portable, q_in, q_out):
     act, rt = attrs.get("activation"), target.runtime
-    r = host_recipe(lambda a, b, c, d: mul_params(act, rt, a, b, c, d), q_in[0].scale, q_in[1].scale,
-                    q_out.scale, q_out.zero_point)
+    r = host_recipe(
+        lambda a, b, c, d: mul_params(act, rt, a, b, c, d), q_in[0].scale, q_in[1].scale, q_out.scale, q_out.zero_point
+    )
     return {**r, "z1": q_in[0].zero_point, "z2": q_in[1].zero_point, "zout": q_out.zero_point}
 
 
@@ -175,10 +176,20 @@ def _mul(target, attrs, p, x1, x2, return_acc: bool = False):
 
 def _mul_const_params(target, attrs, portable, q_in, q_out):
     act, rt = attrs.get("activation"), target.runtime
-    r = host_recipe(lambda a, b, c, d: mul_params(act, rt, a, b, c, d), q_in[0].scale, portable["scale"],
-                    q_out.scale, q_out.zero_point)
-    return {**r, "value": portable["value"], "z1": q_in[0].zero_point, "z2": portable["zero_point"],
-            "zout": q_out.zero_point}
+    r = host_recipe(
+        lambda a, b, c, d: mul_params(act, rt, a, b, c, d),
+        q_in[0].scale,
+        portable["scale"],
+        q_out.scale,
+        q_out.zero_point,
+    )
+    return {
+        **r,
+        "value": portable["value"],
+        "z1": q_in[0].zero_point,
+        "z2": portable["zero_point"],
+        "zout": q_out.zero_point,
+    }
 
 
 @TFLite.implements("mul_const", params=_mul_const_params)

@@ -124,10 +124,13 @@ def channelwise_params(m, beta, amin, amax) -> dict:
     (no -1 compensation), ``final_shr = B - 8``."""
     As, Ms = _channelwise_exponents(m, beta, amin, amax)
     B = As[0] + Ms[0] - VLMUL_SHR if As else 8
-    clip = lambda v: int(np.clip(v, -(2**15), 2**15 - 1))  # noqa: E731
-    return {"shifts": np.array([-a for a in As], np.int32),
-            "multipliers": np.array([clip(_rint_ldexp(mc, M)) for mc, M in zip(m, Ms)], np.int32),
-            "biases": np.array([clip(_rint_ldexp(b, B)) for b in beta], np.int32), "final_shr": np.int32(B - 8)}
+    clip = lambda v: int(np.clip(v, -(2**15), 2**15 - 1))
+    return {
+        "shifts": np.array([-a for a in As], np.int32),
+        "multipliers": np.array([clip(_rint_ldexp(mc, M)) for mc, M in zip(m, Ms)], np.int32),
+        "biases": np.array([clip(_rint_ldexp(b, B)) for b in beta], np.int32),
+        "final_shr": np.int32(B - 8),
+    }
 
 
 def _sat(a, bits):  # the error model's own (2**bits-wide) saturation
@@ -216,8 +219,12 @@ def xformer_add_params(s1, z1, s2, z2, s_out, z_out) -> dict:
     r2 = np.float64(np.float32(s2)) / np.float64(np.float32(s_out))
     shift = int(np.floor(np.log2(2.0**14 / max(r1, r2))))
     bias = (float(z_out) - float(z1) * r1 - float(z2) * r2) * 2.0**shift
-    return {"m1": np.int32(_c_round(r1 * 2.0**shift)), "m2": np.int32(_c_round(r2 * 2.0**shift)),
-            "bias": np.int32(_c_round(bias)), "shift": np.int32(shift)}
+    return {
+        "m1": np.int32(_c_round(r1 * 2.0**shift)),
+        "m2": np.int32(_c_round(r2 * 2.0**shift)),
+        "bias": np.int32(_c_round(bias)),
+        "shift": np.int32(shift),
+    }
 
 
 def xformer_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
@@ -227,8 +234,12 @@ def xformer_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
     :mod:`math`), ``t = round(f / double(s_out)) + z_out`` (C ``round``: half away from
     zero) clamped to int8. Returns int32 (256,),
     indexed by the input's byte (``u8(n)``)."""
-    f = {"tanh": math.tanh, "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)), "relu": lambda v: max(v, 0.0),
-         "relu6": lambda v: min(max(v, 0.0), 6.0)}[fn]
+    f = {
+        "tanh": math.tanh,
+        "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)),
+        "relu": lambda v: max(v, 0.0),
+        "relu6": lambda v: min(max(v, 0.0), 6.0),
+    }[fn]
     si, so = float(np.float32(s_in)), float(np.float32(s_out))
     out = np.zeros(256, np.int32)
     for n in range(-128, 128):
@@ -248,21 +259,51 @@ def xformer_drops_activation(fn: str, s_in, z_in, s_out, z_out):
     into such an op, or whose op stays a TFLM op), unless its clamp is the identity."""
     if fn not in ("relu6", "relu_n1_to_1"):
         return jnp.asarray(False)
-    same = (jnp.asarray(s_in, jnp.float32) == jnp.asarray(s_out, jnp.float32)) & \
-        (jnp.asarray(z_in, jnp.int32) == jnp.asarray(z_out, jnp.int32))
+    same = (jnp.asarray(s_in, jnp.float32) == jnp.asarray(s_out, jnp.float32)) & (
+        jnp.asarray(z_in, jnp.int32) == jnp.asarray(z_out, jnp.int32)
+    )
     return same & (jnp.asarray(z_out, jnp.int32) == -128) if fn == "relu6" else same
 
 
 _EXPF_N = 32
 #: glibc's ``__exp2f_data.tab``: the bits of double(2**(i/32)) minus ``i << 47``
-_EXPF_TAB = np.array([0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
-                      0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
-                      0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
-                      0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
-                      0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
-                      0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
-                      0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
-                      0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540], np.uint64)
+_EXPF_TAB = np.array(
+    [
+        0x3FF0000000000000,
+        0x3FEFD9B0D3158574,
+        0x3FEFB5586CF9890F,
+        0x3FEF9301D0125B51,
+        0x3FEF72B83C7D517B,
+        0x3FEF54873168B9AA,
+        0x3FEF387A6E756238,
+        0x3FEF1E9DF51FDEE1,
+        0x3FEF06FE0A31B715,
+        0x3FEEF1A7373AA9CB,
+        0x3FEEDEA64C123422,
+        0x3FEECE086061892D,
+        0x3FEEBFDAD5362A27,
+        0x3FEEB42B569D4F82,
+        0x3FEEAB07DD485429,
+        0x3FEEA47EB03A5585,
+        0x3FEEA09E667F3BCD,
+        0x3FEE9F75E8EC5F74,
+        0x3FEEA11473EB0187,
+        0x3FEEA589994CCE13,
+        0x3FEEACE5422AA0DB,
+        0x3FEEB737B0CDC5E5,
+        0x3FEEC49182A3F090,
+        0x3FEED503B23E255D,
+        0x3FEEE89F995AD3AD,
+        0x3FEEFF76F2FB5E47,
+        0x3FEF199BDD85529C,
+        0x3FEF3720DCEF9069,
+        0x3FEF5818DCFBA487,
+        0x3FEF7C97337B9B5F,
+        0x3FEFA4AFA2A490DA,
+        0x3FEFD0765B6E4540,
+    ],
+    np.uint64,
+)
 
 
 def c_expf(x) -> np.ndarray:
@@ -272,8 +313,8 @@ def c_expf(x) -> np.ndarray:
     ``s (C0 r**3 + C1 r**2 + C2 r + 1)`` in double, rounded to float32. Elementwise on
     float32 values; +inf above 0x1.62e42ep6, 0 below -0x1.9fe368p6."""
     xd = np.asarray(x, np.float32).astype(np.float64)
-    c0 = float.fromhex("0x1.c6af84b912394p-5") / _EXPF_N ** 3
-    c1 = float.fromhex("0x1.ebfce50fac4f3p-3") / _EXPF_N ** 2
+    c0 = float.fromhex("0x1.c6af84b912394p-5") / _EXPF_N**3
+    c1 = float.fromhex("0x1.ebfce50fac4f3p-3") / _EXPF_N**2
     c2 = float.fromhex("0x1.62e42ff0c52d6p-1") / _EXPF_N
     shift = float.fromhex("0x1.8p+52")
     with np.errstate(all="ignore"):  # the special cases are replaced below
@@ -303,6 +344,7 @@ def xformer_mul_params(s1, z1, s2, z2, s_out, z_out) -> dict:
     (``r = s1 s2 / s_out``) fits int16 with both extreme products and ``bias =
     round(z_out 2**(8 + shr))`` fits int16 with both sums. Returns int32 NumPy scalars
     (``in1_zero_point``, ``in2_zero_point``, ``bias``, ``scalar``, ``vlashr_shr``)."""
+
     def i8(v):
         return (int(v) + 128) % 256 - 128
 
@@ -313,14 +355,15 @@ def xformer_mul_params(s1, z1, s2, z2, s_out, z_out) -> dict:
     ratio = float(np.float32(s1)) * float(np.float32(s2)) / float(np.float32(s_out))
     acc1, acc2 = (127 - p1) * (127 - p2), (-128 - p1) * (-128 - p2)
     max_accu, min_accu = (max(acc1, acc2) + 1) >> 1, (min(acc1, acc2) + 1) >> 1
+
     def i32(v):  # int32 arithmetic wraps (x86)
         return (int(v) + 2**31) % 2**32 - 2**31
 
     shr = -1
     while True:
         s = _c_round(ratio * 2.0 ** (1 + 14 + 8 + shr))
-        if not -2**31 <= s < 2**31:
-            s = -2**31  # x86's conversion of an out-of-range double: rejected below as not int16
+        if not -(2**31) <= s < 2**31:
+            s = -(2**31)  # x86's conversion of an out-of-range double: rejected below as not int16
         maxp, minp = i32(max_accu * s + (1 << 13)) >> 14, i32(min_accu * s + (1 << 13)) >> 14
         if i16(s) != s or i16(maxp) != maxp or i16(minp) != minp:
             shr -= 1
@@ -333,5 +376,10 @@ def xformer_mul_params(s1, z1, s2, z2, s_out, z_out) -> dict:
             if shr < -64:
                 raise UnsupportedOpError("XC_mul: mul_boggle finds no shift")
             continue
-        return {"in1_zero_point": np.int32(p1), "in2_zero_point": np.int32(p2), "bias": np.int32(b),
-                "scalar": np.int32(s), "vlashr_shr": np.int32(shr)}
+        return {
+            "in1_zero_point": np.int32(p1),
+            "in2_zero_point": np.int32(p2),
+            "bias": np.int32(b),
+            "scalar": np.int32(s),
+            "vlashr_shr": np.int32(shr),
+        }

@@ -117,10 +117,21 @@ def _xs3_linear_params_many(target, requests) -> list[XS3ConvParams]:
         k = jnp.asarray(p["kernel"]).astype(jnp.int32)
         kernels.append(jnp.transpose(k, (2, 0, 1)) if op == "depthwise_conv" else _ohwi(k, op))
         qa = _quant_args(q_in, q_out)
-        layers.append((kernels[-1], jnp.asarray(p["bias"], jnp.int32), qa["s_in"], qa["z_in"], p["w_scale"],
-                       qa["s_out"], qa["z_out"]))
-    return [XS3ConvParams(k.astype(jnp.int8), mul, bias, shifts[0], shifts[1], jnp.asarray(layer[3], jnp.int32))
-            for k, layer, (mul, bias, shifts) in zip(kernels, layers, otfn_params_many(layers))]
+        layers.append(
+            (
+                kernels[-1],
+                jnp.asarray(p["bias"], jnp.int32),
+                qa["s_in"],
+                qa["z_in"],
+                p["w_scale"],
+                qa["s_out"],
+                qa["z_out"],
+            )
+        )
+    return [
+        XS3ConvParams(k.astype(jnp.int8), mul, bias, shifts[0], shifts[1], jnp.asarray(layer[3], jnp.int32))
+        for k, layer, (mul, bias, shifts) in zip(kernels, layers, otfn_params_many(layers))
+    ]
 
 
 def _xs3_linear_host_params(op: str):
@@ -134,8 +145,14 @@ def _xs3_linear_host_params(op: str):
         r = xformer_host_otfn(k, p["bias"], q_in[0], p["w_scale"], q_out)
         if r is None:
             return None
-        return XS3ConvParams(k.astype(np.int8), r["multipliers"].astype(np.int32), r["biases"].astype(np.int32),
-                             np.int32(r["initial_shift"]), np.int32(r["final_shr"]), np.int32(q_in[0].zero_point))
+        return XS3ConvParams(
+            k.astype(np.int8),
+            r["multipliers"].astype(np.int32),
+            r["biases"].astype(np.int32),
+            np.int32(r["initial_shift"]),
+            np.int32(r["final_shr"]),
+            np.int32(q_in[0].zero_point),
+        )
 
     return host_params
 
@@ -146,9 +163,15 @@ def xformer_host_otfn(kernel, bias, q_in, s_w, q_out) -> dict | None:
     None where the recipe refuses the layer (then the jittable ``otfn_params`` returns the
     parameters as found)."""
     try:
-        return xs3.otfn_params_from_scales(np.asarray(bias, np.int64), kernel, float(np.float32(q_in.scale)),
-                                           int(q_in.zero_point), np.asarray(s_w, np.float32),
-                                           float(np.float32(q_out.scale)), int(q_out.zero_point))
+        return xs3.otfn_params_from_scales(
+            np.asarray(bias, np.int64),
+            kernel,
+            float(np.float32(q_in.scale)),
+            int(q_in.zero_point),
+            np.asarray(s_w, np.float32),
+            float(np.float32(q_out.scale)),
+            int(q_out.zero_point),
+        )
     except ValueError:
         return None
 
@@ -158,17 +181,31 @@ def _xs3_linear_run(op: str):
         """:func:`hwjax.xs3.conv2d` (im2col + ``mat_mul_generic_int8`` + ``otfn_int8``) or
         :func:`hwjax.xs3.depthwise_conv2d`, with the (possibly traced) shifts and pad value."""
         if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
-            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
-                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
+            raise UnsupportedOpError(
+                f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported"
+            )
         x4 = _to_4d(x, op)
         geom = _dense_geometry(x4) if op == "dense" else geometry(attrs, x4.shape)
-        common = dict(initial_shift=params.initial_shift, final_shr=params.final_shr, stride=geom.stride,
-                      pad_top_left=geom.pad_top_left, pad_value=params.pad_value, out_shape=geom.out_hw,
-                      variant=target.variant)
+        common = dict(
+            initial_shift=params.initial_shift,
+            final_shr=params.final_shr,
+            stride=geom.stride,
+            pad_top_left=geom.pad_top_left,
+            pad_value=params.pad_value,
+            out_shape=geom.out_hw,
+            variant=target.variant,
+        )
         x8 = x4.astype(jnp.int8)
         if op == "depthwise_conv":
-            out = xs3.depthwise_conv2d(x8, jnp.transpose(params.kernel, (1, 2, 0)), params.multipliers,
-                                       params.biases, return_clipped=return_acc, **common)
+            out = xs3.depthwise_conv2d(
+                x8,
+                jnp.transpose(params.kernel, (1, 2, 0)),
+                params.multipliers,
+                params.biases,
+                return_clipped=return_acc,
+                **common,
+            )
             y, clipped = out if return_acc else (out, None)
             n_clipped = None if clipped is None else (clipped > 0)
         else:
@@ -190,15 +227,28 @@ def _xs3_linear_export(op: str):
         shift leaves the range the chip's assembly supports."""
         ish, fsh = int(params.initial_shift), int(params.final_shr)
         if not (-16 <= ish <= 16 and -16 <= fsh <= 15):
-            raise RangeError(f"initial_shift={ish} / final_shr={fsh} outside the XS3 otfn_int8 assembly's "
-                             f"ranges [-16, 16] / [-16, 15]: this layer cannot be exported for the chip")
+            raise RangeError(
+                f"initial_shift={ish} / final_shr={fsh} outside the XS3 otfn_int8 assembly's "
+                f"ranges [-16, 16] / [-16, 15]: this layer cannot be exported for the chip"
+            )
         k = np.asarray(params.kernel, np.int8)
-        weights = (np.ascontiguousarray(np.transpose(k, (1, 2, 0))) if op == "depthwise_conv"
-                   else np.asarray(xs3.reorder_kernel_weights(k, pad_value=0), np.int8))
-        ot = np.asarray(xs3.serialise_output_transform(np.asarray(params.multipliers, np.int32),
-                                                       np.asarray(params.biases, np.int32)), np.int16)
-        meta = {"initial_shift": ish, "final_shr": fsh, "pad_value": int(params.pad_value),
-                "kernel_shape": list(k.shape)}
+        weights = (
+            np.ascontiguousarray(np.transpose(k, (1, 2, 0)))
+            if op == "depthwise_conv"
+            else np.asarray(xs3.reorder_kernel_weights(k, pad_value=0), np.int8)
+        )
+        ot = np.asarray(
+            xs3.serialise_output_transform(
+                np.asarray(params.multipliers, np.int32), np.asarray(params.biases, np.int32)
+            ),
+            np.int16,
+        )
+        meta = {
+            "initial_shift": ish,
+            "final_shr": fsh,
+            "pad_value": int(params.pad_value),
+            "kernel_shape": list(k.shape),
+        }
         return {"weights": weights, "output_transform": ot}, meta
 
     return export
@@ -217,17 +267,27 @@ def _xs3_linear_load(op: str):
                 raise FormatError(f"kernel_shape must have 4 entries, got {list(shape)}")
             k = xs3.reorder_kernel_weights_inverse(jnp.asarray(tensors["weights"]), shape)
         ot = xs3.deserialise_output_transform(tensors["output_transform"], shape[0])
-        return XS3ConvParams(k.astype(jnp.int8), jnp.asarray(ot["multipliers"], jnp.int32),
-                             jnp.asarray(ot["biases"], jnp.int32), jnp.int32(meta["initial_shift"]),
-                             jnp.int32(meta["final_shr"]), jnp.int32(meta["pad_value"]))
+        return XS3ConvParams(
+            k.astype(jnp.int8),
+            jnp.asarray(ot["multipliers"], jnp.int32),
+            jnp.asarray(ot["biases"], jnp.int32),
+            jnp.int32(meta["initial_shift"]),
+            jnp.int32(meta["final_shr"]),
+            jnp.int32(meta["pad_value"]),
+        )
 
     return load
 
 
 for _op in ("conv", "dense", "depthwise_conv"):
-    XS3.implements(_op, params=_xs3_linear_params(_op), export=_xs3_linear_export(_op),
-                   load=_xs3_linear_load(_op), host_params=_xs3_linear_host_params(_op),
-                   params_many=_xs3_linear_params_many)(_xs3_linear_run(_op))
+    XS3.implements(
+        _op,
+        params=_xs3_linear_params(_op),
+        export=_xs3_linear_export(_op),
+        load=_xs3_linear_load(_op),
+        host_params=_xs3_linear_host_params(_op),
+        params_many=_xs3_linear_params_many,
+    )(_xs3_linear_run(_op))
 
 
 # ----------------------------------------------------------------------- pools
@@ -237,8 +297,12 @@ for _op in ("conv", "dense", "depthwise_conv"):
 def _xs3_maxpool(target, attrs, params, x, return_acc: bool = False):
     """``maxpool`` (§6.3, :func:`hwjax.xs3.maxpool2d`): per channel, the max over the window
     starting from -128 (no padding)."""
-    y = xs3.maxpool2d(x.astype(jnp.int8), window_shape=tuple(attrs["window"]), window_stride=tuple(attrs["strides"]),
-                      variant=target.variant)
+    y = xs3.maxpool2d(
+        x.astype(jnp.int8),
+        window_shape=tuple(attrs["window"]),
+        window_stride=tuple(attrs["strides"]),
+        variant=target.variant,
+    )
     return no_acc(y.astype(jnp.int32), return_acc)
 
 
@@ -246,8 +310,12 @@ def _xs3_maxpool(target, attrs, params, x, return_acc: bool = False):
 def _xs3_avgpool(target, attrs, params, x, return_acc: bool = False):
     """``avgpool2d`` (§6.1, :func:`hwjax.xs3.avgpool2d`): ``clamp(rshr(sum(x) * scale, shift),
     -128, 127)`` with (scale, shift) from the window size; channels a multiple of 4."""
-    y = xs3.avgpool2d(x.astype(jnp.int8), window_shape=tuple(attrs["window"]), window_stride=tuple(attrs["strides"]),
-                      variant=target.variant)
+    y = xs3.avgpool2d(
+        x.astype(jnp.int8),
+        window_shape=tuple(attrs["window"]),
+        window_stride=tuple(attrs["strides"]),
+        variant=target.variant,
+    )
     return no_acc(y.astype(jnp.int32), return_acc)
 
 
@@ -271,23 +339,41 @@ def xs3_add_params(*, s1, z1, s2, z2, s_out, z_out) -> dict:
     e = jnp.clip(14 - float_exponent(big), 0, 24)
     m1 = jnp.clip(jnp.round(jnp.ldexp(r1, e)), -32767, 32767)
     m2 = jnp.clip(jnp.round(jnp.ldexp(r2, e)), -32767, 32767)
-    b = jnp.asarray(z_out).astype(jnp.float32) - jnp.asarray(z1).astype(jnp.float32) * r1 \
+    b = (
+        jnp.asarray(z_out).astype(jnp.float32)
+        - jnp.asarray(z1).astype(jnp.float32) * r1
         - jnp.asarray(z2).astype(jnp.float32) * r2
+    )
     bias = jnp.clip(jnp.round(jnp.ldexp(b, e)), -(2.0**30), 2.0**30)
-    return {"m1": m1.astype(jnp.int32), "m2": m2.astype(jnp.int32), "bias": bias.astype(jnp.int32),
-            "shift": e.astype(jnp.int32)}
+    return {
+        "m1": m1.astype(jnp.int32),
+        "m2": m2.astype(jnp.int32),
+        "bias": bias.astype(jnp.int32),
+        "shift": e.astype(jnp.int32),
+    }
 
 
 def _add_params(target, attrs, p, q_in, q_out) -> dict:
-    return xs3_add_params(s1=q_in[0].scale, z1=q_in[0].zero_point, s2=q_in[1].scale, z2=q_in[1].zero_point,
-                          s_out=q_out.scale, z_out=q_out.zero_point)
+    return xs3_add_params(
+        s1=q_in[0].scale,
+        z1=q_in[0].zero_point,
+        s2=q_in[1].scale,
+        z2=q_in[1].zero_point,
+        s_out=q_out.scale,
+        z_out=q_out.zero_point,
+    )
 
 
 def _add_export(target, attrs, params):
     """``params``: (5, 16) int16 lanes ``m1, m2, shift, bias_hi, bias_lo``."""
     bias = int(params["bias"])
-    lanes = [int(params["m1"]), int(params["m2"]), int(params["shift"]), bias >> 16,
-             ((bias & 0xFFFF) ^ 0x8000) - 0x8000]  # bias_lo: the low 16 bits' int16 pattern
+    lanes = [
+        int(params["m1"]),
+        int(params["m2"]),
+        int(params["shift"]),
+        bias >> 16,
+        ((bias & 0xFFFF) ^ 0x8000) - 0x8000,
+    ]  # bias_lo: the low 16 bits' int16 pattern
     return {"params": np.repeat(np.asarray(lanes, np.int16)[:, None], 16, axis=1)}, {}
 
 
@@ -302,8 +388,15 @@ def _add_load(target, attrs, tensors, meta) -> dict:
 @XS3.implements("add", params=_add_params, export=_add_export, load=_add_load)
 def _xs3_add(target, attrs, params, x1, x2, return_acc: bool = False):
     """:func:`hwjax.xs3.add_int8`, the current ``add_elementwise`` (§6.4)."""
-    y = xs3.add_int8(x1.astype(jnp.int8), x2.astype(jnp.int8), multiplier0=params["m1"], multiplier1=params["m2"],
-                     bias=params["bias"], shift=params["shift"], variant=target.variant)
+    y = xs3.add_int8(
+        x1.astype(jnp.int8),
+        x2.astype(jnp.int8),
+        multiplier0=params["m1"],
+        multiplier1=params["m2"],
+        bias=params["bias"],
+        shift=params["shift"],
+        variant=target.variant,
+    )
     return no_acc(y.astype(jnp.int32), return_acc)
 
 
@@ -340,10 +433,16 @@ def _xs3_lut(target, attrs, params, x, return_acc: bool = False):
 
 
 def _host_bso_fields(bias_q, weights, s_in, z_in, s_w, s_out, z_out, *, channel_axis: int):
-    f = xs3.derive_bso_fields(np.asarray(bias_q, np.int64), np.asarray(weights).astype(np.int8),
-                              input_scale=float(np.float32(s_in)), input_zero_point=int(z_in),
-                              weight_scales=np.asarray(s_w, np.float32), output_scale=float(np.float32(s_out)),
-                              output_zero_point=int(z_out), channel_axis=channel_axis)
+    f = xs3.derive_bso_fields(
+        np.asarray(bias_q, np.int64),
+        np.asarray(weights).astype(np.int8),
+        input_scale=float(np.float32(s_in)),
+        input_zero_point=int(z_in),
+        weight_scales=np.asarray(s_w, np.float32),
+        output_scale=float(np.float32(s_out)),
+        output_zero_point=int(z_out),
+        channel_axis=channel_axis,
+    )
     return tuple(np.asarray(v, np.int32) for v in f)
 
 
@@ -361,11 +460,24 @@ def xs3_bso(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out, channel_axis: in
     if not any(isinstance(a, jax.core.Tracer) for a in raw):
         return xs3.make_bso(*(jnp.asarray(f) for f in _host_bso_fields(*raw, channel_axis=channel_axis)))
     shapes = tuple(jax.ShapeDtypeStruct((c,), jnp.int32) for _ in range(6))
-    args = [jnp.asarray(a, d) for a, d in ((bias_q, jnp.int32), (kernel_q, jnp.int32), (s_in, jnp.float32),
-                                           (z_in, jnp.int32), (s_w, jnp.float32), (s_out, jnp.float32),
-                                           (z_out, jnp.int32))]
-    fields = jax.pure_callback(functools.partial(_host_bso_fields, channel_axis=channel_axis), shapes,
-                               *jax.lax.stop_gradient(args), vmap_method="sequential")
+    args = [
+        jnp.asarray(a, d)
+        for a, d in (
+            (bias_q, jnp.int32),
+            (kernel_q, jnp.int32),
+            (s_in, jnp.float32),
+            (z_in, jnp.int32),
+            (s_w, jnp.float32),
+            (s_out, jnp.float32),
+            (z_out, jnp.int32),
+        )
+    ]
+    fields = jax.pure_callback(
+        functools.partial(_host_bso_fields, channel_axis=channel_axis),
+        shapes,
+        *jax.lax.stop_gradient(args),
+        vmap_method="sequential",
+    )
     return xs3.make_bso(*fields)
 
 
@@ -397,12 +509,16 @@ class XS3Legacy(XS3):
 
     def check_op(self, op: str, **config: Any) -> None:
         super().check_op(op, **config)
-        need = {"conv": ("in_features", "out_features"), "dense": ("in_features",),
-                "depthwise_conv": ("features",)}.get(op, ())
+        need = {
+            "conv": ("in_features", "out_features"),
+            "dense": ("in_features",),
+            "depthwise_conv": ("features",),
+        }.get(op, ())
         for key in need:
             if config.get(key) is not None and config[key] % 4:
-                raise UnsupportedOpError(f"target {self!r}: the legacy {op} kernel needs {key} to be a multiple "
-                                         f"of 4, got {config[key]}")
+                raise UnsupportedOpError(
+                    f"target {self!r}: the legacy {op} kernel needs {key} to be a multiple of 4, got {config[key]}"
+                )
 
 
 def _legacy_stat(st, n: int):
@@ -414,8 +530,13 @@ def _legacy_params(op: str):
         k = jnp.asarray(p["kernel"]).astype(jnp.int32)
         k = k if op == "depthwise_conv" else _ohwi(k, op)
         qa = _quant_args(q_in, q_out)
-        bso = xs3_bso(k, jnp.asarray(p["bias"], jnp.int32), s_w=p["w_scale"],
-                      channel_axis=-1 if op == "depthwise_conv" else 0, **qa)
+        bso = xs3_bso(
+            k,
+            jnp.asarray(p["bias"], jnp.int32),
+            s_w=p["w_scale"],
+            channel_axis=-1 if op == "depthwise_conv" else 0,
+            **qa,
+        )
         return XS3LegacyParams(k.astype(jnp.int8), bso, jnp.asarray(qa["z_in"], jnp.int32))
 
     return params
@@ -425,21 +546,36 @@ def _legacy_run(op: str):
     def run(target, attrs, params: XS3LegacyParams, x, return_acc: bool = False):
         """``fully_connected_8`` (dense), ``conv2d_deep`` (conv) or ``conv2d_depthwise``."""
         if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
-            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
-                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
+            raise UnsupportedOpError(
+                f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported"
+            )
         if op == "dense":
             c_out = params.kernel.shape[0]
-            out = xs3.fully_connected_8(x.astype(jnp.int8), params.kernel.reshape(c_out, -1), params.bso,
-                                        variant=target.variant, return_stats=return_acc)
+            out = xs3.fully_connected_8(
+                x.astype(jnp.int8),
+                params.kernel.reshape(c_out, -1),
+                params.bso,
+                variant=target.variant,
+                return_stats=return_acc,
+            )
             y, st = out if return_acc else (out, None)
             y = y.astype(jnp.int32)
             return (y, _legacy_stat(st, y.size)) if return_acc else y
         geom = geometry(attrs, x.shape)
         pt, pl = geom.pad_top_left
         kernel_fn = xs3.conv2d_depthwise if op == "depthwise_conv" else xs3.conv2d_deep
-        out = kernel_fn(x.astype(jnp.int8), params.kernel, params.bso, zero_point=params.zero_point,
-                        window_start=(-pt, -pl), window_stride=geom.stride, out_shape=geom.out_hw,
-                        variant=target.variant, return_stats=return_acc)
+        out = kernel_fn(
+            x.astype(jnp.int8),
+            params.kernel,
+            params.bso,
+            zero_point=params.zero_point,
+            window_start=(-pt, -pl),
+            window_stride=geom.stride,
+            out_shape=geom.out_hw,
+            variant=target.variant,
+            return_stats=return_acc,
+        )
         y, st = out if return_acc else (out, None)
         y = y.astype(jnp.int32)
         return (y, _legacy_stat(st, y.size)) if return_acc else y
@@ -455,8 +591,10 @@ def _legacy_export(op: str):
         kernel_shape = list(k.shape)
         if op == "dense":
             k = k.reshape(k.shape[0], -1)
-        return ({"weights": k, "bso": np.asarray(params.bso, np.int16)},
-                {"pad_value": int(params.zero_point), "kernel_shape": kernel_shape})
+        return (
+            {"weights": k, "bso": np.asarray(params.bso, np.int16)},
+            {"pad_value": int(params.zero_point), "kernel_shape": kernel_shape},
+        )
 
     return export
 
@@ -471,15 +609,15 @@ def _legacy_load(op: str):
         bso = np.asarray(tensors["bso"])
         if bso.shape != (-(-c_out // 16), 7, 16):
             raise FormatError(f"bso has shape {bso.shape}, expected {(-(-c_out // 16), 7, 16)}")
-        return XS3LegacyParams(jnp.asarray(k.reshape(shape), jnp.int8), jnp.asarray(bso),
-                               jnp.int32(meta["pad_value"]))
+        return XS3LegacyParams(jnp.asarray(k.reshape(shape), jnp.int8), jnp.asarray(bso), jnp.int32(meta["pad_value"]))
 
     return load
 
 
 for _op in ("conv", "dense", "depthwise_conv"):
-    XS3Legacy.implements(_op, params=_legacy_params(_op), export=_legacy_export(_op),
-                         load=_legacy_load(_op))(_legacy_run(_op))
+    XS3Legacy.implements(_op, params=_legacy_params(_op), export=_legacy_export(_op), load=_legacy_load(_op))(
+        _legacy_run(_op)
+    )
 
 
 @XS3Legacy.implements("add", params=_add_params, export=_add_export, load=_add_load)
@@ -487,9 +625,17 @@ def _legacy_add(target, attrs, params, x1, x2, return_acc: bool = False):
     """Legacy ``add_elementwise`` (exact 64-bit accumulation): ``acc = bias + x0 m0 + x1 m1``
     (input shifts 0), ``y = clamp(rshr(acc, output_shr), -128, 127)`` with the parameters
     of :func:`xs3_add_params` and ``output_shr = shift``."""
-    y = xs3.add_elementwise(x1.astype(jnp.int8), x2.astype(jnp.int8), shr0=0, multiplier0=params["m1"], shr1=0,
-                            multiplier1=params["m2"], bias=params["bias"], output_shr=params["shift"],
-                            variant=target.variant)
+    y = xs3.add_elementwise(
+        x1.astype(jnp.int8),
+        x2.astype(jnp.int8),
+        shr0=0,
+        multiplier0=params["m1"],
+        shr1=0,
+        multiplier1=params["m2"],
+        bias=params["bias"],
+        output_shr=params["shift"],
+        variant=target.variant,
+    )
     return no_acc(y.astype(jnp.int32), return_acc)
 
 

@@ -25,16 +25,40 @@ from hwjax.targets._tflite import TFLite, host_recipe
 from hwjax.targets._xs3 import xformer_host_otfn
 from hwjax.litert import activation_range
 from hwjax.targets._xformer import (
-    ERR_THRESHOLD, xformer_add_params, xformer_drops_activation, xformer_lut_table, xformer_mean_scale, xformer_mul_params,
-    xformer_softmax_table, xformer_transform_choice,
+    ERR_THRESHOLD,
+    xformer_add_params,
+    xformer_drops_activation,
+    xformer_lut_table,
+    xformer_mean_scale,
+    xformer_mul_params,
+    xformer_softmax_table,
+    xformer_transform_choice,
 )
 from hwjax.targets._xs3_runtime import XS3Runtime, _I32, _xc_mul, _xc_softmax, mean_f32
 
 
 #: the op kinds of an original model that :class:`XS3Compiled` lowers as xformer does
 #: (linear ops: ``XC_conv2d_v2``; the rest run the same bytes/arithmetic either way)
-COMPILED_OPS = ("conv", "depthwise_conv", "dense", "maxpool", "activation", "flatten", "reshape", "pad", "quantize",
-                "add", "mean", "lut", "softmax", "mul", "concat", "avgpool")
+COMPILED_OPS = (
+    "conv",
+    "depthwise_conv",
+    "dense",
+    "maxpool",
+    "activation",
+    "flatten",
+    "reshape",
+    "pad",
+    "quantize",
+    "add",
+    "mean",
+    "lut",
+    "softmax",
+    "mul",
+    "concat",
+    "avgpool",
+)
+
+
 @dataclass(frozen=True)
 class XS3Compiled(XS3Runtime):
     """An *original* int8 model run as xformer (default options) + lib_tflite_micro run it.
@@ -81,8 +105,15 @@ _LINEAR = {}
 def xformer_linear_params(op: str, portable, q_in, q_out) -> dict:
     """:func:`_xformer_linear_params`, memoised on concrete arguments' bytes
     (:func:`check_xformer_lowering` and the lowering ask for the same layers)."""
-    args = (portable["kernel"], portable["bias"], portable["w_scale"], q_in[0].scale, q_in[0].zero_point,
-            q_out.scale, q_out.zero_point)
+    args = (
+        portable["kernel"],
+        portable["bias"],
+        portable["w_scale"],
+        q_in[0].scale,
+        q_in[0].zero_point,
+        q_out.scale,
+        q_out.zero_point,
+    )
     if any(isinstance(a, jax.core.Tracer) for a in args):
         return _xformer_linear_params(op, portable, q_in, q_out)
     key = (op,) + tuple((np.asarray(a).dtype.str, np.shape(a), np.asarray(a).tobytes()) for a in args)
@@ -110,8 +141,13 @@ def _xformer_linear_params(op: str, portable, q_in, q_out, xp=jnp) -> dict:
     sw = xp.broadcast_to(xp.asarray(portable["w_scale"]).astype(xp.float32), (co,))
     swp = xp.concatenate([sw, xp.zeros((extra,), xp.float32)])
     host = _host_otfn_params(kp, bp, q_in[0], swp, q_out) if xp is np else None
-    mul, bias, shifts = host if host is not None else xs3.otfn_params(
-        kp, bp, s_in=q_in[0].scale, z_in=q_in[0].zero_point, s_w=swp, s_out=q_out.scale, z_out=q_out.zero_point)
+    mul, bias, shifts = (
+        host
+        if host is not None
+        else xs3.otfn_params(
+            kp, bp, s_in=q_in[0].scale, z_in=q_in[0].zero_point, s_w=swp, s_out=q_out.scale, z_out=q_out.zero_point
+        )
+    )
     zin, zout = (xp.asarray(q.zero_point).astype(xp.int32) for q in (q_in[0], q_out))
     if xp is np:  # host values: transferred, not compiled
         kp, zin, zout = jax.device_put((kp, zin, zout))
@@ -131,10 +167,16 @@ def _host_otfn_params(kernel, bias, q_in, s_w, q_out):
 def _compiled_params(op: str):
     def params(target, attrs, portable, q_in, q_out):
         p = xformer_linear_params(op, portable, q_in, q_out)
-        choice = host_recipe(lambda *a: xformer_transform_choice(*a), p["kernel"], jnp.pad(
-            jnp.asarray(portable["bias"], _I32), (0, p["kernel"].shape[0] - portable["bias"].shape[0])),
-            q_in[0].scale, q_in[0].zero_point, _padded_scales(portable, p["kernel"].shape[0]), q_out.scale,
-            q_out.zero_point)
+        choice = host_recipe(
+            lambda *a: xformer_transform_choice(*a),
+            p["kernel"],
+            jnp.pad(jnp.asarray(portable["bias"], _I32), (0, p["kernel"].shape[0] - portable["bias"].shape[0])),
+            q_in[0].scale,
+            q_in[0].zero_point,
+            _padded_scales(portable, p["kernel"].shape[0]),
+            q_out.scale,
+            q_out.zero_point,
+        )
         try:  # the TFLM fallback (check_xformer_lowering refuses layers that need one TFLite cannot run)
             tflm = TFLite._impls[op].params(target, attrs, portable, q_in, q_out)
         except UnsupportedOpError:
@@ -155,8 +197,11 @@ def _compiled_run(op: str):
     def run(target, attrs, p, x, return_acc: bool = False):
         if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
             from hwjax.errors import UnsupportedOpError
-            raise UnsupportedOpError(f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
-                                     f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported")
+
+            raise UnsupportedOpError(
+                f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
+                f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported"
+            )
         k = p["kernel"]
         co = x.shape[-1] if op == "depthwise_conv" else attrs["features"]  # before padding
         if op == "dense":
@@ -165,23 +210,31 @@ def _compiled_run(op: str):
             geom = geometry(attrs, x.shape)
         pad_tl = (0, 0) if geom is None else (geom.padding[0][0], geom.padding[1][0])
         out_hw = (1, 1) if geom is None else geom.out_hw
-        common = dict(initial_shift=p["shifts"][0], final_shr=p["shifts"][1],
-                      stride=(1, 1) if geom is None else geom.stride, pad_top_left=pad_tl, pad_value=p["zin"],
-                      out_shape=out_hw, variant=target.variant)
+        common = dict(
+            initial_shift=p["shifts"][0],
+            final_shr=p["shifts"][1],
+            stride=(1, 1) if geom is None else geom.stride,
+            pad_top_left=pad_tl,
+            pad_value=p["zin"],
+            out_shape=out_hw,
+            variant=target.variant,
+        )
         x_in = x
         if op == "depthwise_conv":
             extra = k.shape[0] - co
             xp = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], extra), x.dtype)], axis=-1)
-            y, acc = xs3.depthwise_conv2d(xp, jnp.moveaxis(k[..., 0], 0, -1), p["multipliers"], p["biases"],
-                                          return_accumulators=True, **common)
+            y, acc = xs3.depthwise_conv2d(
+                xp, jnp.moveaxis(k[..., 0], 0, -1), p["multipliers"], p["biases"], return_accumulators=True, **common
+            )
         else:
             if x.shape[-1] == 3:  # XC_pad_3_to_4 (the 4th channel meets zero weights)
                 x = jnp.concatenate([x, jnp.broadcast_to(p["zin"], (*x.shape[:-1], 1)).astype(x.dtype)], axis=-1)
                 k = jnp.concatenate([k, jnp.zeros((*k.shape[:-1], 1), k.dtype)], axis=-1)
             y, acc = xs3.conv2d(x, k, p["multipliers"], p["biases"], return_accumulators=True, **common)
         c = p["choice"]
-        y_cw = xs3.otfn_int8_channelwise(acc, c["shifts"], c["multipliers"], c["biases"], final_shr=c["final_shr"],
-                                         variant=target.variant)
+        y_cw = xs3.otfn_int8_channelwise(
+            acc, c["shifts"], c["multipliers"], c["biases"], final_shr=c["final_shr"], variant=target.variant
+        )
         y = jnp.where(c["mode"] == 1, y_cw, y)[..., :co].astype(_I32)
         if attrs.get("activation") == "relu":  # XC_lookup of ReLU with equal quantisation
             y = jnp.maximum(y, p["zout"])
@@ -207,8 +260,8 @@ def _mean_params(target, attrs, portable, q_in, q_out):
 def _mean(target, attrs, p, x, return_acc: bool = False):
     """TFLite MEAN over contiguous axes as ``XC_mean`` (float32, :func:`mean_f32`)."""
     axes, shape = tuple(attrs["axes"]), x.shape[1:]
-    outer, n = int(np.prod(shape[:axes[0]])), int(np.prod(shape[axes[0]:axes[-1] + 1]))
-    y = mean_f32(x, outer, n, int(np.prod(shape[axes[-1] + 1:])), p["zi"], p["zo"], p["scale"])
+    outer, n = int(np.prod(shape[: axes[0]])), int(np.prod(shape[axes[0] : axes[-1] + 1]))
+    y = mean_f32(x, outer, n, int(np.prod(shape[axes[-1] + 1 :])), p["zi"], p["zo"], p["scale"])
     kept = [d for i, d in enumerate(shape) if i not in axes]
     if attrs.get("keep_dims"):
         kept = [1 if i in axes else d for i, d in enumerate(shape)]
@@ -216,11 +269,19 @@ def _mean(target, attrs, p, x, return_acc: bool = False):
 
 
 def _add_params(target, attrs, portable, q_in, q_out):
-    p = host_recipe(xformer_add_params, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point,
-                    q_out.scale, q_out.zero_point)
+    p = host_recipe(
+        xformer_add_params,
+        q_in[0].scale,
+        q_in[0].zero_point,
+        q_in[1].scale,
+        q_in[1].zero_point,
+        q_out.scale,
+        q_out.zero_point,
+    )
     if attrs.get("activation") == "relu":  # the separate XC_lookup xformer puts after the XC_add
-        p["table"] = host_recipe(lambda s, z: {"t": xformer_lut_table("relu", s, z, s, z)}, q_out.scale,
-                                 q_out.zero_point)["t"]
+        p["table"] = host_recipe(
+            lambda s, z: {"t": xformer_lut_table("relu", s, z, s, z)}, q_out.scale, q_out.zero_point
+        )["t"]
     return p
 
 
@@ -228,8 +289,9 @@ def _add_params(target, attrs, portable, q_in, q_out):
 def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     """TFLite ADD as ``XC_add``; a fused RELU as xformer's ``XC_lookup`` after it (the
     table of :func:`xformer_lut_table` between equal quantisations: ``max(v, z_out)``)."""
-    y = xs3.add_int8(x1, x2, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"],
-                     variant=target.variant).astype(_I32)
+    y = xs3.add_int8(
+        x1, x2, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"], variant=target.variant
+    ).astype(_I32)
     if "table" in p:
         y = jnp.take(p["table"], y & 0xFF, axis=0)
     return no_acc(y, return_acc)
@@ -241,10 +303,19 @@ def xformer_avgpool_as_depthwise(attrs, channels: int):
     zero bias, the pool's window, strides and (VALID) padding. Returns (attrs, portable
     params) of a hwjax ``depthwise_conv`` node."""
     kh, kw = (int(v) for v in attrs["window"])
-    dw_attrs = {"kernel_size": (kh, kw), "stride": tuple(int(v) for v in attrs["strides"]),
-                "padding": ((0, 0), (0, 0)), "dilation": (1, 1), "depth_multiplier": 1, "activation": None}
-    portable = {"kernel": jnp.ones((kh, kw, channels), jnp.int8), "bias": jnp.zeros((channels,), _I32),
-                "w_scale": jnp.asarray(np.float32(1.0 / (kh * kw)))}
+    dw_attrs = {
+        "kernel_size": (kh, kw),
+        "stride": tuple(int(v) for v in attrs["strides"]),
+        "padding": ((0, 0), (0, 0)),
+        "dilation": (1, 1),
+        "depth_multiplier": 1,
+        "activation": None,
+    }
+    portable = {
+        "kernel": jnp.ones((kh, kw, channels), jnp.int8),
+        "bias": jnp.zeros((channels,), _I32),
+        "w_scale": jnp.asarray(np.float32(1.0 / (kh * kw))),
+    }
     return dw_attrs, portable
 
 
@@ -264,8 +335,13 @@ def _avgpool_run(target, attrs, p, x, return_acc: bool = False):
 
 def _lut_params(target, attrs, portable, q_in, q_out):
     fn = attrs["fn"]
-    return host_recipe(lambda si, zi, so, zo: {"table": xformer_lut_table(fn, si, zi, so, zo)}, q_in[0].scale,
-                       q_in[0].zero_point, q_out.scale, q_out.zero_point)
+    return host_recipe(
+        lambda si, zi, so, zo: {"table": xformer_lut_table(fn, si, zi, so, zo)},
+        q_in[0].scale,
+        q_in[0].zero_point,
+        q_out.scale,
+        q_out.zero_point,
+    )
 
 
 XS3Compiled.implements("avgpool", params=_avgpool_params, host_params=_avgpool_params)(_avgpool_run)
@@ -276,8 +352,10 @@ _TFLM_ACTIVATION = XS3Compiled._impls["activation"]
 
 def _activation_params(target, attrs, portable, q_in, q_out):
     fn = attrs["fn"]
-    p = {"tflm": _TFLM_ACTIVATION.params(target, attrs, portable, q_in, q_out),
-         "drop": xformer_drops_activation(fn, q_in[0].scale, q_in[0].zero_point, q_out.scale, q_out.zero_point)}
+    p = {
+        "tflm": _TFLM_ACTIVATION.params(target, attrs, portable, q_in, q_out),
+        "drop": xformer_drops_activation(fn, q_in[0].scale, q_in[0].zero_point, q_out.scale, q_out.zero_point),
+    }
     if fn in ("relu", "relu6"):
         p["table"] = _lut_params(target, attrs, portable, q_in, q_out)["table"]
     return p
@@ -314,8 +392,15 @@ def _softmax(target, attrs, p, x, return_acc: bool = False):
 
 
 def _mul_params(target, attrs, portable, q_in, q_out):
-    return host_recipe(xformer_mul_params, q_in[0].scale, q_in[0].zero_point, q_in[1].scale, q_in[1].zero_point,
-                       q_out.scale, q_out.zero_point)
+    return host_recipe(
+        xformer_mul_params,
+        q_in[0].scale,
+        q_in[0].zero_point,
+        q_in[1].scale,
+        q_in[1].zero_point,
+        q_out.scale,
+        q_out.zero_point,
+    )
 
 
 @XS3Compiled.implements("mul", params=_mul_params, host_params=_mul_params)
@@ -335,8 +420,10 @@ def check_xformer_lowering(graph) -> None:
     from hwjax.graph import Graph
 
     if not isinstance(graph, Graph):
-        raise ArgTypeError(f"graph must be a hwjax.graph.Graph (an original model's, e.g. "
-                           f"hwjax.tflite.load(path).graph), got {type(graph).__name__}")
+        raise ArgTypeError(
+            f"graph must be a hwjax.graph.Graph (an original model's, e.g. "
+            f"hwjax.tflite.load(path).graph), got {type(graph).__name__}"
+        )
     with evaluated_if_concrete(graph):  # host checks on concrete values, also inside a trace
         _check_xformer_lowering(graph)
 
@@ -344,42 +431,60 @@ def check_xformer_lowering(graph) -> None:
 def _check_xformer_lowering(graph) -> None:
     for node in graph.nodes:
         if node.op not in COMPILED_OPS:
-            raise UnsupportedOpError(f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
-                                     f"compiled as xformer does yet (supported: {list(COMPILED_OPS)}); convert the "
-                                     "model with xformer and load its output instead")
+            raise UnsupportedOpError(
+                f"runtime 'xs3' on an original model: node {node.name!r} ({node.op}) is not "
+                f"compiled as xformer does yet (supported: {list(COMPILED_OPS)}); convert the "
+                "model with xformer and load its output instead"
+            )
         if node.op == "add" and node.attrs.get("activation") not in (None, "relu"):
-            raise UnsupportedOpError(f"node {node.name!r}: ADD with a fused {node.attrs['activation']} is not "
-                                     "compiled yet")
+            raise UnsupportedOpError(
+                f"node {node.name!r}: ADD with a fused {node.attrs['activation']} is not compiled yet"
+            )
         axes = tuple(node.attrs.get("axes", ()))
         if node.op == "mean" and axes != tuple(range(axes[0], axes[-1] + 1)):
-            raise UnsupportedOpError(f"node {node.name!r}: MEAN over non-contiguous axes {axes} stays a TFLM op "
-                                     "in xformer, which is not implemented here")
+            raise UnsupportedOpError(
+                f"node {node.name!r}: MEAN over non-contiguous axes {axes} stays a TFLM op "
+                "in xformer, which is not implemented here"
+            )
         q_out = graph.tensors[node.outputs[0]].quant if node.outputs[0] in graph.tensors else None
         if node.op == "lut" and node.attrs["fn"] not in ("tanh", "sigmoid"):
             raise UnsupportedOpError(f"node {node.name!r}: lut {node.attrs['fn']!r} is not compiled as xformer does")
-        if node.op in ("lut", "softmax", "mul", "concat", "avgpool", "activation") and \
-                any(graph.tensors[t].dtype != "int8" for t in (*node.inputs, *node.outputs)):
+        if node.op in ("lut", "softmax", "mul", "concat", "avgpool", "activation") and any(
+            graph.tensors[t].dtype != "int8" for t in (*node.inputs, *node.outputs)
+        ):
             raise UnsupportedOpError(f"node {node.name!r} ({node.op}): only int8 tensors are compiled as xformer does")
         if node.op == "softmax":
             shape = graph.tensors[node.inputs[0]].shape
-            if float(node.attrs.get("beta", 1.0)) != 1.0 or len(shape) != 1 or \
-                    float(np.asarray(q_out.scale)) != 1 / 256 or int(np.asarray(q_out.zero_point)) != -128:
-                raise UnsupportedOpError(f"node {node.name!r}: only a SOFTMAX with beta 1 over one row (a (1, n) "
-                                         "tensor) with output quantisation 1/256, -128 becomes XC_softmax; xformer "
-                                         f"keeps this one (beta {node.attrs.get('beta', 1.0)}, shape {shape}) as a "
-                                         "TFLM op or a batched XC op, which is not implemented here")
+            if (
+                float(node.attrs.get("beta", 1.0)) != 1.0
+                or len(shape) != 1
+                or float(np.asarray(q_out.scale)) != 1 / 256
+                or int(np.asarray(q_out.zero_point)) != -128
+            ):
+                raise UnsupportedOpError(
+                    f"node {node.name!r}: only a SOFTMAX with beta 1 over one row (a (1, n) "
+                    "tensor) with output quantisation 1/256, -128 becomes XC_softmax; xformer "
+                    f"keeps this one (beta {node.attrs.get('beta', 1.0)}, shape {shape}) as a "
+                    "TFLM op or a batched XC op, which is not implemented here"
+                )
         if node.op == "mul":
             shapes = [graph.tensors[t].shape for t in (*node.inputs, *node.outputs)]
             if node.attrs.get("activation") is not None or len(set(shapes)) != 1:
-                raise UnsupportedOpError(f"node {node.name!r}: only MUL of same-shape inputs {shapes} without a fused "
-                                         "activation is compiled as XC_mul")
+                raise UnsupportedOpError(
+                    f"node {node.name!r}: only MUL of same-shape inputs {shapes} without a fused "
+                    "activation is compiled as XC_mul"
+                )
         if node.op == "concat":
-            qs = {(float(np.asarray(graph.tensors[t].quant.scale)), int(np.asarray(graph.tensors[t].quant.zero_point)))
-                  for t in (*node.inputs, *node.outputs)}
+            qs = {
+                (float(np.asarray(graph.tensors[t].quant.scale)), int(np.asarray(graph.tensors[t].quant.zero_point)))
+                for t in (*node.inputs, *node.outputs)
+            }
             if len(qs) != 1:
-                raise UnsupportedOpError(f"node {node.name!r}: a CONCATENATION whose tensors are quantised "
-                                         f"differently ({sorted(qs)}) becomes XC_concat, which copies bytes without "
-                                         "requantising; not emulated")
+                raise UnsupportedOpError(
+                    f"node {node.name!r}: a CONCATENATION whose tensors are quantised "
+                    f"differently ({sorted(qs)}) becomes XC_concat, which copies bytes without "
+                    "requantising; not emulated"
+                )
     xc_linear = set()  # outputs of the linear ops (and average pools) that become XC_conv2d_v2
     for node in graph.nodes:
         if node.op == "avgpool":  # xformer's depthwise replacement
@@ -391,19 +496,25 @@ def _check_xformer_lowering(graph) -> None:
             initial_shift, final_shr = (int(v) for v in np.asarray(p["shifts"]))
             if 2.0 ** -(final_shr + 7) <= ERR_THRESHOLD:
                 if not (-16 <= initial_shift <= 16 and -16 <= final_shr <= 15):
-                    raise UnsupportedOpError(f"node {node.name!r} ({node.op}): xformer's shifts ({initial_shift}, "
-                                             f"{final_shr}) leave the otfn_int8 ranges")
+                    raise UnsupportedOpError(
+                        f"node {node.name!r} ({node.op}): xformer's shifts ({initial_shift}, "
+                        f"{final_shr}) leave the otfn_int8 ranges"
+                    )
                 xc_linear.add(node.outputs[0])
                 continue
             choice = xformer_transform_choice(
-                np.asarray(p["kernel"]), np.pad(np.asarray(node.params["bias"]), (0, p["kernel"].shape[0] -
-                                                                                   node.params["bias"].shape[0])),
-                np.asarray(q_in[0].scale), np.asarray(q_in[0].zero_point), np.asarray(_padded_scales(
-                    node.params, p["kernel"].shape[0])), np.asarray(graph.tensors[node.outputs[0]].quant.scale),
-                np.asarray(graph.tensors[node.outputs[0]].quant.zero_point))
+                np.asarray(p["kernel"]),
+                np.pad(np.asarray(node.params["bias"]), (0, p["kernel"].shape[0] - node.params["bias"].shape[0])),
+                np.asarray(q_in[0].scale),
+                np.asarray(q_in[0].zero_point),
+                np.asarray(_padded_scales(node.params, p["kernel"].shape[0])),
+                np.asarray(graph.tensors[node.outputs[0]].quant.scale),
+                np.asarray(graph.tensors[node.outputs[0]].quant.zero_point),
+            )
             if int(choice["mode"]) == 2:  # xformer leaves the TFLM op: TFLite must run it
-                TFLite("tflm").lowering(node.op).params(TFLite("tflm"), node.attrs, node.params, q_in,
-                                                        graph.tensors[node.outputs[0]].quant)
+                TFLite("tflm").lowering(node.op).params(
+                    TFLite("tflm"), node.attrs, node.params, q_in, graph.tensors[node.outputs[0]].quant
+                )
             else:
                 xc_linear.add(node.outputs[0])
     _check_activations(graph, xc_linear)
@@ -425,22 +536,44 @@ def _check_activations(graph, xc_linear: set) -> None:
         if q_in is None or q_out is None:
             continue
         fused = src.endswith(PRE_ACTIVATION) and src in xc_linear
-        if not fused and bool(xformer_drops_activation(fn, q_in.scale, q_in.zero_point, q_out.scale,
-                                                       q_out.zero_point)) and \
-                activation_range(fn, q_out.scale, q_out.zero_point) != (-128, 127):
+        if (
+            not fused
+            and bool(xformer_drops_activation(fn, q_in.scale, q_in.zero_point, q_out.scale, q_out.zero_point))
+            and activation_range(fn, q_out.scale, q_out.zero_point) != (-128, 127)
+        ):
             what = producer[src].op if src in producer else "a graph input"
-            raise UnsupportedOpError(f"node {node.name!r}: a {fn} with output zero point "
-                                     f"{int(np.asarray(q_out.zero_point))} that is not fused into a conv/depthwise/"
-                                     f"dense/avgpool which xformer converts (its input comes from {what}) is not "
-                                     "compiled as xformer does (xformer 1.4.2 drops it only when fused; not verified "
-                                     "otherwise)")
-        if fn == "relu" and src in producer and producer[src].op == "conv" and not src.endswith(PRE_ACTIVATION) and \
-                (float(np.asarray(q_in.scale)) != float(np.asarray(q_out.scale)) or
-                 int(np.asarray(q_in.zero_point)) != int(np.asarray(q_out.zero_point))):
-            raise UnsupportedOpError(f"node {node.name!r}: a RELU after a CONV_2D between different quantisations "
-                                     "(xformer merges it into the conv) is not compiled as xformer does")
+            raise UnsupportedOpError(
+                f"node {node.name!r}: a {fn} with output zero point "
+                f"{int(np.asarray(q_out.zero_point))} that is not fused into a conv/depthwise/"
+                f"dense/avgpool which xformer converts (its input comes from {what}) is not "
+                "compiled as xformer does (xformer 1.4.2 drops it only when fused; not verified "
+                "otherwise)"
+            )
+        if (
+            fn == "relu"
+            and src in producer
+            and producer[src].op == "conv"
+            and not src.endswith(PRE_ACTIVATION)
+            and (
+                float(np.asarray(q_in.scale)) != float(np.asarray(q_out.scale))
+                or int(np.asarray(q_in.zero_point)) != int(np.asarray(q_out.zero_point))
+            )
+        ):
+            raise UnsupportedOpError(
+                f"node {node.name!r}: a RELU after a CONV_2D between different quantisations "
+                "(xformer merges it into the conv) is not compiled as xformer does"
+            )
 
 
-XS3Compiled.native = XS3Runtime.native | {"conv", "depthwise_conv", "dense", "mean", "add", "lut", "softmax", "mul",
-                                           "avgpool"}
+XS3Compiled.native = XS3Runtime.native | {
+    "conv",
+    "depthwise_conv",
+    "dense",
+    "mean",
+    "add",
+    "lut",
+    "softmax",
+    "mul",
+    "avgpool",
+}
 register("xs3-xformer", XS3Compiled)

@@ -85,17 +85,31 @@ def _xc_conv2d(target, attrs, p, x, return_acc: bool = False):
     out = tuple(attrs["out_shape"])
     ohw = (1, 1) if len(out) == 1 else out[:2]
     x = x.reshape(x.shape[0], *attrs["in_shape"])  # fully connected: the input as one pixel
-    common = dict(initial_shift=attrs["initial_shift"], final_shr=attrs["final_shr"], stride=attrs["stride"],
-                  pad_top_left=(0, 0), pad_value=0, out_shape=ohw, variant=target.variant)
+    common = dict(
+        initial_shift=attrs["initial_shift"],
+        final_shr=attrs["final_shr"],
+        stride=attrs["stride"],
+        pad_top_left=(0, 0),
+        pad_value=0,
+        out_shape=ohw,
+        variant=target.variant,
+    )
     if attrs["kernel_type"] == "depthwise":
-        y, acc = xs3.depthwise_conv2d(x, p["kernel"], p["multipliers"], p["biases"], return_accumulators=True,
-                                      **common)
+        y, acc = xs3.depthwise_conv2d(x, p["kernel"], p["multipliers"], p["biases"], return_accumulators=True, **common)
     else:
-        y, acc = xs3.conv2d(x, p["kernel"], p["multipliers"], p["biases"], dilation=attrs["dilation"],
-                            return_accumulators=True, **common)
+        y, acc = xs3.conv2d(
+            x,
+            p["kernel"],
+            p["multipliers"],
+            p["biases"],
+            dilation=attrs["dilation"],
+            return_accumulators=True,
+            **common,
+        )
     if attrs.get("transform", "group") == "channelwise":  # same accumulators, the §4.2 transform
-        y = xs3.otfn_int8_channelwise(acc, p["shifts"], p["multipliers"], p["biases"], final_shr=attrs["final_shr"],
-                                      variant=target.variant)
+        y = xs3.otfn_int8_channelwise(
+            acc, p["shifts"], p["multipliers"], p["biases"], final_shr=attrs["final_shr"], variant=target.variant
+        )
     return no_acc(_shaped(y, attrs), return_acc)
 
 
@@ -153,8 +167,15 @@ def _xc_lookup(target, attrs, p, x, return_acc: bool = False):
 @XS3Runtime.implements("xc_add", params=_stored)
 def _xc_add(target, attrs, p, x1, x2, return_acc: bool = False):
     """``add_elementwise`` (xs3.md §6.4) through :func:`hwjax.xs3.add_int8`."""
-    y = xs3.add_int8(x1, x2, multiplier0=attrs["multiplier1"], multiplier1=attrs["multiplier2"], bias=attrs["bias"],
-                     shift=attrs["shift"], variant=target.variant)
+    y = xs3.add_int8(
+        x1,
+        x2,
+        multiplier0=attrs["multiplier1"],
+        multiplier1=attrs["multiplier2"],
+        bias=attrs["bias"],
+        shift=attrs["shift"],
+        variant=target.variant,
+    )
     return no_acc(_shaped(y, attrs), return_acc)
 
 
@@ -163,8 +184,15 @@ def _xc_mean(target, attrs, p, x, return_acc: bool = False):
     """Float32 mean (deployed.md §2): ``S`` the exact int32 sum over the reduced axis, then
     ``clamp(rint(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)`` (each float32 operation
     rounded; an optimisation barrier keeps the product from fusing into an FMA)."""
-    y = mean_f32(x, attrs["outer"], attrs["reduced"], attrs["inner"], attrs["in_zero_point"],
-                 attrs["out_zero_point"], attrs["scale"])
+    y = mean_f32(
+        x,
+        attrs["outer"],
+        attrs["reduced"],
+        attrs["inner"],
+        attrs["in_zero_point"],
+        attrs["out_zero_point"],
+        attrs["scale"],
+    )
     return no_acc(_shaped(y, attrs), return_acc)
 
 

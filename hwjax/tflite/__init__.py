@@ -14,14 +14,16 @@ its names are still reachable here (``hwjax.tflite.fully_connected`` ...) with a
 
 import warnings as _warnings
 
-from hwjax.tflite._model import CHUNK_BYTES, RUNTIMES, SUPPORTED_OPS, Model, TensorInfo, batch_chunk, load
+from hwjax.graph import PRE_ACTIVATION  # (suffix of a fused activation's input tensor)
+from hwjax.tflite._import import TensorInfo
+from hwjax.tflite._model import CHUNK_BYTES, MODEL_RUNTIMES, RUNTIMES, SUPPORTED_OPS, Model, batch_chunk, load
 from hwjax.tflite._save import save
 from hwjax.tflite._cli import COMMANDS as CLI_COMMANDS
-from hwjax.tflite._import import PRE_ACTIVATION  # (suffix of a fused activation's input tensor)
 
 __all__ = [
     "CHUNK_BYTES",
     "CLI_COMMANDS",
+    "MODEL_RUNTIMES",
     "Model",
     "PRE_ACTIVATION",
     "RUNTIMES",

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
-from hwjax.tflite._model import RUNTIMES, Model, load
+from hwjax.tflite._model import MODEL_RUNTIMES, RUNTIMES, Model, load
 
 _INPUT_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -54,14 +54,17 @@ def read_input(path, model: Model) -> np.ndarray:
     if tuple(x.shape) == per:
         x = x[None]
     if x.ndim != len(per) + 1 or tuple(x.shape[1:]) != per or x.shape[0] < 1:
-        raise ShapeError(f"--input {str(path)!r}: shape {tuple(x.shape)}; the model takes (batch, "
-                         f"{', '.join(map(str, per))}) or ({', '.join(map(str, per))})")
+        raise ShapeError(
+            f"--input {str(path)!r}: shape {tuple(x.shape)}; the model takes (batch, "
+            f"{', '.join(map(str, per))}) or ({', '.join(map(str, per))})"
+        )
     if not np.issubdtype(x.dtype, np.integer):
         raise ShapeError(f"--input {str(path)!r}: dtype {x.dtype}; the model takes integer ({info.dtype}) values")
     lo, hi = _INPUT_RANGES[info.dtype]
     if x.size and (int(x.min()) < lo or int(x.max()) > hi):
-        raise RangeError(f"--input {str(path)!r}: values in [{int(x.min())}, {int(x.max())}] outside "
-                         f"{info.dtype} [{lo}, {hi}]")
+        raise RangeError(
+            f"--input {str(path)!r}: values in [{int(x.min())}, {int(x.max())}] outside {info.dtype} [{lo}, {hi}]"
+        )
     return x.astype(info.dtype)
 
 
@@ -81,8 +84,8 @@ class RunResult:
 def run_file(model_path, input_path, runtime: str = "reference") -> RunResult:
     """Runs ``.tflite`` file ``model_path`` on the ``.npy`` batch ``input_path``
     (:func:`read_input`) as ``runtime`` does (:meth:`Model.run`)."""
-    if runtime not in RUNTIMES:
-        raise RangeError(f"--runtime must be one of {RUNTIMES}, got {runtime!r}")
+    if runtime not in MODEL_RUNTIMES:
+        raise RangeError(f"--runtime must be one of {MODEL_RUNTIMES}, got {runtime!r}")
     model = read_model(model_path)
     x = read_input(input_path, model)
     y = np.asarray(model.run(x, runtime=runtime))
@@ -90,8 +93,11 @@ def run_file(model_path, input_path, runtime: str = "reference") -> RunResult:
 
 
 def _stats(a: np.ndarray) -> str:
-    return f"{tuple(a.shape)} {a.dtype}, values in [{int(a.min())}, {int(a.max())}]" if a.size else \
-        f"{tuple(a.shape)} {a.dtype}"
+    return (
+        f"{tuple(a.shape)} {a.dtype}, values in [{int(a.min())}, {int(a.max())}]"
+        if a.size
+        else f"{tuple(a.shape)} {a.dtype}"
+    )
 
 
 def format_run(r: RunResult, output: Optional[str] = None) -> str:

@@ -10,8 +10,16 @@ import numpy as np
 
 from hwjax.errors import FormatError, UnsupportedOpError
 from hwjax.graph import Node, Tensor
-from hwjax.tflite._import import PADDING, Builder, OpContext, bias_vector, converts, explicit_padding, same_quant, \
-    w_scales
+from hwjax.tflite._import import (
+    PADDING,
+    Builder,
+    OpContext,
+    bias_vector,
+    converts,
+    explicit_padding,
+    same_quant,
+    w_scales,
+)
 
 
 def _split_act(act):
@@ -39,15 +47,22 @@ def _fully_connected(b: Builder, op: OpContext) -> None:
     n, depth = (int(v) for v in w.data.shape)
     shape = b.tensors[x].shape
     if math.prod(shape) != depth:
-        raise UnsupportedOpError(f"{where}: input {b.ft[ins[0]].shape} holds {math.prod(shape)} values per example, "
-                                 f"the filter's depth is {depth}: only one row per example is supported")
+        raise UnsupportedOpError(
+            f"{where}: input {b.ft[ins[0]].shape} holds {math.prod(shape)} values per example, "
+            f"the filter's depth is {depth}: only one row per example is supported"
+        )
     if shape != (depth,):  # one row of the filter's depth: flatten first (as TFLite reads it)
         flat = x + ":rows"
         b.tensors[flat] = Tensor(flat, (depth,), b.tensors[x].dtype, b.tensors[x].quant)
         b.nodes.append(Node("flatten", (x,), (flat,), {}, None, name=flat))
         x = flat
-    params = jax.device_put({"kernel": np.asarray(w.data, np.int8), "bias": np.asarray(bias_vector(bias, n, where)),
-                            "w_scale": np.asarray(w_scales(w, n, 0, where))})  # (1,) per tensor: TFLite's float32 product
+    params = jax.device_put(
+        {
+            "kernel": np.asarray(w.data, np.int8),
+            "bias": np.asarray(bias_vector(bias, n, where)),
+            "w_scale": np.asarray(w_scales(w, n, 0, where)),
+        }
+    )  # (1,) per tensor: TFLite's float32 product
     fused, separate = _split_act(act)
     out_shape = tuple(b.ft[o].shape[1:])
     if out_shape == (n,):
@@ -88,8 +103,9 @@ def _conv(b: Builder, op: OpContext) -> None:
             raise FormatError(f"{where}: filter {w.data.shape} does not fit {c} input channels (1, kh, kw, C * M)")
         mult = w.data.shape[3] // c
         if op.option(3, "i", mult) not in (0, mult):  # the option, when written, must agree with the filter
-            raise FormatError(f"{where}: depth_multiplier {op.option(3, 'i', mult)} but filter {w.data.shape} for "
-                              f"{c} input channels")
+            raise FormatError(
+                f"{where}: depth_multiplier {op.option(3, 'i', mult)} but filter {w.data.shape} for {c} input channels"
+            )
         kern, n, axis = w.data[0], c * mult, 3
     else:
         if w.data.shape[3] != in_shape[2]:
@@ -98,8 +114,13 @@ def _conv(b: Builder, op: OpContext) -> None:
     ks = tuple(kern.shape[:2]) if dw else tuple(kern.shape[1:3])
     pads = explicit_padding(in_shape[:2], ks, stride, padding, dil)
     s = w_scales(w, n, axis, where)
-    params = jax.device_put({"kernel": np.asarray(kern, np.int8), "bias": np.asarray(bias_vector(bias, n, where)),
-                            "w_scale": np.broadcast_to(s, (n,)).astype(np.float32)})
+    params = jax.device_put(
+        {
+            "kernel": np.asarray(kern, np.int8),
+            "bias": np.asarray(bias_vector(bias, n, where)),
+            "w_scale": np.broadcast_to(s, (n,)).astype(np.float32),
+        }
+    )
     fused, separate = _split_act(act)
     attrs = {"kernel_size": ks, "stride": stride, "padding": pads, "activation": fused}
     if dil != (1, 1):
@@ -137,8 +158,9 @@ def _add(b: Builder, op: OpContext) -> None:
         raise FormatError(f"{where}: takes 2 inputs, got {len(ins)}")
     x1, x2 = b.act(ins[0], where), b.act(ins[1], where)
     if b.tensors[x1].shape != b.tensors[x2].shape:
-        raise UnsupportedOpError(f"{where}: broadcasting ADD ({b.ft[ins[0]].shape} + {b.ft[ins[1]].shape}) is "
-                                 "not supported")
+        raise UnsupportedOpError(
+            f"{where}: broadcasting ADD ({b.ft[ins[0]].shape} + {b.ft[ins[1]].shape}) is not supported"
+        )
     fused, separate = _split_act(op.activation(0))
     b.node("add", (x1, x2), o, {"activation": fused}, None, separate, where)
 
@@ -177,8 +199,9 @@ def _quantize(b: Builder, op: OpContext) -> None:
         x = b.float_input(op.inputs[0], where)
         out = b.ft[o]
         if out.dtype not in ("int8", "uint8"):
-            raise UnsupportedOpError(f"{where}: QUANTIZE float32 -> {out.dtype}: only int8 and uint8 outputs are "
-                                     "supported")
+            raise UnsupportedOpError(
+                f"{where}: QUANTIZE float32 -> {out.dtype}: only int8 and uint8 outputs are supported"
+            )
         b.node("quantize", (x,), o, {"dtype": out.dtype}, None, None, where)
         return
     x = b.act(op.inputs[0], where)

@@ -52,8 +52,10 @@ def _logistic(b: Builder, op: OpContext) -> None:
     x, o = _int8_io(b, op)
     s_out, z_out = _out_quant(b, o)
     if float(s_out) != SIGMOID_OUTPUT_SCALE:
-        raise UnsupportedOpError(f"{op.where}: output scale {float(s_out)!r} (zero point {z_out}); LiteRT's "
-                                 "LOGISTIC requires an output scale of exactly 1/256")
+        raise UnsupportedOpError(
+            f"{op.where}: output scale {float(s_out)!r} (zero point {z_out}); LiteRT's "
+            "LOGISTIC requires an output scale of exactly 1/256"
+        )
     b.node("lut", (x,), o, {"fn": "sigmoid"}, None, None, op.where)
 
 
@@ -65,8 +67,6 @@ def _tanh(b: Builder, op: OpContext) -> None:
     b.node("lut", (x,), o, {"fn": "tanh"}, None, None, op.where)
 
 
-
-
 @converts("SOFTMAX")
 def _softmax(b: Builder, op: OpContext) -> None:
     """SOFTMAX (option ``beta``) over the last axis -> ``softmax`` (``beta``, axis -1)."""
@@ -75,8 +75,10 @@ def _softmax(b: Builder, op: OpContext) -> None:
     s_in = np.float32(b.ft[op.inputs[0]].scale[0])
     s_out, z_out = _out_quant(b, o)
     if len(b.tensors[x].shape) < 1:
-        raise UnsupportedOpError(f"{op.where}: input {b.ft[op.inputs[0]].shape} has only the batch axis; "
-                                 "softmax over the batch axis is not supported")
+        raise UnsupportedOpError(
+            f"{op.where}: input {b.ft[op.inputs[0]].shape} has only the batch axis; "
+            "softmax over the batch axis is not supported"
+        )
     why = softmax_quant_error(s_in, beta, s_out, z_out)
     if why is not None:
         raise UnsupportedOpError(f"{op.where}: {why}")
@@ -92,14 +94,17 @@ def _int8_io_tensors(b: "S.FileBuilder", node) -> tuple:
     t_in, t_out = b.graph.tensor(node.inputs[0]), b.graph.tensor(node.outputs[0])
     for t in (t_in, t_out):
         if t.dtype != "int8":
-            raise UnsupportedOpError(f"{S.where(node)}: tensor {t.name!r} is {t.dtype}; {node.op} is written for int8 "
-                                     "only")
+            raise UnsupportedOpError(
+                f"{S.where(node)}: tensor {t.name!r} is {t.dtype}; {node.op} is written for int8 only"
+            )
     return t_in, t_out
 
 
 def _scalar_quant(t) -> tuple[np.float32, int]:
-    return (np.float32(np.asarray(t.quant.scale, np.float32).reshape(-1)[0]),
-            int(np.asarray(t.quant.zero_point).reshape(-1)[0]))
+    return (
+        np.float32(np.asarray(t.quant.scale, np.float32).reshape(-1)[0]),
+        int(np.asarray(t.quant.zero_point).reshape(-1)[0]),
+    )
 
 
 @S.writes("lut")
@@ -112,8 +117,10 @@ def _write_lut(b: "S.FileBuilder", node) -> None:
     if fn == "sigmoid":
         s_out, z_out = _scalar_quant(t_out)
         if float(s_out) != SIGMOID_OUTPUT_SCALE:
-            raise UnsupportedOpError(f"{S.where(node)}: output scale {float(s_out)!r} (zero point {z_out}); "
-                                     "LiteRT's LOGISTIC requires an output scale of exactly 1/256")
+            raise UnsupportedOpError(
+                f"{S.where(node)}: output scale {float(s_out)!r} (zero point {z_out}); "
+                "LiteRT's LOGISTIC requires an output scale of exactly 1/256"
+            )
     b.op("LOGISTIC" if fn == "sigmoid" else "TANH", [b.tensor(t_in.name)], [b.tensor(t_out.name)], version=2)
 
 

@@ -68,8 +68,10 @@ def _int_vector(b: Builder, i: int, where: str, what: str) -> np.ndarray:
 def _batch_one(b: Builder, i: int, where: str) -> tuple[int, ...]:
     shape = b.ft[i].shape
     if len(shape) < 1 or shape[0] != 1:
-        raise UnsupportedOpError(f"{where}: tensor {b.ft[i].name!r} has shape {shape}; a leading batch axis of 1 "
-                                 "is needed (batches replace it)")
+        raise UnsupportedOpError(
+            f"{where}: tensor {b.ft[i].name!r} has shape {shape}; a leading batch axis of 1 "
+            "is needed (batches replace it)"
+        )
     return tuple(shape[1:])
 
 
@@ -78,8 +80,9 @@ def _int8_act(b: Builder, i: int, where: str) -> str:
     verified for int8 only: uint8 raises UnsupportedOpError)."""
     x = b.act(i, where)
     if b.tensors[x].dtype != "int8":
-        raise UnsupportedOpError(f"{where}: tensor {b.ft[i].name!r} is {b.tensors[x].dtype}; this operator is "
-                                 "supported for int8 only")
+        raise UnsupportedOpError(
+            f"{where}: tensor {b.ft[i].name!r} is {b.tensors[x].dtype}; this operator is supported for int8 only"
+        )
     return x
 
 
@@ -112,11 +115,13 @@ def _pad(b: Builder, op: OpContext) -> None:
         v = b.const(ins[2], where, "constant value")
         to = b.ft[o]
         if v.dtype != to.dtype or v.data.size != 1:
-            raise FormatError(f"{where}: the constant value {v.name!r} must be one {to.dtype}, got {v.dtype} "
-                              f"{v.data.shape}")
+            raise FormatError(
+                f"{where}: the constant value {v.name!r} must be one {to.dtype}, got {v.dtype} {v.data.shape}"
+            )
         if v.scale is None or not (np.array_equal(v.scale, to.scale) and np.array_equal(v.zero_point, to.zero_point)):
-            raise UnsupportedOpError(f"{where}: the constant value's quantisation differs from the output's "
-                                     "(LiteRT requires them equal)")
+            raise UnsupportedOpError(
+                f"{where}: the constant value's quantisation differs from the output's (LiteRT requires them equal)"
+            )
         value = int(v.data.reshape(()))
     paddings = tuple((int(a), int(c)) for a, c in pads[1:])
     b.node("pad", (x,), o, {"paddings": paddings, "value": value}, None, None, where)
@@ -138,12 +143,14 @@ def _concatenation(b: Builder, op: OpContext) -> None:
     to = b.ft[o]
     for k, i in enumerate(ins):
         ti = b.ft[i]
-        if not (ti.dtype == to.dtype and np.array_equal(ti.scale, to.scale)
-                and np.array_equal(ti.zero_point, to.zero_point)):
+        if not (
+            ti.dtype == to.dtype and np.array_equal(ti.scale, to.scale) and np.array_equal(ti.zero_point, to.zero_point)
+        ):
             raise UnsupportedOpError(
                 f"{where}: input #{k} {ti.name!r} is quantised ({ti.scale}, {ti.zero_point}), the output "
                 f"({to.scale}, {to.zero_point}): LiteRT's int8 CONCATENATION requires equal quantisation "
-                "(its reference, optimized and XNNPACK paths all refuse to prepare such a model)")
+                "(its reference, optimized and XNNPACK paths all refuse to prepare such a model)"
+            )
     rank = len(b.ft[ins[0]].shape)
     b.node("concat", xs, o, {"axis": example_axis(axis, rank, where)}, None, None, where)
 
@@ -178,8 +185,9 @@ def _shape(b: Builder, op: OpContext) -> None:
     b.fold(op.one_output(), np.asarray(b.ft[op.inputs[0]].shape, np.int64))
 
 
-def strided_slice_1d(v: np.ndarray, begin, end, strides, begin_mask: int, end_mask: int,
-                     shrink_mask: int) -> np.ndarray:
+def strided_slice_1d(
+    v: np.ndarray, begin, end, strides, begin_mask: int, end_mask: int, shrink_mask: int
+) -> np.ndarray:
     """TFLite STRIDED_SLICE of a constant array (no ellipsis / new-axis masks): per axis
     ``i``, ``v[begin[i]:end[i]:strides[i]]`` with bit ``i`` of ``begin_mask`` /
     ``end_mask`` dropping the bound and of ``shrink_mask`` taking element ``begin[i]``
@@ -201,25 +209,32 @@ def _strided_slice(b: Builder, op: OpContext) -> None:
     if len(ins) != 4:
         raise FormatError(f"{where}: takes 4 inputs, got {len(ins)}")
     if not _foldable(b, ins[0]):
-        raise UnsupportedOpError(f"{where}: only int32 shape vectors are sliced (folded at import); slicing the "
-                                 f"computed {b.ft[ins[0]].dtype} tensor {b.ft[ins[0]].name!r} is not supported")
+        raise UnsupportedOpError(
+            f"{where}: only int32 shape vectors are sliced (folded at import); slicing the "
+            f"computed {b.ft[ins[0]].dtype} tensor {b.ft[ins[0]].name!r} is not supported"
+        )
     v = _int_vector(b, ins[0], where, "input")
     begin, end, strides = (_int_vector(b, i, where, w) for i, w in zip(ins[1:], ("begin", "end", "strides")))
     if not begin.shape == end.shape == strides.shape == (v.ndim,) or np.any(strides == 0):
-        raise FormatError(f"{where}: begin/end/strides {begin.tolist()}, {end.tolist()}, {strides.tolist()} do "
-                          f"not fit an input of rank {v.ndim}")
+        raise FormatError(
+            f"{where}: begin/end/strides {begin.tolist()}, {end.tolist()}, {strides.tolist()} do "
+            f"not fit an input of rank {v.ndim}"
+        )
     if op.option(2, "i", 0) or op.option(3, "i", 0) or op.option(5, "b", 0):
         raise UnsupportedOpError(f"{where}: ellipsis / new-axis masks and offset are not supported")
-    b.fold(o, strided_slice_1d(v, begin, end, strides, op.option(0, "i", 0), op.option(1, "i", 0),
-                               op.option(4, "i", 0)))
+    b.fold(
+        o, strided_slice_1d(v, begin, end, strides, op.option(0, "i", 0), op.option(1, "i", 0), op.option(4, "i", 0))
+    )
 
 
 @converts("PACK")
 def _pack(b: Builder, op: OpContext) -> None:
     where, ins, o = op.where, op.inputs, op.one_output()
     if not ins or not all(_foldable(b, i) for i in ins):
-        raise UnsupportedOpError(f"{where}: only int32 shape values are packed (folded at import); packing "
-                                 "computed activations is not supported")
+        raise UnsupportedOpError(
+            f"{where}: only int32 shape values are packed (folded at import); packing "
+            "computed activations is not supported"
+        )
     vals = [_int_vector(b, i, where, f"input #{k}") for k, i in enumerate(ins)]
     if len({v.shape for v in vals}) != 1:
         raise FormatError(f"{where}: inputs of shapes {[v.shape for v in vals]} cannot be packed")
@@ -246,15 +261,14 @@ def _mean(b: Builder, op: OpContext) -> None:
     b.node("mean", (x,), o, {"axes": axes, "keep_dims": keep, "count": count}, None, None, where)
 
 
-
-
 def _const_operand(b: Builder, i: int, out_rank: int, where: str) -> dict:
     """The portable parameters of a constant int8 MUL operand: its value with the file's
     batch axis dropped when it has one, and its (per-tensor) quantisation."""
     t = b.const(i, where, "operand")
     if t.dtype != "int8" or t.scale is None or t.scale.size != 1:
-        raise UnsupportedOpError(f"{where}: a constant operand must be int8 quantised per tensor, "
-                                 f"{t.name!r} is {t.dtype}")
+        raise UnsupportedOpError(
+            f"{where}: a constant operand must be int8 quantised per tensor, {t.name!r} is {t.dtype}"
+        )
     v = np.asarray(t.data)
     if v.ndim == out_rank:
         if v.shape[0] != 1:
@@ -262,8 +276,11 @@ def _const_operand(b: Builder, i: int, out_rank: int, where: str) -> dict:
         v = v[0]
     elif v.ndim > out_rank:
         raise FormatError(f"{where}: constant {t.name!r} of shape {v.shape} has more axes than the output")
-    return {"value": jnp.asarray(v, jnp.int8), "scale": jnp.float32(t.scale[0]),
-            "zero_point": jnp.int32(t.zero_point[0])}
+    return {
+        "value": jnp.asarray(v, jnp.int8),
+        "scale": jnp.float32(t.scale[0]),
+        "zero_point": jnp.int32(t.zero_point[0]),
+    }
 
 
 @converts("MUL")
@@ -294,8 +311,10 @@ def _mul(b: Builder, op: OpContext) -> None:
         scales = (b.ft[ins[0]].scale[0], b.ft[ins[1]].scale[0])
         node = ("mul", (x1, x2), None)
     if shapes[0] != shapes[1] and not mul_int16_safe(*scales, to.scale[0], to.zero_point[0]):
-        raise UnsupportedOpError(f"{where}: a broadcasting MUL whose products can overflow the int16 "
-                                 "intermediates of LiteRT's optimized kernel is not supported")
+        raise UnsupportedOpError(
+            f"{where}: a broadcasting MUL whose products can overflow the int16 "
+            "intermediates of LiteRT's optimized kernel is not supported"
+        )
     b.node(node[0], node[1], o, {"activation": act}, node[2], None, where)
 
 
@@ -325,9 +344,11 @@ def _keeps_quant(b: "S.FileBuilder", node: Node, ins, what: str) -> None:
     for name in ins:
         t = b.graph.tensor(name)
         if t.dtype != t_out.dtype or not S.same_quant(t.quant, t_out.quant):
-            raise UnsupportedOpError(f"{S.where(node)}: LiteRT's {what} keeps the quantisation; input {name!r} "
-                                     f"({t.dtype}, {t.quant}) and output {t_out.name!r} ({t_out.dtype}, "
-                                     f"{t_out.quant}) differ")
+            raise UnsupportedOpError(
+                f"{S.where(node)}: LiteRT's {what} keeps the quantisation; input {name!r} "
+                f"({t.dtype}, {t.quant}) and output {t_out.name!r} ({t_out.dtype}, "
+                f"{t_out.quant}) differ"
+            )
 
 
 @S.writes("pad")
@@ -344,8 +365,15 @@ def _write_pad(b: "S.FileBuilder", node: Node) -> None:
         b.op("PAD", ins, [b.tensor(t_out.name)], ("PadOptions", {}), version=2)
         return
     q = t_out.quant
-    ins.append(b.const(f"{node.name}/constant_value", np.asarray(int(value)), t_out.dtype,
-                       np.asarray(q.scale, np.float32).reshape(1), np.asarray(q.zero_point).reshape(1)))
+    ins.append(
+        b.const(
+            f"{node.name}/constant_value",
+            np.asarray(int(value)),
+            t_out.dtype,
+            np.asarray(q.scale, np.float32).reshape(1),
+            np.asarray(q.zero_point).reshape(1),
+        )
+    )
     b.op("PADV2", ins, [b.tensor(t_out.name)], ("PadV2Options", {}), version=2)
 
 
@@ -356,8 +384,13 @@ def _write_concat(b: "S.FileBuilder", node: Node) -> None:
     to prepare such an int8 CONCATENATION)."""
     _keeps_quant(b, node, node.inputs, "int8 CONCATENATION")
     axis = int(node.attrs["axis"]) + 1
-    b.op("CONCATENATION", [b.tensor(x) for x in node.inputs], [b.tensor(node.outputs[0])],
-         ("ConcatenationOptions", {"axis": axis, "fusedActivationFunction": 0}), version=2)
+    b.op(
+        "CONCATENATION",
+        [b.tensor(x) for x in node.inputs],
+        [b.tensor(node.outputs[0])],
+        ("ConcatenationOptions", {"axis": axis, "fusedActivationFunction": 0}),
+        version=2,
+    )
 
 
 def _int8_only(b: "S.FileBuilder", node: Node, names, what: str) -> None:
@@ -365,8 +398,9 @@ def _int8_only(b: "S.FileBuilder", node: Node, names, what: str) -> None:
     MUL and DEQUANTIZE read int8 only)."""
     for name in names:
         if b.graph.tensor(name).dtype != "int8":
-            raise UnsupportedOpError(f"{S.where(node)}: tensor {name!r} is {b.graph.tensor(name).dtype}; {what} is "
-                                     "written for int8 only")
+            raise UnsupportedOpError(
+                f"{S.where(node)}: tensor {name!r} is {b.graph.tensor(name).dtype}; {what} is written for int8 only"
+            )
 
 
 @S.writes("mean")
@@ -375,9 +409,13 @@ def _write_mean(b: "S.FileBuilder", node: Node) -> None:
     ``keepDims``. int8 only, as the converter (UnsupportedOpError otherwise)."""
     _int8_only(b, node, (*node.inputs, *node.outputs), "MEAN")
     axes = np.asarray([int(a) + 1 for a in node.attrs["axes"]], np.int32)
-    b.op("MEAN", [b.tensor(node.inputs[0]), b.const(f"{node.name}/axes", axes, "int32")],
-         [b.tensor(node.outputs[0])], ("ReducerOptions", {"keepDims": bool(node.attrs.get("keep_dims", False))}),
-         version=2)
+    b.op(
+        "MEAN",
+        [b.tensor(node.inputs[0]), b.const(f"{node.name}/axes", axes, "int32")],
+        [b.tensor(node.outputs[0])],
+        ("ReducerOptions", {"keepDims": bool(node.attrs.get("keep_dims", False))}),
+        version=2,
+    )
 
 
 def _write_mul_op(b: "S.FileBuilder", node: Node, ins: list, shapes, scales) -> None:
@@ -390,8 +428,10 @@ def _write_mul_op(b: "S.FileBuilder", node: Node, ins: list, shapes, scales) -> 
     q = b.graph.tensor(node.outputs[0]).quant
     s_out, z_out = np.float32(np.asarray(q.scale).reshape(-1)[0]), int(np.asarray(q.zero_point).reshape(-1)[0])
     if tuple(shapes[0]) != tuple(shapes[1]) and not mul_int16_safe(*scales, s_out, z_out):
-        raise UnsupportedOpError(f"{S.where(node)}: a broadcasting MUL ({tuple(shapes[0])} by {tuple(shapes[1])}) "
-                                 "whose products can overflow the int16 intermediates of LiteRT's optimized kernel")
+        raise UnsupportedOpError(
+            f"{S.where(node)}: a broadcasting MUL ({tuple(shapes[0])} by {tuple(shapes[1])}) "
+            "whose products can overflow the int16 intermediates of LiteRT's optimized kernel"
+        )
     b.op("MUL", ins, [out], ("MulOptions", {"fusedActivationFunction": act}), version=2)
 
 
@@ -399,8 +439,13 @@ def _write_mul_op(b: "S.FileBuilder", node: Node, ins: list, shapes, scales) -> 
 def _write_mul(b: "S.FileBuilder", node: Node) -> None:
     """``mul`` -> MUL of its two inputs in order, the ``activation`` fused."""
     t = [b.graph.tensor(x) for x in node.inputs]
-    _write_mul_op(b, node, [b.tensor(x) for x in node.inputs], [u.shape for u in t],
-                  [np.float32(np.asarray(u.quant.scale).reshape(-1)[0]) for u in t])
+    _write_mul_op(
+        b,
+        node,
+        [b.tensor(x) for x in node.inputs],
+        [u.shape for u in t],
+        [np.float32(np.asarray(u.quant.scale).reshape(-1)[0]) for u in t],
+    )
 
 
 @S.writes("square")
@@ -430,8 +475,9 @@ def _write_mul_const(b: "S.FileBuilder", node: Node) -> None:
     if value.ndim == len(b.graph.tensor(node.outputs[0]).shape):
         value = value[None]
     c = b.const(f"{node.name}/operand", value, "int8", scale.reshape(1), zero_point.reshape(1))
-    _write_mul_op(b, node, [b.tensor(node.inputs[0]), c], shapes,
-                  (np.float32(np.asarray(t_in.quant.scale).reshape(-1)[0]), scale))
+    _write_mul_op(
+        b, node, [b.tensor(node.inputs[0]), c], shapes, (np.float32(np.asarray(t_in.quant.scale).reshape(-1)[0]), scale)
+    )
 
 
 @S.writes("dequantize")
@@ -439,5 +485,3 @@ def _write_dequantize(b: "S.FileBuilder", node: Node) -> None:
     """``dequantize`` -> DEQUANTIZE of the int8 input into an unquantised float32 tensor."""
     _int8_only(b, node, node.inputs, "DEQUANTIZE")
     b.op("DEQUANTIZE", [b.tensor(node.inputs[0])], [b.float_tensor(node.outputs[0])], version=2)
-
-

@@ -21,9 +21,11 @@ from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, Shape
 from hwjax.graph import Graph, jit_run, lower
 from hwjax.tflite import _convert, _convert_nonlinear, _convert_tensor, _xcore  # noqa: F401  (register converters)
 from hwjax.tflite._import import NP as _NP
-from hwjax.tflite._import import TensorInfo, read, supported_ops
+from hwjax.tflite._import import read, supported_ops
 
 RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
+#: every runtime name :meth:`Model.run` takes: the LiteRT/TFLM ones and ``"xs3"`` (xcore.ai)
+MODEL_RUNTIMES = (*RUNTIMES, "xs3")
 #: int32 bytes of the largest intermediate tensor one chunk of examples may hold: larger
 #: batches run as consecutive chunks inside one program (:func:`hwjax.graph.jit_run`), so
 #: every node's buffers stay cache-sized (see :func:`batch_chunk`)
@@ -44,13 +46,16 @@ def batch_chunk(graph: Graph) -> int:
     128 / 512 138.6k / 143.0k. Chunking changes no value: every example is computed alone.
     """
     if not isinstance(graph, Graph):
-        raise ArgTypeError(f"graph must be a hwjax.graph.Graph (e.g. Model.lowered(runtime)), got "
-                           f"{type(graph).__name__}")
+        raise ArgTypeError(
+            f"graph must be a hwjax.graph.Graph (e.g. Model.lowered(runtime)), got {type(graph).__name__}"
+        )
     biggest = max((math.prod(t.shape) for t in graph.tensors.values()), default=1)
     chunk = 1024
     while chunk > 8 and chunk * biggest * 4 > CHUNK_BYTES:
         chunk //= 2
     return chunk
+
+
 #: TFLite operators :func:`load` reads (``CUSTOM(name)`` for custom operators)
 SUPPORTED_OPS = supported_ops()
 
@@ -72,8 +77,10 @@ class Model:
         self._lowered: dict[Any, Graph] = {}
 
     def __repr__(self):
-        return f"Model({len(self.graph.nodes)} nodes, inputs {[i.shape for i in self.inputs]}, " \
-               f"outputs {[o.shape for o in self.outputs]})"
+        return (
+            f"Model({len(self.graph.nodes)} nodes, inputs {[i.shape for i in self.inputs]}, "
+            f"outputs {[o.shape for o in self.outputs]})"
+        )
 
     def target(self, runtime):
         from hwjax.targets import Target, get
@@ -91,7 +98,7 @@ class Model:
                     self._xs3 = get("xs3-xformer", variant="host")
             return self._xs3
         if runtime not in RUNTIMES:
-            raise RangeError(f"runtime must be one of {RUNTIMES} or a hwjax.targets.Target, got {runtime!r}")
+            raise RangeError(f"runtime must be one of {MODEL_RUNTIMES} or a hwjax.targets.Target, got {runtime!r}")
         return get("tflite", runtime=runtime)
 
     def lowered(self, runtime="reference") -> Graph:
@@ -128,8 +135,10 @@ class Model:
         arrays = []
         for info, a in zip(self.inputs, xs):
             if info.dtype == "float32" and getattr(a, "dtype", None) == np.float64:
-                raise ArgTypeError(f"input {info.name!r} is float32: pass a float32 array, got float64 (round it "
-                                "explicitly with astype(np.float32))")
+                raise ArgTypeError(
+                    f"input {info.name!r} is float32: pass a float32 array, got float64 (round it "
+                    "explicitly with astype(np.float32))"
+                )
             # host data stays a NumPy array (checked here, converted inside the compiled
             # run): no eager device program per input shape and dtype
             if not isinstance(a, (jax.Array, np.ndarray, np.generic)):  # a list: Python floats are float32
@@ -138,12 +147,14 @@ class Model:
             a = a if isinstance(a, jax.Array) else np.asarray(a)
             per = tuple(info.shape[1:])
             if a.ndim != len(per) + 1 or tuple(a.shape[1:]) != per:
-                raise ShapeError(f"input {info.name!r} must have shape (batch, {', '.join(map(str, per))}), "
-                                 f"got {tuple(a.shape)}")
+                raise ShapeError(
+                    f"input {info.name!r} must have shape (batch, {', '.join(map(str, per))}), got {tuple(a.shape)}"
+                )
             if info.dtype == "float32":
                 if not jnp.issubdtype(a.dtype, jnp.floating) or a.dtype.itemsize > 4:
-                    raise ArgTypeError(f"input {info.name!r} is float32: pass a float32 (or float16/bfloat16) array, "
-                                    f"got {a.dtype}")
+                    raise ArgTypeError(
+                        f"input {info.name!r} is float32: pass a float32 (or float16/bfloat16) array, got {a.dtype}"
+                    )
                 V.check_finite(a, f"input {info.name!r}")
                 arrays.append(a)
                 continue
@@ -156,8 +167,14 @@ class Model:
                     raise RangeError(f"input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
             arrays.append(a)
         kinds = tuple(info.dtype for info in self.inputs)
-        res = _run_file(g, tuple(arrays), in_dtypes=kinds, out_dtypes=tuple(info.dtype for info in self.outputs),
-                        intermediates=intermediates, chunk=None if intermediates else batch_chunk(g))
+        res = _run_file(
+            g,
+            tuple(arrays),
+            in_dtypes=kinds,
+            out_dtypes=tuple(info.dtype for info in self.outputs),
+            intermediates=intermediates,
+            chunk=None if intermediates else batch_chunk(g),
+        )
         out = res[0] if intermediates else res
         y = out[0] if len(out) == 1 else out
         return (y, res[1]) if intermediates else y

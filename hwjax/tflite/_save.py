@@ -48,7 +48,7 @@ from hwjax.graph import PRE_ACTIVATION, Graph, Node, Quant
 #: TFLite ``ActivationFunctionType`` codes of the graph's activation functions
 ACTIVATION_CODES = {None: 0, "relu": 1, "relu_n1_to_1": 2, "relu6": 3}
 _TENSOR_TYPES = {"float32": "FLOAT32", "int32": "INT32", "uint8": "UINT8", "int8": "INT8", "int16": "INT16"}
-_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2 ** 31), 2 ** 31 - 1)}
+_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
 #: metadata entries :func:`save` does not copy: they refer to the original file's tensor indices
 DROPPED_METADATA = ("OfflineMemoryAllocation",)
 
@@ -59,9 +59,11 @@ def _schema():
         import flatbuffers
         import ai_edge_litert.schema_py_generated as schema
     except ImportError as e:
-        raise ImportError("hwjax.tflite.save needs the 'flatbuffers' and 'ai-edge-litert' packages "
-                          "(pip install ai-edge-litert, which brings flatbuffers; or the hwjax 'test' extra): "
-                          f"{e}") from None
+        raise ImportError(
+            "hwjax.tflite.save needs the 'flatbuffers' and 'ai-edge-litert' packages "
+            "(pip install ai-edge-litert, which brings flatbuffers; or the hwjax 'test' extra): "
+            f"{e}"
+        ) from None
     return schema, flatbuffers
 
 
@@ -111,8 +113,11 @@ def same_quant(a: Optional[Quant], b: Optional[Quant]) -> bool:
     """Both quantisations are None, or both have equal axis, scales and zero points."""
     if a is None or b is None:
         return a is b
-    return (a.axis == b.axis and np.array_equal(np.asarray(a.scale), np.asarray(b.scale))
-            and np.array_equal(np.asarray(a.zero_point), np.asarray(b.zero_point)))
+    return (
+        a.axis == b.axis
+        and np.array_equal(np.asarray(a.scale), np.asarray(b.scale))
+        and np.array_equal(np.asarray(a.zero_point), np.asarray(b.zero_point))
+    )
 
 
 def fusion_plan(graph: Graph) -> dict[str, Node]:
@@ -125,10 +130,16 @@ def fusion_plan(graph: Graph) -> dict[str, Node]:
         pre, out = node.inputs[0], node.outputs[0]
         producer = graph.producer(pre)
         entry = _WRITERS.get(producer.op) if producer is not None else None
-        if (pre == out + PRE_ACTIVATION and entry is not None and node.attrs["fn"] in entry.fuses
-                and producer.attrs.get("activation") is None and pre not in graph.outputs
-                and [c.name for c in graph.consumers(pre)] == [node.name] and len(producer.outputs) == 1
-                and same_quant(graph.tensors[pre].quant, graph.tensors[out].quant)):
+        if (
+            pre == out + PRE_ACTIVATION
+            and entry is not None
+            and node.attrs["fn"] in entry.fuses
+            and producer.attrs.get("activation") is None
+            and pre not in graph.outputs
+            and [c.name for c in graph.consumers(pre)] == [node.name]
+            and len(producer.outputs) == 1
+            and same_quant(graph.tensors[pre].quant, graph.tensors[out].quant)
+        ):
             plan[producer.name] = node
     return plan
 
@@ -190,8 +201,9 @@ class FileBuilder:
             return self._index[name]
         t = self.graph.tensor(name)
         if t.dtype != "float32" or t.quant is not None:
-            raise UnsupportedOpError(f"tensor {name!r} is {t.dtype} with quantisation {t.quant}; an unquantised "
-                                     "float32 tensor is expected")
+            raise UnsupportedOpError(
+                f"tensor {name!r} is {t.dtype} with quantisation {t.quant}; an unquantised float32 tensor is expected"
+            )
         self._index[name] = self._add(name, (1, *t.shape), "float32", 0)
         return self._index[name]
 
@@ -222,8 +234,15 @@ class FileBuilder:
         return self.tensor(node.outputs[0]), ACTIVATION_CODES[node.attrs.get("activation")]
 
     # -- operators
-    def op(self, name: str, inputs, outputs, options: Optional[tuple[str, dict]] = None, version: int = 1,
-           custom_options: Optional[bytes] = None) -> None:
+    def op(
+        self,
+        name: str,
+        inputs,
+        outputs,
+        options: Optional[tuple[str, dict]] = None,
+        version: int = 1,
+        custom_options: Optional[bytes] = None,
+    ) -> None:
         """Appends operator ``name`` (a builtin such as ``"CONV_2D"`` or ``"CUSTOM(name)"``)
         reading and writing file tensors; ``options`` is ``(OptionsTableName, fields)``
         (e.g. ``("AddOptions", {"fusedActivationFunction": 3})``)."""
@@ -339,8 +358,10 @@ def padding_name(node: Node, in_hw, window, stride, padding, dilation=(1, 1)) ->
         return 0
     if pads == ((0, 0), (0, 0)):
         return 1
-    raise UnsupportedOpError(f"{where(node)}: padding {pads} is neither TFLite SAME nor VALID for input "
-                             f"{tuple(in_hw)}, window {tuple(window)} and stride {tuple(stride)}")
+    raise UnsupportedOpError(
+        f"{where(node)}: padding {pads} is neither TFLite SAME nor VALID for input "
+        f"{tuple(in_hw)}, window {tuple(window)} and stride {tuple(stride)}"
+    )
 
 
 def _int_pair(v) -> tuple[int, int]:
@@ -359,8 +380,13 @@ def _dense(b: FileBuilder, node: Node) -> None:
     s_w = weight_scales(node, n, False)
     w = b.const(f"{node.name}/kernel", integer_param(node, "kernel", (n, n_in)), "int8", s_w, np.zeros(s_w.shape), 0)
     out, act = b.output(node)
-    b.op("FULLY_CONNECTED", [b.tensor(node.inputs[0]), w, _bias(b, node, n, s_w)], [out],
-         ("FullyConnectedOptions", {"fusedActivationFunction": act}), version=4 if s_w.size > 1 else 1)
+    b.op(
+        "FULLY_CONNECTED",
+        [b.tensor(node.inputs[0]), w, _bias(b, node, n, s_w)],
+        [out],
+        ("FullyConnectedOptions", {"fusedActivationFunction": act}),
+        version=4 if s_w.size > 1 else 1,
+    )
 
 
 @writes("conv", "depthwise_conv", fuses=("relu6", "relu_n1_to_1"))
@@ -371,8 +397,14 @@ def _conv(b: FileBuilder, node: Node) -> None:
     dil = _int_pair(node.attrs.get("dilation", (1, 1)))
     pad = padding_name(node, (h, w_), (kh, kw), stride, node.attrs["padding"], dil)
     out, act = b.output(node)
-    fields = {"padding": pad, "strideH": stride[0], "strideW": stride[1], "fusedActivationFunction": act,
-              "dilationHFactor": dil[0], "dilationWFactor": dil[1]}
+    fields = {
+        "padding": pad,
+        "strideH": stride[0],
+        "strideW": stride[1],
+        "fusedActivationFunction": act,
+        "dilationHFactor": dil[0],
+        "dilationWFactor": dil[1],
+    }
     if node.op == "depthwise_conv":
         mult = int(node.attrs.get("depth_multiplier", 1))
         n = c * mult
@@ -398,11 +430,27 @@ def _pool_op(b: FileBuilder, node: Node, fn: str, padding) -> None:
     out, act = b.output(node)
     out_name = b.tensors[out].name
     if not same_quant(t_in.quant, b.graph.tensor(out_name).quant):
-        raise UnsupportedOpError(f"{where(node)}: TFLite pools keep the quantisation; input {node.inputs[0]!r} and "
-                                 f"output {out_name!r} differ")
-    b.op("AVERAGE_POOL_2D" if fn == "avg" else "MAX_POOL_2D", [b.tensor(node.inputs[0])], [out],
-         ("Pool2DOptions", {"padding": pad, "strideH": stride[0], "strideW": stride[1], "filterHeight": window[0],
-                            "filterWidth": window[1], "fusedActivationFunction": act}), version=2)
+        raise UnsupportedOpError(
+            f"{where(node)}: TFLite pools keep the quantisation; input {node.inputs[0]!r} and "
+            f"output {out_name!r} differ"
+        )
+    b.op(
+        "AVERAGE_POOL_2D" if fn == "avg" else "MAX_POOL_2D",
+        [b.tensor(node.inputs[0])],
+        [out],
+        (
+            "Pool2DOptions",
+            {
+                "padding": pad,
+                "strideH": stride[0],
+                "strideW": stride[1],
+                "filterHeight": window[0],
+                "filterWidth": window[1],
+                "fusedActivationFunction": act,
+            },
+        ),
+        version=2,
+    )
 
 
 @writes("maxpool", "avgpool", fuses=_ALL_ACTS)
@@ -418,8 +466,13 @@ def _padded_pool(b: FileBuilder, node: Node) -> None:
 @writes("add", fuses=("relu6", "relu_n1_to_1"))
 def _add(b: FileBuilder, node: Node) -> None:
     out, act = b.output(node)
-    b.op("ADD", [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])], [out],
-         ("AddOptions", {"fusedActivationFunction": act}), version=2)
+    b.op(
+        "ADD",
+        [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])],
+        [out],
+        ("AddOptions", {"fusedActivationFunction": act}),
+        version=2,
+    )
 
 
 @writes("activation")
@@ -436,8 +489,10 @@ def _requantize(b: FileBuilder, node: Node) -> None:
 def _reshape(b: FileBuilder, node: Node) -> None:
     t_in, t_out = b.graph.tensor(node.inputs[0]), b.graph.tensor(node.outputs[0])
     if not same_quant(t_in.quant, t_out.quant) or t_in.dtype != t_out.dtype:
-        raise UnsupportedOpError(f"{where(node)}: TFLite RESHAPE keeps the quantisation; input {t_in.name!r} and "
-                                 f"output {t_out.name!r} differ")
+        raise UnsupportedOpError(
+            f"{where(node)}: TFLite RESHAPE keeps the quantisation; input {t_in.name!r} and "
+            f"output {t_out.name!r} differ"
+        )
     shape = [1, *(int(d) for d in t_out.shape)]
     shape_t = b.const(f"{node.name}/shape", np.asarray(shape, np.int32), "int32")
     b.op("RESHAPE", [b.tensor(t_in.name), shape_t], [b.tensor(t_out.name)], ("ReshapeOptions", {"newShape": shape}))
@@ -452,8 +507,10 @@ def to_bytes(graph: Graph, metadata: Optional[dict] = None) -> bytes:
     if not isinstance(graph, Graph):
         raise ArgTypeError(f"expected a hwjax.graph.Graph, got {type(graph).__name__}")
     if graph.target is not None:
-        raise FormatError(f"the graph is lowered for {graph.target.name}; save needs a portable graph "
-                          "(graph.target is None), e.g. Model.graph")
+        raise FormatError(
+            f"the graph is lowered for {graph.target.name}; save needs a portable graph "
+            "(graph.target is None), e.g. Model.graph"
+        )
     graph.validate()
     missing = sorted({n.op for n in graph.nodes} - set(_WRITERS))
     if missing:

@@ -6,8 +6,7 @@ xformer stores each XC operator's options as a flexbuffer map; ``XC_conv2d_v2`` 
 *strings*. :func:`flex_loads` reads the map (strings and blobs as ``bytes``); the
 converters below decode the structs, recover the geometry (kernel size, strides,
 dilation) and the original kernel from the reordered weight blob, and add ``xc_*``
-graph nodes (:mod:`hwjax.graph.ops.xcore`; ``xc_concat``, ``xc_mul`` and ``xc_softmax``
-are registered below). Anything they do not understand raises
+graph nodes (the ``xc_*`` op kinds of :mod:`hwjax.graph.ops.xcore`). Anything they do not understand raises
 :class:`hwjax.errors.UnsupportedOpError` or :class:`hwjax.errors.FormatError` naming the
 operator.
 
@@ -36,7 +35,7 @@ _BW = {1: 0, 2: 1, 4: 2, 8: 3}
 def _uint(b: bytes, at: int, w: int) -> int:
     if at < 0 or at + w > len(b):
         raise FormatError(f"flexbuffer reference at byte {at} lies outside the {len(b)}-byte buffer")
-    return int.from_bytes(b[at:at + w], "little", signed=False)
+    return int.from_bytes(b[at : at + w], "little", signed=False)
 
 
 def _int(b: bytes, at: int, w: int) -> int:
@@ -48,7 +47,7 @@ def _float(b: bytes, at: int, w: int) -> float:
     if w not in (4, 8):
         raise FormatError(f"flexbuffer float of {w} bytes")
     _uint(b, at, w)
-    return struct.unpack("<f" if w == 4 else "<d", b[at:at + w])[0]
+    return struct.unpack("<f" if w == 4 else "<d", b[at : at + w])[0]
 
 
 def _value(b: bytes, at: int, parent_w: int, packed: int):
@@ -69,7 +68,7 @@ def _value(b: bytes, at: int, parent_w: int, packed: int):
         return b[target:end].decode("utf-8", "replace")
     if t in (5, 25):  # string (raw bytes: xformer stores binary structs in strings), blob
         n = _uint(b, target - w, w)
-        return bytes(b[target:target + n])
+        return bytes(b[target : target + n])
     if t in (9, 10):  # map, vector
         n = _uint(b, target - w, w)
         vals = [_value(b, target + i * w, w, _uint(b, target + n * w + i, 1)) for i in range(n)]
@@ -165,7 +164,7 @@ def _check_regions(op: OpContext, regions: list, out_hw, groups: int) -> None:
         h0, h1, w0, w1, g0, g1, ch_off, _, _, in_off = r
         if (g0, g1, ch_off, in_off) != (0, groups, 0, 0):
             raise UnsupportedOpError(f"{op.where}: kernel region {r} splits channels or offsets tensors")
-        cover[max(h0, 0):h1, max(w0, 0):w1] += 1
+        cover[max(h0, 0) : h1, max(w0, 0) : w1] += 1
     if not np.all(cover == 1):
         raise UnsupportedOpError(f"{op.where}: the kernel regions {regions} do not tile the {out_hw} output once")
 
@@ -183,16 +182,16 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
         raise UnsupportedOpError(f"{where}: kernel type {k} is not supported (supported: {KERNEL_TYPES})")
     transform = OUTPUT_TRANSFORMS.get(_int_option(op, opts, "t"))
     if transform is None:
-        raise UnsupportedOpError(f"{where}: output transform type {opts['t']} is not supported (supported: "
-                                 f"{OUTPUT_TRANSFORMS})")
+        raise UnsupportedOpError(
+            f"{where}: output transform type {opts['t']} is not supported (supported: {OUTPUT_TRANSFORMS})"
+        )
     if len(ins) < 3:
         raise FormatError(f"{where}: takes at least 3 inputs (data, weights, multipliers/biases), got {len(ins)}")
     kind = KERNEL_TYPES[k]
     x = b.act(ins[0], where)
     w_t, mb_t = b.const(ins[1], where, "weights"), b.const(ins[2], where, "multipliers/biases")
     if w_t.dtype != "int8" or mb_t.dtype != "int16":
-        raise FormatError(f"{where}: weights must be int8 and multipliers/biases int16, got {w_t.dtype}, "
-                          f"{mb_t.dtype}")
+        raise FormatError(f"{where}: weights must be int8 and multipliers/biases int16, got {w_t.dtype}, {mb_t.dtype}")
     in_shape = b.tensors[x].shape
     hwc = (1, 1, in_shape[0]) if len(in_shape) == 1 else tuple(in_shape)
     out = b.ft[o]
@@ -243,8 +242,10 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
             if (dr, dc) != (1, 1):
                 raise UnsupportedOpError(f"{where}: depthwise dilation {(dr, dc)} is not supported")
     if (OH, OW) != ((H - dr * (kh - 1) - 1) // sr + 1, (W - dc * (kw - 1) - 1) // sc + 1):
-        raise FormatError(f"{where}: a {kh}x{kw} kernel, strides {(sr, sc)}, dilation {(dr, dc)} on "
-                          f"{(H, W)} does not give the {(OH, OW)} output")
+        raise FormatError(
+            f"{where}: a {kh}x{kw} kernel, strides {(sr, sc)}, dilation {(dr, dc)} on "
+            f"{(H, W)} does not give the {(OH, OW)} output"
+        )
     regions = opts["p"] if isinstance(opts["p"], list) else [opts["p"]]
     _check_regions(op, [_struct(op, {"p": r}, "p", _AK) for r in regions], (OH, OW), -(-CO // 16))
     blob = np.asarray(w_t.data, np.int8).reshape(-1)
@@ -252,7 +253,7 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
         groups = -(-C // 16)
         if blob.size != groups * kh * kw * 16 + 16:
             raise FormatError(f"{where}: depthwise weight blob of {blob.size} bytes for a {kh}x{kw}x{C} kernel")
-        kernel = blob[:groups * kh * kw * 16].reshape(groups, kh, kw, 16).transpose(1, 2, 0, 3)
+        kernel = blob[: groups * kh * kw * 16].reshape(groups, kh, kw, 16).transpose(1, 2, 0, 3)
         kernel = kernel.reshape(kh, kw, groups * 16)[..., :C]
     else:
         try:
@@ -265,11 +266,22 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
     if mb.size < (2 if transform == "group" else 3) * CO:
         raise FormatError(f"{where}: multiplier/bias blob of {mb.size} values for {CO} channels")
     ot = deserialise_output_transform(mb, CO, with_leading=transform == "channelwise")
-    attrs = {"kernel_type": kind, "transform": transform, "in_shape": hwc, "kernel_size": (kh, kw),
-             "stride": (sr, sc), "dilation": (dr, dc),
-             "initial_shift": int(initial_shift), "final_shr": int(final_shr), "out_shape": out_shape}
-    params = {"kernel": jnp.asarray(kernel, jnp.int8), "multipliers": jnp.asarray(ot["multipliers"], jnp.int32),
-              "biases": jnp.asarray(ot["biases"], jnp.int32)}
+    attrs = {
+        "kernel_type": kind,
+        "transform": transform,
+        "in_shape": hwc,
+        "kernel_size": (kh, kw),
+        "stride": (sr, sc),
+        "dilation": (dr, dc),
+        "initial_shift": int(initial_shift),
+        "final_shr": int(final_shr),
+        "out_shape": out_shape,
+    }
+    params = {
+        "kernel": jnp.asarray(kernel, jnp.int8),
+        "multipliers": jnp.asarray(ot["multipliers"], jnp.int32),
+        "biases": jnp.asarray(ot["biases"], jnp.int32),
+    }
     if transform == "channelwise":  # per-channel VLSAT shifts, read as uint16
         params["shifts"] = jnp.asarray(ot["leading"].view(np.uint16), jnp.int32)
     b.node("xc_conv2d", (x,), o, attrs, params, None, where)
@@ -287,10 +299,15 @@ def _pad(b: Builder, op: OpContext) -> None:
     where, o = op.where, op.one_output()
     opts = _options(op, ("s", "p", "l", "n", "e", "z"), ("v",))
     x = b.act(op.inputs[0], where)
-    attrs = {"start": _int_option(op, opts, "s"), "pad": _int_option(op, opts, "p"),
-             "length": _int_option(op, opts, "l"), "copies": _int_option(op, opts, "n"),
-             "end": _int_option(op, opts, "e"), "value": _replicated_byte(op, _int_option(op, opts, "z"), "z"),
-             "out_shape": _out_shape(b, o)}
+    attrs = {
+        "start": _int_option(op, opts, "s"),
+        "pad": _int_option(op, opts, "p"),
+        "length": _int_option(op, opts, "l"),
+        "copies": _int_option(op, opts, "n"),
+        "end": _int_option(op, opts, "e"),
+        "value": _replicated_byte(op, _int_option(op, opts, "z"), "z"),
+        "out_shape": _out_shape(b, o),
+    }
     if min(attrs["start"], attrs["pad"], attrs["length"], attrs["copies"], attrs["end"]) < 0:
         raise FormatError(f"{where}: negative sizes in {opts}")
     b.node("xc_pad", (x,), o, attrs, None, None, where)
@@ -315,12 +332,21 @@ def _slice(b: Builder, op: OpContext) -> None:
     x = b.act(op.inputs[0], where)
     s, stride, length, n = (_int_option(op, opts, k) for k in ("s", "o", "l", "n"))
     size = int(np.prod(b.tensors[x].shape))
-    if min(s, stride, length, n) < 0 or (n and s + (n - 1) * stride + length > size) or \
-            n * length != int(np.prod(_out_shape(b, o))):
-        raise FormatError(f"{where}: slice {opts} does not fit input {b.tensors[x].shape} / output "
-                          f"{_out_shape(b, o)}")
-    b.node("xc_slice", (x,), o, {"start": s, "stride": stride, "length": length, "copies": n,
-                                 "out_shape": _out_shape(b, o)}, None, None, where)
+    if (
+        min(s, stride, length, n) < 0
+        or (n and s + (n - 1) * stride + length > size)
+        or n * length != int(np.prod(_out_shape(b, o)))
+    ):
+        raise FormatError(f"{where}: slice {opts} does not fit input {b.tensors[x].shape} / output {_out_shape(b, o)}")
+    b.node(
+        "xc_slice",
+        (x,),
+        o,
+        {"start": s, "stride": stride, "length": length, "copies": n, "out_shape": _out_shape(b, o)},
+        None,
+        None,
+        where,
+    )
 
 
 @converts("CUSTOM(XC_no_op)")
@@ -364,9 +390,13 @@ def _add(b: Builder, op: OpContext) -> None:
     x1, x2 = b.act(op.inputs[0], where), b.act(op.inputs[1], where)
     if b.tensors[x1].shape != b.tensors[x2].shape:
         raise UnsupportedOpError(f"{where}: inputs {b.tensors[x1].shape} and {b.tensors[x2].shape} differ")
-    attrs = {"multiplier1": _int_option(op, opts, "m1"), "multiplier2": _int_option(op, opts, "m2"),
-             "bias": _int_option(op, opts, "bias"), "shift": _int_option(op, opts, "shift"),
-             "out_shape": _out_shape(b, o)}
+    attrs = {
+        "multiplier1": _int_option(op, opts, "m1"),
+        "multiplier2": _int_option(op, opts, "m2"),
+        "bias": _int_option(op, opts, "bias"),
+        "shift": _int_option(op, opts, "shift"),
+        "out_shape": _out_shape(b, o),
+    }
     b.node("xc_add", (x1, x2), o, attrs, None, None, where)
 
 
@@ -376,14 +406,33 @@ def _mean(b: Builder, op: OpContext) -> None:
     opts = _options(op, ("s", "m", "e", "i", "o", "sm"))
     x = b.act(op.inputs[0], where)
     outer, reduced, inner = (_int_option(op, opts, k) for k in ("s", "m", "e"))
-    if outer * reduced * inner != int(np.prod(b.tensors[x].shape)) or \
-            outer * inner != int(np.prod(_out_shape(b, o))) or reduced < 1:
-        raise FormatError(f"{where}: mean sizes ({outer}, {reduced}, {inner}) do not fit input "
-                          f"{b.tensors[x].shape} / output {_out_shape(b, o)}")
+    if (
+        outer * reduced * inner != int(np.prod(b.tensors[x].shape))
+        or outer * inner != int(np.prod(_out_shape(b, o)))
+        or reduced < 1
+    ):
+        raise FormatError(
+            f"{where}: mean sizes ({outer}, {reduced}, {inner}) do not fit input "
+            f"{b.tensors[x].shape} / output {_out_shape(b, o)}"
+        )
     f32 = {k: float(np.float32(opts[k])) for k in ("i", "o", "sm")}
-    b.node("xc_mean", (x,), o, {"outer": outer, "reduced": reduced, "inner": inner, "in_zero_point": f32["i"],
-                                "out_zero_point": f32["o"], "scale": f32["sm"], "out_shape": _out_shape(b, o)},
-           None, None, where)
+    b.node(
+        "xc_mean",
+        (x,),
+        o,
+        {
+            "outer": outer,
+            "reduced": reduced,
+            "inner": inner,
+            "in_zero_point": f32["i"],
+            "out_zero_point": f32["o"],
+            "scale": f32["sm"],
+            "out_shape": _out_shape(b, o),
+        },
+        None,
+        None,
+        where,
+    )
 
 
 @converts("CUSTOM(XC_maxpool2d)")
@@ -404,8 +453,7 @@ def _maxpool(b: Builder, op: OpContext) -> None:
         raise FormatError(f"{where}: a {kh}x{kw} window, strides {(sr, sc)} on {(H, W)} does not give {(OH, OW)}")
     regions = opts["p"] if isinstance(opts["p"], list) else [opts["p"]]
     _check_regions(op, [_struct(op, {"p": r}, "p", _AK) for r in regions], (OH, OW), -(-C // 16))
-    b.node("xc_maxpool2d", (x,), o, {"window": (kh, kw), "stride": (sr, sc), "out_shape": out_shape}, None, None,
-           where)
+    b.node("xc_maxpool2d", (x,), o, {"window": (kh, kw), "stride": (sr, sc), "out_shape": out_shape}, None, None, where)
 
 
 @converts("CUSTOM(XC_concat)")
@@ -423,14 +471,22 @@ def _concat(b: Builder, op: OpContext) -> None:
         raise UnsupportedOpError(f"{where}: only int8 tensors are supported")
     q = {(float(b.tensors[t].quant.scale), int(b.tensors[t].quant.zero_point)) for t in (*xs, out)}
     if len(q) != 1:
-        raise UnsupportedOpError(f"{where}: the inputs and the output are quantised differently ({q}); XC_concat "
-                                 "copies bytes")
-    if copies < 1 or min(sizes) < 0 or copies * sum(sizes) != int(np.prod(_out_shape(b, o))) or \
-            any(int(np.prod(b.tensors[x].shape)) != copies * s for x, s in zip(xs, sizes)):
-        raise FormatError(f"{where}: {copies} rows of {sizes} bytes do not fit inputs "
-                          f"{[b.tensors[x].shape for x in xs]} / output {_out_shape(b, o)}")
-    b.node("xc_concat", xs, o, {"copies": copies, "sizes": tuple(sizes), "out_shape": _out_shape(b, o)}, None,
-           None, where)
+        raise UnsupportedOpError(
+            f"{where}: the inputs and the output are quantised differently ({q}); XC_concat copies bytes"
+        )
+    if (
+        copies < 1
+        or min(sizes) < 0
+        or copies * sum(sizes) != int(np.prod(_out_shape(b, o)))
+        or any(int(np.prod(b.tensors[x].shape)) != copies * s for x, s in zip(xs, sizes))
+    ):
+        raise FormatError(
+            f"{where}: {copies} rows of {sizes} bytes do not fit inputs "
+            f"{[b.tensors[x].shape for x in xs]} / output {_out_shape(b, o)}"
+        )
+    b.node(
+        "xc_concat", xs, o, {"copies": copies, "sizes": tuple(sizes), "out_shape": _out_shape(b, o)}, None, None, where
+    )
 
 
 @converts("CUSTOM(XC_mul)")
@@ -443,12 +499,28 @@ def _mul(b: Builder, op: OpContext) -> None:
     x1, x2 = b.act(op.inputs[0], where), b.act(op.inputs[1], where)
     n = int(np.prod(_out_shape(b, o)))
     if int(np.prod(b.tensors[x1].shape)) != n or int(np.prod(b.tensors[x2].shape)) != n:
-        raise UnsupportedOpError(f"{where}: inputs {b.tensors[x1].shape} and {b.tensors[x2].shape} do not both have "
-                                 f"the output's {n} values (no broadcasting)")
+        raise UnsupportedOpError(
+            f"{where}: inputs {b.tensors[x1].shape} and {b.tensors[x2].shape} do not both have "
+            f"the output's {n} values (no broadcasting)"
+        )
     if b.ft[o].dtype != "int8" or any(b.ft[i].dtype != "int8" for i in op.inputs):
         raise UnsupportedOpError(f"{where}: only int8 tensors are supported")
-    b.node("xc_mul", (x1, x2), o, {"in1_zero_point": z1, "in2_zero_point": z2, "bias": bias, "scalar": scalar,
-                                   "vlashr_shr": shr, "out_shape": _out_shape(b, o)}, None, None, where)
+    b.node(
+        "xc_mul",
+        (x1, x2),
+        o,
+        {
+            "in1_zero_point": z1,
+            "in2_zero_point": z2,
+            "bias": bias,
+            "scalar": scalar,
+            "vlashr_shr": shr,
+            "out_shape": _out_shape(b, o),
+        },
+        None,
+        None,
+        where,
+    )
 
 
 @converts("CUSTOM(XC_softmax)")
@@ -457,8 +529,9 @@ def _softmax(b: Builder, op: OpContext) -> None:
     if op.custom:
         opts = flex_loads(op.custom)
         if opts:
-            raise UnsupportedOpError(f"{where}: custom options {sorted(opts) if isinstance(opts, dict) else opts!r} "
-                                     "are not supported")
+            raise UnsupportedOpError(
+                f"{where}: custom options {sorted(opts) if isinstance(opts, dict) else opts!r} are not supported"
+            )
     if len(op.inputs) != 2:
         raise FormatError(f"{where}: takes 2 inputs (data, table), got {len(op.inputs)}")
     x = b.act(op.inputs[0], where)
@@ -506,7 +579,7 @@ def flex_dumps(options: dict) -> bytes:
         buf.extend(int(v).to_bytes(w, "little", signed=False))
 
     def sint(v: int) -> None:
-        if not -(2 ** 31) <= v < 2 ** 31:
+        if not -(2**31) <= v < 2**31:
             raise FormatError(f"flexbuffer integer {v} does not fit 32 bits")
         buf.extend(int(v).to_bytes(w, "little", signed=True))
 
@@ -616,8 +689,19 @@ def _write_conv2d(b: FileBuilder, node) -> None:
     if kind == "indirect":  # im_to_col_valid + mat_mul: lib_nn's ImToColValid params
         copied = _round32(C)
         mask = (1 << (C & 31)) - 1 if C & 31 else 0xFFFFFFFF
-        mp = struct.pack("<10i", row * sr, C * sc, kh - 1, kw - 1, copied // 32 - 1, copied - C - 32,
-                         C * dc - copied, row * dr - kw * C * dc, _s32(mask), 0)
+        mp = struct.pack(
+            "<10i",
+            row * sr,
+            C * sc,
+            kh - 1,
+            kw - 1,
+            copied // 32 - 1,
+            copied - C - 32,
+            C * dc - copied,
+            row * dr - kw * C * dc,
+            _s32(mask),
+            0,
+        )
         agg = struct.pack("<2i", CO, kh * kw * C)
         scratch = _round32(kh * kw * C) + 32
     elif kind == "direct":
@@ -644,11 +728,17 @@ def _write_conv2d(b: FileBuilder, node) -> None:
     leading = None
     if transform == "channelwise":
         leading = np.asarray(integer_param(node, "shifts", (CO,)))
-    mb = serialise_output_transform(integer_param(node, "multipliers", (CO,)), integer_param(node, "biases", (CO,)),
-                                    leading=leading)
+    mb = serialise_output_transform(
+        integer_param(node, "multipliers", (CO,)), integer_param(node, "biases", (CO,)), leading=leading
+    )
     opts = {"k": k, "t": t, "mp": mp, "a": agg, "o": ot, "p": _regions(OH, OW, CO), "s": scratch}
-    ins = [b.tensor(node.inputs[0]), b.const(f"{node.name}/weights", blob, "int8"),
-           b.const(f"{node.name}/multipliers_biases", mb, "int16"), -1, _scratch(b, node, scratch)]
+    ins = [
+        b.tensor(node.inputs[0]),
+        b.const(f"{node.name}/weights", blob, "int8"),
+        b.const(f"{node.name}/multipliers_biases", mb, "int16"),
+        -1,
+        _scratch(b, node, scratch),
+    ]
     b.op("CUSTOM(XC_conv2d_v2)", ins, [b.tensor(node.outputs[0])], custom_options=flex_dumps(opts))
 
 
@@ -666,8 +756,12 @@ def _write_pad(b: FileBuilder, node) -> None:
 
 @writes("xc_pad_3_to_4")
 def _write_pad_3_to_4(b: FileBuilder, node) -> None:
-    b.op("CUSTOM(XC_pad_3_to_4)", [b.tensor(node.inputs[0])], [b.tensor(node.outputs[0])],
-         custom_options=flex_dumps({"pv": _replicated_word(node.attrs["value"])}))
+    b.op(
+        "CUSTOM(XC_pad_3_to_4)",
+        [b.tensor(node.inputs[0])],
+        [b.tensor(node.outputs[0])],
+        custom_options=flex_dumps({"pv": _replicated_word(node.attrs["value"])}),
+    )
 
 
 @writes("xc_slice")
@@ -689,15 +783,25 @@ def _write_lookup(b: FileBuilder, node) -> None:
 def _write_add(b: FileBuilder, node) -> None:
     a = node.attrs
     opts = {"m1": int(a["multiplier1"]), "m2": int(a["multiplier2"]), "bias": int(a["bias"]), "shift": int(a["shift"])}
-    b.op("CUSTOM(XC_add)", [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])], [b.tensor(node.outputs[0])],
-         custom_options=flex_dumps(opts))
+    b.op(
+        "CUSTOM(XC_add)",
+        [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])],
+        [b.tensor(node.outputs[0])],
+        custom_options=flex_dumps(opts),
+    )
 
 
 @writes("xc_mean")
 def _write_mean(b: FileBuilder, node) -> None:
     a = node.attrs
-    opts = {"s": int(a["outer"]), "m": int(a["reduced"]), "e": int(a["inner"]), "i": F32(a["in_zero_point"]),
-            "o": F32(a["out_zero_point"]), "sm": F32(a["scale"])}
+    opts = {
+        "s": int(a["outer"]),
+        "m": int(a["reduced"]),
+        "e": int(a["inner"]),
+        "i": F32(a["in_zero_point"]),
+        "o": F32(a["out_zero_point"]),
+        "sm": F32(a["scale"]),
+    }
     b.op("CUSTOM(XC_mean)", [b.tensor(node.inputs[0])], [b.tensor(node.outputs[0])], custom_options=flex_dumps(opts))
 
 
@@ -708,28 +812,45 @@ def _write_maxpool(b: FileBuilder, node) -> None:
     sr, sc = _pair(node.attrs["stride"])
     OH, OW, _ = (int(v) for v in node.attrs["out_shape"])
     scratch = max(kh * kw * 16, _round32(kh * kw * C) + 32)  # xformer: 64 for a 2x2 window on 8 channels
-    opts = {"mp": struct.pack("<2i", W * C * sr, C * sc), "a": struct.pack("<5i", kh * kw * 16, kh - 1, kw - 1, C,
-                                                                         W * C - kw * C),
-            "o": struct.pack("<2i", C, 0), "p": _regions(OH, OW, C), "s": scratch}
-    b.op("CUSTOM(XC_maxpool2d)", [b.tensor(node.inputs[0]), _scratch(b, node, scratch)], [b.tensor(node.outputs[0])],
-         custom_options=flex_dumps(opts))
+    opts = {
+        "mp": struct.pack("<2i", W * C * sr, C * sc),
+        "a": struct.pack("<5i", kh * kw * 16, kh - 1, kw - 1, C, W * C - kw * C),
+        "o": struct.pack("<2i", C, 0),
+        "p": _regions(OH, OW, C),
+        "s": scratch,
+    }
+    b.op(
+        "CUSTOM(XC_maxpool2d)",
+        [b.tensor(node.inputs[0]), _scratch(b, node, scratch)],
+        [b.tensor(node.outputs[0])],
+        custom_options=flex_dumps(opts),
+    )
 
 
 @writes("xc_concat")
 def _write_concat(b: FileBuilder, node) -> None:
     sizes = [int(s) for s in node.attrs["sizes"]]
     opts = {"i": len(sizes), "n": int(node.attrs["copies"]), "s": sizes, "v": _aligned(*sizes)}
-    b.op("CUSTOM(XC_concat)", [b.tensor(i) for i in node.inputs], [b.tensor(node.outputs[0])],
-         custom_options=flex_dumps(opts))
+    b.op(
+        "CUSTOM(XC_concat)",
+        [b.tensor(i) for i in node.inputs],
+        [b.tensor(node.outputs[0])],
+        custom_options=flex_dumps(opts),
+    )
 
 
 @writes("xc_mul")
 def _write_mul(b: FileBuilder, node) -> None:
     a = node.attrs
-    mp = struct.pack("<bbhhh", *(int(a[k]) for k in ("in1_zero_point", "in2_zero_point", "bias", "scalar",
-                                                     "vlashr_shr")))
-    b.op("CUSTOM(XC_mul)", [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])], [b.tensor(node.outputs[0])],
-         custom_options=flex_dumps({"mp": mp}))
+    mp = struct.pack(
+        "<bbhhh", *(int(a[k]) for k in ("in1_zero_point", "in2_zero_point", "bias", "scalar", "vlashr_shr"))
+    )
+    b.op(
+        "CUSTOM(XC_mul)",
+        [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])],
+        [b.tensor(node.outputs[0])],
+        custom_options=flex_dumps({"mp": mp}),
+    )
 
 
 @writes("xc_softmax")

@@ -28,13 +28,18 @@ class ModelBuilder:
         s = self.s
         t = s.TensorT()
         t.shape = np.asarray(shape, np.int32)
-        t.type = {"int8": s.TensorType.INT8, "int32": s.TensorType.INT32, "uint8": s.TensorType.UINT8,
-                  "float32": s.TensorType.FLOAT32}[dtype]
+        t.type = {
+            "int8": s.TensorType.INT8,
+            "int32": s.TensorType.INT32,
+            "uint8": s.TensorType.UINT8,
+            "float32": s.TensorType.FLOAT32,
+        }[dtype]
         t.name = name or f"t{len(self.tensors)}"
         if data is not None:
             b = s.BufferT()
-            b.data = np.frombuffer(np.ascontiguousarray(data).astype(np.dtype(dtype).newbyteorder("<")).tobytes(),
-                                   np.uint8)
+            b.data = np.frombuffer(
+                np.ascontiguousarray(data).astype(np.dtype(dtype).newbyteorder("<")).tobytes(), np.uint8
+            )
             self.buffers.append(b)
             t.buffer = len(self.buffers) - 1
         else:
@@ -42,8 +47,9 @@ class ModelBuilder:
         if scale is not None:
             q = s.QuantizationParametersT()
             q.scale = np.asarray(scale, np.float32).reshape(-1)
-            q.zeroPoint = np.asarray(zero_point if zero_point is not None else np.zeros(q.scale.shape),
-                                     np.int64).reshape(-1)
+            q.zeroPoint = np.asarray(
+                zero_point if zero_point is not None else np.zeros(q.scale.shape), np.int64
+            ).reshape(-1)
             q.quantizedDimension = axis
             t.quantization = q
         self.tensors.append(t)
@@ -95,8 +101,9 @@ def run_litert(model: bytes, x: np.ndarray, runtime: str) -> np.ndarray:
     """Runs ``model`` in LiteRT (one sample at a time; ``x`` has a leading batch axis)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    it = Interpreter(model_content=model, num_threads=1,
-                     experimental_op_resolver_type=getattr(OpResolverType, RESOLVERS[runtime]))
+    it = Interpreter(
+        model_content=model, num_threads=1, experimental_op_resolver_type=getattr(OpResolverType, RESOLVERS[runtime])
+    )
     it.allocate_tensors()
     i, o = it.get_input_details()[0], it.get_output_details()[0]
     ys = []
@@ -115,8 +122,12 @@ def random_scale(rng, lo=-3.0, hi=-1.0):
 
 
 def act_tensor(mb, rng, shape, scale=None, zp=None):
-    return mb.tensor((1, *shape), "int8", scale if scale is not None else random_scale(rng, -2, -0.5),
-                     zp if zp is not None else int(rng.integers(-20, 20)))
+    return mb.tensor(
+        (1, *shape),
+        "int8",
+        scale if scale is not None else random_scale(rng, -2, -0.5),
+        zp if zp is not None else int(rng.integers(-20, 20)),
+    )
 
 
 def random_filter_scales(rng, n, per_channel):
@@ -128,8 +139,19 @@ def out_scale_for(s_in, s_w, fan_in):
     return np.float32(float(s_in) * float(np.max(s_w)) * 40.0 * np.sqrt(fan_in) / 30.0)
 
 
-def linear_model(rng, kind: str, *, in_shape, out_ch=None, k=(3, 3), stride=(1, 1), padding="SAME",
-                 per_channel=True, activation=None, bias=True) -> tuple[bytes, tuple]:
+def linear_model(
+    rng,
+    kind: str,
+    *,
+    in_shape,
+    out_ch=None,
+    k=(3, 3),
+    stride=(1, 1),
+    padding="SAME",
+    per_channel=True,
+    activation=None,
+    bias=True,
+) -> tuple[bytes, tuple]:
     """A one-op FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D model with random int8 weights."""
     mb = ModelBuilder()
     s_in = random_scale(rng)
@@ -145,8 +167,17 @@ def linear_model(rng, kind: str, *, in_shape, out_ch=None, k=(3, 3), stride=(1, 
         w_shape, axis = (1, *k, n), 3
     s_w = random_filter_scales(rng, n, per_channel)
     w = mb.tensor(w_shape, "int8", s_w, np.zeros(s_w.shape), rng.integers(-127, 128, w_shape), axis=axis)
-    bias_t = mb.tensor((n,), "int32", (np.float32(s_in) * s_w).astype(np.float32), np.zeros(s_w.shape),
-                       rng.integers(-3000, 3000, n)) if bias else -1
+    bias_t = (
+        mb.tensor(
+            (n,),
+            "int32",
+            (np.float32(s_in) * s_w).astype(np.float32),
+            np.zeros(s_w.shape),
+            rng.integers(-3000, 3000, n),
+        )
+        if bias
+        else -1
+    )
     s_out = out_scale_for(s_in, s_w, fan)
     if kind == "FULLY_CONNECTED":
         out_shape = (n,)
@@ -158,8 +189,14 @@ def linear_model(rng, kind: str, *, in_shape, out_ch=None, k=(3, 3), stride=(1, 
         g = conv_geometry(in_shape[:2], k, stride, padding)
         out_shape = (*g.out_hw, n)
         pad = 0 if padding == "SAME" else 1
-        f = {"padding": pad, "strideH": stride[0], "strideW": stride[1], "fusedActivationFunction": ACTIVATION_CODES[activation],
-             "dilationHFactor": 1, "dilationWFactor": 1}
+        f = {
+            "padding": pad,
+            "strideH": stride[0],
+            "strideW": stride[1],
+            "fusedActivationFunction": ACTIVATION_CODES[activation],
+            "dilationHFactor": 1,
+            "dilationWFactor": 1,
+        }
         if kind == "DEPTHWISE_CONV_2D":
             f["depthMultiplier"] = 1
         opts = ("Conv2DOptions" if kind == "CONV_2D" else "DepthwiseConv2DOptions", f)
@@ -177,9 +214,22 @@ def pool_model(rng, kind: str, *, in_shape, window, stride, padding, activation=
 
     g = conv_geometry(in_shape[:2], window, stride, padding)
     y = act_tensor(mb, rng, (*g.out_hw, in_shape[-1]), s, zp)
-    mb.op(kind, [x], [y], ("Pool2DOptions", {"padding": 0 if padding == "SAME" else 1, "strideH": stride[0],
-                                              "strideW": stride[1], "filterHeight": window[0],
-                                              "filterWidth": window[1], "fusedActivationFunction": ACTIVATION_CODES[activation]}))
+    mb.op(
+        kind,
+        [x],
+        [y],
+        (
+            "Pool2DOptions",
+            {
+                "padding": 0 if padding == "SAME" else 1,
+                "strideH": stride[0],
+                "strideW": stride[1],
+                "filterHeight": window[0],
+                "filterWidth": window[1],
+                "fusedActivationFunction": ACTIVATION_CODES[activation],
+            },
+        ),
+    )
     return mb.finish([x], [y]), in_shape
 
 
@@ -210,18 +260,32 @@ def chain_model(rng, *, in_shape=(9, 8, 3), quantize=True):
     s1 = np.float32(0.05)
     b1 = mb.tensor((c1,), "int32", (s_in * s_w).astype(np.float32), np.zeros(c1), rng.integers(-500, 500, c1))
     h1 = act_tensor(mb, rng, (*in_shape[:2], c1), s1, -128)
-    mb.op("CONV_2D", [x, w, b1], [h1], ("Conv2DOptions", {"padding": 0, "strideH": 1, "strideW": 1,
-                                                            "fusedActivationFunction": 3}), 3)
+    mb.op(
+        "CONV_2D",
+        [x, w, b1],
+        [h1],
+        ("Conv2DOptions", {"padding": 0, "strideH": 1, "strideW": 1, "fusedActivationFunction": 3}),
+        3,
+    )
     s_w2 = random_filter_scales(rng, c1, True)
     w2 = mb.tensor((1, 3, 3, c1), "int8", s_w2, np.zeros(c1), rng.integers(-127, 128, (1, 3, 3, c1)), axis=3)
     b2 = mb.tensor((c1,), "int32", (s1 * s_w2).astype(np.float32), np.zeros(c1), rng.integers(-500, 500, c1))
     h2 = act_tensor(mb, rng, (5, 4, c1), out_scale_for(s1, s_w2, 9))
-    mb.op("DEPTHWISE_CONV_2D", [h1, w2, b2], [h2], ("DepthwiseConv2DOptions", {
-        "padding": 0, "strideH": 2, "strideW": 2, "depthMultiplier": 1}), 3)
+    mb.op(
+        "DEPTHWISE_CONV_2D",
+        [h1, w2, b2],
+        [h2],
+        ("DepthwiseConv2DOptions", {"padding": 0, "strideH": 2, "strideW": 2, "depthMultiplier": 1}),
+        3,
+    )
     q2 = mb.tensors[h2].quantization
     h3 = act_tensor(mb, rng, (2, 2, c1), q2.scale[0], int(q2.zeroPoint[0]))
-    mb.op("MAX_POOL_2D", [h2], [h3], ("Pool2DOptions", {"padding": 1, "strideH": 2, "strideW": 2,
-                                                       "filterHeight": 2, "filterWidth": 2}))
+    mb.op(
+        "MAX_POOL_2D",
+        [h2],
+        [h3],
+        ("Pool2DOptions", {"padding": 1, "strideH": 2, "strideW": 2, "filterHeight": 2, "filterWidth": 2}),
+    )
     h4 = act_tensor(mb, rng, (4 * c1,), q2.scale[0], int(q2.zeroPoint[0]))
     shape_t = mb.tensor((2,), "int32", data=np.array([1, 4 * c1], np.int32))
     mb.op("RESHAPE", [h3, shape_t], [h4], ("ReshapeOptions", {"newShape": [1, 4 * c1]}))

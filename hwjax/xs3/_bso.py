@@ -90,8 +90,7 @@ def make_bso(bias, shift1, scale, offset_scale, offset, shift2) -> jax.Array:
     c_out = fields[0].shape[0]
     for f, (name, _, _) in zip(fields, FIELD_RANGES):
         if f.shape[0] != c_out:
-            raise ShapeError(f"all BSO fields must have the same length; bias has {c_out}, "
-                             f"{name} has {f.shape[0]}")
+            raise ShapeError(f"all BSO fields must have the same length; bias has {c_out}, {name} has {f.shape[0]}")
     if c_out == 0:
         raise ShapeError("bias: BSO fields must describe at least one output channel")
     return _make_bso(*fields)
@@ -127,8 +126,7 @@ def _checked_bso(bso, c_out: int, name: str = "bso") -> jax.Array:
         raise ArgTypeError(f"{name} must be an integer (int16) array, got dtype {a.dtype}")
     need = -(-c_out // ACC_PERIOD)
     if a.ndim != 3 or a.shape[1:] != (BSO_ROWS, ACC_PERIOD) or a.shape[0] < need:
-        raise ShapeError(f"{name} must have shape (G, 7, 16) with G >= ceil({c_out}/16) = {need}, "
-                         f"got {a.shape}")
+        raise ShapeError(f"{name} must have shape (G, 7, 16) with G >= ceil({c_out}/16) = {need}, got {a.shape}")
     V.check_range(a, -(2**15), 2**15 - 1, f"{name} (int16 fields)")
     return a
 
@@ -174,8 +172,9 @@ def _host_array(value, name: str, what: str = "derive_bso_fields") -> np.ndarray
     """A concrete numeric NumPy array (host-side recipes); :class:`ArgTypeError` for a
     tracer, a string, None, a bool or a ragged list."""
     if isinstance(value, jax.core.Tracer):
-        raise ArgTypeError(f"{name}: {what} is a host-side (NumPy, float64) conversion "
-                           f"and cannot be traced; call it outside jit")
+        raise ArgTypeError(
+            f"{name}: {what} is a host-side (NumPy, float64) conversion and cannot be traced; call it outside jit"
+        )
     if value is None or isinstance(value, (str, bytes, dict, set, bool, np.bool_)):
         raise ArgTypeError(f"{name} must be a number or a numeric array, got {value!r}")
     try:
@@ -223,9 +222,17 @@ def _host_scales(value, name: str, c_out: int, what: str = "derive_bso_fields") 
     return np.broadcast_to(a, (c_out,))
 
 
-def derive_bso_fields(bias_q, weights, *, input_scale: float, input_zero_point: int,
-                      weight_scales, output_scale: float, output_zero_point: int,
-                      channel_axis: int = 0) -> BsoFields:
+def derive_bso_fields(
+    bias_q,
+    weights,
+    *,
+    input_scale: float,
+    input_zero_point: int,
+    weight_scales,
+    output_scale: float,
+    output_zero_point: int,
+    channel_axis: int = 0,
+) -> BsoFields:
     """BSO fields as tflite2xcore derived them from a quantized TFLite op (§4.6).
 
     Host-side (NumPy float64, as the converter ran); not traceable. Per channel c with
@@ -279,8 +286,9 @@ def derive_bso_fields(bias_q, weights, *, input_scale: float, input_zero_point: 
     shift1 = np.maximum(r, 0)
     shift2 = _MAX_POST_SHIFT + np.minimum(r, 0)
     if np.any(shift2 < 0):
-        raise RangeError(f"multiplier too large: shift2 would be negative for channels "
-                         f"{np.nonzero(shift2 < 0)[0].tolist()}")
+        raise RangeError(
+            f"multiplier too large: shift2 would be negative for channels {np.nonzero(shift2 < 0)[0].tolist()}"
+        )
     raw = np.float64(output_zero_point) * 2.0 ** shift2.astype(np.float64)
     offset_scale = np.round(np.sqrt(np.abs(raw))).astype(np.int64)
     offset = np.zeros(c_out, np.int64)

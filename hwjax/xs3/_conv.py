@@ -55,8 +55,16 @@ def _pair(v, name: str, lo: int) -> tuple[int, int]:
 
 def _int8_operand(x, name: str, *, float_ok: bool = False) -> jax.Array:
     """int8 values as int8, or (``float_ok``) a float array holding them."""
-    a = S.operand(x, name, -128, 127, differentiable=float_ok, what=" holding int8 values",
-                  label=f"{name} (int8 values)", to_int32=False)
+    a = S.operand(
+        x,
+        name,
+        -128,
+        127,
+        differentiable=float_ok,
+        what=" holding int8 values",
+        label=f"{name} (int8 values)",
+        to_int32=False,
+    )
     return a if S.is_float(a) else S.host_cast(x, a, jnp.int8)
 
 
@@ -75,8 +83,16 @@ def _geometry(in_hw, kernel_hw, stride, pad_top_left, out_hw, dilation=(1, 1)) -
     return ConvGeometry.from_window(in_hw, (kh, kw), (-pt, -pl), (sv, sh), (oh, ow), (dv, dh))
 
 
-def im2col(x, kernel_hw: Sequence[int], *, stride: Sequence[int], pad_top_left: Sequence[int],
-           pad_value: int, out_hw: Sequence[int], dilation: Sequence[int] = (1, 1)) -> jax.Array:
+def im2col(
+    x,
+    kernel_hw: Sequence[int],
+    *,
+    stride: Sequence[int],
+    pad_top_left: Sequence[int],
+    pad_value: int,
+    out_hw: Sequence[int],
+    dilation: Sequence[int] = (1, 1),
+) -> jax.Array:
     """The im2col patches of ``memcpyfn_imtocol_padded`` (§5.6).
 
     For output (oy, ox) the patch is ``x[r, c, :]`` for kh, kw in row-major order with
@@ -139,8 +155,11 @@ def reorder_kernel_weights(k_ohwi, *, pad_value: int = 0) -> jax.Array:
       1-D int8 array (traceable: a static gather).
     """
     k = _check_kernel(k_ohwi)
-    pad_value = V.int_scalar(pad_value, -128, 127, "pad_value") if isinstance(pad_value, jax.core.Tracer) \
+    pad_value = (
+        V.int_scalar(pad_value, -128, 127, "pad_value")
+        if isinstance(pad_value, jax.core.Tracer)
         else V.check_static_int(pad_value, -128, 127, "pad_value")
+    )
     c_out, patch = k.shape[0], int(np.prod(k.shape[1:]))
     idx = _reorder_index(c_out, patch)
     return _reorder_apply(k, np.maximum(idx, 0), idx >= 0, pad_value)
@@ -150,8 +169,9 @@ def reorder_kernel_weights_inverse(reordered, kernel_shape: Sequence[int]) -> ja
     """Recovers the (C_out, K_h, K_w, C_in) kernel from :func:`reorder_kernel_weights`'s
     stream (padding ignored). ``kernel_shape`` is static."""
     if isinstance(kernel_shape, (str, bytes)) or not hasattr(kernel_shape, "__iter__"):
-        raise ArgTypeError(f"kernel_shape must be a sequence of 4 static ints (C_out, K_h, K_w, C_in), "
-                           f"got {kernel_shape!r}")
+        raise ArgTypeError(
+            f"kernel_shape must be a sequence of 4 static ints (C_out, K_h, K_w, C_in), got {kernel_shape!r}"
+        )
     shape = tuple(V.check_static_int(s, 1, 2**30, "kernel_shape[i]") for s in kernel_shape)
     if len(shape) != 4:
         raise ShapeError(f"kernel_shape must be (C_out, K_h, K_w, C_in), got {kernel_shape!r}")
@@ -182,11 +202,24 @@ def _reorder_inverse_apply(r: jax.Array, inverse: np.ndarray, shape: tuple) -> j
 # -------------------------------------------------------------------------- conv2d
 
 
-def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int,
-           stride: Sequence[int], pad_top_left: Sequence[int], pad_value: int,
-           out_shape: Sequence[int], dilation: Sequence[int] = (1, 1),
-           variant: Variant = "hardware", return_accumulators: bool = False,
-           return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
+def conv2d(
+    x,
+    k_ohwi,
+    multipliers,
+    biases,
+    *,
+    initial_shift: int,
+    final_shr: int,
+    stride: Sequence[int],
+    pad_top_left: Sequence[int],
+    pad_value: int,
+    out_shape: Sequence[int],
+    dilation: Sequence[int] = (1, 1),
+    variant: Variant = "hardware",
+    return_accumulators: bool = False,
+    return_stats: bool = False,
+    saturation_grad: SaturationGrad = "zero",
+):
     """Current-API int8 convolution: im2col + ``mat_mul_generic_int8`` + ``otfn_int8``.
 
     Per output pixel and channel c: ``acc = 0``; for chunk j = 0..ceil(L/32)-1 of the
@@ -243,14 +276,38 @@ def conv2d(x, k_ohwi, multipliers, biases, *, initial_shift: int, final_shr: int
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=True, channels=c_out)
     geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, out_shape[:2], dilation)
-    return _conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, geom=geom, variant=variant,
-                   return_accumulators=return_accumulators, return_stats=return_stats,
-                   saturation_grad=saturation_grad)
+    return _conv2d(
+        xv,
+        k,
+        mul,
+        bias,
+        pad_value,
+        initial_shift,
+        final_shr,
+        geom=geom,
+        variant=variant,
+        return_accumulators=return_accumulators,
+        return_stats=return_stats,
+        saturation_grad=saturation_grad,
+    )
 
 
 @eager_program(static_argnames=("geom", "variant", "return_accumulators", "return_stats", "saturation_grad"))
-def _conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, *, geom, variant, return_accumulators,
-            return_stats, saturation_grad):
+def _conv2d(
+    xv,
+    k,
+    mul,
+    bias,
+    pad_value,
+    initial_shift,
+    final_shr,
+    *,
+    geom,
+    variant,
+    return_accumulators,
+    return_stats,
+    saturation_grad,
+):
     """:func:`conv2d` after its checks (one program when called eagerly)."""
     c_out = k.shape[0]
     patches_of = functools.partial(extract_patches, geom=geom)
@@ -259,8 +316,11 @@ def _conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, *, geom, vari
     def forward(xv, k, mul, bias, pad, s1, s2):
         patches = patches_of(xv.astype(jnp.int8), pad_value=pad)
         w = k.astype(jnp.int8).reshape(c_out, -1)
-        acc, acc_clips = mac(np.zeros((), np.int32), patches, w, chunk=CHUNK, return_clipped=True) \
-            if return_stats else (mac(np.zeros((), np.int32), patches, w, chunk=CHUNK), None)
+        acc, acc_clips = (
+            mac(np.zeros((), np.int32), patches, w, chunk=CHUNK, return_clipped=True)
+            if return_stats
+            else (mac(np.zeros((), np.int32), patches, w, chunk=CHUNK), None)
+        )
         y, clipped, *stats = otfn_forward(acc, mul, bias, s1, s2)
         extras = (acc,) if return_accumulators else ()
         if return_stats:
@@ -268,21 +328,33 @@ def _conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, *, geom, vari
         return (y, clipped, *extras)
 
     def surrogate(xv, k, mul, bias, pad, s1, s2):
-        acc = jnp.matmul(patches_of(xv, pad_value=pad), k.reshape(c_out, -1).T,
-                         precision=jax.lax.Precision.HIGHEST)
+        acc = jnp.matmul(patches_of(xv, pad_value=pad), k.reshape(c_out, -1).T, precision=jax.lax.Precision.HIGHEST)
         return _otfn.int8_surrogate(acc, mul, bias, s1, s2)
 
-    return S.call(forward, surrogate, xv, k, mul, bias, pad_value, initial_shift, final_shr,
-                  saturation_grad=saturation_grad)
+    return S.call(
+        forward, surrogate, xv, k, mul, bias, pad_value, initial_shift, final_shr, saturation_grad=saturation_grad
+    )
 
 
 # ------------------------------------------------------------- depthwise §5.4, add §6.4
 
 
-def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
-                     stride: Sequence[int], pad_top_left: Sequence[int], pad_value,
-                     out_shape: Sequence[int], variant: Variant = "hardware",
-                     return_accumulators: bool = False, return_clipped: bool = False):
+def depthwise_conv2d(
+    x,
+    k_hwc,
+    multipliers,
+    biases,
+    *,
+    initial_shift,
+    final_shr,
+    stride: Sequence[int],
+    pad_top_left: Sequence[int],
+    pad_value,
+    out_shape: Sequence[int],
+    variant: Variant = "hardware",
+    return_accumulators: bool = False,
+    return_clipped: bool = False,
+):
     """Current-API depthwise convolution: ``mat_mul_dw_direct`` (§5.4) + ``otfn_int8``.
 
     Per output pixel and channel c: ``acc = 0``; for every kernel tap (i, j) in
@@ -311,20 +383,33 @@ def depthwise_conv2d(x, k_hwc, multipliers, biases, *, initial_shift, final_shr,
     """
     xv, k = _int8_operand(x, "x"), _int8_operand(k_hwc, "k_hwc")
     if xv.ndim not in (3, 4) or k.ndim != 3 or xv.shape[-1] != k.shape[-1]:
-        raise ShapeError(f"x must be (..., H, W, C) and k_hwc (K_h, K_w, C) with the same C, got "
-                         f"{xv.shape} and {k.shape}")
+        raise ShapeError(
+            f"x must be (..., H, W, C) and k_hwc (K_h, K_w, C) with the same C, got {xv.shape} and {k.shape}"
+        )
     kh, kw, c = k.shape
     geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, tuple(out_shape)[:2])
     initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=False, channels=c)
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
-    return _depthwise_conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, geom=geom, variant=variant,
-                             return_accumulators=return_accumulators, return_clipped=return_clipped)
+    return _depthwise_conv2d(
+        xv,
+        k,
+        mul,
+        bias,
+        pad_value,
+        initial_shift,
+        final_shr,
+        geom=geom,
+        variant=variant,
+        return_accumulators=return_accumulators,
+        return_clipped=return_clipped,
+    )
 
 
 @eager_program(static_argnames=("geom", "variant", "return_accumulators", "return_clipped"))
-def _depthwise_conv2d(xv, k, mul, bias, pad_value, initial_shift, final_shr, *, geom, variant,
-                      return_accumulators, return_clipped):
+def _depthwise_conv2d(
+    xv, k, mul, bias, pad_value, initial_shift, final_shr, *, geom, variant, return_accumulators, return_clipped
+):
     """:func:`depthwise_conv2d` after its checks (one program when called eagerly)."""
     kw = k.shape[1]
     taps = window_taps(xv.astype(_I32), geom, pad_value=pad_value)
@@ -378,4 +463,3 @@ def _add_int8(a0, a1, m0, m1, b, s, *, variant):
     acc = vpu.vlmacc(acc, a0.astype(_I32), m0, mode=16, variant=variant)
     acc = vpu.vlmacc(acc, a1.astype(_I32), m1, mode=16, variant=variant)
     return vpu.vlsat(acc, s, mode=8, variant=variant, symmetric=False).astype(jnp.int8)
-

@@ -55,8 +55,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import (ConvGeometry, eager_program, extract_patches, fixed_mul, mac, pool_out_hw, shift_right,
-                        window_taps)
+from hwjax.core import (
+    ConvGeometry,
+    eager_program,
+    extract_patches,
+    fixed_mul,
+    mac,
+    pool_out_hw,
+    shift_right,
+    window_taps,
+)
 from hwjax.core import wide as W
 from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
@@ -145,8 +153,11 @@ def _warn_undefined_shifts(variant: str, *shifts) -> None:
         return
     for s in shifts:
         if V.is_concrete(s) and np.any((np.asarray(s) & 0xFFFF) >= 32):
-            warnings.warn(f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3); "
-                          "computing them as variant='hardware'", stacklevel=4)
+            warnings.warn(
+                f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3); "
+                "computing them as variant='hardware'",
+                stacklevel=4,
+            )
             return
 
 
@@ -167,9 +178,13 @@ def _window(in_hw, window_shape, window_start, window_stride, out_shape) -> Conv
     """The :class:`hwjax.core.ConvGeometry` of a legacy window grid (static arguments
     validated with the legacy names): window ``(oy, ox)`` starts at ``window_start +
     (oy, ox) * window_stride``; taps outside the image read the pad value."""
-    return ConvGeometry.from_window(tuple(in_hw), _pair(window_shape, "window shape", 1),
-                                    _pair(window_start, "window_start"),
-                                    _pair(window_stride, "window_stride", 1), _pair(out_shape, "out_shape", 1))
+    return ConvGeometry.from_window(
+        tuple(in_hw),
+        _pair(window_shape, "window shape", 1),
+        _pair(window_start, "window_start"),
+        _pair(window_stride, "window_stride", 1),
+        _pair(out_shape, "out_shape", 1),
+    )
 
 
 def _windows(x: jax.Array, win: ConvGeometry, pad_value: jax.Array) -> jax.Array:
@@ -184,9 +199,11 @@ def _check_inside(win: ConvGeometry) -> None:
     """Pooling windows must lie inside the image (no padding, §6.1)."""
     if not win.inside:
         (h, w), (r0, c0) = win.in_hw, win.window_start
-        raise ShapeError(f"pooling windows must lie inside the {h}x{w} image (no padding): "
-                         f"window_start {(r0, c0)}, window_shape {win.kernel}, window_stride {win.stride}, "
-                         f"out_shape {win.out_hw}")
+        raise ShapeError(
+            f"pooling windows must lie inside the {h}x{w} image (no padding): "
+            f"window_start {(r0, c0)}, window_shape {win.kernel}, window_stride {win.stride}, "
+            f"out_shape {win.out_hw}"
+        )
 
 
 def _row_sequence(oy: int, win: ConvGeometry, h: int) -> tuple[int, ...]:
@@ -220,15 +237,15 @@ def deep_order(kh_sequence: Sequence[int], k_w: int, c_in: int) -> np.ndarray:
     For each kernel row in ``kh_sequence``, kw increasing, each pixel's full
     32-channel groups then its C_in tail, padded with empty lanes (-1).
     """
-    return np.asarray([k for kh in kh_sequence for kw in range(k_w)
-                       for k in _pixel_chunks((kh * k_w + kw) * c_in, c_in)], np.int64)
+    return np.asarray(
+        [k for kh in kh_sequence for kw in range(k_w) for k in _pixel_chunks((kh * k_w + kw) * c_in, c_in)], np.int64
+    )
 
 
 def shallowin_order(kh_sequence: Sequence[int], k_w: int, c_in: int) -> np.ndarray:
     """conv2d_shallowin visiting order (§5.2): one 32-lane chunk per kernel row."""
     row = k_w * c_in
-    return np.asarray([k for kh in kh_sequence for k in _pad_chunk(range(kh * row, kh * row + row))],
-                      np.int64)
+    return np.asarray([k for kh in kh_sequence for k in _pad_chunk(range(kh * row, kh * row + row))], np.int64)
 
 
 def fc_order(n: int) -> np.ndarray:
@@ -260,8 +277,9 @@ def _saturation_scan(acc0: jax.Array, sums: jax.Array) -> tuple[jax.Array, jax.A
     return acc, hit
 
 
-def _ordered_mac(bias: jax.Array, x: jax.Array, w: jax.Array, order: np.ndarray, chunk: int,
-                 stats: bool) -> tuple[jax.Array, jax.Array | None]:
+def _ordered_mac(
+    bias: jax.Array, x: jax.Array, w: jax.Array, order: np.ndarray, chunk: int, stats: bool
+) -> tuple[jax.Array, jax.Array | None]:
     """Saturating accumulation from the bias in ``order`` (core ``mac``), plus, with
     ``stats``, whether any of its saturating steps clipped (``mac``'s ``return_clipped``)."""
     if not stats:
@@ -270,8 +288,14 @@ def _ordered_mac(bias: jax.Array, x: jax.Array, w: jax.Array, order: np.ndarray,
     return acc, clipped > 0
 
 
-def _grouped_rows_mac(patches: jax.Array, w: jax.Array, bias: jax.Array,
-                      sequences: list[tuple[int, ...]], order_for: Callable, stats: bool):
+def _grouped_rows_mac(
+    patches: jax.Array,
+    w: jax.Array,
+    bias: jax.Array,
+    sequences: list[tuple[int, ...]],
+    order_for: Callable,
+    stats: bool,
+):
     """Accumulates (B, H_out, W_out, L) patches, one ``mac`` per kernel-row order.
 
     Output rows whose windows have the same padding pattern share one order (§5.1).
@@ -282,7 +306,7 @@ def _grouped_rows_mac(patches: jax.Array, w: jax.Array, bias: jax.Array,
     accs, hits, rows = [], [], []
     for seq, oys in groups.items():
         if oys == list(range(oys[0], oys[-1] + 1)):
-            xs = patches[:, oys[0]:oys[-1] + 1]
+            xs = patches[:, oys[0] : oys[-1] + 1]
         else:
             xs = jnp.take(patches, np.asarray(oys), axis=1)
         acc, hit = _ordered_mac(bias, xs, w, order_for(seq), LANES, stats)
@@ -317,8 +341,7 @@ def _vlsat16_clipped(acc: jax.Array, shift: jax.Array, out: jax.Array, variant: 
 
 
 @functools.partial(jax.jit, static_argnames=("out_bits", "symmetric", "variant", "stats"))
-def bso_output(acc: jax.Array, f: BsoFields, *, out_bits: int, symmetric: bool, variant: str,
-                stats: bool = True):
+def bso_output(acc: jax.Array, f: BsoFields, *, out_bits: int, symmetric: bool, variant: str, stats: bool = True):
     """§3.2 output pipeline; returns (y int8/int16, shift1 clipped, output clipped).
 
     The clip flags are None unless ``stats``.
@@ -372,11 +395,34 @@ def _bound(spec: tuple) -> Callable:
     return functools.partial(fn, **dict(kwargs))
 
 
-@eager_program(static_argnames=("accumulate", "real_acc", "c_out", "lead", "out_bits", "symmetric", "variant",
-                                "return_stats", "saturation_grad"))
-def _bso_kernel(operands: tuple, bso, consts: tuple, *, accumulate: tuple, real_acc: tuple, c_out: int,
-                lead: tuple[int, ...] | None, out_bits: int, symmetric: bool, variant: str, return_stats: bool,
-                saturation_grad: str):
+@eager_program(
+    static_argnames=(
+        "accumulate",
+        "real_acc",
+        "c_out",
+        "lead",
+        "out_bits",
+        "symmetric",
+        "variant",
+        "return_stats",
+        "saturation_grad",
+    )
+)
+def _bso_kernel(
+    operands: tuple,
+    bso,
+    consts: tuple,
+    *,
+    accumulate: tuple,
+    real_acc: tuple,
+    c_out: int,
+    lead: tuple[int, ...] | None,
+    out_bits: int,
+    symmetric: bool,
+    variant: str,
+    return_stats: bool,
+    saturation_grad: str,
+):
     """A BSO kernel: accumulation then the §3.2 pipeline, differentiable for float operands,
     as one program when called eagerly.
 
@@ -397,8 +443,7 @@ def _bso_kernel(operands: tuple, bso, consts: tuple, *, accumulate: tuple, real_
 
     def forward(operands, f, consts):
         acc, hit = _bound(accumulate)(*(o.astype(jnp.int8) for o in operands), f.bias, *consts, stats=stats)
-        y, s1, oc = bso_output(acc, f, out_bits=out_bits, symmetric=symmetric, variant=variant,
-                                stats=flags)
+        y, s1, oc = bso_output(acc, f, out_bits=out_bits, symmetric=symmetric, variant=variant, stats=flags)
         clipped = unbatch((acc == M32) | (acc == -M32) | s1 | oc) if flags else None
         extras = (_result(y, True, hit, s1, oc)[1],) if stats else ()
         return (unbatch(y), clipped, *extras)
@@ -412,8 +457,22 @@ def _bso_kernel(operands: tuple, bso, consts: tuple, *, accumulate: tuple, real_
 # ------------------------------------------------------------------ convolutions
 
 
-def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, symmetric,
-              variant, return_stats, saturation_grad, order_for, check_kernel=None):
+def _conv_bso(
+    x,
+    k,
+    bso,
+    *,
+    zero_point,
+    window_start,
+    window_stride,
+    out_shape,
+    symmetric,
+    variant,
+    return_stats,
+    saturation_grad,
+    order_for,
+    check_kernel=None,
+):
     """Shared BSO convolution driver: validation, then :func:`_bso_kernel` on the jitted
     :func:`_conv_acc`."""
     _variant(variant, symmetric=symmetric, return_stats=return_stats)
@@ -431,10 +490,20 @@ def _conv_bso(x, k, bso, *, zero_point, window_start, window_stride, out_shape, 
     win = _window(xb.shape[-3:-1], (kh, kw), window_start, window_stride, out_shape)
     bso = _checked_fields(bso, c_out, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
-    return _bso_kernel((xb, k), bso, (zp,), accumulate=_spec(_conv_acc, win=win, order_for=order_for),
-                       real_acc=_spec(_conv_real_acc, win=win), c_out=c_out, lead=lead, out_bits=8,
-                       symmetric=bool(symmetric), variant=variant, return_stats=bool(return_stats),
-                       saturation_grad=saturation_grad)
+    return _bso_kernel(
+        (xb, k),
+        bso,
+        (zp,),
+        accumulate=_spec(_conv_acc, win=win, order_for=order_for),
+        real_acc=_spec(_conv_real_acc, win=win),
+        c_out=c_out,
+        lead=lead,
+        out_bits=8,
+        symmetric=bool(symmetric),
+        variant=variant,
+        return_stats=bool(return_stats),
+        saturation_grad=saturation_grad,
+    )
 
 
 def _conv_patches(xb, k_shape, win: ConvGeometry, zp):
@@ -448,8 +517,7 @@ def _conv_acc(xb, k, bias, zp, *, win, order_for, stats):
     c_out, kh, kw, c_in = k.shape
     patches = _conv_patches(xb, k.shape, win, zp)
     seqs = [_row_sequence(oy, win, xb.shape[1]) for oy in range(win.out_hw[0])]
-    return _grouped_rows_mac(patches, k.reshape(c_out, -1), bias, seqs,
-                             lambda seq: order_for(seq, kw, c_in), stats)
+    return _grouped_rows_mac(patches, k.reshape(c_out, -1), bias, seqs, lambda seq: order_for(seq, kw, c_in), stats)
 
 
 def _conv_real_acc(xb, k, bias, zp, *, win):
@@ -464,9 +532,20 @@ def _real_matmul(x, w):
     return jnp.matmul(x, w.T, precision=jax.lax.Precision.HIGHEST)
 
 
-def conv2d_deep(x, k, bso, *, zero_point, window_start, window_stride, out_shape,
-                symmetric: bool = False, variant: str = "hardware", return_stats: bool = False,
-                saturation_grad: SaturationGrad = "zero"):
+def conv2d_deep(
+    x,
+    k,
+    bso,
+    *,
+    zero_point,
+    window_start,
+    window_stride,
+    out_shape,
+    symmetric: bool = False,
+    variant: str = "hardware",
+    return_stats: bool = False,
+    saturation_grad: SaturationGrad = "zero",
+):
     """Legacy ``conv2d_deep`` (§3.2, §5.1): int8 convolution with a BSO output stage.
 
     Output ``(oy, ox, c)``: window rows ``r0 + oy*sv + kh``, columns ``c0 + ox*sh + kw``
@@ -501,10 +580,20 @@ def conv2d_deep(x, k, bso, *, zero_point, window_start, window_stride, out_shape
     ±(2**31-1), whose shift1 VLSAT saturated or whose output narrowing clipped
     (``saturation_grad="zero"``).
     """
-    return _conv_bso(x, k, bso, zero_point=zero_point, window_start=window_start,
-                     window_stride=window_stride, out_shape=out_shape, symmetric=symmetric,
-                     variant=variant, return_stats=return_stats, saturation_grad=saturation_grad,
-                     order_for=deep_order)
+    return _conv_bso(
+        x,
+        k,
+        bso,
+        zero_point=zero_point,
+        window_start=window_start,
+        window_stride=window_stride,
+        out_shape=out_shape,
+        symmetric=symmetric,
+        variant=variant,
+        return_stats=return_stats,
+        saturation_grad=saturation_grad,
+        order_for=deep_order,
+    )
 
 
 def _shallow_kernel(kh: int, kw: int, c_in: int) -> None:
@@ -512,9 +601,20 @@ def _shallow_kernel(kh: int, kw: int, c_in: int) -> None:
         raise RangeError(f"conv2d_shallowin needs K_w * C_in <= 32, got {kw} * {c_in} = {kw * c_in}")
 
 
-def conv2d_shallowin(x, k, bso, *, zero_point, window_start, window_stride, out_shape,
-                     symmetric: bool = False, variant: str = "hardware",
-                     return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
+def conv2d_shallowin(
+    x,
+    k,
+    bso,
+    *,
+    zero_point,
+    window_start,
+    window_stride,
+    out_shape,
+    symmetric: bool = False,
+    variant: str = "hardware",
+    return_stats: bool = False,
+    saturation_grad: SaturationGrad = "zero",
+):
     """Legacy ``conv2d_shallowin`` (§3.2, §5.2): as :func:`conv2d_deep`, one chunk per kernel row.
 
     ``k`` is (C_out, K_h, K_w, C_in) with K_w * C_in <= 32 (the unpadded kernel; lib_nn's
@@ -523,14 +623,33 @@ def conv2d_shallowin(x, k, bso, *, zero_point, window_start, window_stride, out_
     saturating chunk. Other arguments, the result, float inputs and the gradient as
     in :func:`conv2d_deep`.
     """
-    return _conv_bso(x, k, bso, zero_point=zero_point, window_start=window_start,
-                     window_stride=window_stride, out_shape=out_shape, symmetric=symmetric,
-                     variant=variant, return_stats=return_stats, saturation_grad=saturation_grad,
-                     order_for=shallowin_order, check_kernel=_shallow_kernel)
+    return _conv_bso(
+        x,
+        k,
+        bso,
+        zero_point=zero_point,
+        window_start=window_start,
+        window_stride=window_stride,
+        out_shape=out_shape,
+        symmetric=symmetric,
+        variant=variant,
+        return_stats=return_stats,
+        saturation_grad=saturation_grad,
+        order_for=shallowin_order,
+        check_kernel=_shallow_kernel,
+    )
 
 
-def conv2d_1x1(x, k, bso, *, symmetric: bool = False, variant: str = "hardware",
-               return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
+def conv2d_1x1(
+    x,
+    k,
+    bso,
+    *,
+    symmetric: bool = False,
+    variant: str = "hardware",
+    return_stats: bool = False,
+    saturation_grad: SaturationGrad = "zero",
+):
     """Legacy ``conv2d_1x1`` (§3.2, §5.3): per pixel, 32-channel groups then the tail.
 
     Args:
@@ -557,15 +676,36 @@ def conv2d_1x1(x, k, bso, *, symmetric: bool = False, variant: str = "hardware",
     xa = V.as_array(x, "x")
     if xa.ndim < 3:
         raise ShapeError(f"x must have shape (H, W, C) or (..., H, W, C), got {xa.shape}")
-    return _conv_bso(x, ka, bso, zero_point=0, window_start=(0, 0), window_stride=(1, 1),
-                     out_shape=xa.shape[-3:-1], symmetric=symmetric, variant=variant,
-                     return_stats=return_stats, saturation_grad=saturation_grad,
-                     order_for=deep_order)
+    return _conv_bso(
+        x,
+        ka,
+        bso,
+        zero_point=0,
+        window_start=(0, 0),
+        window_stride=(1, 1),
+        out_shape=xa.shape[-3:-1],
+        symmetric=symmetric,
+        variant=variant,
+        return_stats=return_stats,
+        saturation_grad=saturation_grad,
+        order_for=deep_order,
+    )
 
 
-def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_shape,
-                     symmetric: bool = False, variant: str = "hardware",
-                     return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
+def conv2d_depthwise(
+    x,
+    k,
+    bso,
+    *,
+    zero_point,
+    window_start,
+    window_stride,
+    out_shape,
+    symmetric: bool = False,
+    variant: str = "hardware",
+    return_stats: bool = False,
+    saturation_grad: SaturationGrad = "zero",
+):
     """Legacy ``conv2d_depthwise`` (§3.2, §5.4): one saturating VLMACC per kernel tap.
 
     Per channel c: ``acc = bias[c]``, then for each tap (kh, kw) in row-major order
@@ -598,10 +738,20 @@ def conv2d_depthwise(x, k, bso, *, zero_point, window_start, window_stride, out_
     win = _window(xb.shape[-3:-1], (kh, kw), window_start, window_stride, out_shape)
     bso = _checked_fields(bso, c, variant)
     zp = _scalar(zero_point, "zero_point", -128, 127)
-    return _bso_kernel((xb, k), bso, (zp,), accumulate=_spec(_depthwise_acc, win=win),
-                       real_acc=_spec(_depthwise_real_acc, win=win), c_out=c, lead=lead, out_bits=8,
-                       symmetric=bool(symmetric), variant=variant, return_stats=bool(return_stats),
-                       saturation_grad=saturation_grad)
+    return _bso_kernel(
+        (xb, k),
+        bso,
+        (zp,),
+        accumulate=_spec(_depthwise_acc, win=win),
+        real_acc=_spec(_depthwise_real_acc, win=win),
+        c_out=c,
+        lead=lead,
+        out_bits=8,
+        symmetric=bool(symmetric),
+        variant=variant,
+        return_stats=bool(return_stats),
+        saturation_grad=saturation_grad,
+    )
 
 
 def _depthwise_real_acc(xb, k, bias, zp, *, win):
@@ -642,9 +792,20 @@ def _fully_connected(x, w, bso, *, out_bits, symmetric, variant, return_stats, s
     _variant(variant, symmetric=symmetric, return_stats=return_stats)
     xa, wa = _fc_operands(x, w, n_multiple=4, float_ok=True)
     bso = _checked_fields(bso, wa.shape[0], variant)
-    return _bso_kernel((xa, wa), bso, (), accumulate=_spec(_fc_acc, tail_first=True), real_acc=_spec(_fc_real_acc),
-                       c_out=wa.shape[0], lead=None, out_bits=out_bits, symmetric=bool(symmetric), variant=variant,
-                       return_stats=bool(return_stats), saturation_grad=saturation_grad)
+    return _bso_kernel(
+        (xa, wa),
+        bso,
+        (),
+        accumulate=_spec(_fc_acc, tail_first=True),
+        real_acc=_spec(_fc_real_acc),
+        c_out=wa.shape[0],
+        lead=None,
+        out_bits=out_bits,
+        symmetric=bool(symmetric),
+        variant=variant,
+        return_stats=bool(return_stats),
+        saturation_grad=saturation_grad,
+    )
 
 
 def _fc_real_acc(xa, wa, bias):
@@ -659,8 +820,16 @@ def _fc_acc(xa, wa, bias, *, tail_first, stats):
     return _ordered_mac(bias, xa, wa, fc_order(n) if tail_first else np.arange(n), LANES, stats)
 
 
-def fully_connected_8(x, w, bso, *, symmetric: bool = False, variant: str = "hardware",
-                      return_stats: bool = False, saturation_grad: SaturationGrad = "zero"):
+def fully_connected_8(
+    x,
+    w,
+    bso,
+    *,
+    symmetric: bool = False,
+    variant: str = "hardware",
+    return_stats: bool = False,
+    saturation_grad: SaturationGrad = "zero",
+):
     """Legacy ``fully_connected_8`` (§3.2, §5.5): int8 outputs.
 
     ``acc = bias[c]``; first the chunk of the N mod 32 leading inputs ``x[0:t]``, then
@@ -681,17 +850,34 @@ def fully_connected_8(x, w, bso, *, symmetric: bool = False, variant: str = "har
     with ``g' = g * scale * 2**-(shift1 + shift2)``; 0 for clipped outputs (see
     :func:`conv2d_deep`).
     """
-    return _fully_connected(x, w, bso, out_bits=8, symmetric=symmetric, variant=variant,
-                            return_stats=return_stats, saturation_grad=saturation_grad)
+    return _fully_connected(
+        x,
+        w,
+        bso,
+        out_bits=8,
+        symmetric=symmetric,
+        variant=variant,
+        return_stats=return_stats,
+        saturation_grad=saturation_grad,
+    )
 
 
-def fully_connected_16(x, w, bso, *, variant: str = "hardware", return_stats: bool = False,
-                       saturation_grad: SaturationGrad = "zero"):
+def fully_connected_16(
+    x, w, bso, *, variant: str = "hardware", return_stats: bool = False, saturation_grad: SaturationGrad = "zero"
+):
     """Legacy ``fully_connected_16``: as :func:`fully_connected_8` with int16 outputs
     ``y = VLSAT16(t, shift2) = sat16(R(t, shift2))`` (§3.2). Float inputs and the
     gradient as in :func:`fully_connected_8` (int16 values in the float dtype)."""
-    return _fully_connected(x, w, bso, out_bits=16, symmetric=False, variant=variant,
-                            return_stats=return_stats, saturation_grad=saturation_grad)
+    return _fully_connected(
+        x,
+        w,
+        bso,
+        out_bits=16,
+        symmetric=False,
+        variant=variant,
+        return_stats=return_stats,
+        saturation_grad=saturation_grad,
+    )
 
 
 def _fc_deepin(x, w, bias, shift, scale, *, out_bits, variant, return_stats):
@@ -744,8 +930,7 @@ def _vdepth8_clipped(v: jax.Array) -> jax.Array:
     return hi | lo
 
 
-def fc_deepin_shallowout_16(x, w, bias, shift, scale, *, variant: str = "hardware",
-                            return_stats: bool = False):
+def fc_deepin_shallowout_16(x, w, bias, shift, scale, *, variant: str = "hardware", return_stats: bool = False):
     """``fc_deepin_shallowout_16`` (§3.3): C_out <= 16 outputs, C_in a multiple of 32.
 
     ``acc = bias[k]``, one saturating chunk per 32 inputs in order;
@@ -760,17 +945,14 @@ def fc_deepin_shallowout_16(x, w, bias, shift, scale, *, variant: str = "hardwar
     Returns:
       int16 (..., C_out) [, LegacyStats]; output_clips counts VLMUL saturation.
     """
-    return _fc_deepin(x, w, bias, shift, scale, out_bits=16, variant=variant,
-                      return_stats=return_stats)
+    return _fc_deepin(x, w, bias, shift, scale, out_bits=16, variant=variant, return_stats=return_stats)
 
 
-def fc_deepin_shallowout_8(x, w, bias, shift, scale, *, variant: str = "hardware",
-                           return_stats: bool = False):
+def fc_deepin_shallowout_8(x, w, bias, shift, scale, *, variant: str = "hardware", return_stats: bool = False):
     """``fc_deepin_shallowout_8`` (§3.3): as the ``_16`` version, then VDEPTH8,
     ``y = sat8(floor((v + 128) / 256))`` in [-127, 127]. Returns int8 (..., C_out);
     output_clips counts VLMUL or VDEPTH8 saturation."""
-    return _fc_deepin(x, w, bias, shift, scale, out_bits=8, variant=variant,
-                      return_stats=return_stats)
+    return _fc_deepin(x, w, bias, shift, scale, out_bits=8, variant=variant, return_stats=return_stats)
 
 
 # ---------------------------------------------------------------------- pooling
@@ -799,19 +981,30 @@ def _pool_geometry(x, window_shape, window_start, window_stride, out_shape):
     if out_shape is None:
         kshape, start = _pair(window_shape, "window_shape", 1), _pair(window_start, "window_start")
         if min(start) < 0:
-            raise RangeError(f"pooling windows must lie inside the image (no padding): window_start "
-                             f"{start} is negative")
+            raise RangeError(
+                f"pooling windows must lie inside the image (no padding): window_start {start} is negative"
+            )
         if any(st + k > n for st, k, n in zip(start, kshape, xb.shape[-3:-1])):
-            raise ShapeError(f"no pooling window of window_shape {kshape} starting at window_start {start} "
-                             f"fits inside the {xb.shape[-3]}x{xb.shape[-2]} image")
+            raise ShapeError(
+                f"no pooling window of window_shape {kshape} starting at window_start {start} "
+                f"fits inside the {xb.shape[-3]}x{xb.shape[-2]} image"
+            )
         out_shape = pool_out_hw(xb.shape[-3:-1], kshape, _pair(stride, "window_stride", 1), start)
     win = _window(xb.shape[-3:-1], window_shape, window_start, stride, out_shape)
     _check_inside(win)
     return xb, lead, win
 
 
-def maxpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_shape=None,
-              variant: str = "hardware", return_stats: bool = False):
+def maxpool2d(
+    x,
+    *,
+    window_shape,
+    window_start=(0, 0),
+    window_stride=None,
+    out_shape=None,
+    variant: str = "hardware",
+    return_stats: bool = False,
+):
     """Legacy ``maxpool2d`` (§6.3): per channel, the maximum over the window (from -128).
 
     Windows must lie inside the image. ``window_stride`` defaults to ``window_shape``,
@@ -829,8 +1022,17 @@ def _maxpool_call(x, *, win, lead, return_stats):
     return _result(y.reshape(lead + y.shape[1:]), return_stats)
 
 
-def avgpool2d(x, *, window_shape, window_start=(0, 0), window_stride=None, out_shape=None,
-              symmetric: bool = False, variant: str = "hardware", return_stats: bool = False):
+def avgpool2d(
+    x,
+    *,
+    window_shape,
+    window_start=(0, 0),
+    window_stride=None,
+    out_shape=None,
+    symmetric: bool = False,
+    variant: str = "hardware",
+    return_stats: bool = False,
+):
     """Legacy ``avgpool2d`` (§6.1): ``y = clamp(rshr(sum_window(x) * scale, shift), -128, 127)``.
 
     (scale, shift) from :func:`avgpool2d_scale_shift` of the window size; the int32 sum
@@ -858,8 +1060,9 @@ def _avgpool_core(xb, *, win, symmetric):
     return y.astype(jnp.int8), y != r
 
 
-def avgpool2d_global(x, bias, scale, shift, *, symmetric: bool = False,
-                     variant: str = "hardware", return_stats: bool = False):
+def avgpool2d_global(
+    x, bias, scale, shift, *, symmetric: bool = False, variant: str = "hardware", return_stats: bool = False
+):
     """Legacy ``avgpool2d_global`` (§6.2): ``y[c] = clamp(rshr(acc, shift), -128, 127)``.
 
     ``acc = bias``, then ``acc = sat32(acc + x[p, c] * scale)`` pixel by pixel in
@@ -900,9 +1103,20 @@ def _avgpool_global_core(xb, b, sc, sh, *, symmetric, stats):
 # --------------------------------------------------------------- element-wise ops
 
 
-def add_elementwise(x0, x1, *, shr0: int, multiplier0, shr1: int, multiplier1, bias,
-                    output_shr, symmetric: bool = False, variant: str = "hardware",
-                    return_stats: bool = False):
+def add_elementwise(
+    x0,
+    x1,
+    *,
+    shr0: int,
+    multiplier0,
+    shr1: int,
+    multiplier1,
+    bias,
+    output_shr,
+    symmetric: bool = False,
+    variant: str = "hardware",
+    return_stats: bool = False,
+):
     """Legacy ``add_elementwise`` (§6.4, lib_nn 2021), exact.
 
     ``acc = bias + (x0 >> shr0) * multiplier0 + (x1 >> shr1) * multiplier1`` (``>>``
@@ -922,12 +1136,14 @@ def add_elementwise(x0, x1, *, shr0: int, multiplier0, shr1: int, multiplier1, b
     a0, a1 = _int8(x0, "x0"), _int8(x1, "x1")
     if a0.shape != a1.shape:
         raise ShapeError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
-    params = (_scalar(shr0, "shr0", -24, 2**15 - 1),
-              _scalar(multiplier0, "multiplier0", -(2**15), 2**15 - 1),
-              _scalar(shr1, "shr1", -24, 2**15 - 1),
-              _scalar(multiplier1, "multiplier1", -(2**15), 2**15 - 1),
-              _scalar(bias, "bias", -(2**31), 2**31 - 1),
-              _scalar(output_shr, "output_shr", 0, 255))
+    params = (
+        _scalar(shr0, "shr0", -24, 2**15 - 1),
+        _scalar(multiplier0, "multiplier0", -(2**15), 2**15 - 1),
+        _scalar(shr1, "shr1", -24, 2**15 - 1),
+        _scalar(multiplier1, "multiplier1", -(2**15), 2**15 - 1),
+        _scalar(bias, "bias", -(2**31), 2**31 - 1),
+        _scalar(output_shr, "output_shr", 0, 255),
+    )
     y, out = _add_core(a0, a1, *params, symmetric=bool(symmetric))
     return _result(y, return_stats, out=out, channels=a0.shape[-1:])
 
@@ -937,15 +1153,13 @@ def _add_core(a0, a1, shr0, m0, shr1, m1, bias, output_shr, *, symmetric):
     def term(x, s, m):  # |x * 2**24| <= 2**31: the left shift is exact
         return W.mul_int32(shift_right(x, s, rounding="floor", allow_left=True), m)
 
-    acc = W.add(W.add(W.from_int32(jnp.broadcast_to(bias, a0.shape)), term(a0, shr0, m0)),
-                term(a1, shr1, m1))
+    acc = W.add(W.add(W.from_int32(jnp.broadcast_to(bias, a0.shape)), term(a0, shr0, m0)), term(a1, shr1, m1))
     s_out = jnp.minimum(output_shr, 63)  # |acc| < 2**49: shifts beyond 63 give the same
     y, out = W.saturate_to_int32(W.shift_right(acc, s_out, "half_up"), -127 if symmetric else -128, 127)
     return y.astype(jnp.int8), out
 
 
-def requantize_16_to_8(x, *, symmetric: bool = False, variant: str = "hardware",
-                       return_stats: bool = False):
+def requantize_16_to_8(x, *, symmetric: bool = False, variant: str = "hardware", return_stats: bool = False):
     """Legacy ``requantize_16_to_8`` (§6.5): ``y = clamp(floor((x + 128) / 256), -128, 127)``.
 
     ([-127, 127] if ``symmetric``.) ``x`` int16 values, any shape; returns int8

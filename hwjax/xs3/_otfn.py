@@ -43,8 +43,7 @@ EPV16 = 16  # 16-bit lanes per vector = output channels per group
 
 INITIAL_SHIFT_RANGE = (-16, 16)
 FINAL_SHR_RANGE = (-16, 15)
-STEPS = ("after_vlsat", "after_initial_vlashr", "after_vlmul", "after_vladd", "after_final_vlashr",
-         "y_int8")
+STEPS = ("after_vlsat", "after_initial_vlashr", "after_vlmul", "after_vladd", "after_final_vlashr", "y_int8")
 STAT_KEYS = ("initial_clipped", "mul_clipped", "bias_clipped", "final_clipped", "output_clipped")
 
 
@@ -60,21 +59,22 @@ def _shift(value, lo: int, hi: int, name: str) -> jax.Array:
     try:
         return V.int_scalar(value, lo, hi, name)
     except ValueError:
-        raise RangeError(f"{name}={value} is outside the supported range [{lo}, {hi}] of the XS3 "
-                         f"otfn_int8 assembly (spec §4.1)") from None
+        raise RangeError(
+            f"{name}={value} is outside the supported range [{lo}, {hi}] of the XS3 otfn_int8 assembly (spec §4.1)"
+        ) from None
 
 
 def _acc32(acc, name: str = "acc", *, float_ok: bool = False) -> jax.Array:
     """int32 accumulators (..., C) as int32, or (``float_ok``) a float array holding them."""
-    a = S.operand(acc, name, -(2**31), 2**31 - 1, differentiable=float_ok,
-                  what=" of int32 accumulators")
+    a = S.operand(acc, name, -(2**31), 2**31 - 1, differentiable=float_ok, what=" of int32 accumulators")
     if a.ndim < 1:
         raise ShapeError(f"{name} must have the output channels on its last axis, got a scalar")
     return a
 
 
-def _channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: int = 2**15 - 1, *,
-                   float_ok: bool = False) -> jax.Array:
+def _channel_param(
+    p, name: str, channels: int, lo: int = -(2**15), hi: int = 2**15 - 1, *, float_ok: bool = False
+) -> jax.Array:
     """A (C,) parameter of int16 values (shifts: up to 65535) as int32, or a float array."""
     a = S.operand(p, name, lo, hi, differentiable=float_ok, what=" (int16 values)")
     if a.shape != (channels,):
@@ -90,8 +90,9 @@ def _checked_acc32(acc, name: str = "acc", *, float_ok: bool = False) -> jax.Arr
     return a
 
 
-def _checked_channel_param(p, name: str, channels: int, lo: int = -(2**15), hi: int = 2**15 - 1, *,
-                           float_ok: bool = False) -> jax.Array:
+def _checked_channel_param(
+    p, name: str, channels: int, lo: int = -(2**15), hi: int = 2**15 - 1, *, float_ok: bool = False
+) -> jax.Array:
     """The checks of :func:`_channel_param` without its int32 conversion."""
     a = vpu._checked(p, name, lo, hi, float_ok=float_ok, what=" (int16 values)")
     if a.shape != (channels,):
@@ -103,8 +104,11 @@ def _checked_int8_operands(acc, multipliers, biases, *, float_ok: bool):
     """The checks of :func:`_int8_operands` without the int32 conversions."""
     a = _checked_acc32(acc, float_ok=float_ok)
     c = a.shape[-1]
-    return (a, _checked_channel_param(multipliers, "multipliers", c, float_ok=float_ok),
-            _checked_channel_param(biases, "biases", c, float_ok=float_ok))
+    return (
+        a,
+        _checked_channel_param(multipliers, "multipliers", c, float_ok=float_ok),
+        _checked_channel_param(biases, "biases", c, float_ok=float_ok),
+    )
 
 
 # ------------------------------------------------------------------------- the steps
@@ -210,16 +214,19 @@ def int8_steps(a, mul, bias, initial_shift, final_shr, *, variant: Variant) -> d
 def int8_forward(variant: Variant, return_stats: bool):
     """The forward function ``(acc, mul, bias, initial_shift, final_shr)`` of
     :func:`otfn_int8` for :func:`hwjax.core._surrogate.call`."""
+
     def forward(a, mul, bias, initial_shift, final_shr):
         return _outputs(int8_steps(a, mul, bias, initial_shift, final_shr, variant=variant), return_stats)
+
     return forward
 
 
 # --------------------------------------------------------------------- §4.1 otfn_int8
 
 
-def otfn_int8_steps(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
-                    variant: Variant = "hardware") -> dict[str, jax.Array]:
+def otfn_int8_steps(
+    acc, multipliers, biases, *, initial_shift: int, final_shr: int, variant: Variant = "hardware"
+) -> dict[str, jax.Array]:
     """Every intermediate of :func:`otfn_int8` (int32 lane values), keyed as the golden
     ``otfn_int8_chain.json`` columns: ``after_vlsat``, ``after_initial_vlashr``,
     ``after_vlmul``, ``after_vladd``, ``after_final_vlashr``, ``y_int8``; plus boolean
@@ -234,7 +241,7 @@ def otfn_int8_steps(acc, multipliers, biases, *, initial_shift: int, final_shr: 
     return _otfn_int8_steps_impl(a, mul, bias, initial_shift, final_shr, variant=variant)
 
 
-@functools.partial(jax.jit, static_argnames=('variant',))
+@functools.partial(jax.jit, static_argnames=("variant",))
 def _otfn_int8_steps_impl(acc, multipliers, biases, initial_shift, final_shr, *, variant):
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=False)
@@ -245,21 +252,34 @@ def check_int8_config(initial_shift, final_shr, variant) -> tuple[jax.Array, jax
     """Validates the shifts and variant of :func:`otfn_int8`; returns the two shifts
     as int32 scalars (see :func:`_shift` for traced shifts)."""
     vpu._check_variant(variant)
-    return (_shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift"),
-            _shift(final_shr, *FINAL_SHR_RANGE, "final_shr"))
+    return (
+        _shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift"),
+        _shift(final_shr, *FINAL_SHR_RANGE, "final_shr"),
+    )
 
 
 def _int8_operands(acc, multipliers, biases, *, float_ok: bool, channels: int | None = None):
     """``acc`` (..., C) int32 values; ``multipliers``, ``biases`` (C,) int16 values."""
     a = None if acc is None else _acc32(acc, float_ok=float_ok)
     c = a.shape[-1] if channels is None else channels
-    return (a, _channel_param(multipliers, "multipliers", c, float_ok=float_ok),
-            _channel_param(biases, "biases", c, float_ok=float_ok))
+    return (
+        a,
+        _channel_param(multipliers, "multipliers", c, float_ok=float_ok),
+        _channel_param(biases, "biases", c, float_ok=float_ok),
+    )
 
 
-def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
-              variant: Variant = "hardware", return_stats: bool = False,
-              saturation_grad: SaturationGrad = "zero"):
+def otfn_int8(
+    acc,
+    multipliers,
+    biases,
+    *,
+    initial_shift: int,
+    final_shr: int,
+    variant: Variant = "hardware",
+    return_stats: bool = False,
+    saturation_grad: SaturationGrad = "zero",
+):
     """``otfn_int8`` (§4.1): int32 accumulators -> int8, group-wise parameters.
 
     Per lane (channel c = last axis of ``acc``), in 16-bit mode:
@@ -302,26 +322,48 @@ def otfn_int8(acc, multipliers, biases, *, initial_shift: int, final_shr: int,
     """
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _checked_int8_operands(acc, multipliers, biases, float_ok=True)
-    return _otfn_int8_impl(a, mul, bias, initial_shift, final_shr, variant=variant,
-                           return_stats=V.check_flag(return_stats, "return_stats"),
-                           saturation_grad=saturation_grad)
+    return _otfn_int8_impl(
+        a,
+        mul,
+        bias,
+        initial_shift,
+        final_shr,
+        variant=variant,
+        return_stats=V.check_flag(return_stats, "return_stats"),
+        saturation_grad=saturation_grad,
+    )
 
 
-@functools.partial(jax.jit, static_argnames=('variant', 'return_stats', 'saturation_grad'))
-def _otfn_int8_impl(acc, multipliers, biases, initial_shift, final_shr, *, variant, return_stats,
-                    saturation_grad):
+@functools.partial(jax.jit, static_argnames=("variant", "return_stats", "saturation_grad"))
+def _otfn_int8_impl(acc, multipliers, biases, initial_shift, final_shr, *, variant, return_stats, saturation_grad):
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=True)
-    return S.call(int8_forward(variant, return_stats), int8_surrogate, a, mul, bias, initial_shift,
-                  final_shr, saturation_grad=saturation_grad)
+    return S.call(
+        int8_forward(variant, return_stats),
+        int8_surrogate,
+        a,
+        mul,
+        bias,
+        initial_shift,
+        final_shr,
+        saturation_grad=saturation_grad,
+    )
 
 
 # --------------------------------------------------------- §4.2 otfn_int8_channelwise
 
 
-def otfn_int8_channelwise(acc, shifts, multipliers, biases, *, final_shr: int,
-                          variant: Variant = "hardware", return_stats: bool = False,
-                          saturation_grad: SaturationGrad = "zero"):
+def otfn_int8_channelwise(
+    acc,
+    shifts,
+    multipliers,
+    biases,
+    *,
+    final_shr: int,
+    variant: Variant = "hardware",
+    return_stats: bool = False,
+    saturation_grad: SaturationGrad = "zero",
+):
     """``otfn_int8_channelwise`` (§4.2): as :func:`otfn_int8` but step 1 is always
     ``t = VLSAT16(acc, shifts[c])`` with a per-channel 16-bit shift read unsigned
     (int16 or uint16 values; no left-shift path). Steps 2–5 as in :func:`otfn_int8`.
@@ -349,14 +391,20 @@ def otfn_int8_channelwise(acc, shifts, multipliers, biases, *, final_shr: int,
     sh = _checked_channel_param(shifts, "shifts", c, -(2**15), 2**16 - 1)
     mul = _checked_channel_param(multipliers, "multipliers", c, float_ok=True)
     bias = _checked_channel_param(biases, "biases", c, float_ok=True)
-    return _otfn_int8_channelwise_impl(a, sh, mul, bias, final_shr, variant=variant,
-                                       return_stats=V.check_flag(return_stats, "return_stats"),
-                                       saturation_grad=saturation_grad)
+    return _otfn_int8_channelwise_impl(
+        a,
+        sh,
+        mul,
+        bias,
+        final_shr,
+        variant=variant,
+        return_stats=V.check_flag(return_stats, "return_stats"),
+        saturation_grad=saturation_grad,
+    )
 
 
-@functools.partial(jax.jit, static_argnames=('variant', 'return_stats', 'saturation_grad'))
-def _otfn_int8_channelwise_impl(acc, shifts, multipliers, biases, final_shr, *, variant, return_stats,
-                                saturation_grad):
+@functools.partial(jax.jit, static_argnames=("variant", "return_stats", "saturation_grad"))
+def _otfn_int8_channelwise_impl(acc, shifts, multipliers, biases, final_shr, *, variant, return_stats, saturation_grad):
     vpu._check_variant(variant)
     final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
     a = _acc32(acc, float_ok=True)
@@ -367,8 +415,10 @@ def _otfn_int8_channelwise_impl(acc, shifts, multipliers, biases, final_shr, *, 
     def forward(a, sh, mul, bias, final_shr):
         a, mul, bias = vpu._i32(a, mul, bias)
         t = vpu.vlsat(a, sh, mode=16, variant=variant)
-        steps = {"initial_clipped": vpu.vlsat_raw(a, sh, variant=variant) != t,
-                 **_tail(t, mul, bias, final_shr, variant)}
+        steps = {
+            "initial_clipped": vpu.vlsat_raw(a, sh, variant=variant) != t,
+            **_tail(t, mul, bias, final_shr, variant),
+        }
         return _outputs(steps, return_stats)
 
     def surrogate(a, sh, mul, bias, final_shr):
@@ -380,8 +430,17 @@ def _otfn_int8_channelwise_impl(acc, shifts, multipliers, biases, final_shr, *, 
 # ------------------------------------------------------------ §4.3 otfn_int8_clamped
 
 
-def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, final_shr: int,
-                      variant: Variant = "hardware", return_stats: bool = False):
+def otfn_int8_clamped(
+    acc,
+    offsets,
+    multipliers,
+    biases,
+    *,
+    initial_shift: int,
+    final_shr: int,
+    variant: Variant = "hardware",
+    return_stats: bool = False,
+):
     """``otfn_int8_clamped`` (§4.3, after binary convolutions).
 
     Only the low 16 bits of each accumulator are read (``vR.s16``, signed), so ``acc``
@@ -405,13 +464,20 @@ def otfn_int8_clamped(acc, offsets, multipliers, biases, *, initial_shift: int, 
     off = _checked_channel_param(offsets, "offsets", c)
     mul = _checked_channel_param(multipliers, "multipliers", c)
     bias = _checked_channel_param(biases, "biases", c)
-    return _otfn_int8_clamped_impl(a, off, mul, bias, initial_shift, final_shr, variant=variant,
-                                   return_stats=V.check_flag(return_stats, "return_stats"))
+    return _otfn_int8_clamped_impl(
+        a,
+        off,
+        mul,
+        bias,
+        initial_shift,
+        final_shr,
+        variant=variant,
+        return_stats=V.check_flag(return_stats, "return_stats"),
+    )
 
 
-@functools.partial(jax.jit, static_argnames=('variant', 'return_stats'))
-def _otfn_int8_clamped_impl(acc, offsets, multipliers, biases, initial_shift, final_shr, *, variant,
-                            return_stats):
+@functools.partial(jax.jit, static_argnames=("variant", "return_stats"))
+def _otfn_int8_clamped_impl(acc, offsets, multipliers, biases, initial_shift, final_shr, *, variant, return_stats):
     vpu._check_variant(variant)
     initial_shift = _shift(initial_shift, *INITIAL_SHIFT_RANGE, "initial_shift")
     final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
@@ -426,8 +492,7 @@ def _otfn_int8_clamped_impl(acc, offsets, multipliers, biases, initial_shift, fi
     t = vpu.vpos(t, mode=16, variant=variant)
     t2 = vpu.vlashr(t, initial_shift, mode=16, variant=variant)
     clipped = clipped | (vpu.vlashr_raw(t, initial_shift, mode=16, variant=variant) != t2)
-    return _finish({"initial_clipped": clipped, **_tail(t2, mul, bias, final_shr, variant)},
-                   return_stats)
+    return _finish({"initial_clipped": clipped, **_tail(t2, mul, bias, final_shr, variant)}, return_stats)
 
 
 def _low16(a: jax.Array) -> jax.Array:
@@ -464,7 +529,7 @@ def otfn_binary(acc, thresholds, *, variant: Variant = "hardware") -> jax.Array:
     return _otfn_binary_impl(a, thr, variant=variant)
 
 
-@functools.partial(jax.jit, static_argnames=('variant',))
+@functools.partial(jax.jit, static_argnames=("variant",))
 def _otfn_binary_impl(acc, thresholds, *, variant):
     vpu._check_variant(variant)
     a = _acc32(acc)
@@ -480,8 +545,9 @@ def _otfn_binary_impl(acc, thresholds, *, variant):
 # -------------------------------------------------------------------- serialisation
 
 
-def serialise_output_transform(multipliers, biases, *, leading=None, pad_value: int = 0,
-                               pad_final_access: bool = True) -> np.ndarray:
+def serialise_output_transform(
+    multipliers, biases, *, leading=None, pad_value: int = 0, pad_final_access: bool = True
+) -> np.ndarray:
     """The int16 parameter memory that the output transforms read (§4.1, §4.2, §4.3).
 
     Channels go in groups of 16. For each full group g: the group's 16 ``leading``
@@ -503,8 +569,7 @@ def serialise_output_transform(multipliers, biases, *, leading=None, pad_value: 
     Returns:
       NumPy int16 array.
     """
-    cols = ([] if leading is None else [("leading", leading)]) + [("multipliers", multipliers),
-                                                                   ("biases", biases)]
+    cols = ([] if leading is None else [("leading", leading)]) + [("multipliers", multipliers), ("biases", biases)]
     arrays = []
     for name, a in cols:
         if isinstance(a, jax.core.Tracer):
@@ -519,11 +584,10 @@ def serialise_output_transform(multipliers, biases, *, leading=None, pad_value: 
     c = arrays[-1].size
     for (name, _), a in zip(cols, arrays):
         if a.size != c:
-            raise ShapeError(f"all parameter arrays must have the same length: {name} has {a.size} "
-                             f"values, biases {c}")
+            raise ShapeError(f"all parameter arrays must have the same length: {name} has {a.size} values, biases {c}")
     pad_value = V.check_static_int(pad_value, -(2**15), 2**15 - 1, "pad_value")
     pad_final_access = V.check_flag(pad_final_access, "pad_final_access")
-    parts = [a[g:g + EPV16] for g in range(0, c, EPV16) for a in arrays]
+    parts = [a[g : g + EPV16] for g in range(0, c, EPV16) for a in arrays]
     out = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     if pad_final_access:
         out = np.concatenate([out, np.full((EPV16 - (out.size // 2) % EPV16) % EPV16, pad_value)])
@@ -548,14 +612,13 @@ def deserialise_output_transform(memory, channels: int, *, with_leading: bool = 
     names = (["leading"] if with_leading else []) + ["multipliers", "biases"]
     k = len(names)
     if mem.size < k * channels:
-        raise ShapeError(f"memory holds {mem.size} values, fewer than the {k * channels} of "
-                         f"{channels} channels")
+        raise ShapeError(f"memory holds {mem.size} values, fewer than the {k * channels} of {channels} channels")
     out: dict[str, list] = {n: [] for n in names}
     pos = 0
     for g in range(0, channels, EPV16):
         n = min(EPV16, channels - g)
         for name in names:
-            out[name].append(mem[pos:pos + n])
+            out[name].append(mem[pos : pos + n])
             pos += n
     return {n: (np.concatenate(v) if v else np.zeros(0)).astype(np.int16) for n, v in out.items()}
 
@@ -678,8 +741,9 @@ def solve_exponents(m, beta, amin, amax, max_steps: int = 512) -> tuple[int, int
     raise RangeError("no accumulator/multiplier exponents satisfy the otfn_int8 constraints")
 
 
-def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out: float, z_out: int,
-                            *, multiplier_factor: float | None = None) -> dict[str, Any]:
+def otfn_params_from_scales(
+    bias_q, weights, s_in: float, z_in: int, s_w, s_out: float, z_out: int, *, multiplier_factor: float | None = None
+) -> dict[str, Any]:
     """Group-wise :func:`otfn_int8` parameters as xformer derives them (§4.5).
 
     Inputs (per output channel c): ``bias_q[c]`` (TFLite int32 bias), ``weights``
@@ -754,6 +818,12 @@ def otfn_params_from_scales(bias_q, weights, s_in: float, z_in: int, s_w, s_out:
     _shift(final_shr, *FINAL_SHR_RANGE, "final_shr (= B - 8)")
     mul = np.clip(np.rint(np.ldexp(m, M)), -(2**15), 2**15 - 1)
     bias = np.rint(np.ldexp(beta, B) - 1) if B >= 0 else np.rint(np.ldexp(beta, B))
-    return {"multipliers": mul.astype(np.int16),
-            "biases": np.clip(bias, -(2**15), 2**15 - 1).astype(np.int16),
-            "initial_shift": initial_shift, "final_shr": final_shr, "A": A, "M": M, "B": B}
+    return {
+        "multipliers": mul.astype(np.int16),
+        "biases": np.clip(bias, -(2**15), 2**15 - 1).astype(np.int16),
+        "initial_shift": initial_shift,
+        "final_shr": final_shr,
+        "A": A,
+        "M": M,
+        "B": B,
+    }

@@ -117,10 +117,15 @@ def otfn_params_many(layers, *, checked: bool = False) -> list:
       A list of ``(multipliers, biases, shifts)``, one per layer (see :func:`otfn_params`).
     """
     if not checked:
-        if isinstance(layers, (str, bytes, dict)) or not isinstance(layers, (list, tuple)) or \
-                not all(isinstance(a, (list, tuple)) and len(a) == 7 for a in layers):
-            raise ArgTypeError("layers must be a list of (kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out) tuples, "
-                               f"got {layers!r:.200}")
+        if (
+            isinstance(layers, (str, bytes, dict))
+            or not isinstance(layers, (list, tuple))
+            or not all(isinstance(a, (list, tuple)) and len(a) == 7 for a in layers)
+        ):
+            raise ArgTypeError(
+                "layers must be a list of (kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out) tuples, "
+                f"got {layers!r:.200}"
+            )
     layers = [tuple(a) if checked else tuple(_check_args(*a)) for a in layers]
     if not layers:
         return []
@@ -140,8 +145,10 @@ def otfn_params_many(layers, *, checked: bool = False) -> list:
     xp = np if all(isinstance(r[0], np.ndarray) for r in rows) else jnp
     channels = [xp.stack([r[i] for r in rows]) for i in range(5)]
     xs = np if all(V.is_concrete(a[i]) for a in layers for i in (2, 3, 5, 6)) else jnp  # traced scales: jnp
-    scalars = [xs.stack([xs.asarray(a[i], dt).reshape(()) for a in layers])
-               for i, dt in ((2, np.float32), (3, np.int32), (5, np.float32), (6, np.int32))]
+    scalars = [
+        xs.stack([xs.asarray(a[i], dt).reshape(()) for a in layers])
+        for i, dt in ((2, np.float32), (3, np.int32), (5, np.float32), (6, np.int32))
+    ]
     return _otfn_params_impl(*channels, *scalars, cs=cs)
 
 
@@ -189,8 +196,9 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
         return m, exp, mant, k
 
     # computed once: every later step uses m, and XLA would inline the division into each
-    m, exp, mant, k = compute_once(multiplier, (jnp.asarray(s_in, f32), jnp.asarray(s_w, f32),
-                                                jnp.asarray(s_out, f32)), trigger)
+    m, exp, mant, k = compute_once(
+        multiplier, (jnp.asarray(s_in, f32), jnp.asarray(s_w, f32), jnp.asarray(s_out, f32)), trigger
+    )
 
     def narrow(sp, sn, bias_q, z_in, z_out, m, mant, k):
         """§4.5 step 2 and the exact offset ``t``."""
@@ -248,7 +256,7 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
     def mul16(M):  # rint(m * 2**M) = rint(mant / 2**(k - M)), saturated to int32
         return _rint_int32(mant, k - M)
 
-    nz_accu = lambda v: jnp.where(v != 0, _sig_bits(v), 0)  # noqa: E731
+    nz_accu = lambda v: jnp.where(v != 0, _sig_bits(v), 0)
     accu_bits0 = jnp.maximum(nz_accu(scale_accu(amin, A0)), nz_accu(scale_accu(amax, A0))).max()
     mul_bits0 = jnp.where(mant != 0, _sig_bits(mul16(M0)), 0).max()
 
@@ -281,8 +289,7 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
         di, dm = dec_a.astype(jnp.int32), dec_m.astype(jnp.int32)
         # step 4: the bias is rint(beta 2**B - 1) for B >= 0 (not rint(beta 2**B) - 1: a
         # tie rounds to the other even neighbour), rint(beta 2**B) otherwise
-        b1 = jnp.where(s >= 0, W.saturate_to_int32(right1, -(2**31), 2**31 - 1)[0],
-                       jnp.maximum(b, -(2**31) + 1) - 1)
+        b1 = jnp.where(s >= 0, W.saturate_to_int32(right1, -(2**31), 2**31 - 1)[0], jnp.maximum(b, -(2**31) + 1) - 1)
         bias = jnp.where(B >= 0, b1, b)
         return A - di, M - dm, ab - di, mb - dm, first == 0, it + 1, m16c, jnp.clip(bias, -(2**15), 2**15 - 1)
 

@@ -96,8 +96,7 @@ def _lanes(x, name: str, bits: int, *, float_ok: bool = False) -> jax.Array:
     return _int_operand(x, name, *_lane_range(bits), float_ok=float_ok)
 
 
-def _checked(x, name: str, lo: int, hi: int, *, float_ok: bool = False,
-             what: str = " (lane values)") -> jax.Array:
+def _checked(x, name: str, lo: int, hi: int, *, float_ok: bool = False, what: str = " (lane values)") -> jax.Array:
     """The checks of :func:`hwjax.core.surrogate.operand` without its int32 conversion: the
     operand in its own dtype, converted inside the jitted program (converting here would
     compile one program per dtype conversion)."""
@@ -135,8 +134,13 @@ def _check_broadcast(*named) -> None:
     shapes of the operands before it."""
     shape, names = None, []
     for a, name in named:
-        parts = ([(a.hi, f"{name}.hi"), (a.lo, f"{name}.lo")] if isinstance(a, W.Wide) else
-                 [(a[0], f"{name}.hi"), (a[1], f"{name}.lo")] if isinstance(a, tuple) else [(a, name)])
+        parts = (
+            [(a.hi, f"{name}.hi"), (a.lo, f"{name}.lo")]
+            if isinstance(a, W.Wide)
+            else [(a[0], f"{name}.hi"), (a[1], f"{name}.lo")]
+            if isinstance(a, tuple)
+            else [(a, name)]
+        )
         for p, pname in parts:
             if shape is not None:
                 V.check_broadcast(np.empty(shape, np.int8), " and ".join(names), p, pname)
@@ -147,8 +151,9 @@ def _check_broadcast(*named) -> None:
 def _int_only_in_32bit_mode(mode: int, what: str, *arrays) -> None:
     """32-bit-mode accumulators are 40/64-bit: float operands are not supported there."""
     if mode == 32 and S.has_float(*arrays):
-        raise ArgTypeError(f"{what} takes float (differentiable) operands in 8/16-bit mode only; "
-                        f"in 32-bit mode pass integer arrays")
+        raise ArgTypeError(
+            f"{what} takes float (differentiable) operands in 8/16-bit mode only; in 32-bit mode pass integer arrays"
+        )
 
 
 def _bits_u32(x, name: str) -> jax.Array:
@@ -161,8 +166,7 @@ def _bits_u32(x, name: str) -> jax.Array:
 
 def _need_hardware(variant: str, what: str) -> None:
     if variant != "hardware":
-        raise RangeError(f"variant={variant!r} does not model {what} (spec §2); "
-                         f"only variant='hardware' does")
+        raise RangeError(f"variant={variant!r} does not model {what} (spec §2); only variant='hardware' does")
 
 
 def _sat(x: jax.Array, bits: int) -> jax.Array:
@@ -273,8 +277,9 @@ def _product_terms(c: jax.Array, m: jax.Array, mode: int) -> W.Wide:
 # -------------------------------------------------------------------------- §2.1 VLMACC
 
 
-def vlmacc(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
-           saturation_grad: SaturationGrad = "zero"):
+def vlmacc(
+    acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware", saturation_grad: SaturationGrad = "zero"
+):
     """VLMACC (§2.1): lane-wise multiply-accumulate, saturating after every product.
 
     * 8/16-bit mode: ``acc <- sat32(acc + c*m)`` with int32 ``acc`` and int8/int16
@@ -311,7 +316,14 @@ def vlmacc(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
     return _vlmacc_impl(a, c, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+        "saturation_grad",
+    ),
+)
 def _vlmacc_impl(acc, vc, mem, *, mode, variant, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     c, m = _lanes(vc, "vc", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
@@ -331,8 +343,9 @@ def _vlmacc_impl(acc, vc, mem, *, mode, variant, saturation_grad):
 # ------------------------------------------------------------------------- §2.2 VLMACCR
 
 
-def vlmaccr(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
-            saturation_grad: SaturationGrad = "zero"):
+def vlmaccr(
+    acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware", saturation_grad: SaturationGrad = "zero"
+):
     """VLMACCR (§2.2): reducing multiply-accumulate into the rotating accumulator ring.
 
     ``acc`` is the ring, last axis = ring slots (16 in 8/16-bit mode, 8 in 32-bit
@@ -363,15 +376,23 @@ def vlmaccr(acc: AccLike, vc, mem, *, mode: Mode, variant: Variant = "hardware",
     return _vlmaccr_impl(a, c, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+        "saturation_grad",
+    ),
+)
 def _vlmaccr_impl(acc, vc, mem, *, mode, variant, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     c, m = _lanes(vc, "vc", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
     epv, ring = _EPV[mode], _RING[mode]
     for a, name in ((c, "vc"), (m, "mem")):
         if a.ndim < 1 or a.shape[-1] != epv:
-            raise ShapeError(f"{name} must have the {epv} lanes of a {mode}-bit vector on its "
-                             f"last axis, got shape {a.shape}")
+            raise ShapeError(
+                f"{name} must have the {epv} lanes of a {mode}-bit vector on its last axis, got shape {a.shape}"
+            )
     if mode == 32:
         _int_only_in_32bit_mode(mode, "vlmaccr", acc, c, m)
         _need_hardware(variant, "32-bit VLMACCR")
@@ -398,8 +419,7 @@ def _vlmaccr_impl(acc, vc, mem, *, mode, variant, saturation_grad):
 
 def _check_ring(r: jax.Array, ring: int) -> None:
     if r.ndim < 1 or r.shape[-1] != ring:
-        raise ShapeError(f"acc must hold the {ring}-accumulator ring on its last axis, "
-                         f"got shape {r.shape}")
+        raise ShapeError(f"acc must hold the {ring}-accumulator ring on its last axis, got shape {r.shape}")
 
 
 def _rotate_in(new: jax.Array, ring: jax.Array) -> jax.Array:
@@ -431,8 +451,15 @@ def _rshr_wrapped(acc: jax.Array, s: jax.Array) -> jax.Array:
     return jnp.where(s == 0, acc, r)
 
 
-def vlsat(acc: AccLike, shift, *, mode: Mode, variant: Variant = "hardware",
-          symmetric: bool = True, saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def vlsat(
+    acc: AccLike,
+    shift,
+    *,
+    mode: Mode,
+    variant: Variant = "hardware",
+    symmetric: bool = True,
+    saturation_grad: SaturationGrad = "zero",
+) -> jax.Array:
     """VLSAT (§2.3): round-shift the accumulators right and saturate to the lane width.
 
     8/16-bit mode: ``acc`` int32, ``shift`` the 16-bit memory element, given as its
@@ -475,13 +502,23 @@ def vlsat(acc: AccLike, shift, *, mode: Mode, variant: Variant = "hardware",
         a = _checked(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
         s = _checked(shift, "shift", -(2**15), 2**16 - 1)
         if variant != "hardware" and V.is_concrete(s) and np.any((np.asarray(s).astype(np.int64) & 0xFFFF) >= 32):
-            warnings.warn(f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3);"
-                          " computing them as variant='hardware'", stacklevel=2)
-    return _vlsat_impl(a, s, mode=mode, variant=variant, symmetric=bool(symmetric),
-                       saturation_grad=saturation_grad)
+            warnings.warn(
+                f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3);"
+                " computing them as variant='hardware'",
+                stacklevel=2,
+            )
+    return _vlsat_impl(a, s, mode=mode, variant=variant, symmetric=bool(symmetric), saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'symmetric', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+        "symmetric",
+        "saturation_grad",
+    ),
+)
 def _vlsat_impl(acc, shift, *, mode, variant, symmetric, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     if mode == 32:
@@ -499,8 +536,7 @@ def _vlsat_impl(acc, shift, *, mode, variant, symmetric, saturation_grad):
     def forward(a, s):
         return _sat_clipped(vlsat_raw(a.astype(_I32), s, variant=variant), mode, bool(symmetric))
 
-    return S.call(forward, lambda a, s: a * S.exp2(-s, a), a, s,
-                  saturation_grad=saturation_grad)
+    return S.call(forward, lambda a, s: a * S.exp2(-s, a), a, s, saturation_grad=saturation_grad)
 
 
 def vlsat_raw(acc: jax.Array, s: jax.Array, *, variant: Variant) -> jax.Array:
@@ -513,8 +549,6 @@ def vlsat_raw(acc: jax.Array, s: jax.Array, *, variant: Variant) -> jax.Array:
     if variant == "hardware":
         return hard
     return jnp.where(s >= 32, hard, _rshr_wrapped(acc, s))
-
-
 
 
 # -------------------------------------------------------------------------- §2.4 VLASHR
@@ -530,8 +564,7 @@ def _left_wrapped(x: jax.Array, k: jax.Array, zero_extend: bool) -> jax.Array:
     return jax.lax.bitcast_convert_type(u, _I32)
 
 
-def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware",
-           saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware", saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VLASHR (§2.4): arithmetic shift of a memory vector by a signed 32-bit ``shr``.
 
     ``x`` holds b-bit lane values (b = ``mode``), ``shr`` int32 (broadcast against
@@ -567,7 +600,14 @@ def vlashr(x, shr, *, mode: Mode, variant: Variant = "hardware",
     return _vlashr_impl(xv, s, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+        "saturation_grad",
+    ),
+)
 def _vlashr_impl(x, shr, *, mode, variant, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     b = mode
@@ -615,8 +655,7 @@ def vlashr_raw(x: jax.Array, shr: jax.Array, *, mode: int, variant: Variant) -> 
 _LANE_DTYPE = {8: jnp.int8, 16: jnp.int16, 32: _I32}
 
 
-def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware",
-          saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware", saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VLMUL (§2.5): fixed-point multiply of vR lanes ``x`` by memory lanes ``m``.
 
     With k = 6 / 14 / 30 in 8 / 16 / 32-bit mode (Q1.6 / Q1.14 / Q1.30):
@@ -645,7 +684,14 @@ def vlmul(x, m, *, mode: Mode, variant: Variant = "hardware",
     return _vlmul_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+        "saturation_grad",
+    ),
+)
 def _vlmul_impl(x, m, *, mode, variant, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     x, m = _lanes(x, "x", mode, float_ok=True), _lanes(m, "m", mode, float_ok=True)
@@ -670,15 +716,15 @@ def vlmul_raw(x: jax.Array, m: jax.Array, *, mode: int, variant: Variant) -> jax
     """VLMUL's rounded (``v2021``: floored) ``x*m / 2**k`` before ``sat_b`` (int32; no
     checks). Exact in 8/16-bit mode; already ``sat32`` in 32-bit mode."""
     dt = _LANE_DTYPE[mode]
-    return fixed_mul(x.astype(dt), m.astype(dt), _VLMUL_FRAC[mode], rounding=_vlmul_rounding(variant),
-                     bits=32)
+    return fixed_mul(x.astype(dt), m.astype(dt), _VLMUL_FRAC[mode], rounding=_vlmul_rounding(variant), bits=32)
 
 
 # ------------------------------------------------------------------- §2.6–2.8 VDEPTH*
 
 
-def vdepth8(x, *, mode: Literal[16, 32], variant: Variant = "hardware",
-            saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def vdepth8(
+    x, *, mode: Literal[16, 32], variant: Variant = "hardware", saturation_grad: SaturationGrad = "zero"
+) -> jax.Array:
     """VDEPTH8 (§2.6): narrow 16-bit (``mode=16``) or 32-bit (``mode=32``) lanes to int8.
 
     ``sat8(floor((x + 2**(b-9)) / 2**(b-8)))``: ``sat8(rshr(x, 8))`` in 16-bit mode,
@@ -696,15 +742,21 @@ def vdepth8(x, *, mode: Literal[16, 32], variant: Variant = "hardware",
     return _vdepth8_impl(x, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+        "saturation_grad",
+    ),
+)
 def _vdepth8_impl(x, *, mode, variant, saturation_grad):
     mode = _check_mode(mode, (16, 32))
     _check_variant(variant)
     return _narrow(_lanes(x, "x", mode, float_ok=True), mode - 8, 8, saturation_grad)
 
 
-def vdepth16(x, *, variant: Variant = "hardware",
-             saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def vdepth16(x, *, variant: Variant = "hardware", saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VDEPTH16 (§2.7, 32-bit mode): ``sat16(floor((x + 2**15) / 2**16))``. All variants.
 
     ``x`` may be a float array holding int32 values (result in that dtype). Gradient:
@@ -716,7 +768,13 @@ def vdepth16(x, *, variant: Variant = "hardware",
     return _vdepth16_impl(x, variant=variant, saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('variant', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "variant",
+        "saturation_grad",
+    ),
+)
 def _vdepth16_impl(x, *, variant, saturation_grad):
     _check_variant(variant)
     return _narrow(_lanes(x, "x", 32, float_ok=True), 16, 16, saturation_grad)
@@ -724,6 +782,7 @@ def _vdepth16_impl(x, *, variant, saturation_grad):
 
 def _narrow(x: jax.Array, shift: int, bits: int, saturation_grad: str) -> jax.Array:
     """``sat_bits(rshr(x, shift))`` (VDEPTH8/16), differentiable for float ``x``."""
+
     def forward(x):
         return _sat_clipped(shift_right(x.astype(_I32), shift, rounding="half_up"), bits)
 
@@ -743,15 +802,20 @@ def vdepth1(x, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
     return _vdepth1_impl(x, mode=mode, variant=variant)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+    ),
+)
 def _vdepth1_impl(x, *, mode, variant):
     mode = _check_mode(mode)
     _check_variant(variant)
     xv = _lanes(x, "x", mode)
     epv = _EPV[mode]
     if xv.ndim < 1 or xv.shape[-1] != epv:
-        raise ShapeError(f"x must have the {epv} lanes of a {mode}-bit vector on its last axis, "
-                         f"got shape {xv.shape}")
+        raise ShapeError(f"x must have the {epv} lanes of a {mode}-bit vector on its last axis, got shape {xv.shape}")
     weights = jnp.asarray(np.arange(epv, dtype=np.uint32), _U32)
     bits = jnp.where(xv < 0, _U32(1) << weights, _U32(0)).sum(axis=-1, dtype=_U32)
     return jax.lax.bitcast_convert_type(bits, _I32)
@@ -760,8 +824,7 @@ def _vdepth1_impl(x, *, mode, variant):
 # ------------------------------------------------------------------ §2.9–2.10 add/sub
 
 
-def vladd(vr, mem, *, mode: Mode, variant: Variant = "hardware",
-          saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def vladd(vr, mem, *, mode: Mode, variant: Variant = "hardware", saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VLADD (§2.9): ``sat_b(x + m)``, exact (no int32 wrap in 32-bit mode). All variants.
 
     ``vr``, ``mem`` may be float arrays holding the lane values (result in the float
@@ -775,17 +838,22 @@ def vladd(vr, mem, *, mode: Mode, variant: Variant = "hardware",
     return _vladd_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+        "saturation_grad",
+    ),
+)
 def _vladd_impl(vr, mem, *, mode, variant, saturation_grad):
     mode = _check_mode(mode)
     _check_variant(variant)
     x, m = _lanes(vr, "vr", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
-    return S.call(lambda x, m: _sat_sum32(*_i32(x, m), mode), lambda x, m: x + m, x, m,
-                  saturation_grad=saturation_grad)
+    return S.call(lambda x, m: _sat_sum32(*_i32(x, m), mode), lambda x, m: x + m, x, m, saturation_grad=saturation_grad)
 
 
-def vlsub(vr, mem, *, mode: Mode, variant: Variant = "hardware",
-          saturation_grad: SaturationGrad = "zero") -> jax.Array:
+def vlsub(vr, mem, *, mode: Mode, variant: Variant = "hardware", saturation_grad: SaturationGrad = "zero") -> jax.Array:
     """VLSUB (§2.10): **memory minus register**, ``sat_b(m - x)``.
 
     ``hardware`` quirk for x = -2**(b-1) (the raw minimum): in 8/16-bit mode, m = 0
@@ -810,7 +878,14 @@ def vlsub(vr, mem, *, mode: Mode, variant: Variant = "hardware",
     return _vlsub_impl(x, m, mode=mode, variant=variant, saturation_grad=saturation_grad)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant', 'saturation_grad',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+        "saturation_grad",
+    ),
+)
 def _vlsub_impl(vr, mem, *, mode, variant, saturation_grad):
     mode, variant = _check_mode(mode), _check_variant(variant)
     x, m = _lanes(vr, "vr", mode, float_ok=True), _lanes(mem, "mem", mode, float_ok=True)
@@ -860,7 +935,13 @@ def vpos(x, *, mode: Mode, variant: Variant = "hardware") -> jax.Array:
     return _vpos_impl(x, mode=mode, variant=variant)
 
 
-@functools.partial(jax.jit, static_argnames=('mode', 'variant',))
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "mode",
+        "variant",
+    ),
+)
 def _vpos_impl(x, *, mode, variant):
     mode, variant = _check_mode(mode), _check_variant(variant)
     xv = _lanes(x, "x", mode)
@@ -869,8 +950,10 @@ def _vpos_impl(x, *, mode, variant):
     if mode == 32:
         _need_hardware(variant, "32-bit VPOS")
     if xv.ndim < 1 or xv.shape[-1] != 32:
-        raise ShapeError(f"variant={variant!r} 8-bit VPOS works on whole vectors: x must have 32 "
-                         f"lanes on its last axis, got shape {xv.shape}")
+        raise ShapeError(
+            f"variant={variant!r} 8-bit VPOS works on whole vectors: x must have 32 "
+            f"lanes on its last axis, got shape {xv.shape}"
+        )
     return jnp.concatenate([jnp.maximum(xv[..., 0:32:2], 0), xv[..., 16:]], axis=-1)
 
 
@@ -895,7 +978,7 @@ def vlmaccr1(acc, vc_words, mem_words, *, variant: Variant = "hardware") -> jax.
     return _vlmaccr1_impl(r, c, m, variant=variant)
 
 
-@functools.partial(jax.jit, static_argnames=('variant',))
+@functools.partial(jax.jit, static_argnames=("variant",))
 def _vlmaccr1_impl(acc, vc_words, mem_words, *, variant):
     _check_variant(variant)
     c, m = _bits_u32(vc_words, "vc_words"), _bits_u32(mem_words, "mem_words")

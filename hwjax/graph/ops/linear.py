@@ -31,9 +31,13 @@ def geometry(attrs, in_shape) -> ConvGeometry:
     if len(in_shape) != 3:
         raise ShapeError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
     a = attrs
-    return ConvGeometry.make(tuple(in_shape[:2]), _pair(a["kernel_size"], "kernel_size"),
-                             _pair(a.get("stride", (1, 1)), "stride"), a.get("padding", ((0, 0), (0, 0))),
-                             _pair(a.get("dilation", (1, 1)), "dilation"))
+    return ConvGeometry.make(
+        tuple(in_shape[:2]),
+        _pair(a["kernel_size"], "kernel_size"),
+        _pair(a.get("stride", (1, 1)), "stride"),
+        a.get("padding", ((0, 0), (0, 0))),
+        _pair(a.get("dilation", (1, 1)), "dilation"),
+    )
 
 
 class _Linear(OpSpec):
@@ -49,8 +53,14 @@ class Conv(_Linear):
     ``dilation != (1, 1)``."""
 
     name = "conv"
-    attrs = {"features": OpSpec.REQUIRED, "kernel_size": OpSpec.REQUIRED, "stride": (1, 1),
-             "padding": ((0, 0), (0, 0)), "dilation": (1, 1), "activation": None}
+    attrs = {
+        "features": OpSpec.REQUIRED,
+        "kernel_size": OpSpec.REQUIRED,
+        "stride": (1, 1),
+        "padding": ((0, 0), (0, 0)),
+        "dilation": (1, 1),
+        "activation": None,
+    }
 
     def infer(self, node, ins):
         return [(*geometry(node.attrs, ins[0].shape).out_hw, int(node.attrs["features"]))]
@@ -63,8 +73,14 @@ class DepthwiseConv(_Linear):
     layout); targets without it raise :class:`hwjax.errors.UnsupportedOpError` for M != 1."""
 
     name = "depthwise_conv"
-    attrs = {"kernel_size": OpSpec.REQUIRED, "stride": (1, 1), "padding": ((0, 0), (0, 0)), "dilation": (1, 1),
-             "depth_multiplier": 1, "activation": None}
+    attrs = {
+        "kernel_size": OpSpec.REQUIRED,
+        "stride": (1, 1),
+        "padding": ((0, 0), (0, 0)),
+        "dilation": (1, 1),
+        "depth_multiplier": 1,
+        "activation": None,
+    }
 
     def infer(self, node, ins):
         mult = int(self.attr(node, "depth_multiplier"))

@@ -53,8 +53,9 @@ class Pad(OpSpec):
         pads = tuple(_ints(p, "paddings entry") for p in node.attrs["paddings"])
         shape = tuple(ins[0].shape)
         if len(pads) != len(shape) or any(len(p) != 2 or min(p) < 0 for p in pads):
-            raise ShapeError(f"paddings must hold one non-negative (before, after) pair per axis of {shape}, "
-                             f"got {pads}")
+            raise ShapeError(
+                f"paddings must hold one non-negative (before, after) pair per axis of {shape}, got {pads}"
+            )
         return [tuple(d + a + b for d, (a, b) in zip(shape, pads))]
 
 
@@ -81,7 +82,7 @@ class Concat(OpSpec):
         rank = len(shapes[0])
         if not 0 <= axis < rank:
             raise ShapeError(f"axis {axis} is outside the inputs' {rank} axes")
-        rest = {s[:axis] + s[axis + 1:] for s in shapes}
+        rest = {s[:axis] + s[axis + 1 :] for s in shapes}
         if len(rest) != 1 or any(len(s) != rank for s in shapes):
             raise ShapeError(f"inputs {shapes} differ outside axis {axis}")
         out = list(shapes[0])

@@ -57,16 +57,16 @@ def padded_pool_geometry(attrs, in_shape) -> ConvGeometry:
     """The window geometry of a ``pool`` node for a per-example (H, W, C) input shape."""
     if len(in_shape) != 3:
         raise ShapeError(f"input must be (H, W, C), got shape {tuple(in_shape)}")
-    return ConvGeometry.make(tuple(in_shape[:2]), tuple(attrs["window"]), tuple(attrs["strides"]),
-                             attrs.get("padding", ((0, 0), (0, 0))))
+    return ConvGeometry.make(
+        tuple(in_shape[:2]), tuple(attrs["window"]), tuple(attrs["strides"]), attrs.get("padding", ((0, 0), (0, 0)))
+    )
 
 
 class Pool(OpSpec):
     """Average or maximum over windows with explicit padding (in-image taps only)."""
 
     name = "pool"
-    attrs = {"fn": OpSpec.REQUIRED, "window": OpSpec.REQUIRED, "strides": OpSpec.REQUIRED,
-             "padding": ((0, 0), (0, 0))}
+    attrs = {"fn": OpSpec.REQUIRED, "window": OpSpec.REQUIRED, "strides": OpSpec.REQUIRED, "padding": ((0, 0), (0, 0))}
     choices = {"fn": ("avg", "max")}
 
     def infer(self, node, ins):

@@ -58,10 +58,17 @@ class XcConv2d(_XcOp):
     ``final_shr``)."""
 
     name = "xc_conv2d"
-    attrs = {"kernel_type": OpSpec.REQUIRED, "transform": "group", "in_shape": OpSpec.REQUIRED,
-             "kernel_size": OpSpec.REQUIRED, "stride": (1, 1),
-             "dilation": (1, 1), "initial_shift": OpSpec.REQUIRED, "final_shr": OpSpec.REQUIRED,
-             "out_shape": OpSpec.REQUIRED}
+    attrs = {
+        "kernel_type": OpSpec.REQUIRED,
+        "transform": "group",
+        "in_shape": OpSpec.REQUIRED,
+        "kernel_size": OpSpec.REQUIRED,
+        "stride": (1, 1),
+        "dilation": (1, 1),
+        "initial_shift": OpSpec.REQUIRED,
+        "final_shr": OpSpec.REQUIRED,
+        "out_shape": OpSpec.REQUIRED,
+    }
     params = ("kernel", "multipliers", "biases", "shifts")
     choices = {"kernel_type": ("direct", "indirect", "depthwise"), "transform": ("group", "channelwise")}
 
@@ -72,9 +79,15 @@ class XcPad(_XcOp):
     bytes; every pad byte is ``value``."""
 
     name = "xc_pad"
-    attrs = {"start": OpSpec.REQUIRED, "pad": OpSpec.REQUIRED, "length": OpSpec.REQUIRED,
-             "copies": OpSpec.REQUIRED, "end": OpSpec.REQUIRED, "value": OpSpec.REQUIRED,
-             "out_shape": OpSpec.REQUIRED}
+    attrs = {
+        "start": OpSpec.REQUIRED,
+        "pad": OpSpec.REQUIRED,
+        "length": OpSpec.REQUIRED,
+        "copies": OpSpec.REQUIRED,
+        "end": OpSpec.REQUIRED,
+        "value": OpSpec.REQUIRED,
+        "out_shape": OpSpec.REQUIRED,
+    }
 
     def infer(self, node, ins):
         a = node.attrs
@@ -96,8 +109,13 @@ class XcSlice(_XcOp):
     bytes ``[start + i*stride, start + i*stride + length)``."""
 
     name = "xc_slice"
-    attrs = {"start": OpSpec.REQUIRED, "stride": OpSpec.REQUIRED, "length": OpSpec.REQUIRED,
-             "copies": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+    attrs = {
+        "start": OpSpec.REQUIRED,
+        "stride": OpSpec.REQUIRED,
+        "length": OpSpec.REQUIRED,
+        "copies": OpSpec.REQUIRED,
+        "out_shape": OpSpec.REQUIRED,
+    }
 
 
 class XcLookup(_XcOp):
@@ -113,8 +131,13 @@ class XcAdd(_XcOp):
 
     name = "xc_add"
     num_inputs = 2
-    attrs = {"multiplier1": OpSpec.REQUIRED, "multiplier2": OpSpec.REQUIRED, "bias": OpSpec.REQUIRED,
-             "shift": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+    attrs = {
+        "multiplier1": OpSpec.REQUIRED,
+        "multiplier2": OpSpec.REQUIRED,
+        "bias": OpSpec.REQUIRED,
+        "shift": OpSpec.REQUIRED,
+        "out_shape": OpSpec.REQUIRED,
+    }
 
 
 class XcMean(_XcOp):
@@ -123,9 +146,15 @@ class XcMean(_XcOp):
     int32 sum over the reduced axis."""
 
     name = "xc_mean"
-    attrs = {"outer": OpSpec.REQUIRED, "reduced": OpSpec.REQUIRED, "inner": OpSpec.REQUIRED,
-             "in_zero_point": OpSpec.REQUIRED, "out_zero_point": OpSpec.REQUIRED, "scale": OpSpec.REQUIRED,
-             "out_shape": OpSpec.REQUIRED}
+    attrs = {
+        "outer": OpSpec.REQUIRED,
+        "reduced": OpSpec.REQUIRED,
+        "inner": OpSpec.REQUIRED,
+        "in_zero_point": OpSpec.REQUIRED,
+        "out_zero_point": OpSpec.REQUIRED,
+        "scale": OpSpec.REQUIRED,
+        "out_shape": OpSpec.REQUIRED,
+    }
 
 
 class XcMaxPool2d(_XcOp):
@@ -137,8 +166,6 @@ class XcMaxPool2d(_XcOp):
 
 for _spec in (XcConv2d(), XcPad(), XcPad3To4(), XcSlice(), XcLookup(), XcAdd(), XcMean(), XcMaxPool2d()):
     register_op(_spec)
-
-
 
 
 class XcConcat(_XcOp):
@@ -158,10 +185,13 @@ class XcConcat(_XcOp):
 
     def infer(self, node, ins):
         n, sizes = node.attrs["copies"], node.attrs["sizes"]
-        if any(math.prod(t.shape) != n * s for t, s in zip(ins, sizes)) or \
-                n * sum(sizes) != math.prod(node.attrs["out_shape"]):
-            raise ShapeError(f"concat of {n} rows of {sizes} bytes does not map {[tuple(t.shape) for t in ins]} "
-                             f"to {node.attrs['out_shape']}")
+        if any(math.prod(t.shape) != n * s for t, s in zip(ins, sizes)) or n * sum(sizes) != math.prod(
+            node.attrs["out_shape"]
+        ):
+            raise ShapeError(
+                f"concat of {n} rows of {sizes} bytes does not map {[tuple(t.shape) for t in ins]} "
+                f"to {node.attrs['out_shape']}"
+            )
         return super().infer(node, ins)
 
 
@@ -174,8 +204,14 @@ class XcMul(_XcOp):
 
     name = "xc_mul"
     num_inputs = 2
-    attrs = {"in1_zero_point": OpSpec.REQUIRED, "in2_zero_point": OpSpec.REQUIRED, "bias": OpSpec.REQUIRED,
-             "scalar": OpSpec.REQUIRED, "vlashr_shr": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
+    attrs = {
+        "in1_zero_point": OpSpec.REQUIRED,
+        "in2_zero_point": OpSpec.REQUIRED,
+        "bias": OpSpec.REQUIRED,
+        "scalar": OpSpec.REQUIRED,
+        "vlashr_shr": OpSpec.REQUIRED,
+        "out_shape": OpSpec.REQUIRED,
+    }
 
 
 class XcSoftmax(_XcOp):
