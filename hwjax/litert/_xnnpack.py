@@ -342,16 +342,18 @@ def xnn_clamp_disagrees(s_out, z_out) -> list[str]:
     return out
 
 
-def add_recipe(runtime: str, activation, s1, z1, s2, z2, s_out, z_out) -> dict[str, np.ndarray]:
+def add_recipe(runtime: str, activation, s1, z1, s2, z2, s_out, z_out, *, clamp_after=None) -> dict[str, np.ndarray]:
     """Host recipe of ADD on ``"optimized"`` / ``"xnnpack"``: :func:`litert_add_params`, the
     LiteRT activation range, and on ``"xnnpack"`` :func:`xnn_add_params` (``xnn_``-prefixed,
     zeros when not delegated) with the flag ``xnn``.
 
     A delegated ADD whose fused RELU6 / RELU_N1_TO_1 the importer made a separate
     ``activation`` node (LiteRT's bounds) while XNNPACK clamps with its own is exact
-    unless those bounds differ (:func:`xnn_clamp_disagrees`); this ADD cannot tell whether
-    such a node follows, so that case raises UnsupportedOpError rather than risk it."""
+    unless those bounds differ (:func:`xnn_clamp_disagrees`). ``clamp_after`` names that
+    activation (``"none"``: no such node); where it is unknown (None), any disagreeing
+    clamp raises UnsupportedOpError rather than risk it."""
     V.check_choice(runtime, _RUNTIMES, "runtime")
+    V.check_choice(clamp_after, (None, "none", "relu6", "relu_n1_to_1"), "clamp_after")
     for v, n in ((s1, "s1"), (s2, "s2"), (s_out, "s_out")):
         check_scale(v, n)
     for v, n in ((z1, "z1"), (z2, "z2"), (z_out, "z_out")):
@@ -362,6 +364,8 @@ def add_recipe(runtime: str, activation, s1, z1, s2, z2, s_out, z_out) -> dict[s
     if runtime == "xnnpack":
         ok = xnn_add_delegated(s1, s2, s_out)
         bad = xnn_clamp_disagrees(s_out, z_out) if ok and activation not in ("relu6", "relu_n1_to_1") else []
+        if clamp_after is not None:
+            bad = [a for a in bad if a == clamp_after]
         if bad:
             raise UnsupportedOpError(
                 f"ADD on xnnpack: output scale {float(_f32(s_out))} / zero point {int(z_out)} put XNNPACK's "

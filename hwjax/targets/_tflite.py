@@ -20,7 +20,7 @@ import numpy as np
 
 from hwjax.core import div_rn
 from hwjax.errors import RangeError, UnsupportedOpError
-from hwjax.graph import OpImpl, geometry, pool_geometry
+from hwjax.graph import OpImpl, Quant, geometry, pool_geometry
 from hwjax.graph.ops.basic import QUANTIZE_RANGES
 from hwjax.graph.ops.tflite import padded_pool_geometry
 from hwjax.targets._base import Target, no_acc, register
@@ -464,12 +464,12 @@ def _pool(target, attrs, p, x, return_acc: bool = False):
 def _add_params(target, attrs, portable, q_in, q_out):
     """ADD: LiteRT's ``add.cc`` parameters; on ``"optimized"`` / ``"xnnpack"`` those of
     :func:`hwjax.litert.add_recipe` (with XNNPACK's when it takes the node)."""
-    act = attrs.get("activation")
+    act, clamp_after = attrs.get("activation"), attrs.get("clamp_after")
     rt = target.runtime
 
     def recipe(s1, z1, s2, z2, s_out, z_out):
         if rt in ("optimized", "xnnpack"):
-            return add_recipe(rt, act, s1, z1, s2, z2, s_out, z_out)
+            return add_recipe(rt, act, s1, z1, s2, z2, s_out, z_out, clamp_after=clamp_after)
         p = add_params(s1, s2, s_out)
         lo, hi = activation_range(act, s_out, int(z_out))
         return {**p, "act_min": np.int32(lo), "act_max": np.int32(hi)}
@@ -492,6 +492,27 @@ def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     if target.runtime in ("optimized", "xnnpack"):
         return no_acc(add_jax(x1, x2, p, target.runtime), return_acc)
     return no_acc(add_int(x1, x2, p, p["z1"], p["z2"], p["zout"], p["act_min"], p["act_max"]), return_acc)
+
+
+def _add_const_operands(attrs, p, x):
+    """``(x1, x2)`` of an ``add_const``: the constant broadcast to ``x``'s shape, in the
+    file's operand order."""
+    v = p["value"].astype(jnp.int32)
+    v = jnp.broadcast_to(v.reshape((1,) * (x.ndim - v.ndim) + v.shape), x.shape)
+    return (v, x) if attrs.get("const_first") else (x, v)
+
+
+def _add_const_params(target, attrs, portable, q_in, q_out):
+    """ADD with a constant operand: the ``add`` recipe with the constant's quantisation."""
+    q_const = Quant.of(portable["scale"], portable["zero_point"])
+    q = [q_const, q_in[0]] if attrs.get("const_first") else [q_in[0], q_const]
+    return {**_add_params(target, attrs, portable, q, q_out), "value": portable["value"]}
+
+
+@TFLite.implements("add_const", params=_add_const_params)
+def _add_const(target, attrs, p, x, return_acc: bool = False):
+    """ADD of a tensor and a constant broadcast against it: ``add`` on the broadcast operands."""
+    return _add(target, attrs, p, *_add_const_operands(attrs, p, x), return_acc=return_acc)
 
 
 register("tflite", TFLite)

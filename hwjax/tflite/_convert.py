@@ -153,16 +153,36 @@ def _pool(b: Builder, op: OpContext) -> None:
 
 @converts("ADD")
 def _add(b: Builder, op: OpContext) -> None:
+    """ADD -> ``add`` of two tensors of one shape, or ``add_const`` of a tensor and a
+    constant int8 operand broadcast against it (e.g. one value per channel)."""
+    from hwjax.tflite._convert_tensor import const_operand
+
     where, ins, o = op.where, op.inputs, op.one_output()
     if len(ins) != 2:
         raise FormatError(f"{where}: takes 2 inputs, got {len(ins)}")
+    fused, separate = _split_act(op.activation(0))
+    consts = [b.ft[i].data is not None for i in ins]
+    if all(consts):
+        raise UnsupportedOpError(f"{where}: an ADD of two constants is not supported")
+    if any(consts):
+        k = consts.index(True)
+        x = b.act(ins[1 - k], where)
+        params = const_operand(b, ins[k], len(b.ft[o].shape), where)
+        out = tuple(b.ft[o].shape[1:])
+        if out != b.tensors[x].shape:
+            raise UnsupportedOpError(
+                f"{where}: ADD of {b.ft[ins[1 - k]].shape} and a constant {b.ft[ins[k]].shape} "
+                f"broadcasts the tensor to {b.ft[o].shape}; only the constant may broadcast"
+            )
+        attrs = {"activation": fused, "const_first": k == 0, "clamp_after": separate or "none"}
+        b.node("add_const", (x,), o, attrs, params, separate, where)
+        return
     x1, x2 = b.act(ins[0], where), b.act(ins[1], where)
     if b.tensors[x1].shape != b.tensors[x2].shape:
         raise UnsupportedOpError(
             f"{where}: broadcasting ADD ({b.ft[ins[0]].shape} + {b.ft[ins[1]].shape}) is not supported"
         )
-    fused, separate = _split_act(op.activation(0))
-    b.node("add", (x1, x2), o, {"activation": fused}, None, separate, where)
+    b.node("add", (x1, x2), o, {"activation": fused, "clamp_after": separate or "none"}, None, separate, where)
 
 
 @converts("RESHAPE")

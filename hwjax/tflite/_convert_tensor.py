@@ -261,8 +261,8 @@ def _mean(b: Builder, op: OpContext) -> None:
     b.node("mean", (x,), o, {"axes": axes, "keep_dims": keep, "count": count}, None, None, where)
 
 
-def _const_operand(b: Builder, i: int, out_rank: int, where: str) -> dict:
-    """The portable parameters of a constant int8 MUL operand: its value with the file's
+def const_operand(b: Builder, i: int, out_rank: int, where: str) -> dict:
+    """The portable parameters of a constant int8 operand (MUL, ADD): its value with the file's
     batch axis dropped when it has one, and its (per-tensor) quantisation."""
     t = b.const(i, where, "operand")
     if t.dtype != "int8" or t.scale is None or t.scale.size != 1:
@@ -297,7 +297,7 @@ def _mul(b: Builder, op: OpContext) -> None:
     if any(consts):
         k = consts.index(True)
         x = _int8_act(b, ins[1 - k], where)
-        params = _const_operand(b, ins[k], len(to.shape), where)
+        params = const_operand(b, ins[k], len(to.shape), where)
         shapes = (b.tensors[x].shape, tuple(params["value"].shape))
         scales = (b.ft[ins[1 - k]].scale[0], b.ft[ins[k]].scale[0])
         node = ("mul_const", (x,), params)

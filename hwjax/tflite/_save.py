@@ -475,6 +475,24 @@ def _add(b: FileBuilder, node: Node) -> None:
     )
 
 
+@writes("add_const", fuses=("relu6", "relu_n1_to_1"))
+def _add_const(b: FileBuilder, node: Node) -> None:
+    """``add_const`` -> ADD of the input and an int8 constant (``value`` quantised per tensor
+    by ``scale``, ``zero_point``), in the operand order the node records. A ``value`` with as
+    many axes as an example gets the batch axis prepended, as the reader drops it."""
+    value = integer_param(node, "value", np.shape((node.params or {}).get("value")))
+    scale = np.asarray(param(node, "scale", ()), np.float32)
+    zero_point = integer_param(node, "zero_point", ())
+    if not (np.isfinite(scale) and scale > 0):
+        raise RangeError(f"{where(node)}: parameter 'scale' must be positive and finite, got {scale}")
+    if value.ndim == len(b.graph.tensor(node.outputs[0]).shape):
+        value = value[None]
+    c = b.const(f"{node.name}/operand", value, "int8", scale.reshape(1), zero_point.reshape(1))
+    ins = [c, b.tensor(node.inputs[0])] if node.attrs.get("const_first") else [b.tensor(node.inputs[0]), c]
+    out, act = b.output(node)
+    b.op("ADD", ins, [out], ("AddOptions", {"fusedActivationFunction": act}), version=2)
+
+
 @writes("activation")
 def _activation(b: FileBuilder, node: Node) -> None:
     b.op(node.attrs["fn"].upper(), [b.tensor(node.inputs[0])], [b.tensor(node.outputs[0])])
