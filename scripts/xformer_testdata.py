@@ -95,6 +95,9 @@ def _models():
         "spread_channelwise_b": (1007, spread_conv),
         "spread_tflm": (1001, spread_conv),
         "conv_3_5_same": (1, conv((8, 8, 3), 5, (3, 3), (1, 1), "SAME")),
+        # one input channel: xformer pads it to four (XC_pad_1_to_4), as in a KWS front end
+        "conv_1ch_3x3": (20, conv((10, 8, 1), 8, (3, 3), (1, 1), "SAME", "relu")),
+        "conv_1ch_10x4_s2": (21, conv((49, 10, 1), 16, (10, 4), (2, 2), "SAME", "relu")),
         "conv_8_12_valid": (2, conv((7, 6, 8), 12, (3, 3), (1, 1), "VALID", "relu")),
         "conv_16_17_s2": (3, conv((9, 9, 16), 17, (3, 3), (2, 2), "SAME", "relu6")),
         "conv_1x1": (4, conv((5, 5, 32), 16, (1, 1), (1, 1), "VALID")),

@@ -135,8 +135,10 @@ def _xc_pad(target, attrs, p, x, return_acc: bool = False):
 
 
 @XS3Runtime.implements("xc_pad_3_to_4", params=_stored)
-def _xc_pad_3_to_4(target, attrs, p, x, return_acc: bool = False):
-    y = jnp.concatenate([x, jnp.full((*x.shape[:-1], 1), attrs["value"], x.dtype)], axis=-1)
+@XS3Runtime.implements("xc_pad_1_to_4", params=_stored)
+def _xc_pad_to_4(target, attrs, p, x, return_acc: bool = False):
+    """Pixels padded to 4 channels with the byte ``value``."""
+    y = jnp.concatenate([x, jnp.full((*x.shape[:-1], 4 - x.shape[-1]), attrs["value"], x.dtype)], axis=-1)
     return no_acc(_shaped(y, attrs), return_acc)
 
 

@@ -313,16 +313,19 @@ def _pad(b: Builder, op: OpContext) -> None:
     b.node("xc_pad", (x,), o, attrs, None, None, where)
 
 
-@converts("CUSTOM(XC_pad_3_to_4)")
-def _pad_3_to_4(b: Builder, op: OpContext) -> None:
+@converts("CUSTOM(XC_pad_3_to_4)", "CUSTOM(XC_pad_1_to_4)")
+def _pad_to_4(b: Builder, op: OpContext) -> None:
+    """``XC_pad_3_to_4`` / ``XC_pad_1_to_4``: pixels of 3 or 1 channels padded to 4 with the
+    byte ``pv`` (xformer puts them before a conv whose padded input channels have zero weights)."""
     where, o = op.where, op.one_output()
     opts = _options(op, ("pv",))
     x = b.act(op.inputs[0], where)
-    if b.tensors[x].shape[-1:] != (3,) or _out_shape(b, o) != (*b.tensors[x].shape[:-1], 4):
-        raise FormatError(f"{where}: maps {b.tensors[x].shape} to {_out_shape(b, o)}, not 3 to 4 channels")
+    c = 3 if op.name == "CUSTOM(XC_pad_3_to_4)" else 1
+    if b.tensors[x].shape[-1:] != (c,) or _out_shape(b, o) != (*b.tensors[x].shape[:-1], 4):
+        raise FormatError(f"{where}: maps {b.tensors[x].shape} to {_out_shape(b, o)}, not {c} to 4 channels")
     value = _replicated_byte(op, _int_option(op, opts, "pv"), "pv")
     attrs = {"value": value, "out_shape": _out_shape(b, o)}
-    b.node("xc_pad_3_to_4", (x,), o, attrs, None, None, where)
+    b.node(f"xc_pad_{c}_to_4", (x,), o, attrs, None, None, where)
 
 
 @converts("CUSTOM(XC_slice)")
@@ -754,10 +757,11 @@ def _write_pad(b: FileBuilder, node) -> None:
     b.op("CUSTOM(XC_pad)", [b.tensor(node.inputs[0])], [b.tensor(node.outputs[0])], custom_options=flex_dumps(opts))
 
 
-@writes("xc_pad_3_to_4")
-def _write_pad_3_to_4(b: FileBuilder, node) -> None:
+@writes("xc_pad_3_to_4", "xc_pad_1_to_4")
+def _write_pad_to_4(b: FileBuilder, node) -> None:
+    name = "CUSTOM(XC_pad_3_to_4)" if node.op == "xc_pad_3_to_4" else "CUSTOM(XC_pad_1_to_4)"
     b.op(
-        "CUSTOM(XC_pad_3_to_4)",
+        name,
         [b.tensor(node.inputs[0])],
         [b.tensor(node.outputs[0])],
         custom_options=flex_dumps({"pv": _replicated_word(node.attrs["value"])}),

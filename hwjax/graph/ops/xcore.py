@@ -20,6 +20,7 @@ op                  inputs   attributes (parameters)
 ``xc_pad``          1        ``start``, ``pad``, ``length``, ``copies``, ``end``,
                              ``value`` (int8), ``out_shape``
 ``xc_pad_3_to_4``   1        ``value`` (int8), ``out_shape``
+``xc_pad_1_to_4``   1        ``value`` (int8), ``out_shape``
 ``xc_slice``        1        ``start``, ``stride``, ``length``, ``copies``, ``out_shape``
 ``xc_lookup``       1        ``out_shape`` (``table`` int32 (256,): output per input byte)
 ``xc_add``          2        ``multiplier1``, ``multiplier2``, ``bias``, ``shift``,
@@ -104,6 +105,12 @@ class XcPad3To4(_XcOp):
     attrs = {"value": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
 
 
+class XcPad1To4(XcPad3To4):
+    """``XC_pad_1_to_4``: appends three channels holding ``value`` to 1-channel pixels."""
+
+    name = "xc_pad_1_to_4"
+
+
 class XcSlice(_XcOp):
     """``XC_slice`` on the bytes of an example: the concatenation over i < ``copies`` of
     bytes ``[start + i*stride, start + i*stride + length)``."""
@@ -164,7 +171,7 @@ class XcMaxPool2d(_XcOp):
     attrs = {"window": OpSpec.REQUIRED, "stride": OpSpec.REQUIRED, "out_shape": OpSpec.REQUIRED}
 
 
-for _spec in (XcConv2d(), XcPad(), XcPad3To4(), XcSlice(), XcLookup(), XcAdd(), XcMean(), XcMaxPool2d()):
+for _spec in (XcConv2d(), XcPad(), XcPad3To4(), XcPad1To4(), XcSlice(), XcLookup(), XcAdd(), XcMean(), XcMaxPool2d()):
     register_op(_spec)
 
 
