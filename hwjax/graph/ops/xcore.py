@@ -225,8 +225,8 @@ class XcSoftmax(_XcOp):
     """``XC_softmax`` (lib_nn ``softmax_exp_sum`` / ``softmax_exp_div``, one thread) over
     all the values of an example, in float32: ``e_i = table[x_i + 128]``,
     ``S = (...(e_0 + e_1) + ...) + e_{n-1}`` in order, ``inv = fl32(1 / S) * 256``,
-    ``y_i = (int8_t)(roundf(fl32(e_i * inv)) - 128)`` (``roundf``: ties away from zero;
-    the conversion keeps the low byte, so 256 gives -128)."""
+    ``y_i = sat8(roundf(fl32(e_i * inv)) - 128)`` (``roundf``: ties away from zero; the
+    conversion to int8 saturates, so 256 gives 127)."""
 
     name = "xc_softmax"
     attrs = {"out_shape": OpSpec.REQUIRED}
