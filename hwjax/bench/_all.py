@@ -25,7 +25,7 @@ QUICK_ARGS = {
     "xs3": ["--batches", "1", "--batch", "4"],
     "nvdla": ["--n", "100000", "--repeats", "1"],
     "train": ["--repeats", "1"],
-    "gemmlowp": ["--rows", "32", "--depth", "64", "--cols", "32", "--repeats", "1"],
+    "gemmlowp": ["--rows", "128", "--depth", "128", "--cols", "128", "--repeats", "1"],
     "deployed": ["--quick"],
     "compile": ["--repeats", "1"],
 }
