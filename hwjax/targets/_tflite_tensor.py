@@ -139,13 +139,18 @@ def xnnpack_activation_range(act, s_out, z_out) -> tuple[int, int]:
 
 
 def mul_params(act, runtime, s1, s2, s_out, z_out) -> dict[str, np.ndarray]:
-    """TFLite ``mul.cc`` Prepare: ``QuantizeMultiplier(double(s1) double(s2) / double(s_out))``
-    and ``CalculateActivationRangeQuantized``; XNNPACK: ``scale = fl32(fl32(s1 s2) / s_out)``
-    and :func:`xnnpack_activation_range`."""
+    """``mul.cc`` Prepare: ``QuantizeMultiplier(real)`` and ``CalculateActivationRangeQuantized``,
+    with ``real = fl32(fl32(s1 s2) / s_out)`` on LiteRT (its scales are floats: the product
+    and quotient are float32) and ``double(s1) double(s2) / double(s_out)`` on TFLM;
+    XNNPACK: ``scale = fl32(fl32(s1 s2) / s_out)`` and :func:`xnnpack_activation_range`."""
+    f32_real = _F32(_F32(_F32(s1) * _F32(s2)) / _F32(s_out))
     if runtime == "xnnpack":
         lo, hi = xnnpack_activation_range(act, s_out, z_out)
-        return {"scale": _F32(_F32(_F32(s1) * _F32(s2)) / _F32(s_out)), **_i32(act_min=lo, act_max=hi)}
-    m, e = quantize_multiplier(float(_F32(s1)) * float(_F32(s2)) / float(_F32(s_out)))
+        return {"scale": f32_real, **_i32(act_min=lo, act_max=hi)}
+    if runtime == "tflm":
+        m, e = quantize_multiplier(float(_F32(s1)) * float(_F32(s2)) / float(_F32(s_out)))
+    else:
+        m, e = quantize_multiplier(float(f32_real))
     lo, hi = activation_range(act, _F32(s_out), int(z_out))
     return _i32(multiplier=m, shift=e, act_min=lo, act_max=hi)
 
