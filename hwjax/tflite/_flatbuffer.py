@@ -19,8 +19,10 @@ class _Buf:
     def unpack(self, fmt: str, pos: int):
         size = struct.calcsize(fmt)
         if pos < 0 or pos + size > len(self.data):
-            raise FormatError(f"truncated or corrupt TFLite flatbuffer: read of {size} bytes at offset {pos} "
-                              f"outside the {len(self.data)}-byte file")
+            raise FormatError(
+                f"truncated or corrupt TFLite flatbuffer: read of {size} bytes at offset {pos} "
+                f"outside the {len(self.data)}-byte file"
+            )
         return struct.unpack_from("<" + fmt, self.data, pos)[0]
 
 
@@ -78,8 +80,10 @@ class Table:
         dt = np.dtype(dtype).newbyteorder("<")
         end = start + n * dt.itemsize
         if end > len(self.buf.data):
-            raise FormatError(f"truncated or corrupt TFLite flatbuffer: a vector of {n} {dt} ends at byte {end} "
-                              f"beyond the {len(self.buf.data)}-byte file")
+            raise FormatError(
+                f"truncated or corrupt TFLite flatbuffer: a vector of {n} {dt} ends at byte {end} "
+                f"beyond the {len(self.buf.data)}-byte file"
+            )
         return np.frombuffer(self.buf.data, dt, n, start).astype(dt.newbyteorder("="))
 
     def string(self, i: int) -> str:

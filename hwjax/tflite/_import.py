@@ -24,19 +24,69 @@ from hwjax.tflite import _flatbuffer as fb
 from hwjax.litert import conv_geometry
 
 _TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8"}
-NP = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "int16": np.int16, "float32": np.float32,
-       "int64": np.int64}
+NP = {
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int32": np.int32,
+    "int16": np.int16,
+    "float32": np.float32,
+    "int64": np.int64,
+}
 # TFLite builtin operator codes (schema.fbs) -> names, for reading and for error messages
 OPS = {
-       0: "ADD", 1: "AVERAGE_POOL_2D", 2: "CONCATENATION", 3: "CONV_2D", 4: "DEPTHWISE_CONV_2D", 6:
-       "DEQUANTIZE", 9: "FULLY_CONNECTED", 11: "L2_NORMALIZATION", 14: "LOGISTIC", 17: "MAX_POOL_2D", 18: "MUL",
-       19: "RELU", 20: "RELU_N1_TO_1", 21: "RELU6", 22: "RESHAPE", 23: "RESIZE_BILINEAR", 25: "SOFTMAX", 28:
-       "TANH", 32: "CUSTOM", 34: "PAD", 36: "GATHER", 39: "TRANSPOSE", 40: "MEAN", 41: "SUB", 42: "DIV", 43:
-       "SQUEEZE", 45: "STRIDED_SLICE", 47: "EXP", 49: "SPLIT", 53: "CAST", 54: "PRELU", 55: "MAXIMUM", 56:
-       "ARG_MAX", 57: "MINIMUM", 60: "PADV2", 65: "SLICE", 66: "SIN", 67: "TRANSPOSE_CONV", 70: "EXPAND_DIMS",
-       74: "SUM", 76: "RSQRT", 77: "SHAPE", 82: "REDUCE_MAX", 83: "PACK", 88: "UNPACK", 97:
-       "RESIZE_NEAREST_NEIGHBOR", 98: "LEAKY_RELU", 99: "SQUARED_DIFFERENCE", 114: "QUANTIZE", 117:
-       "HARD_SWISH", 126: "BATCH_MATMUL", 150: "GELU"}
+    0: "ADD",
+    1: "AVERAGE_POOL_2D",
+    2: "CONCATENATION",
+    3: "CONV_2D",
+    4: "DEPTHWISE_CONV_2D",
+    6: "DEQUANTIZE",
+    9: "FULLY_CONNECTED",
+    11: "L2_NORMALIZATION",
+    14: "LOGISTIC",
+    17: "MAX_POOL_2D",
+    18: "MUL",
+    19: "RELU",
+    20: "RELU_N1_TO_1",
+    21: "RELU6",
+    22: "RESHAPE",
+    23: "RESIZE_BILINEAR",
+    25: "SOFTMAX",
+    28: "TANH",
+    32: "CUSTOM",
+    34: "PAD",
+    36: "GATHER",
+    39: "TRANSPOSE",
+    40: "MEAN",
+    41: "SUB",
+    42: "DIV",
+    43: "SQUEEZE",
+    45: "STRIDED_SLICE",
+    47: "EXP",
+    49: "SPLIT",
+    53: "CAST",
+    54: "PRELU",
+    55: "MAXIMUM",
+    56: "ARG_MAX",
+    57: "MINIMUM",
+    60: "PADV2",
+    65: "SLICE",
+    66: "SIN",
+    67: "TRANSPOSE_CONV",
+    70: "EXPAND_DIMS",
+    74: "SUM",
+    76: "RSQRT",
+    77: "SHAPE",
+    82: "REDUCE_MAX",
+    83: "PACK",
+    88: "UNPACK",
+    97: "RESIZE_NEAREST_NEIGHBOR",
+    98: "LEAKY_RELU",
+    99: "SQUARED_DIFFERENCE",
+    114: "QUANTIZE",
+    117: "HARD_SWISH",
+    126: "BATCH_MATMUL",
+    150: "GELU",
+}
 ACT = {0: None, 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}
 PADDING = {0: "SAME", 1: "VALID"}
 
@@ -79,6 +129,8 @@ def _read_tensors(model: fb.Table, sub: fb.Table) -> list[_FileTensor]:
         if name in seen:
             name = f"{name}#{i}"
         seen[name] = i
+        if any(v < 0 for v in shape):
+            raise FormatError(f"tensor #{i} {name!r} has shape {shape}: dimensions cannot be negative")
         data = None
         b = t.scalar(2, "I", 0)
         if b:
@@ -86,15 +138,17 @@ def _read_tensors(model: fb.Table, sub: fb.Table) -> list[_FileTensor]:
                 raise FormatError(f"tensor #{i} {name!r} refers to buffer {b}; the file has {len(buffers)}")
             raw = buffers[b].array(0, np.uint8)
             if raw is None and buffers[b].scalar(1, "Q", 0):
-                raise UnsupportedOpError(f"tensor #{i} {name!r}: buffers stored outside the flatbuffer "
-                                         "(offset/size) are not supported")
+                raise UnsupportedOpError(
+                    f"tensor #{i} {name!r}: buffers stored outside the flatbuffer (offset/size) are not supported"
+                )
             if raw is not None and raw.size:
                 if dtype not in NP:
                     raise FormatError(f"constant tensor #{i} {name!r} has unsupported type {dtype}")
                 dt = np.dtype(NP[dtype]).newbyteorder("<")
                 if raw.size != math.prod(shape) * dt.itemsize:
-                    raise FormatError(f"constant tensor #{i} {name!r}: buffer of {raw.size} bytes for shape {shape} "
-                                      f"{dtype}")
+                    raise FormatError(
+                        f"constant tensor #{i} {name!r}: buffer of {raw.size} bytes for shape {shape} {dtype}"
+                    )
                 data = np.frombuffer(raw.tobytes(), dt).reshape(shape).astype(NP[dtype])
         q = t.table(4)
         scale = zp = None
@@ -109,7 +163,6 @@ def _read_tensors(model: fb.Table, sub: fb.Table) -> list[_FileTensor]:
                 zp = np.zeros(scale.shape, np.int64)
         out.append(_FileTensor(i, name, shape, dtype, data, scale, zp, axis))
     return out
-
 
 
 @dataclass(frozen=True)
@@ -198,13 +251,17 @@ class Builder:
     # -- tensors
     def act(self, i: int, where: str) -> str:
         """The graph tensor of activation tensor ``i`` (per-example shape)."""
+        if i < 0:
+            raise FormatError(f"{where}: a required tensor is missing (index {i})")
         t = self.ft[i]
         if t.data is not None:
             raise UnsupportedOpError(f"{where}: a constant tensor {t.name!r} as a data input is not supported")
         if t.dtype == "float32":
-            raise FormatError(f"{where}: tensor {t.name!r} is float32: hwjax.tflite runs integer-quantised (int8) "
-                              "models; a float32 tensor may only be a model input read by QUANTIZE or a model "
-                              "output written by DEQUANTIZE (this is a float model?)")
+            raise FormatError(
+                f"{where}: tensor {t.name!r} is float32: hwjax.tflite runs integer-quantised (int8) "
+                "models; a float32 tensor may only be a model input read by QUANTIZE or a model "
+                "output written by DEQUANTIZE (this is a float model?)"
+            )
         if t.name in self.tensors:
             return t.name
         if t.dtype not in ("int8", "uint8"):
@@ -214,21 +271,47 @@ class Builder:
         if t.scale.size != 1:
             raise UnsupportedOpError(f"{where}: activation tensor {t.name!r} is quantised per channel")
         if len(t.shape) < 1 or t.shape[0] != 1:
-            raise UnsupportedOpError(f"{where}: activation tensor {t.name!r} has shape {t.shape}; hwjax.tflite "
-                                     "needs a leading batch axis of 1 (batches replace it)")
-        self.tensors[t.name] = Tensor(t.name, tuple(t.shape[1:]), t.dtype,
-                                      Quant.of(np.float32(t.scale[0]), np.int32(t.zero_point[0])))
+            raise UnsupportedOpError(
+                f"{where}: activation tensor {t.name!r} has shape {t.shape}; hwjax.tflite "
+                "needs a leading batch axis of 1 (batches replace it)"
+            )
+        if 0 in t.shape:
+            raise UnsupportedOpError(
+                f"{where}: activation tensor {t.name!r} has shape {t.shape}: tensors without elements are not supported"
+            )
+        if not (np.isfinite(t.scale[0]) and t.scale[0] >= np.finfo(np.float32).tiny):
+            raise FormatError(
+                f"{where}: activation tensor {t.name!r} has scale {float(t.scale[0])!r}; a positive "
+                "normal float32 expected"
+            )
+        lo, hi = (-128, 127) if t.dtype == "int8" else (0, 255)
+        if not lo <= t.zero_point[0] <= hi:
+            raise FormatError(
+                f"{where}: activation tensor {t.name!r} has zero point {int(t.zero_point[0])}, outside "
+                f"the {t.dtype} range [{lo}, {hi}]"
+            )
+        self.tensors[t.name] = Tensor(
+            t.name, tuple(t.shape[1:]), t.dtype, Quant.of(np.float32(t.scale[0]), np.int32(t.zero_point[0]))
+        )
         return t.name
 
     def float_input(self, i: int, where: str) -> str:
         """The graph tensor of float32 model input ``i`` (a float interface: only QUANTIZE
         reads it); FormatError for any other tensor."""
+        if i < 0:
+            raise FormatError(f"{where}: a required tensor is missing (index {i})")
         t = self.ft[i]
         if t.dtype != "float32" or t.data is not None or i not in self.model_inputs:
             raise FormatError(f"{where}: tensor {t.name!r} ({t.dtype}) is not a float32 model input")
         if len(t.shape) < 1 or t.shape[0] != 1:
-            raise UnsupportedOpError(f"{where}: input tensor {t.name!r} has shape {t.shape}; hwjax.tflite needs a "
-                                     "leading batch axis of 1 (batches replace it)")
+            raise UnsupportedOpError(
+                f"{where}: input tensor {t.name!r} has shape {t.shape}; hwjax.tflite needs a "
+                "leading batch axis of 1 (batches replace it)"
+            )
+        if 0 in t.shape:
+            raise UnsupportedOpError(
+                f"{where}: input tensor {t.name!r} has shape {t.shape}: tensors without elements are not supported"
+            )
         if t.name not in self.tensors:
             self.tensors[t.name] = Tensor(t.name, tuple(t.shape[1:]), "float32", None)
         return t.name
@@ -246,8 +329,10 @@ class Builder:
     def node(self, op, inputs, out_i, attrs, params=None, act=None, where=""):
         out = self.act(out_i, where)
         if self.tensors[out].dtype == "uint8" and op not in UINT8_OUTPUT_OPS:
-            raise UnsupportedOpError(f"{where}: output {out!r} is uint8; the {op!r} op kind computes int8 outputs "
-                                     f"(uint8 outputs only from {sorted(UINT8_OUTPUT_OPS)})")
+            raise UnsupportedOpError(
+                f"{where}: output {out!r} is uint8; the {op!r} op kind computes int8 outputs "
+                f"(uint8 outputs only from {sorted(UINT8_OUTPUT_OPS)})"
+            )
         if act is not None:
             pre = out + PRE_ACTIVATION
             self.tensors[pre] = Tensor(pre, self.tensors[out].shape, self.tensors[out].dtype, self.tensors[out].quant)
@@ -290,10 +375,16 @@ def check_act(where: str, act) -> None:
 
 def same_quant(b: Builder, i: int, o: int, where: str) -> None:
     ti, to = b.ft[i], b.ft[o]
-    if ti.dtype != to.dtype or ti.scale is None or to.scale is None or not (
-            np.array_equal(ti.scale, to.scale) and np.array_equal(ti.zero_point, to.zero_point)):
-        raise UnsupportedOpError(f"{where}: input and output quantisation differ ({ti.scale}, {ti.zero_point} vs "
-                                 f"{to.scale}, {to.zero_point})")
+    if (
+        ti.dtype != to.dtype
+        or ti.scale is None
+        or to.scale is None
+        or not (np.array_equal(ti.scale, to.scale) and np.array_equal(ti.zero_point, to.zero_point))
+    ):
+        raise UnsupportedOpError(
+            f"{where}: input and output quantisation differ ({ti.scale}, {ti.zero_point} vs "
+            f"{to.scale}, {to.zero_point})"
+        )
 
 
 def read(data: bytes):
@@ -311,6 +402,13 @@ def read(data: bytes):
     b = Builder(ft)
     inputs = [int(i) for i in (sub.array(1, np.int32) if sub.array(1, np.int32) is not None else [])]
     outputs = [int(i) for i in (sub.array(2, np.int32) if sub.array(2, np.int32) is not None else [])]
+    if not inputs or not outputs:
+        raise FormatError(
+            f"the subgraph declares {len(inputs)} inputs and {len(outputs)} outputs; a model needs at least one of each"
+        )
+    for i in inputs + outputs:
+        if not 0 <= i < len(ft):
+            raise FormatError(f"a model input or output refers to tensor {i}; the subgraph has {len(ft)}")
     b.model_inputs = frozenset(inputs)
     for i in inputs:
         if ft[i].dtype == "float32":
@@ -326,16 +424,21 @@ def read(data: bytes):
         name = f"CUSTOM({custom})" if code == 32 else OPS.get(code, f"BUILTIN_OPERATOR_{code}")
         convert = _CONVERTERS.get(name)
         if convert is None:
-            raise UnsupportedOpError(f"operator #{k} is {name}, which hwjax.tflite does not support; supported: "
-                                     f"{list(supported_ops())}")
+            raise UnsupportedOpError(
+                f"operator #{k} is {name}, which hwjax.tflite does not support; supported: {list(supported_ops())}"
+            )
         ins = [int(i) for i in (op.array(1, np.int32) if op.array(1, np.int32) is not None else [])]
         outs = [int(i) for i in (op.array(2, np.int32) if op.array(2, np.int32) is not None else [])]
         for i in ins + outs:
-            if i >= len(ft):
+            if not -1 <= i < len(ft) or (i == -1 and i in outs):  # -1: an absent optional input
                 raise FormatError(f"operator #{k} ({name}) refers to tensor {i}; the subgraph has {len(ft)}")
         custom_opts = op.array(5, np.uint8)
-        convert(b, OpContext(name, k, op.table(4), None if custom_opts is None else custom_opts.tobytes(),
-                             tuple(ins), tuple(outs)))
+        convert(
+            b,
+            OpContext(
+                name, k, op.table(4), None if custom_opts is None else custom_opts.tobytes(), tuple(ins), tuple(outs)
+            ),
+        )
     used = {t for n in b.nodes for t in (*n.inputs, *n.outputs)} | {ft[i].name for i in inputs}
     tensors = {k: v for k, v in b.tensors.items() if k in used}
     for i in outputs:
@@ -345,9 +448,6 @@ def read(data: bytes):
 
     def info(i):
         t = ft[i]
-        return TensorInfo(t.name, t.shape, t.dtype, np.asarray(t.scale, np.float32), np.asarray(t.zero_point),
-                          t.axis)
+        return TensorInfo(t.name, t.shape, t.dtype, np.asarray(t.scale, np.float32), np.asarray(t.zero_point), t.axis)
 
     return graph, tuple(info(i) for i in inputs), tuple(info(i) for i in outputs)
-
-

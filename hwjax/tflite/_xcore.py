@@ -50,9 +50,16 @@ def _float(b: bytes, at: int, w: int) -> float:
     return struct.unpack("<f" if w == 4 else "<d", b[at : at + w])[0]
 
 
-def _value(b: bytes, at: int, parent_w: int, packed: int):
+#: the deepest nesting of maps and vectors a flexbuffer may have (xformer's options nest
+#: two deep); deeper, or a container that contains itself, is a FormatError
+_MAX_DEPTH = 16
+
+
+def _value(b: bytes, at: int, parent_w: int, packed: int, depth: int = 0):
     """The flexbuffer value stored at ``at`` (``parent_w`` bytes wide) with packed type
     ``packed`` (type << 2 | log2 of the child's byte width)."""
+    if depth > _MAX_DEPTH:
+        raise FormatError(f"flexbuffer nested deeper than {_MAX_DEPTH} levels (a cycle?)")
     t, w = packed >> 2, 1 << (packed & 3)
     if t == 0:  # null
         return None
@@ -71,17 +78,17 @@ def _value(b: bytes, at: int, parent_w: int, packed: int):
         return bytes(b[target : target + n])
     if t in (9, 10):  # map, vector
         n = _uint(b, target - w, w)
-        vals = [_value(b, target + i * w, w, _uint(b, target + n * w + i, 1)) for i in range(n)]
+        vals = [_value(b, target + i * w, w, _uint(b, target + n * w + i, 1), depth + 1) for i in range(n)]
         if t == 10:
             return vals
         keys_at = target - 3 * w
         keys, kw = keys_at - _uint(b, keys_at, w), _uint(b, target - 2 * w, w)
         if kw not in _BW:
             raise FormatError(f"flexbuffer map keys of byte width {kw}")
-        return {_value(b, keys + i * kw, kw, (4 << 2) | _BW[kw]): v for i, v in enumerate(vals)}
+        return {_value(b, keys + i * kw, kw, (4 << 2) | _BW[kw], depth + 1): v for i, v in enumerate(vals)}
     if 11 <= t <= 14:  # typed vectors of int, uint, float, key
         n = _uint(b, target - w, w)
-        return [_value(b, target + i * w, w, ((t - 10) << 2) | (packed & 3)) for i in range(n)]
+        return [_value(b, target + i * w, w, ((t - 10) << 2) | (packed & 3), depth + 1) for i in range(n)]
     raise FormatError(f"flexbuffer type {t} is not supported")
 
 
@@ -200,7 +207,7 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
     if len(hwc) != 3 or len(ohwc) != 3:
         raise UnsupportedOpError(f"{where}: input {in_shape} / output {out_shape} are not (H, W, C)")
     (H, W, C), (OH, OW, CO) = hwc, ohwc
-    if kind == "indirect" and OH == OW == 1 and len(opts["mp"]) >= 16:
+    if kind == "indirect" and OH == OW == 1 and isinstance(opts["mp"], bytes) and len(opts["mp"]) >= 16:
         # a fully connected layer: xformer reads the whole input as one pixel of H*W*C bytes
         mp = _struct(op, opts, "mp", "4i")
         if mp[2] == mp[3] == 0 and mp[1] == H * W * C and (H, W) != (1, 1):

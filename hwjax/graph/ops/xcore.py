@@ -50,6 +50,20 @@ class _XcOp(OpSpec):
         return [tuple(int(v) for v in node.attrs["out_shape"])]
 
 
+class _ElementwiseXcOp(_XcOp):
+    """An element-wise XC op: every input holds as many values as ``out_shape`` (and
+    several inputs have one shape)."""
+
+    def infer(self, node, ins):
+        out = super().infer(node, ins)[0]
+        if len({tuple(t.shape) for t in ins}) > 1 or any(math.prod(t.shape) != math.prod(out) for t in ins):
+            raise ShapeError(
+                f"{self.name} maps {[tuple(t.shape) for t in ins]} to {out}: element-wise, the "
+                "shapes must hold one number of values"
+            )
+        return [out]
+
+
 class XcConv2d(_XcOp):
     """``XC_conv2d_v2`` with the group-wise ``otfn_int8`` transform: VALID windows (xformer
     pads separately), accumulation as lib_nn's ``mat_mul_generic_int8`` /
@@ -125,7 +139,7 @@ class XcSlice(_XcOp):
     }
 
 
-class XcLookup(_XcOp):
+class XcLookup(_ElementwiseXcOp):
     """``XC_lookup`` (lib_nn ``lookup8``): ``y = table[u8(x)]``."""
 
     name = "xc_lookup"
@@ -133,7 +147,7 @@ class XcLookup(_XcOp):
     params = ("table",)
 
 
-class XcAdd(_XcOp):
+class XcAdd(_ElementwiseXcOp):
     """``XC_add`` (lib_nn ``add_elementwise``, xs3.md §6.4)."""
 
     name = "xc_add"
@@ -202,7 +216,7 @@ class XcConcat(_XcOp):
         return super().infer(node, ins)
 
 
-class XcMul(_XcOp):
+class XcMul(_ElementwiseXcOp):
     """``XC_mul`` (lib_nn ``mul_elementwise``, the reference C of the host build):
     ``acc = (x1 - z1)(x2 - z2) - 1`` with ``z = -zp - 1`` from the stored int8 fields,
     ``v = (acc + 1) >> 1``, ``v = (scalar*v + 2**13) >> 14``, ``v = sat16(v + bias)``
@@ -221,7 +235,7 @@ class XcMul(_XcOp):
     }
 
 
-class XcSoftmax(_XcOp):
+class XcSoftmax(_ElementwiseXcOp):
     """``XC_softmax`` (lib_nn ``softmax_exp_sum`` / ``softmax_exp_div``, one thread) over
     all the values of an example, in float32: ``e_i = table[x_i + 128]``,
     ``S = (...(e_0 + e_1) + ...) + e_{n-1}`` in order, ``inv = fl32(1 / S) * 256``,
