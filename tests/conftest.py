@@ -244,11 +244,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # Files not listed (new or light ones) come last, in collection order. Only the order
 # changes: every test still runs.
 _FILE_SECONDS = {
+    "test_random_graphs": 90,
+    "test_mlperf": 60,
     "test_nn": 44,
     "test_gemmlowp_target": 40,
     "test_core_mac": 39,
     "test_nn_tflite_layers": 39,
     "test_graph": 38,
+    "test_fuzz_models": 23,
     "test_train": 36,
     "test_xs3_grad": 34,
     "test_tflite_keras_mcu": 33,
