@@ -42,7 +42,7 @@ test-full: lint
 bench: $(STAMP)
 	$(PY) -m hwjax.bench mac
 
-# BENCHMARKS.md: every benchmark, each in a fresh process, on this machine (tens of minutes).
+# BENCHMARKS.md: every benchmark, each in a fresh process, on this machine (about five minutes on 2 cores).
 benchmarks: $(STAMP)
 	$(PY) -m hwjax.bench all --markdown --out BENCHMARKS.md
 
