@@ -93,7 +93,10 @@ def test_run_on_xs3_equals_the_stored_host_interpreter_outputs(capsys, tmp_path)
     d = np.load(os.path.join(data, "chain.npz"))
     np.save(tmp_path / "x.npy", d["x"])
     model = os.path.join(data, "chain.xc.tflite")
-    assert main(["run", model, "--runtime", "xs3", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y")]) == 0
+    assert (
+        main(["run", model, "--runtime", "xs3", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y")])
+        == 0
+    )
     assert np.array_equal(np.load(tmp_path / "y").reshape(d["y_xs3"].shape), d["y_xs3"])
     assert "(xs3)" in capsys.readouterr().out
 

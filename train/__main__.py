@@ -562,7 +562,9 @@ def _tflite_args(sub) -> None:
     """``run`` and ``compare``: an int8 ``.tflite`` file run bit-exactly as LiteRT does."""
     from hwjax.tflite import MODEL_RUNTIMES
 
-    r = sub.add_parser("run", help="run a .tflite model on a .npy batch exactly as a runtime (LiteRT, TFLM, xcore.ai) does")
+    r = sub.add_parser(
+        "run", help="run a .tflite model on a .npy batch exactly as a runtime (LiteRT, TFLM, xcore.ai) does"
+    )
     r.add_argument("model", metavar="MODEL.tflite")
     r.add_argument("--runtime", default="reference", choices=MODEL_RUNTIMES)
     r.add_argument(
