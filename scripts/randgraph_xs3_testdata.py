@@ -1,0 +1,231 @@
+"""Oracle data for runtime="xs3" on random graphs: xformer conversions and host-interpreter outputs.
+
+Re-run from the repository root (xmos-ai-tools needs numpy < 2, so it lives in its own venv,
+see scripts/xformer_testdata.py)::
+
+    .venv/bin/python scripts/randgraph_xs3_testdata.py [.venv-xmos/bin/python]
+
+For each seed of :data:`SEEDS` it takes the graph of ``tests.randgraph.generate(seed)``
+(built by ``tests.randgraph.build``, no hwjax involved), and for each entry of
+:data:`REGRESSIONS` (minimised specs of the mismatch classes found on these graphs) that
+spec, and writes into ``tests/data/randgraph_xs3/``, for each NAME (``seedN`` or the
+regression's name):
+
+* ``NAME.tflite``: the original graph, ``NAME.json``: its spec (as when the data was made);
+* ``NAME.xc.tflite``: xformer's conversion of it (default options);
+* ``NAME.npz``: ``x`` (``tests.randgraph.inputs(spec, 5)``: all -128, all 127, all the
+  zero point, 5 random; for a one-element input all 256 values), ``y_xs3`` (the converted
+  file in xmos-ai-tools' ``TFLMHostInterpreter``, one example per invoke) and ``y_tflm``
+  (the original in the same interpreter: TFLM's reference kernels of xmos-ai-tools 1.4.2).
+
+Graphs xformer rejects (or does not convert within :data:`TIMEOUT_S`), or whose conversion
+the host interpreter cannot run, are listed in ``refused.txt`` with the reason instead.
+The host interpreter needs xformer's ``xcoreSharedConfig`` metadata also on the original,
+so the original runs with that one metadata entry copied from its converted file (a
+temporary file; operators untouched).
+
+Stages: build, convert (the xmos venv's ``xcore-opt`` executable, ``xcore-opt -o OUT IN``,
+which is what ``xmos_ai_tools.xformer.convert`` runs with default options, here with a time
+limit) and attach run in hwjax's venv (``ai-edge-litert``'s flatbuffer schema); ``run_one``
+runs per graph in the xmos venv's interpreter, in its own process (it may abort).
+
+``--only NAME[,NAME]`` remakes just those entries (the others' files stay).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+OUT = os.environ.get("RANDGRAPH_XS3_OUT", os.path.join(ROOT, "tests", "data", "randgraph_xs3"))  # (probes: elsewhere)
+#: the sample: seeds 0-29 of the random-graph generator (small graphs; a few are refused)
+SEEDS = list(range(30))
+TIMEOUT_S = 90
+
+#: minimised specs of the classes the sample showed (the tests name them)
+REGRESSIONS = {
+    # seed 5 minimised: an AVERAGE_POOL_2D whose channel count is not a multiple of 4,
+    # which xformer writes as a builtin DEPTHWISE_CONV_2D (weights 1 at scale 1/4, a bias
+    # without quantisation) that TFLM runs; hwjax's "xs3" gives the average pool's rounding
+    # instead (+-1), on the converted file and on the original
+    "regress_avgpool_1ch_as_depthwise": {
+        "seed": 5,
+        "input": {"shape": [1, 2, 2, 1], "scale": 0.03125, "zp": -128},
+        "ops": [
+            {
+                "op": "AVERAGE_POOL_2D",
+                "in": [0],
+                "kernel": [2, 2],
+                "stride": [1, 1],
+                "padding": "VALID",
+                "act": "NONE",
+                "out": None,
+            }
+        ],
+        "output": 1,
+    },
+    # seed 21: LOGISTIC on an input of scale 170.7 (xformer makes it an XC_lookup; hwjax's
+    # own compilation of the original raised OverflowError computing the table)
+    "regress_logistic_large_input_scale": {
+        "seed": 21,
+        "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},
+        "ops": [{"op": "LOGISTIC", "in": [0], "out": [0.00390625, -128]}],
+        "output": 1,
+    },
+}
+
+
+def entries() -> dict:
+    sys.path.insert(0, ROOT)
+    from tests import randgraph as rg
+
+    out = {f"seed{s}": rg.generate(s) for s in SEEDS}
+    out.update(REGRESSIONS)
+    return out
+
+
+def inputs(spec) -> np.ndarray:
+    from tests import randgraph as rg
+
+    if int(np.prod(spec["input"]["shape"])) == 1:
+        return np.arange(-128, 128, dtype=np.int8).reshape(256, *spec["input"]["shape"][1:])
+    return rg.inputs(spec, 5)
+
+
+def build(work: str, specs: dict) -> None:
+    """``OUT/NAME.tflite``, ``OUT/NAME.json`` and ``work/NAME.x.npy``."""
+    from tests import randgraph as rg
+
+    os.makedirs(OUT, exist_ok=True)
+    for name, spec in specs.items():
+        for suffix in (".tflite", ".xc.tflite", ".npz", ".json"):
+            if os.path.exists(os.path.join(OUT, name + suffix)):
+                os.remove(os.path.join(OUT, name + suffix))
+        with open(os.path.join(OUT, f"{name}.tflite"), "wb") as f:
+            f.write(rg.build(spec))
+        with open(os.path.join(OUT, f"{name}.json"), "w") as f:
+            json.dump(spec, f)
+        np.save(os.path.join(work, f"{name}.x.npy"), inputs(spec))
+        print(f"{name}: {rg.describe(spec)}")
+
+
+def convert(work: str, names, xcore_opt: str) -> dict:
+    """``OUT/NAME.xc.tflite`` for every name; returns ``{name: reason}`` of the rejected ones."""
+    refused = {}
+    for name in names:
+        src, dst = os.path.join(OUT, f"{name}.tflite"), os.path.join(work, f"{name}.xc.tflite")
+        try:
+            p = subprocess.run([xcore_opt, "-o", dst, src], capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            refused[name] = f"xformer: no result within {TIMEOUT_S} s"
+            continue
+        if p.returncode != 0 or not os.path.exists(dst):
+            tail = (p.stderr.strip().splitlines() or ["?"])[-1][:200]
+            refused[name] = f"xformer: exit code {p.returncode}: {tail}"
+            continue
+        os.replace(dst, os.path.join(OUT, f"{name}.xc.tflite"))
+    return refused
+
+
+def attach(work: str, name: str) -> bool:
+    """``work/NAME.tflm.tflite``: the original plus its conversion's ``xcoreSharedConfig``."""
+    import flatbuffers
+    import ai_edge_litert.schema_py_generated as s
+
+    def read(path):
+        with open(path, "rb") as f:
+            return s.ModelT.InitFromPackedBuf(bytearray(f.read()), 0)
+
+    orig, xc = read(os.path.join(OUT, f"{name}.tflite")), read(os.path.join(OUT, f"{name}.xc.tflite"))
+    cfg = [m for m in (xc.metadata or []) if m.name == b"xcoreSharedConfig"]
+    if len(cfg) != 1:
+        return False
+    buf = s.BufferT()
+    buf.data = xc.buffers[cfg[0].buffer].data
+    orig.buffers.append(buf)
+    md = s.MetadataT()
+    md.name, md.buffer = "xcoreSharedConfig", len(orig.buffers) - 1
+    orig.metadata = [md]
+    b = flatbuffers.Builder(1024)
+    b.Finish(orig.Pack(b), file_identifier=b"TFL3")
+    with open(os.path.join(work, f"{name}.tflm.tflite"), "wb") as f:
+        f.write(bytes(b.Output()))
+    return True
+
+
+def _host(path: str, x: np.ndarray) -> np.ndarray:
+    from xmos_ai_tools.xinterpreters import TFLMHostInterpreter
+
+    it = TFLMHostInterpreter()
+    it.set_model(model_path=path)
+    out = it.get_output_details()[0]
+    ys = []
+    for xi in x:
+        it.set_tensor(0, np.ascontiguousarray(xi[None]))
+        it.invoke()
+        ys.append(it.get_tensor(out["index"]).reshape(out["shape"])[0].copy())
+    it.close()
+    return np.stack(ys)
+
+
+def run_one(work: str, name: str) -> None:
+    """``OUT/NAME.npz`` (xmos venv; its own process per graph)."""
+    x = np.load(os.path.join(work, f"{name}.x.npy"))
+    y_xs3 = _host(os.path.join(OUT, f"{name}.xc.tflite"), x)
+    y_tflm = _host(os.path.join(work, f"{name}.tflm.tflite"), x)
+    np.savez_compressed(os.path.join(OUT, f"{name}.npz"), x=x, y_xs3=y_xs3, y_tflm=y_tflm)
+    print(f"{name}: xs3 differs from TFLM on {int(np.sum(y_xs3 != y_tflm))} of {y_xs3.size} outputs")
+
+
+def main(xmos_python: str, only=None) -> None:
+    me = os.path.abspath(__file__)
+    specs = entries()
+    if only:
+        specs = {k: v for k, v in specs.items() if k in only}
+    refused_path = os.path.join(OUT, "refused.txt")
+    refused = {}
+    if only and os.path.exists(refused_path):  # keep the other entries' reasons
+        with open(refused_path) as f:
+            refused = dict(line.rstrip("\n").split(": ", 1) for line in f if ": " in line)
+        for k in specs:
+            refused.pop(k, None)
+    with tempfile.TemporaryDirectory() as work:
+        build(work, specs)
+        new = convert(work, list(specs), os.path.join(os.path.dirname(xmos_python), "xcore-opt"))
+        for name in specs:
+            if name in new:
+                continue
+            if not attach(work, name):
+                new[name] = "no xcoreSharedConfig metadata in the conversion"
+                continue
+            p = subprocess.run([xmos_python, me, "run_one", work, name], capture_output=True, text=True)
+            sys.stdout.write(p.stdout)
+            if p.returncode != 0:
+                tail = (p.stderr.strip().splitlines() or ["?"])[-1][:200]
+                new[name] = f"host interpreter: exit code {p.returncode}: {tail}"
+        refused.update(new)
+        with open(refused_path, "w") as f:
+            for name in sorted(refused):
+                f.write(f"{name}: {refused[name]}\n")
+        print(f"{len(specs) - len(new)} graphs stored, {len(new)} refused (refused.txt)")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    only = None
+    if "--only" in args:
+        i = args.index("--only")
+        only = set(args[i + 1].split(","))
+        del args[i : i + 2]
+    if len(args) == 3 and args[0] == "run_one":
+        run_one(args[1], args[2])
+    elif len(args) <= 1:
+        main(args[0] if args else os.path.join(ROOT, ".venv-xmos", "bin", "python"), only)
+    else:
+        sys.exit("usage: randgraph_xs3_testdata.py [XMOS_PYTHON] [--only NAME,...]  (see the module docstring)")
