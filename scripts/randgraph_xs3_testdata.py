@@ -160,18 +160,11 @@ def attach(work: str, name: str) -> bool:
 
 
 def _host(path: str, x: np.ndarray) -> np.ndarray:
-    from xmos_ai_tools.xinterpreters import TFLMHostInterpreter
+    """The host interpreter's outputs, one invoke per example (the loop of xformer_testdata.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from xformer_testdata import _run_host
 
-    it = TFLMHostInterpreter()
-    it.set_model(model_path=path)
-    out = it.get_output_details()[0]
-    ys = []
-    for xi in x:
-        it.set_tensor(0, np.ascontiguousarray(xi[None]))
-        it.invoke()
-        ys.append(it.get_tensor(out["index"]).reshape(out["shape"])[0].copy())
-    it.close()
-    return np.stack(ys)
+    return _run_host(path, x)
 
 
 def run_one(work: str, name: str) -> None:
