@@ -27,6 +27,7 @@ from hwjax.targets._gemmlowp import Gemmlowp, GemmlowpLinearParams
 from hwjax.targets._nvdla import NVDLA, NVDLAConvParams, NVDLALutParams, nvdla_lut_config
 from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, xs3_add_params, xs3_bso
 from hwjax.targets._tflite import TFLite
+from hwjax.targets._onnxruntime import OnnxRuntime
 from hwjax.targets import _tflite_nonlinear, _tflite_tensor
 from hwjax.targets._xs3_runtime import XS3Runtime
 from hwjax.targets._xs3_compiled import XS3Compiled, check_xformer_lowering
@@ -35,6 +36,7 @@ __all__ = [
     "Gemmlowp",
     "GemmlowpLinearParams",
     "TFLite",
+    "OnnxRuntime",
     "LUT_FUNCTIONS",
     "NVDLA",
     "ConvGeometry",

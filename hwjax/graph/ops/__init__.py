@@ -29,4 +29,4 @@ and blobs the op's custom options and tensors hold. Each op kind's exact semanti
 the docstring of its ``OpSpec``.
 """
 
-from hwjax.graph.ops import basic, elementwise, linear, nonlinear, pool, tensor, tflite, xcore
+from hwjax.graph.ops import basic, elementwise, linear, nonlinear, onnx, pool, tensor, tflite, xcore

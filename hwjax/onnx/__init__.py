@@ -1,0 +1,19 @@
+"""ONNX int8 models, run bit-exactly as ONNX Runtime's CPU execution provider runs them.
+
+* :func:`load` reads an ONNX model (QOperator or QDQ format, e.g. from
+  ``onnxruntime.quantization.quantize_static``) into a :class:`Model`, applying the QDQ
+  rewrites ONNX Runtime applies at ``ORT_ENABLE_ALL`` on x86-64 (:data:`SUPPORTED_OPS`
+  after them). ``Model.graph`` is a :class:`hwjax.graph.Graph`.
+* ``Model.run(x, runtime="onnxruntime")`` runs a batch as ONNX Runtime 1.32 computes it
+  (:class:`hwjax.targets.OnnxRuntime`, whose ``cpu`` option selects the machine).
+
+Reading needs the ``onnx`` package; running does not need ONNX Runtime.
+"""
+
+from hwjax.onnx._model import RUNTIMES, Model, load
+from hwjax.onnx._read import FLOAT_REFUSED, TensorInfo, supported_ops
+
+#: ONNX operators :func:`load` converts (after the QDQ rewrites)
+SUPPORTED_OPS = supported_ops()
+
+__all__ = ["FLOAT_REFUSED", "Model", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "load"]

@@ -1,0 +1,149 @@
+"""An ONNX int8 model as a runnable :class:`Model` (:func:`load`)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hwjax.core import evaluated_if_concrete
+from hwjax.core import validate as V
+from hwjax.errors import ArgTypeError, FileError, FormatError, HwjaxError, RangeError, ShapeError
+from hwjax.graph import Graph, jit_run, lower
+from hwjax.onnx._read import read
+
+#: the runtime names :meth:`Model.run` takes
+RUNTIMES = ("onnxruntime",)
+_NP = {"float32": np.float32, "uint8": np.uint8, "int8": np.int8, "int32": np.int32}
+_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+class Model:
+    """An ONNX int8 model, runnable bit-exactly as ONNX Runtime's CPU provider runs it.
+
+    Attributes:
+      graph: the portable :class:`hwjax.graph.Graph` after ONNX Runtime's QDQ rewrites
+        (op kinds of :mod:`hwjax.graph.ops.onnx`, ONNX's NCHW layout, per-example shapes).
+      inputs, outputs: :class:`hwjax.onnx.TensorInfo` of the file's inputs and outputs
+        (shapes with the batch axis, 1).
+    """
+
+    def __init__(self, graph: Graph, inputs, outputs):
+        self.graph, self.inputs, self.outputs = graph, tuple(inputs), tuple(outputs)
+        self._lowered: dict[Any, Graph] = {}
+
+    def __repr__(self):
+        return (
+            f"Model({len(self.graph.nodes)} nodes, inputs {[i.shape for i in self.inputs]}, "
+            f"outputs {[o.shape for o in self.outputs]})"
+        )
+
+    def target(self, runtime):
+        """The :class:`hwjax.targets.OnnxRuntime` a ``runtime`` name or target stands for."""
+        from hwjax.targets import OnnxRuntime, get
+
+        if isinstance(runtime, OnnxRuntime):
+            return runtime
+        if runtime not in RUNTIMES:
+            raise RangeError(f"runtime must be one of {RUNTIMES} or a hwjax.targets.OnnxRuntime, got {runtime!r}")
+        return get("onnxruntime")
+
+    def lowered(self, runtime="onnxruntime") -> Graph:
+        """The graph lowered for ``runtime`` (its integer parameters and tables; cached)."""
+        t = self.target(runtime)
+        if t not in self._lowered:
+            self._lowered[t] = lower(self.graph, t)
+        return self._lowered[t]
+
+    def run(self, x, *, runtime="onnxruntime", intermediates: bool = False):
+        """The model's output(s) for every example of ``x``, as ONNX Runtime computes them.
+
+        Args:
+          x: an array of shape ``(batch, *input_shape[1:])`` (the file's batch-1 axis replaced
+            by the batch; each example is computed as ONNX Runtime computes a batch-1 input),
+            or a sequence of such arrays for several inputs: float32 for a float input (NaN
+            and infinities raise :class:`hwjax.errors.RangeError`), integers within the
+            type's range for a uint8 / int8 input.
+          runtime: ``"onnxruntime"`` (the default CPU, :class:`hwjax.targets.OnnxRuntime`) or
+            an :class:`hwjax.targets.OnnxRuntime` (e.g. ``hwjax.targets.get("onnxruntime",
+            cpu="sse")``).
+          intermediates: also return a dict of every tensor by name (batched; int32 for
+            integer tensors).
+        Returns:
+          The output array in the file's dtype (a tuple for several outputs); then the
+          intermediates when asked for.
+        """
+        intermediates = V.check_flag(intermediates, "intermediates")
+        g = self.lowered(runtime)
+        xs = list(x) if isinstance(x, (tuple, list)) else [x]
+        if len(xs) != len(self.inputs):
+            raise RangeError(f"x: the model takes {len(self.inputs)} inputs, got {len(xs)}")
+        arrays = []
+        for info, a in zip(self.inputs, xs):
+            if not isinstance(a, (jax.Array, np.ndarray, np.generic)):
+                raise ArgTypeError(f"x: input {info.name!r} must be an array, got {type(a).__name__}")
+            per = tuple(info.shape[1:])
+            if a.ndim != len(per) + 1 or tuple(a.shape[1:]) != per:
+                raise ShapeError(
+                    f"x: input {info.name!r} must have shape (batch, {', '.join(map(str, per))}), got {tuple(a.shape)}"
+                )
+            if info.dtype == "float32":
+                if a.dtype != np.float32:
+                    raise ArgTypeError(f"x: input {info.name!r} is float32, got {a.dtype}")
+                V.check_finite(a, f"input {info.name!r}")
+            else:
+                if not jnp.issubdtype(a.dtype, jnp.integer):
+                    raise ArgTypeError(f"x: input {info.name!r} must hold {info.dtype} values, got {a.dtype}")
+                lo, hi = _RANGES.get(info.dtype, (-(2**31), 2**31 - 1))
+                if not isinstance(a, jax.core.Tracer) and a.size and (int(a.min()) < lo or int(a.max()) > hi):
+                    raise RangeError(f"x: input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
+            arrays.append(a)
+        res = _run(g, tuple(arrays), out_dtypes=tuple(o.dtype for o in self.outputs), intermediates=intermediates)
+        out = res[0] if intermediates else res
+        y = out[0] if len(out) == 1 else out
+        return (y, res[1]) if intermediates else y
+
+
+@functools.partial(jax.jit, static_argnames=("out_dtypes", "intermediates"))
+def _run(g: Graph, arrays: tuple, *, out_dtypes: tuple, intermediates: bool):
+    res = jit_run(g, arrays, intermediates=intermediates)
+    out = res[0] if intermediates else res
+    outs = tuple(o.astype(_NP[dt]) for o, dt in zip(out if isinstance(out, tuple) else (out,), out_dtypes))
+    return (outs, res[1]) if intermediates else outs
+
+
+def load(path_or_bytes) -> Model:
+    """Reads an ONNX int8 model (a path or the file's bytes) into a :class:`Model`, with
+    ONNX Runtime's QDQ rewrites applied (:mod:`hwjax.onnx`).
+
+    Raises :class:`hwjax.errors.FileError` for a path that is not a readable file,
+    :class:`hwjax.errors.FormatError` for bytes that are not a well-formed ONNX model, and
+    :class:`hwjax.errors.UnsupportedOpError` naming the first operator (or the groups ONNX
+    Runtime runs in float32) outside what hwjax reproduces; no other exception type.
+    """
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        data = bytes(path_or_bytes)
+    elif isinstance(path_or_bytes, (str, os.PathLike)):
+        if not os.path.isfile(path_or_bytes):
+            raise FileError(f"path_or_bytes {os.fspath(path_or_bytes)!r}: no such file")
+        try:
+            with open(path_or_bytes, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise FileError(f"path_or_bytes {os.fspath(path_or_bytes)!r}: cannot be read ({e.strerror})") from None
+    else:
+        raise ArgTypeError(f"path_or_bytes: load takes a path or bytes, got {type(path_or_bytes).__name__}")
+    if not data:
+        raise FormatError("path_or_bytes: the file is empty")
+    try:
+        with evaluated_if_concrete():
+            graph, ins, outs = read(data)
+    except HwjaxError:
+        raise
+    except Exception as e:  # the protobuf parser and onnx's helpers raise many types
+        raise FormatError(f"corrupt ONNX model: {type(e).__name__}: {e}") from None
+    return Model(graph, ins, outs)

@@ -1,0 +1,160 @@
+"""ONNX Runtime's CPU int8 kernels as exact JAX functions (NCHW, batch first).
+
+Integer tensors travel as int32 arrays holding the tensor's values. Float32 steps are
+written so that no result depends on XLA's fusion decisions: a product that is followed
+by an addition is :func:`hwjax.core.mul_rn`, divisions are :func:`hwjax.core.div_rn`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from hwjax.core import ConvGeometry, div_rn, extract_patches, int_dot, mul_rn, window_taps
+from hwjax.errors import UnsupportedOpError
+
+_INT_MIN = -(2**31)
+
+
+def cvt_int32(t):
+    """x86 ``cvtps2dq`` of float32 ``t``: ties to even, and ``INT32_MIN`` for values outside
+    the int32 range or NaN."""
+    ok = jnp.abs(t) < 2.0**31
+    return jnp.where(ok, jnp.round(jnp.where(ok, t, 0.0)).astype(jnp.int32), _INT_MIN)
+
+
+def requantize_output(acc, m, zp, lo: int, hi: int):
+    """``MlasRequantizeOutput`` on int32 accumulators ``acc``: ``v = f32(f32(acc) * m)``
+    (the accumulator itself rounded to float32, ties to even, above ``2**24``),
+    ``y = rint(clip(v, lo - zp, hi - zp)) + zp`` (clamped in float32, ties to even). ``m``
+    (float32) and ``zp`` (int32) broadcast against ``acc``. The product is not followed by
+    an addition, so it is rounded once whatever XLA fuses. Returns int32."""
+    v = acc.astype(jnp.float32) * m
+    zp = jnp.asarray(zp, jnp.int32)
+    v = jnp.clip(v, (lo - zp).astype(jnp.float32), (hi - zp).astype(jnp.float32))
+    return jnp.round(v).astype(jnp.int32) + zp
+
+
+def quantize_linear(x, scale, zp, lo: int, hi: int):
+    """QuantizeLinear of float32 ``x``: ``clip(rint(f32(x / scale)), lo - zp, hi - zp) + zp``
+    with the correctly rounded division; NaN gives ``lo``. Returns int32."""
+    zp = jnp.asarray(zp, jnp.int32)
+    q = jnp.round(div_rn(x.astype(jnp.float32), scale))
+    q = jnp.where(jnp.isnan(q), (lo - zp).astype(jnp.float32), q)
+    q = jnp.clip(q, (lo - zp).astype(jnp.float32), (hi - zp).astype(jnp.float32))
+    return q.astype(jnp.int32) + zp
+
+
+def dequantize_linear(q, scale, zp):
+    """DequantizeLinear: ``f32(f32(q - zp) * scale)`` (the difference in int32, converted with
+    ties to even, one rounded product). Returns float32."""
+    d = (q.astype(jnp.int32) - jnp.asarray(zp, jnp.int32)).astype(jnp.float32)
+    return mul_rn(d, jnp.asarray(scale, jnp.float32))
+
+
+def conv_acc(x, w, x_zp, w_zp, geom: ConvGeometry, group: int):
+    """QLinearConv / ConvInteger accumulators: ``sum (x - x_zp)(w - w_zp)`` over each window,
+    exact int32 (padding holds ``x_zp``, so it contributes nothing).
+
+    ``x``: (B, C, H, W) int32 values; ``w``: (O, C / group, kh, kw) int32 values; ``x_zp``
+    a scalar, ``w_zp`` a scalar or (O,). Returns (B, O, OH, OW) int32."""
+    b, c = x.shape[0], x.shape[1]
+    o = w.shape[0]
+    cg, og = c // group, o // group
+    xd = (x - jnp.asarray(x_zp, jnp.int32)).astype(jnp.int16).transpose(0, 2, 3, 1)  # NHWC, |v| <= 255
+    wz = jnp.asarray(w_zp, jnp.int32)
+    wd = (w - (wz.reshape(-1, 1, 1, 1) if wz.ndim else wz)).astype(jnp.int16)
+    kh, kw = geom.kernel
+    patches = extract_patches(xd, geom, pad_value=0)  # (B, OH, OW, kh*kw*C), (kh, kw, c) order
+    oh, ow = geom.out_hw
+    patches = patches.reshape(b, oh, ow, kh * kw, group, cg)
+    # weights as (group, kh*kw, cg, og)
+    wg = wd.reshape(group, og, cg, kh * kw).transpose(0, 3, 2, 1)
+    acc = int_dot(patches, wg, (((3, 5), (1, 2)), ((4,), (0,))))  # (group, B, OH, OW, og)
+    return acc.transpose(1, 0, 4, 2, 3).reshape(b, o, oh, ow)
+
+
+def matmul_acc(a, b, a_zp, b_zp):
+    """QLinearMatMul / MatMulInteger accumulators ``sum_k (a - a_zp)(b - b_zp)``, exact int32:
+    ``a`` (B, ..., K) int32 values, ``b`` (K, N) int32 values, ``b_zp`` a scalar or (N,)."""
+    ad = (a - jnp.asarray(a_zp, jnp.int32)).astype(jnp.int16)
+    bd = (b - jnp.asarray(b_zp, jnp.int32)).astype(jnp.int16)
+    return int_dot(ad, bd, (((ad.ndim - 1,), (0,)), ((), ())))
+
+
+def lookup(x, table, lo: int):
+    """``table[x - lo]`` (a 256-entry table indexed by the codes of an 8-bit type)."""
+    return jnp.take(jnp.asarray(table, jnp.int32), x.astype(jnp.int32) - lo, mode="clip")
+
+
+def lookup2(a, b, table, lo: int):
+    """``table[a - lo, b - lo]`` of a (256, 256) table; ``a`` and ``b`` broadcast."""
+    a, b = jnp.broadcast_arrays(a.astype(jnp.int32) - lo, b.astype(jnp.int32) - lo)
+    return jnp.take(jnp.asarray(table, jnp.int32).reshape(-1), a * 256 + b, mode="clip")
+
+
+def maxpool(x, geom: ConvGeometry, lowest):
+    """MaxPool over NCHW ``x`` (integer or float32): the maximum of each window's in-image
+    taps (padding holds ``lowest``, which loses every comparison)."""
+    xt = x.transpose(0, 2, 3, 1)
+    taps = window_taps(xt, geom, pad_value=lowest)
+    y = taps[0]
+    for t in taps[1:]:
+        y = jnp.maximum(y, t)
+    return y.transpose(0, 3, 1, 2)
+
+
+def global_avgpool(x, x_zp, m, y_zp, lo: int, hi: int):
+    """QLinearGlobalAveragePool (and an average pool whose window is the unpadded image):
+    ``acc = sum(x) - x_zp * S`` over each channel's ``S = H * W`` pixels (int32), then
+    :func:`requantize_output` with the multiplier ``m`` (:func:`hwjax.ort.global_pool_scale`)."""
+    s = x.shape[2] * x.shape[3]
+    acc = jnp.sum(x.astype(jnp.int32), axis=(2, 3), keepdims=True) - jnp.asarray(x_zp, jnp.int32) * s
+    return requantize_output(acc, m, y_zp, lo, hi)
+
+
+def avgpool_float(x, sx, zx, sy, zy, geom: ConvGeometry, count_include_pad: bool, lo: int, hi: int):
+    """QLinearAveragePool's float path: ``xf = f32(sx * (x - zx))``; per window the in-image
+    ``xf`` summed one by one in (row, column) order in float32; divided by the count (the
+    window size with ``count_include_pad``, else the in-image taps); ``y =
+    clip(rint(f32(f32(acc / sy) + zy)), lo, hi)`` (an int32 overflow gives ``lo``)."""
+    xf = mul_rn((x - jnp.asarray(zx, jnp.int32)).astype(jnp.float32), jnp.float32(sx)).transpose(0, 2, 3, 1)
+    ones = jnp.ones(x.shape[2:], jnp.int32)[None, :, :, None]
+    taps = window_taps(xf, geom, pad_value=0.0)
+    valid = window_taps(ones, geom, pad_value=0)
+    acc = taps[0]
+    for t in taps[1:]:
+        acc = acc + t  # padded taps add an exact 0.0 (a -0.0 sum stays -0.0 only with no valid tap)
+    count = sum(valid) if not count_include_pad else jnp.full_like(valid[0], len(valid))
+    mean = div_rn(acc, count.astype(jnp.float32))
+    t = div_rn(mean, jnp.float32(sy)) + jnp.float32(zy)
+    return jnp.clip(cvt_int32(t), lo, hi).transpose(0, 3, 1, 2)
+
+
+def float_binary(fn: str, a, b):
+    """Element-wise float32 ``a + b`` or ``a * b`` (each rounded once); broadcasting."""
+    return a + b if fn == "add" else mul_rn(a, b)
+
+
+def logistic_jax(x, *, fma: bool):
+    """MLAS's logistic of float32 ``x`` at run time (a float Sigmoid node). Only the SSE
+    kernel (``fma=False``: every product rounded before its sum, :func:`hwjax.core.mul_rn`)
+    is implemented; the FMA3 kernel raises :class:`hwjax.errors.UnsupportedOpError` (its
+    fused multiply-adds have no exact float32 form here)."""
+    if fma:
+        raise UnsupportedOpError(
+            "a float Sigmoid (MLAS's FMA3 logistic kernel) is not implemented; QLinearSigmoid's table is"
+        )
+    from hwjax.ort._host import LOGISTIC_ALPHA, LOGISTIC_BETA, LOGISTIC_CLIP
+
+    v = jnp.clip(x.astype(jnp.float32), LOGISTIC_CLIP[0], LOGISTIC_CLIP[1])
+    v2 = mul_rn(v, v)
+    a9, a7, a5, a3, a1 = LOGISTIC_ALPHA
+    b10, b8, b6, b4, b2, b0 = LOGISTIC_BETA
+    p = mul_rn(v2, a9) + a7
+    for c in (a5, a3, a1):
+        p = mul_rn(p, v2) + c
+    p = mul_rn(p, v)
+    q = mul_rn(v2, b10) + b8
+    for c in (b6, b4, b2, b0):
+        q = mul_rn(q, v2) + c
+    return jnp.clip(div_rn(p, q) + jnp.float32(0.5), 0.0, 1.0)

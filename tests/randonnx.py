@@ -1,0 +1,266 @@
+"""A seeded random generator of int8 ONNX models, for differential tests against ONNX Runtime.
+
+Written from the ONNX operator definitions alone (it imports nothing from hwjax): a float
+CNN or MLP is built with ``onnx.helper`` from random layers, then quantised with
+``onnxruntime.quantization.quantize_static`` (random calibration data) in a random
+setting: QDQ or QOperator format, uint8 or int8 activations and weights, per-tensor or
+per-channel weights. ``model(seed)`` returns ``(onnx bytes, input batch, description)``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+
+import numpy as np
+
+# float ops the generator draws from, image and vector stages
+IMAGE_OPS = ("conv", "depthwise", "relu", "leaky_relu", "sigmoid", "maxpool", "avgpool", "add", "mul", "concat")
+VECTOR_OPS = ("gemm", "matmul", "relu", "sigmoid", "add_const")
+
+#: quantize_static settings: (format, activation type, weight type, per_channel)
+SETTINGS = (
+    ("QDQ", "uint8", "int8", False),
+    ("QDQ", "uint8", "int8", True),
+    ("QDQ", "uint8", "uint8", False),
+    ("QOperator", "uint8", "int8", False),
+    ("QOperator", "uint8", "int8", True),
+    ("QOperator", "uint8", "uint8", False),
+    ("QDQ", "int8", "int8", False),
+    ("QOperator", "int8", "int8", False),
+)
+
+
+class _Net:
+    def __init__(self, rng):
+        self.rng = rng
+        self.nodes, self.inits = [], []
+        self.n = 0
+
+    def name(self, base):
+        self.n += 1
+        return f"{base}{self.n}"
+
+    def init(self, base, arr):
+        from onnx import numpy_helper
+
+        nm = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(arr), nm))
+        return nm
+
+    def node(self, op, ins, **attrs):
+        from onnx import helper
+
+        out = self.name(op.lower() + "_")
+        self.nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+
+def _conv(net, x, shape, depthwise=False):
+    rng = net.rng
+    c, h, w = shape
+    k = int(rng.choice([1, 2, 3, 5]))
+    d = int(rng.choice([1, 1, 2])) if k > 1 else 1
+    ek = (k - 1) * d + 1
+    s = int(rng.choice([1, 1, 2]))
+    pads = [int(rng.integers(0, k)) for _ in range(4)]
+    if h + pads[0] + pads[2] < ek or w + pads[1] + pads[3] < ek:
+        pads = [ek // 2] * 4
+    if h + pads[0] + pads[2] < ek or w + pads[1] + pads[3] < ek:
+        k, d, ek, pads = 1, 1, 1, [0, 0, 0, 0]
+    if depthwise:
+        g = c
+        o = c * int(rng.choice([1, 1, 2]))
+    else:
+        g = int(rng.choice([d_ for d_ in (1, 1, 1, 2, 3) if c % d_ == 0]))
+        o = g * int(rng.integers(1, 9))
+    wt = rng.normal(0, 1 / np.sqrt(k * k * c / g), (o, c // g, k, k)).astype(np.float32)
+    b = rng.normal(0, 0.2, o).astype(np.float32)
+    ins = [x, net.init("w", wt)] + ([net.init("b", b)] if rng.random() < 0.8 else [])
+    y = net.node("Conv", ins, kernel_shape=[k, k], strides=[s, s], pads=pads, dilations=[d, d], group=g)
+    oh = (h + pads[0] + pads[2] - ek) // s + 1
+    ow = (w + pads[1] + pads[3] - ek) // s + 1
+    return y, (o, oh, ow)
+
+
+def _pool(net, x, shape, op):
+    rng = net.rng
+    c, h, w = shape
+    k = int(rng.choice([2, 3]))
+    s = int(rng.choice([1, 2]))
+    pads = [int(rng.integers(0, k)) for _ in range(4)] if rng.random() < 0.5 else [0, 0, 0, 0]
+    if h + pads[0] + pads[2] < k or w + pads[1] + pads[3] < k:
+        return x, shape
+    attrs = dict(kernel_shape=[k, k], strides=[s, s], pads=pads)
+    if op == "AveragePool":
+        attrs["count_include_pad"] = int(rng.integers(0, 2))
+    y = net.node(op, [x], **attrs)
+    return y, (c, (h + pads[0] + pads[2] - k) // s + 1, (w + pads[1] + pads[3] - k) // s + 1)
+
+
+def float_model(rng, *, image=True):
+    """A random float ONNX model (``ModelProto``) with a batch axis ``N`` and its input shape."""
+    from onnx import TensorProto, helper
+
+    net = _Net(rng)
+    if image:
+        shape = (int(rng.integers(1, 9)), int(rng.integers(4, 13)), int(rng.integers(4, 13)))
+    else:
+        shape = (int(rng.integers(2, 40)),)
+    x = "input"
+    in_shape = shape
+    if image:
+        for _ in range(int(rng.integers(1, 6))):
+            op = str(rng.choice(IMAGE_OPS))
+            if op in ("conv", "depthwise"):
+                x, shape = _conv(net, x, shape, op == "depthwise")
+            elif op == "relu":
+                x = net.node("Relu", [x])
+            elif op == "leaky_relu":
+                x = net.node("LeakyRelu", [x], alpha=float(rng.choice([0.01, 0.1, 0.2])))
+            elif op == "sigmoid":
+                x = net.node("Sigmoid", [x])
+            elif op == "maxpool":
+                x, shape = _pool(net, x, shape, "MaxPool")
+            elif op == "avgpool":
+                x, shape = _pool(net, x, shape, "AveragePool")
+            elif op in ("add", "mul", "concat"):
+                # a residual branch: a 1x1 or 3x3 same-size conv of x, then merged
+                c, h, w = shape
+                o = c if op != "concat" else int(rng.integers(1, 6))
+                k = int(rng.choice([1, 3]))
+                wt = rng.normal(0, 1 / np.sqrt(k * k * c), (o, c, k, k)).astype(np.float32)
+                br = net.node("Conv", [x, net.init("w", wt)], kernel_shape=[k, k], pads=[k // 2] * 4)
+                if op == "concat":
+                    x = net.node("Concat", [x, br], axis=1)
+                    shape = (c + o, h, w)
+                else:
+                    x = net.node(op.capitalize(), [x, br])
+        if rng.random() < 0.5:
+            x = net.node("GlobalAveragePool", [x])
+            shape = (shape[0], 1, 1)
+        x = net.node("Flatten", [x], axis=1)
+        shape = (int(np.prod(shape)),)
+    for _ in range(int(rng.integers(1, 4))):
+        op = str(rng.choice(VECTOR_OPS))
+        n = shape[0]
+        if op in ("gemm", "matmul"):
+            m = int(rng.integers(1, 33))
+            wt = rng.normal(0, 1 / np.sqrt(n), (n, m)).astype(np.float32)
+            if op == "gemm":
+                b = rng.normal(0, 0.2, m).astype(np.float32)
+                x = net.node("Gemm", [x, net.init("w", wt.T.copy()), net.init("b", b)], transB=1)
+            else:
+                x = net.node("MatMul", [x, net.init("w", wt)])
+            shape = (m,)
+        elif op == "relu":
+            x = net.node("Relu", [x])
+        elif op == "sigmoid":
+            x = net.node("Sigmoid", [x])
+        else:
+            x = net.node("Add", [x, net.init("c", rng.normal(0, 0.5, n).astype(np.float32))])
+    out = net.node("Identity", [x])
+    graph = helper.make_graph(
+        net.nodes,
+        "rand",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *in_shape])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", *shape])],
+        net.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model, in_shape
+
+
+class _Reader:
+    def __init__(self, batches):
+        self.it = iter(batches)
+
+    def get_next(self):
+        b = next(self.it, None)
+        return None if b is None else {"input": b}
+
+    def rewind(self):  # pragma: no cover
+        pass
+
+
+def quantize(model, in_shape, rng, setting):
+    """``model`` quantised by ``quantize_static`` in ``setting`` (:data:`SETTINGS`) with 8
+    random calibration batches; returns the quantised model's bytes."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    fmt, act, wt, per_channel = setting
+    qt = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    scale = float(rng.choice([0.5, 1.0, 3.0]))
+    calib = [(rng.normal(0, scale, (4, *in_shape))).astype(np.float32) for _ in range(8)]
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
+        with open(src, "wb") as f:
+            f.write(model.SerializeToString())
+        quantize_static(
+            src,
+            dst,
+            _Reader(calib),
+            quant_format=QuantFormat.QDQ if fmt == "QDQ" else QuantFormat.QOperator,
+            activation_type=qt[act],
+            weight_type=qt[wt],
+            per_channel=per_channel,
+        )
+        with open(dst, "rb") as f:
+            return f.read(), scale
+
+
+def model(seed: int, setting=None):
+    """``(onnx bytes, float32 input batch (16, ...), description)`` for ``seed``: a random float
+    model quantised in a random (or the given) setting."""
+    rng = np.random.default_rng(seed)
+    image = bool(rng.random() < 0.75)
+    fm, in_shape = float_model(rng, image=image)
+    if setting is None:
+        setting = SETTINGS[int(rng.integers(len(SETTINGS)))]
+    data, scale = quantize(fm, in_shape, rng, setting)
+    x = rng.normal(0, scale * 1.3, (16, *in_shape)).astype(np.float32)
+    ops = [n.op_type for n in fm.graph.node]
+    return data, x, f"seed {seed} {setting} {ops}"
+
+
+def ort_run(data: bytes, x: np.ndarray, *, optimized_path=None):
+    """ONNX Runtime's CPU output for ``x`` (one thread, ``ORT_ENABLE_ALL``)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    if optimized_path:
+        so.optimized_model_filepath = optimized_path
+    sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return sess.run(None, {name: x})[0]
+
+
+def ort_optimized_ops(data: bytes) -> list[str]:
+    """The op types of ONNX Runtime's optimised graph of ``data``."""
+    import onnx
+
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "opt.onnx")
+        ort_run(data, np.zeros((1,), np.float32), optimized_path=p) if False else _optimize(data, p)
+        m = onnx.load(p)
+    return [n.op_type for n in m.graph.node]
+
+
+def _optimize(data: bytes, path: str) -> None:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = path
+    so.log_severity_level = 3
+    ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+__all__ = ["SETTINGS", "float_model", "io", "model", "ort_optimized_ops", "ort_run", "quantize"]
