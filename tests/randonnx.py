@@ -111,8 +111,9 @@ def float_model(rng, *, image=True):
     x = "input"
     in_shape = shape
     if image:
-        for _ in range(int(rng.integers(1, 6))):
-            op = str(rng.choice(IMAGE_OPS))
+        for i in range(int(rng.integers(1, 6))):
+            # quantize_static quantises from the first linear op on: most models start with one
+            op = "conv" if i == 0 and rng.random() < 0.7 else str(rng.choice(IMAGE_OPS))
             if op in ("conv", "depthwise"):
                 x, shape = _conv(net, x, shape, op == "depthwise")
             elif op == "relu":
@@ -264,3 +265,312 @@ def _optimize(data: bytes, path: str) -> None:
 
 
 __all__ = ["SETTINGS", "float_model", "io", "model", "ort_optimized_ops", "ort_run", "quantize"]
+
+
+# --------------------------------------------------------------- QOperator models, built directly
+
+QOP_OPS = (
+    "conv",
+    "conv",
+    "depthwise",
+    "add",
+    "mul",
+    "avgpool",
+    "gavgpool",
+    "sigmoid",
+    "leaky_relu",
+    "concat",
+    "maxpool",
+)
+
+
+def _scale(rng, std):
+    """An output scale for values of standard deviation ``std``: sometimes a power of two
+    (exact ties), mostly a random float32 near ``6 std / 255``."""
+    s = max(float(std), 1e-3) * 6 / 255 * float(np.exp(rng.uniform(-1.0, 0.7)))
+    if rng.random() < 0.3:
+        s = float(2.0 ** np.round(np.log2(s)))
+    return np.float32(s)
+
+
+def _zp(rng, dt):
+    if dt == "uint8":
+        return np.uint8(rng.choice([0, 128, int(rng.integers(0, 256))]))
+    return np.int8(rng.choice([0, int(rng.integers(-128, 128))]))
+
+
+def qop_model(seed: int):
+    """``(onnx bytes, float32 input batch, description)``: a random model of QOperator ops with
+    random quantisation parameters (power-of-two scales for exact ties, per-channel weight
+    scales, nonzero weight zero points, large biases, saturating output scales), ending in
+    DequantizeLinear, or in an int32 ConvInteger / MatMulInteger."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(10_000 + seed)
+    net = _Net(rng)
+    act = str(rng.choice(["uint8", "uint8", "int8"]))
+    npt = {"uint8": np.uint8, "int8": np.int8}
+    c, h, w = int(rng.integers(1, 10)), int(rng.integers(3, 11)), int(rng.integers(3, 11))
+    in_shape = (c, h, w)
+    xs = float(rng.choice([0.5, 1.0, 2.0]))
+    std = xs
+    s, z = _scale(rng, std), _zp(rng, act)
+    cur = net.node("QuantizeLinear", ["input", net.init("s", s), net.init("z", z)])
+    ops = []
+    shape = in_shape
+    ms = "com.microsoft"
+    integer_end = False
+    for _ in range(int(rng.integers(1, 6))):
+        op = str(rng.choice(QOP_OPS))
+        c, h, w = shape
+        ops.append(op)
+        if op in ("conv", "depthwise"):
+            k = int(rng.choice([1, 2, 3]))
+            d = int(rng.choice([1, 2])) if k > 1 else 1
+            ek = (k - 1) * d + 1
+            st = int(rng.choice([1, 2]))
+            pads = [int(rng.integers(0, k)) for _ in range(4)]
+            if h + pads[0] + pads[2] < ek or w + pads[1] + pads[3] < ek:
+                k, d, ek, pads = 1, 1, 1, [0, 0, 0, 0]
+            g = c if op == "depthwise" else int(rng.choice([g_ for g_ in (1, 1, 2, 3) if c % g_ == 0]))
+            o = c * int(rng.choice([1, 2])) if op == "depthwise" else g * int(rng.integers(1, 7))
+            wt = "int8" if act == "int8" else str(rng.choice(["int8", "uint8"]))
+            lo, hi = (-128, 127) if wt == "int8" else (0, 255)
+            W = rng.integers(lo, hi + 1, (o, c // g, k, k)).astype(npt[wt])
+            wz = np.zeros((), npt[wt]) if wt == "int8" and rng.random() < 0.6 else _zp(rng, wt)
+            per_channel = rng.random() < 0.5
+            wsc = (
+                (
+                    np.float32(2.0 ** rng.integers(-9, -5, o))
+                    if rng.random() < 0.3
+                    else np.float32(np.exp(rng.uniform(-7, -4, o)))
+                )
+                if per_channel
+                else np.float32(2.0**-7)
+            )
+            acc_std = np.sqrt(k * k * c / g) * std * float(np.mean(wsc)) * 74
+            bias_big = rng.random() < 0.3
+            B = rng.integers(-(2**25) if bias_big else -(2**12), 2**25 if bias_big else 2**12, o).astype(np.int32)
+            sy, zy = _scale(rng, acc_std), _zp(rng, act)
+            if integer_end or (rng.random() < 0.1 and act == "uint8" and wt == "uint8"):
+                pass
+            if rng.random() < 0.08:  # ConvInteger: an int32 result ends the model
+                y = net.node(
+                    "ConvInteger",
+                    [cur, net.init("W", W), net.init("xz", z), net.init("wz", wz)],
+                    kernel_shape=[k, k],
+                    strides=[st, st],
+                    pads=pads,
+                    dilations=[d, d],
+                    group=g,
+                )
+                cur, integer_end = y, True
+                break
+            ins = [
+                cur,
+                net.init("s", s),
+                net.init("z", z),
+                net.init("W", W),
+                net.init("ws", wsc),
+                net.init("wz", wz),
+                net.init("ys", sy),
+                net.init("yz", zy),
+            ]
+            if rng.random() < 0.8:
+                ins.append(net.init("B", B))
+            cur = net.node(
+                "QLinearConv", ins, kernel_shape=[k, k], strides=[st, st], pads=pads, dilations=[d, d], group=g
+            )
+            shape = (o, (h + pads[0] + pads[2] - ek) // st + 1, (w + pads[1] + pads[3] - ek) // st + 1)
+            s, z, std = sy, zy, acc_std
+        elif op in ("add", "mul"):
+            kind = rng.choice(["same", "const_c", "scalar"])
+            if kind == "same":
+                other, so, zo = cur, s, z
+            else:
+                cshape = (c, 1, 1) if kind == "const_c" else (1,)
+                lo, hi = (0, 255) if act == "uint8" else (-128, 127)
+                other = net.init("c", rng.integers(lo, hi + 1, cshape).astype(npt[act]))
+                so, zo = _scale(rng, std), _zp(rng, act)
+            sy, zy = _scale(rng, std * (2 if op == "add" else std)), _zp(rng, act)
+            a_ins = [cur, net.init("s", s), net.init("z", z)]
+            b_ins = [other, net.init("s", so), net.init("z", zo)]
+            if rng.random() < 0.3:
+                a_ins, b_ins = b_ins, a_ins
+            y = net.name("q" + op)
+            net.nodes.append(
+                helper.make_node(
+                    "QLinear" + op.capitalize(),
+                    a_ins + b_ins + [net.init("ys", sy), net.init("yz", zy)],
+                    [y],
+                    domain=ms,
+                    name=y,
+                )
+            )
+            cur, s, z = y, sy, zy
+            std = std * 2 if op == "add" else std * std
+        elif op in ("avgpool", "maxpool"):
+            k = int(rng.choice([2, 3])) if h >= 3 and w >= 3 else 2
+            if h < k or w < k:
+                continue
+            st = int(rng.choice([1, 2]))
+            pads = [int(rng.integers(0, k)) for _ in range(4)] if rng.random() < 0.5 else [0, 0, 0, 0]
+            if rng.random() < 0.2:
+                k, st, pads = None, 1, [0, 0, 0, 0]  # the window is the whole image
+            kk = [h, w] if k is None else [k, k]
+            if op == "maxpool":
+                cur = net.node("MaxPool", [cur], kernel_shape=kk, strides=[st, st], pads=pads)
+            else:
+                sy, zy = _scale(rng, std), _zp(rng, act)
+                y = net.name("qavg")
+                net.nodes.append(
+                    helper.make_node(
+                        "QLinearAveragePool",
+                        [cur, net.init("s", s), net.init("z", z), net.init("ys", sy), net.init("yz", zy)],
+                        [y],
+                        domain=ms,
+                        name=y,
+                        kernel_shape=kk,
+                        strides=[st, st],
+                        pads=pads,
+                        count_include_pad=int(rng.integers(0, 2)),
+                    )
+                )
+                cur, s, z = y, sy, zy
+            shape = (c, (h + pads[0] + pads[2] - kk[0]) // st + 1, (w + pads[1] + pads[3] - kk[1]) // st + 1)
+        elif op == "gavgpool":
+            sy, zy = _scale(rng, std), _zp(rng, act)
+            y = net.name("qgap")
+            net.nodes.append(
+                helper.make_node(
+                    "QLinearGlobalAveragePool",
+                    [cur, net.init("s", s), net.init("z", z), net.init("ys", sy), net.init("yz", zy)],
+                    [y],
+                    domain=ms,
+                    name=y,
+                    channels_last=0,
+                )
+            )
+            cur, s, z, shape = y, sy, zy, (c, 1, 1)
+        elif op in ("sigmoid", "leaky_relu"):
+            if op == "sigmoid":
+                sy, zy = np.float32(rng.choice([1 / 256, 1 / 255, float(_scale(rng, 0.3))])), _zp(rng, act)
+                y = net.name("qsig")
+                net.nodes.append(
+                    helper.make_node(
+                        "QLinearSigmoid",
+                        [cur, net.init("s", s), net.init("z", z), net.init("ys", sy), net.init("yz", zy)],
+                        [y],
+                        domain=ms,
+                        name=y,
+                    )
+                )
+            else:
+                sy, zy = _scale(rng, std), _zp(rng, act)
+                y = net.name("qlrelu")
+                net.nodes.append(
+                    helper.make_node(
+                        "QLinearLeakyRelu",
+                        [cur, net.init("s", s), net.init("z", z), net.init("ys", sy), net.init("yz", zy)],
+                        [y],
+                        domain=ms,
+                        name=y,
+                        alpha=float(rng.choice([0.01, 0.1, 0.3])),
+                    )
+                )
+            cur, s, z = y, sy, zy
+        else:  # concat with a requantised copy of itself
+            s2, z2 = _scale(rng, std), _zp(rng, act)
+            sy, zy = (s, z) if rng.random() < 0.4 else (_scale(rng, std), _zp(rng, act))
+            y = net.name("qcat")
+            net.nodes.append(
+                helper.make_node(
+                    "QLinearConcat",
+                    [
+                        net.init("ys", sy),
+                        net.init("yz", zy),
+                        cur,
+                        net.init("s", s),
+                        net.init("z", z),
+                        cur,
+                        net.init("s", s2),
+                        net.init("z", z2),
+                    ],
+                    [y],
+                    domain=ms,
+                    name=y,
+                    axis=1,
+                )
+            )
+            cur, s, z, shape = y, sy, zy, (2 * c, h, w)
+    if not integer_end:
+        cur = net.node("Flatten", [cur], axis=1)
+        n = int(np.prod(shape))
+        kind = rng.choice(["matmul", "gemm", "matmul_integer", "none"])
+        m = int(rng.integers(1, 20))
+        wt = "int8" if act == "int8" else str(rng.choice(["int8", "uint8"]))
+        lo, hi = (-128, 127) if wt == "int8" else (0, 255)
+        W = rng.integers(lo, hi + 1, (n, m)).astype(npt[wt])
+        wz = np.zeros((), npt[wt]) if wt == "int8" and rng.random() < 0.6 else _zp(rng, wt)
+        ws = np.float32(np.exp(rng.uniform(-7, -4, m))) if rng.random() < 0.5 else np.float32(2.0**-7)
+        wz = np.full(np.shape(ws), wz, npt[wt])  # QGemm: a zero point per scale
+        acc_std = np.sqrt(n) * std * float(np.mean(ws)) * 74
+        sy, zy = _scale(rng, acc_std), _zp(rng, act)
+        if kind == "matmul":
+            cur = net.node(
+                "QLinearMatMul",
+                [
+                    cur,
+                    net.init("s", s),
+                    net.init("z", z),
+                    net.init("W", W),
+                    net.init("ws", ws),
+                    net.init("wz", wz),
+                    net.init("ys", sy),
+                    net.init("yz", zy),
+                ],
+            )
+            s, z = sy, zy
+        elif kind == "gemm":
+            C = rng.integers(-(2**14), 2**14, m).astype(np.int32)
+            y = net.name("qgemm")
+            net.nodes.append(
+                helper.make_node(
+                    "QGemm",
+                    [
+                        cur,
+                        net.init("s", s),
+                        net.init("z", z),
+                        net.init("W", W.T.copy()),
+                        net.init("ws", ws),
+                        net.init("wz", wz),
+                        net.init("C", C),
+                        net.init("ys", sy),
+                        net.init("yz", zy),
+                    ],
+                    [y],
+                    domain=ms,
+                    name=y,
+                    transB=1,
+                    alpha=float(rng.choice([1.0, 1.0, 0.5, 0.3])),
+                )
+            )
+            cur, s, z = y, sy, zy
+        elif kind == "matmul_integer":
+            cur = net.node("MatMulInteger", [cur, net.init("W", W), net.init("z", z), net.init("wz", wz)])
+            integer_end = True
+        ops.append(str(kind))
+        if not integer_end:
+            cur = net.node("DequantizeLinear", [cur, net.init("s", s), net.init("z", z)])
+    out_type = TensorProto.INT32 if integer_end else TensorProto.FLOAT
+    graph = helper.make_graph(
+        net.nodes,
+        "qop",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *in_shape])],
+        [helper.make_tensor_value_info(cur, out_type, None)],
+        net.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(ms, 1)])
+    model.ir_version = 8
+    x = rng.normal(0, xs * 1.5, (16, *in_shape)).astype(np.float32)
+    return model.SerializeToString(), x, f"qop seed {seed} {act} {ops}"

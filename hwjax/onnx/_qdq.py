@@ -9,10 +9,11 @@ Runtime's order:
 1. ``Relu`` / ``Clip`` directly before a ``Q`` whose range they cannot change (the Q's
    zero point is its type's lowest value for Relu; Clip's bounds cover the Q's range) are
    dropped.
-2. s8 -> u8: a ``Q`` with an int8 zero point whose only consumer is a ``DQ`` with equal,
+2. Every DQ that feeds several nodes is duplicated, one per consumer.
+3. s8 -> u8: a ``Q`` with an int8 zero point whose only consumer is a ``DQ`` with equal,
    constant, scalar scale and zero point becomes a uint8 pair with ``zero_point + 128``
-   (x86 CPUs run the QLinear kernels of Conv and MatMul with uint8 activations only).
-3. Every DQ that feeds several nodes is duplicated, one per consumer.
+   (x86 CPUs run the QLinear kernels of Conv and MatMul with uint8 activations only). After
+   step 2, a Q whose value feeds several nodes has several DQs and keeps int8.
 4. Groups become QLinear nodes: Conv -> QLinearConv, MatMul -> QLinearMatMul, Gemm ->
    QGemm, Add / Mul -> QLinearAdd / QLinearMul, AveragePool / GlobalAveragePool /
    Sigmoid / LeakyRelu -> their QLinear forms, Concat -> QLinearConcat; MaxPool, Reshape,
@@ -107,8 +108,8 @@ def fuse(nodes: list[ONode], consts: dict[str, np.ndarray], outputs) -> list[ONo
     initializers) gains the new zero points and is updated in place."""
     g = _Graph(list(nodes), consts, set(outputs))
     _drop_activations(g)
-    _s8_to_u8(g)
     _unique_dq(g)
+    _s8_to_u8(g)
     _fuse_groups(g)
     return g.nodes
 

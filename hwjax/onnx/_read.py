@@ -79,20 +79,29 @@ class _Builder:
             raise UnsupportedOpError(f"{what} {name!r} must be a constant (an initializer)")
         return self.consts[name]
 
-    def set_quant(self, name: str, scale, zp, where: str):
-        """Attaches (or checks) the quantisation of integer tensor ``name``."""
+    def set_quant(self, name: str, scale, zp) -> str:
+        """Attaches the quantisation to integer tensor ``name`` and returns ``name``; a tensor
+        read with another quantisation than it has is relabelled (an identity node whose
+        output carries the other quantisation), and the relabelled name is returned."""
         t = self.tensor(name)
         s = np.float32(np.asarray(scale, np.float32).reshape(()))
-        z = np.asarray(zp).reshape(())
-        q = Quant.of(s, int(z))
+        z = int(np.asarray(zp).reshape(()))
         if t.quant is None:
-            self.tensors[name] = Tensor(t.name, t.shape, t.dtype, q)
-            return
-        if np.float32(t.quant.scale) != s or int(t.quant.zero_point) != int(z):
-            raise UnsupportedOpError(
-                f"{where}: tensor {name!r} is read with scale {s} / zero point {int(z)} and elsewhere with "
-                f"{float(t.quant.scale)} / {int(t.quant.zero_point)}"
-            )
+            self.tensors[name] = Tensor(t.name, t.shape, t.dtype, Quant.of(s, z))
+            return name
+        if np.float32(t.quant.scale) == s and int(t.quant.zero_point) == z:
+            return name
+        k = 0
+        while f"{name}:q{k}" in self.tensors and not (
+            np.float32(self.tensors[f"{name}:q{k}"].quant.scale) == s
+            and int(self.tensors[f"{name}:q{k}"].quant.zero_point) == z
+        ):
+            k += 1
+        alias = f"{name}:q{k}"
+        if alias not in self.tensors:
+            self.add(alias, t.shape, t.dtype, Quant.of(s, z))
+            self.emit("reshape", [name], [alias], {"shape": t.shape}, name=alias)
+        return alias
 
     def emit(self, op, inputs, outputs, attrs=None, params=None, name=""):
         self.nodes.append(Node(op, tuple(inputs), tuple(outputs), attrs or {}, params, name))
@@ -128,7 +137,7 @@ def _input_q(b, node, idx, i_scale, i_zp, what="input"):
     t = b.tensor(node.inputs[idx])
     if t.dtype != _np_dtype_name(z):
         raise FormatError(f"{node.op} {node.name!r}: {what} {t.name!r} is {t.dtype}, its zero point {z.dtype}")
-    b.set_quant(node.inputs[idx], s, z, f"{node.op} {node.name!r}")
+    node.inputs[idx] = b.set_quant(node.inputs[idx], s, z)
     return s, z
 
 
@@ -152,8 +161,8 @@ def _quantize(b, node):
 
 @_converts("DequantizeLinear")
 def _dequantize(b, node):
-    x = b.tensor(node.inputs[0])
     _input_q(b, node, 0, 1, 2)
+    x = b.tensor(node.inputs[0])
     b.add(node.outputs[0], x.shape, "float32")
     b.emit("dequantize", [x.name], node.outputs[:1], name=node.name)
 
@@ -224,8 +233,8 @@ def _conv_common(b, node, i_w, i_wscale, i_wzp):
 def _qlinear_conv(b, node):
     if node.attrs.get("channels_last", 0):
         raise UnsupportedOpError(f"QLinearConv {node.name!r}: channels_last is not supported")
-    x, w, ws, wz, attrs, shape = _conv_common(b, node, 3, 4, 5)
     _input_q(b, node, 0, 1, 2)
+    x, w, ws, wz, attrs, shape = _conv_common(b, node, 3, 4, 5)
     bias = b.const(node.inputs[8], "bias") if len(node.inputs) > 8 and node.inputs[8] else None
     if bias is not None and (bias.dtype != np.int32 or bias.size != w.shape[0]):
         raise FormatError(f"QLinearConv {node.name!r}: bias must be int32 ({w.shape[0]},)")
@@ -242,9 +251,15 @@ def _conv_integer(b, node):
     x, w, _, wz, attrs, shape = _conv_common(b, node, 1, None, 3)
     xz = b.const(node.inputs[2], "input zero point") if len(node.inputs) > 2 and node.inputs[2] else None
     xz = np.zeros((), _NP[x.dtype]) if xz is None else np.asarray(xz).reshape(())
-    b.set_quant(x.name, 1.0, xz, f"ConvInteger {node.name!r}")
+    _check_zp_type(node, x, xz)
     b.add(node.outputs[0], shape, "int32")
-    b.emit("conv_integer", [x.name], node.outputs[:1], attrs, {"weight": w, "w_zero_point": wz}, node.name)
+    params = {"weight": w, "w_zero_point": wz, "x_zero_point": np.int32(int(xz))}
+    b.emit("conv_integer", [x.name], node.outputs[:1], attrs, params, node.name)
+
+
+def _check_zp_type(node, x, xz):
+    if x.dtype != _np_dtype_name(xz):
+        raise FormatError(f"{node.op} {node.name!r}: input {x.name!r} is {x.dtype}, its zero point {xz.dtype}")
 
 
 def _matmul_out(b, node, x, w):
@@ -257,8 +272,8 @@ def _matmul_out(b, node, x, w):
 
 @_converts("QLinearMatMul")
 def _qlinear_matmul(b, node):
-    x = b.tensor(node.inputs[0])
     _input_q(b, node, 0, 1, 2)
+    x = b.tensor(node.inputs[0])
     w, ws, wz = _weights(b, node, 3, 4, 5, 1)
     shape = _matmul_out(b, node, x, w)
     dt = _output(b, node, shape, 6, 7)
@@ -272,8 +287,8 @@ def _qgemm(b, node):
         raise UnsupportedOpError(f"QGemm {node.name!r}: transA is not supported")
     if len(node.inputs) < 8 or not node.inputs[7]:
         raise UnsupportedOpError(f"QGemm {node.name!r}: a float output (no y_scale) is not supported")
-    x = b.tensor(node.inputs[0])
     _input_q(b, node, 0, 1, 2)
+    x = b.tensor(node.inputs[0])
     w, ws, wz = _weights(b, node, 3, 4, 5, 0 if node.attrs.get("transB", 0) else 1)
     if node.attrs.get("transB", 0):
         w = w.T
@@ -296,9 +311,10 @@ def _matmul_integer(b, node):
     shape = _matmul_out(b, node, x, w)
     xz = b.const(node.inputs[2], "input zero point") if len(node.inputs) > 2 and node.inputs[2] else None
     xz = np.zeros((), _NP[x.dtype]) if xz is None else np.asarray(xz).reshape(())
-    b.set_quant(x.name, 1.0, xz, f"MatMulInteger {node.name!r}")
+    _check_zp_type(node, x, xz)
     b.add(node.outputs[0], shape, "int32")
-    b.emit("matmul_integer", [x.name], node.outputs[:1], {"features": w.shape[1]}, {"weight": w, "w_zero_point": wz})
+    params = {"weight": w, "w_zero_point": wz, "x_zero_point": np.int32(int(xz))}
+    b.emit("matmul_integer", [x.name], node.outputs[:1], {"features": w.shape[1]}, params, node.name)
 
 
 def _operand(b, node, i, i_scale, i_zp):
@@ -365,8 +381,8 @@ def _pool_kernel(node):
 def _qlinear_avgpool(b, node):
     if node.attrs.get("channels_last", 0):
         raise UnsupportedOpError(f"QLinearAveragePool {node.name!r}: channels_last is not supported")
-    x = b.tensor(node.inputs[0])
     _input_q(b, node, 0, 1, 2)
+    x = b.tensor(node.inputs[0])
     kernel = _pool_kernel(node)
     attrs = _window_attrs(node, kernel)
     if len(x.shape) != 3:
@@ -385,8 +401,8 @@ def _qlinear_avgpool(b, node):
 def _qlinear_global(b, node):
     if node.attrs.get("channels_last", 0):
         raise UnsupportedOpError(f"QLinearGlobalAveragePool {node.name!r}: channels_last is not supported")
-    x = b.tensor(node.inputs[0])
     _input_q(b, node, 0, 1, 2)
+    x = b.tensor(node.inputs[0])
     if len(x.shape) != 3:
         raise UnsupportedOpError(f"QLinearGlobalAveragePool {node.name!r}: only (N, C, H, W) inputs are supported")
     dt = _output(b, node, (x.shape[0], 1, 1), 3, 4)
@@ -396,8 +412,8 @@ def _qlinear_global(b, node):
 
 @_converts("QLinearSigmoid", "QLinearLeakyRelu")
 def _qlinear_lut(b, node):
-    x = b.tensor(node.inputs[0])
     _, z = _input_q(b, node, 0, 1, 2)
+    x = b.tensor(node.inputs[0])
     dt = _output(b, node, x.shape, 3, 4)
     fn = "sigmoid" if node.op == "QLinearSigmoid" else "leaky_relu"
     attrs = {"fn": fn, "in_dtype": x.dtype, "out_dtype": dt}
@@ -695,8 +711,8 @@ def read(data: bytes):
     refused = [f"{n.op} {n.name!r}" for n in nodes if n.op in FLOAT_REFUSED and n.domain in ("", "ai.onnx")]
     if refused:
         raise UnsupportedOpError(
-            "ONNX Runtime runs these groups in float32 (an unfused QDQ group; MLAS's float summation "
-            f"order is not reproduced): {', '.join(refused)}"
+            "ONNX Runtime runs these groups in float32 (unfused QDQ groups whose MLAS float kernels "
+            f"hwjax does not reproduce): {', '.join(refused)}"
         )
     nodes = _fold_dequantize(nodes, consts)
     b = _Builder(consts)

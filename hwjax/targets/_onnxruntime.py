@@ -118,11 +118,19 @@ def _dequantize(target, attrs, p, x, return_acc: bool = False):
 # ---------------------------------------------------------------------------- linear ops
 
 
+def _in_zp(portable, q_in):
+    """The input zero point: ConvInteger's / MatMulInteger's own (``x_zero_point``), else the
+    input tensor's."""
+    if "x_zero_point" in portable:
+        return portable["x_zero_point"]
+    return q_in[0].zero_point
+
+
 def _conv_params(target, attrs, portable, q_in, q_out):
     o = portable["weight"].shape[0]
     p = {
         "weight": jnp.asarray(portable["weight"], jnp.int32),
-        "x_zp": jnp.asarray(q_in[0].zero_point, jnp.int32),
+        "x_zp": jnp.asarray(_in_zp(portable, q_in), jnp.int32),
         "w_zp": jnp.asarray(portable["w_zero_point"], jnp.int32),
     }
     if q_out is None:  # conv_integer
@@ -165,7 +173,7 @@ def _matmul_params(target, attrs, portable, q_in, q_out):
     n = portable["weight"].shape[1]
     p = {
         "weight": jnp.asarray(portable["weight"], jnp.int32),
-        "a_zp": jnp.asarray(q_in[0].zero_point, jnp.int32),
+        "a_zp": jnp.asarray(_in_zp(portable, q_in), jnp.int32),
         "w_zp": jnp.asarray(portable["w_zero_point"], jnp.int32),
     }
     if q_out is None:  # matmul_integer

@@ -102,11 +102,12 @@ class QLinearConv(_Window):
 
 
 class ConvInteger(QLinearConv):
-    """ConvInteger: the exact int32 ``sum (x - x_zp)(w - w_zp[o])`` of :class:`QLinearConv`,
-    not requantised (an int32 output without quantisation)."""
+    """ConvInteger: the exact int32 ``sum (x - x_zp)(w - w_zp[o])`` of :class:`QLinearConv`
+    with the node's own input zero point ``x_zero_point``, not requantised (an int32 output
+    without quantisation)."""
 
     name = "conv_integer"
-    params = ("weight", "w_zero_point")
+    params = ("weight", "w_zero_point", "x_zero_point")
 
 
 class QLinearMatMul(OpSpec):
@@ -126,11 +127,12 @@ class QLinearMatMul(OpSpec):
 
 
 class MatMulInteger(QLinearMatMul):
-    """MatMulInteger: the exact int32 ``sum_k (a - a_zp)(w - w_zp)`` (an int32 output)."""
+    """MatMulInteger: the exact int32 ``sum_k (a - a_zp)(w - w_zp)`` with the node's own input
+    zero point ``x_zero_point`` (an int32 output)."""
 
     name = "matmul_integer"
     attrs = {"features": OpSpec.REQUIRED}
-    params = ("weight", "w_zero_point")
+    params = ("weight", "w_zero_point", "x_zero_point")
     choices = {}
 
 

@@ -1,0 +1,345 @@
+"""hwjax.onnx against live ONNX Runtime (CPU provider, one thread, ORT_ENABLE_ALL): bit for bit.
+
+Random models come from tests/randonnx.py (quantize_static-calibrated float models in every
+common setting, and QOperator models with random quantisation parameters). A model hwjax
+refuses must be one that ONNX Runtime runs partly in float32 (checked on ORT's optimised
+graph). Every mismatch class found is kept below as a named regression test.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import hwjax.onnx as ho
+from hwjax.errors import ArgTypeError, FileError, HwjaxError, ShapeError, UnsupportedOpError
+from tests import randonnx as R
+
+logging.getLogger().setLevel(logging.ERROR)  # quantize_static's advice on pre-processing
+
+MS = "com.microsoft"
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    return a.view(np.int32) if a.dtype == np.float32 else a.astype(np.int64)
+
+
+def check_model(data: bytes, x, desc: str = "") -> str:
+    """Runs ``data`` on ``x`` with ONNX Runtime and hwjax and asserts equal bits; returns
+    ``"exact"`` or ``"refused"`` (hwjax refused a model that ORT runs partly in float)."""
+    ref = R.ort_run(data, x)
+    try:
+        m = ho.load(data)
+    except UnsupportedOpError as e:
+        msg = str(e)
+        assert "float32" in msg, f"{desc}: unexpected refusal: {msg}"
+        ops = R.ort_optimized_ops(data)
+        named = {k for k in ho.FLOAT_REFUSED if re.search(rf"(?<![A-Za-z]){k} '", msg)}
+        assert named and named <= set(ops), f"{desc}: refused {named}, but ORT's optimised graph is {ops}"
+        return "refused"
+    y = np.asarray(m.run(x))
+    assert y.shape == ref.shape and y.dtype == ref.dtype, (desc, y.shape, ref.shape, y.dtype, ref.dtype)
+    bad = np.flatnonzero(_bits(y).ravel() != _bits(ref).ravel())
+    assert bad.size == 0, f"{desc}: {bad.size} of {ref.size} values differ, first at {bad[:5]}"
+    return "exact"
+
+
+# ------------------------------------------------------------------- random models: a sample
+
+SAMPLE_SETTINGS = [(i, s) for i, s in enumerate(R.SETTINGS) if i in (1, 2, 3, 5, 6)]
+
+
+@pytest.mark.parametrize(
+    "seed,setting", SAMPLE_SETTINGS, ids=[f"{s[0]}-{s[1]}-{s[2]}-pc{int(s[3])}" for _, s in SAMPLE_SETTINGS]
+)
+def test_quantize_static_sample(seed, setting):
+    data, x, desc = R.model(seed, setting)
+    check_model(data, x, desc)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 7])
+def test_qoperator_sample(seed):
+    data, x, desc = R.qop_model(seed)
+    check_model(data, x, desc)
+
+
+# ------------------------------------------------------------------- random models: make test-full
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(100, 300))
+def test_quantize_static_random(seed):
+    data, x, desc = R.model(seed)
+    check_model(data, x, desc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(100, 250))
+def test_qoperator_random(seed):
+    data, x, desc = R.qop_model(seed)
+    check_model(data, x, desc)
+
+
+# --------------------------------------------------------------------- exhaustive code grids
+
+
+def _binary_grid_model(op: str, dt: str, sa, za, sb, zb, sc, zc, *, b_scalar=False, a_scalar=False):
+    """``op`` (QLinearAdd / QLinearMul) on uint8/int8 graph inputs A (1, 256, 1) and B (1, 1, 256)
+    (or a one-value operand): every pair of codes."""
+    et = TensorProto.UINT8 if dt == "uint8" else TensorProto.INT8
+    npt = np.uint8 if dt == "uint8" else np.int8
+    inits = [
+        numpy_helper.from_array(np.float32(v), n) if n.startswith("s") else numpy_helper.from_array(npt(v), n)
+        for n, v in (("sa", sa), ("za", za), ("sb", sb), ("zb", zb), ("sc", sc), ("zc", zc))
+    ]
+    a_shape = [1, 1, 1] if a_scalar else [1, 256, 1]
+    b_shape = [1, 1, 1] if b_scalar else [1, 1, 256]
+    node = helper.make_node(op, ["A", "sa", "za", "B", "sb", "zb", "sc", "zc"], ["Y"], domain=MS)
+    out = [1, 256 if not a_scalar else 1, 256 if not b_scalar else 1]
+    g = helper.make_graph(
+        [node],
+        "grid",
+        [helper.make_tensor_value_info("A", et, a_shape), helper.make_tensor_value_info("B", et, b_shape)],
+        [helper.make_tensor_value_info("Y", et, out)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _ort_multi(data, feeds):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dt", ["uint8", "int8"])
+@pytest.mark.parametrize("mode", ["full", "b_scalar", "a_scalar"])
+def test_binary_every_code_pair(op, dt, mode):
+    """QLinearAdd / QLinearMul on every pair of codes, power-of-two scales (exact ties) and
+    random ones; with a one-value operand on either side (ORT swaps the kernel's operands when
+    the first is the single value)."""
+    rng = np.random.default_rng(hash((op, dt, mode)) % 2**32)
+    lo, hi = (0, 255) if dt == "uint8" else (-128, 127)
+    codes = np.arange(lo, hi + 1)
+    for trial in range(2):
+        if trial == 0:
+            sa, sb, sc = 2.0**-4, 2.0**-5, 2.0 ** (-3 if op == "QLinearAdd" else -6)
+        else:
+            sa, sb, sc = (float(np.float32(np.exp(rng.uniform(-5, -1)))) for _ in range(3))
+        za, zb, zc = (int(rng.integers(lo, hi + 1)) for _ in range(3))
+        a_s, b_s = mode == "a_scalar", mode == "b_scalar"
+        data = _binary_grid_model(op, dt, sa, za, sb, zb, sc, zc, a_scalar=a_s, b_scalar=b_s)
+        npt = np.uint8 if dt == "uint8" else np.int8
+        for v in codes[::37] if (a_s or b_s) else [None]:
+            A = np.full((1, 1, 1), v, npt) if a_s else codes.astype(npt).reshape(1, 256, 1)
+            B = np.full((1, 1, 1), v, npt) if b_s else codes.astype(npt).reshape(1, 1, 256)
+            ref = _ort_multi(data, {"A": A, "B": B})
+            y = np.asarray(ho.load(data).run([A, B]))
+            np.testing.assert_array_equal(y, ref)
+
+
+@pytest.mark.parametrize("fn", ["QLinearSigmoid", "QLinearLeakyRelu"])
+@pytest.mark.parametrize("dt", ["uint8", "int8"])
+def test_lookup_every_code(fn, dt):
+    """QLinearSigmoid (MLAS's FMA3 logistic, not the exact sigmoid) and QLinearLeakyRelu on
+    all 256 codes, for several scale / zero point sets."""
+    rng = np.random.default_rng(5)
+    et = TensorProto.UINT8 if dt == "uint8" else TensorProto.INT8
+    npt = np.uint8 if dt == "uint8" else np.int8
+    lo, hi = (0, 255) if dt == "uint8" else (-128, 127)
+    x = np.arange(lo, hi + 1).astype(npt).reshape(1, 256)
+    for _ in range(6):
+        sx = np.float32(np.exp(rng.uniform(-5, -1)))
+        sy = np.float32(rng.choice([1 / 256, np.exp(rng.uniform(-6, -2))]))
+        zx, zy = npt(rng.integers(lo, hi + 1)), npt(rng.integers(lo, hi + 1))
+        inits = [numpy_helper.from_array(v, n) for n, v in (("sx", sx), ("zx", zx), ("sy", sy), ("zy", zy))]
+        attrs = {"alpha": float(rng.choice([0.01, 0.2]))} if fn == "QLinearLeakyRelu" else {}
+        node = helper.make_node(fn, ["X", "sx", "zx", "sy", "zy"], ["Y"], domain=MS, **attrs)
+        g = helper.make_graph(
+            [node],
+            "lut",
+            [helper.make_tensor_value_info("X", et, [1, 256])],
+            [helper.make_tensor_value_info("Y", et, [1, 256])],
+            inits,
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)])
+        m.ir_version = 8
+        data = m.SerializeToString()
+        np.testing.assert_array_equal(np.asarray(ho.load(data).run(x)), _ort_multi(data, {"X": x}))
+
+
+# ------------------------------------------------------------------ regressions (named classes)
+
+
+def _model(nodes, inits, in_shape, out_name, *, ms=False):
+    g = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", *in_shape])],
+        [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()],
+    )
+    ops = [helper.make_opsetid("", 13)] + ([helper.make_opsetid(MS, 1)] if ms else [])
+    m = helper.make_model(g, opset_imports=ops)
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def test_regression_s8_q_feeding_two_nodes_stays_int8():
+    """Found at quantize_static seed 75 (s8s8 QDQ): ORT duplicates a DQ that feeds two nodes
+    *before* its s8 -> u8 rewrite, so the Q before it keeps int8 and the groups on both sides
+    (here LeakyRelu, with a u8 input and an s8 output, the MaxPool and the Add) stay float.
+    Rewriting first fused them (64 of 1664 values differed)."""
+    inits = {
+        "s": np.float32(0.05),
+        "z8": np.int8(3),
+        "s2": np.float32(0.07),
+        "z2": np.int8(-5),
+        "s3": np.float32(0.11),
+        "s4": np.float32(0.09),
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "s", "z8"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s", "z8"], ["d1"]),
+        helper.make_node("LeakyRelu", ["d1"], ["l"], alpha=0.1),
+        helper.make_node("QuantizeLinear", ["l", "s2", "z2"], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["d2"]),
+        helper.make_node("MaxPool", ["d2"], ["g"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["g", "s4", "z8"], ["q4"]),
+        helper.make_node("DequantizeLinear", ["q4", "s4", "z8"], ["d4"]),
+        helper.make_node("Add", ["d2", "d4"], ["a"]),
+        helper.make_node("QuantizeLinear", ["a", "s3", "z8"], ["q3"]),
+        helper.make_node("DequantizeLinear", ["q3", "s3", "z8"], ["y"]),
+    ]
+    data = _model(nodes, inits, (3, 5, 5), "y")
+    x = np.random.default_rng(0).normal(0, 3, (16, 3, 5, 5)).astype(np.float32)
+    assert check_model(data, x) == "exact"
+    kinds = [n.op for n in ho.load(data).graph.nodes]
+    assert kinds.count("onnx_float_unary") == 1 and kinds.count("onnx_float_binary") == 1
+    assert "qlinear_lut" not in kinds and "onnx_maxpool" in kinds
+    assert {"LeakyRelu", "Add", "MaxPool"} <= set(R.ort_optimized_ops(data))
+
+
+def test_regression_tensor_read_with_two_quantisations():
+    """A QOperator model may read one integer tensor with two scales (QLinearConcat of a
+    tensor and itself relabelled): each reading gets its own quantisation."""
+    data, x, desc = R.qop_model(14)
+    assert check_model(data, x, desc) == "exact"
+
+
+def test_s8s8_default_conv_is_refused_naming_the_groups():
+    """quantize_static's default (s8s8 QDQ) on x86: a Conv whose input Q feeds two nodes runs
+    in float32 in ORT; hwjax refuses it with an UnsupportedOpError naming the Conv."""
+    data, x, desc = R.model(91, ("QDQ", "int8", "int8", False))
+    with pytest.raises(UnsupportedOpError, match="Conv 'conv_"):
+        ho.load(data)
+    assert check_model(data, x, desc) == "refused"
+
+
+# ---------------------------------------------------------------------------- bad files, API
+
+
+def _good_bytes():
+    data, _, _ = R.qop_model(1)
+    return data
+
+
+def test_bad_bytes_raise_hwjax_errors():
+    good = _good_bytes()
+    for bad in (b"", b"garbage", good[: len(good) // 2], good[:7], b"\x08" * 100, os.urandom(300)):
+        with pytest.raises(HwjaxError):
+            ho.load(bad)
+    rng = np.random.default_rng(0)
+    for _ in range(60):  # flipped bytes: either a model or a hwjax error, nothing else
+        b = bytearray(good)
+        for i in rng.integers(0, len(b), 3):
+            b[i] = int(rng.integers(0, 256))
+        try:
+            ho.load(bytes(b))
+        except HwjaxError:
+            pass
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(FileError):
+        ho.load(str(tmp_path / "missing.onnx"))
+    with pytest.raises(ArgTypeError):
+        ho.load(12)
+    p = tmp_path / "m.onnx"
+    p.write_bytes(_good_bytes())
+    m = ho.load(p)
+    shape = m.inputs[0].shape
+    with pytest.raises(ShapeError):
+        m.run(np.zeros((2, *shape[1:-1], shape[-1] + 1), np.float32))
+    with pytest.raises(ArgTypeError):
+        m.run(np.zeros((2, *shape[1:]), np.float64))
+    with pytest.raises(HwjaxError):
+        m.run(np.full((1, *shape[1:]), np.nan, np.float32))
+    with pytest.raises(HwjaxError):
+        m.run(np.zeros((1, *shape[1:]), np.float32), runtime="xnnpack")
+
+
+def test_unsupported_op_is_named():
+    inits = {"s": np.float32(0.1), "z": np.uint8(128)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+        helper.make_node("Softmax", ["d"], ["y"], axis=-1),
+    ]
+    with pytest.raises(UnsupportedOpError, match="Softmax"):
+        ho.load(_model(nodes, inits, (10,), "y"))
+
+
+def test_model_metadata_and_intermediates():
+    data, x, _ = R.qop_model(2)
+    m = ho.load(data)
+    assert m.inputs[0].dtype == "float32" and m.inputs[0].shape[0] == 1
+    y, t = m.run(x[:3], intermediates=True)
+    assert np.asarray(y).shape[0] == 3 and all(np.asarray(v).shape[0] == 3 for v in t.values())
+    assert isinstance(onnx.load_model_from_string(data), onnx.ModelProto)
+    assert "QLinearConv" in ho.SUPPORTED_OPS and ho.RUNTIMES == ("onnxruntime",)
+
+
+def test_cpu_option():
+    import hwjax.targets as T
+
+    assert T.get("onnxruntime").cpu == "vnni"
+    with pytest.raises(HwjaxError):
+        T.get("onnxruntime", cpu="arm")
+    data, x, _ = R.qop_model(1)
+    m = ho.load(data)
+    with pytest.raises(UnsupportedOpError, match="AVX2"):
+        m.run(x, runtime=T.get("onnxruntime", cpu="avx2"))
+
+
+def test_fma32_is_exact():
+    from fractions import Fraction
+
+    from hwjax.ort import fma32
+
+    rng = np.random.default_rng(1)
+    a, b, c = ((rng.standard_normal(400) * 2.0 ** rng.integers(-30, 30, 400)).astype(np.float32) for _ in range(3))
+    got = fma32(a, b, c)
+    for i in range(400):
+        exact = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+        r = np.float32(float(exact))
+        cands = [r, np.nextafter(r, np.float32(np.inf)), np.nextafter(r, np.float32(-np.inf))]
+        best = min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.array(v).view(np.int32)) & 1))
+        assert got[i] == best, (a[i], b[i], c[i])
