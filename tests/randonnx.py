@@ -16,8 +16,21 @@ import tempfile
 import numpy as np
 
 # float ops the generator draws from, image and vector stages
-IMAGE_OPS = ("conv", "depthwise", "relu", "leaky_relu", "sigmoid", "maxpool", "avgpool", "add", "mul", "concat")
-VECTOR_OPS = ("gemm", "matmul", "relu", "sigmoid", "add_const")
+IMAGE_OPS = (
+    "conv",
+    "depthwise",
+    "relu",
+    "clip",
+    "leaky_relu",
+    "sigmoid",
+    "maxpool",
+    "avgpool",
+    "add",
+    "mul",
+    "concat",
+    "transpose",
+)
+VECTOR_OPS = ("gemm", "matmul", "relu", "sigmoid", "add_const", "reshape_matmul", "unsqueeze")
 
 #: quantize_static settings: (format, activation type, weight type, per_channel)
 SETTINGS = (
@@ -118,6 +131,11 @@ def float_model(rng, *, image=True):
                 x, shape = _conv(net, x, shape, op == "depthwise")
             elif op == "relu":
                 x = net.node("Relu", [x])
+            elif op == "clip":
+                x = net.node("Clip", [x, net.init("lo", np.float32(0)), net.init("hi", np.float32(6))])
+            elif op == "transpose":  # swap H and W
+                x = net.node("Transpose", [x], perm=[0, 1, 3, 2])
+                shape = (shape[0], shape[2], shape[1])
             elif op == "leaky_relu":
                 x = net.node("LeakyRelu", [x], alpha=float(rng.choice([0.01, 0.1, 0.2])))
             elif op == "sigmoid":
@@ -159,6 +177,17 @@ def float_model(rng, *, image=True):
             x = net.node("Relu", [x])
         elif op == "sigmoid":
             x = net.node("Sigmoid", [x])
+        elif op == "reshape_matmul":  # (N, n) -> (N, a, n / a) @ (n / a, m) -> (N, a * m)
+            a = int(rng.choice([d for d in range(1, min(n, 8) + 1) if n % d == 0]))
+            x = net.node("Reshape", [x, net.init("shape", np.array([-1, a, n // a], np.int64))])
+            m = int(rng.integers(1, 17))
+            wt = rng.normal(0, 1 / np.sqrt(n // a), (n // a, m)).astype(np.float32)
+            x = net.node("MatMul", [x, net.init("w", wt)])
+            x = net.node("Flatten", [x], axis=1)
+            shape = (a * m,)
+        elif op == "unsqueeze":
+            x = net.node("Unsqueeze", [x, net.init("ax", np.array([1], np.int64))])
+            x = net.node("Squeeze", [x, net.init("ax", np.array([1], np.int64))])
         else:
             x = net.node("Add", [x, net.init("c", rng.normal(0, 0.5, n).astype(np.float32))])
     out = net.node("Identity", [x])

@@ -590,11 +590,22 @@ def _float_binary(b, node):
     b.emit("onnx_float_binary", [x.name], node.outputs[:1], {"fn": fn, "const_index": ci}, {"const": c}, node.name)
 
 
-@_converts("Relu", "LeakyRelu", "Sigmoid")
+@_converts("Relu", "LeakyRelu", "Sigmoid", "Clip")
 def _float_unary(b, node):
     x = _float_in(b, node, node.inputs[0])
-    fn = {"Relu": "relu", "LeakyRelu": "leaky_relu", "Sigmoid": "sigmoid"}[node.op]
+    fn = {"Relu": "relu", "LeakyRelu": "leaky_relu", "Sigmoid": "sigmoid", "Clip": "clip"}[node.op]
     attrs = {"fn": fn}
+    if fn == "clip":
+        bounds = []
+        for i, default in ((1, float("-inf")), (2, float("inf"))):
+            if len(node.inputs) > i and node.inputs[i]:
+                v = np.asarray(b.const(node.inputs[i], "Clip bound"), np.float32)
+                if v.size != 1:
+                    raise FormatError(f"Clip {node.name!r}: bounds must be scalars")
+                bounds.append(float(v.reshape(())))
+            else:
+                bounds.append(float(node.attrs.get("min" if i == 1 else "max", default)))
+        attrs["lo"], attrs["hi"] = bounds
     if fn == "leaky_relu":
         attrs["alpha"] = float(np.float32(node.attrs.get("alpha", 0.01)))
     b.add(node.outputs[0], x.shape, "float32")

@@ -267,6 +267,8 @@ def _float_unary(target, attrs, p, x, return_acc: bool = False):
     fn = attrs["fn"]
     if fn == "relu":
         y = jnp.maximum(x, jnp.float32(0))
+    elif fn == "clip":
+        y = jnp.minimum(jnp.maximum(x, jnp.float32(attrs.get("lo"))), jnp.float32(attrs.get("hi")))
     elif fn == "leaky_relu":
         y = jnp.where(x >= 0, x, x * jnp.float32(attrs.get("alpha", 0.01)))
     else:

@@ -31,8 +31,8 @@ op                         inputs  attributes (portable parameters)
 ``onnx_transpose``         1       ``perm`` (of the per-example axes)
 ``onnx_float_binary``      1 or 2  ``fn`` (``"add"``, ``"mul"``), ``const_index`` (``const``
                                    float32 with one input)
-``onnx_float_unary``       1       ``fn`` (``"relu"``, ``"leaky_relu"``, ``"sigmoid"``),
-                                   ``alpha``
+``onnx_float_unary``       1       ``fn`` (``"relu"``, ``"clip"``, ``"leaky_relu"``,
+                                   ``"sigmoid"``), ``alpha``, ``lo``, ``hi``
 ``onnx_concat``            1+      ``axis`` (per-example)
 =========================  ======  ============================================================
 
@@ -295,12 +295,13 @@ class Transpose(OpSpec):
 
 
 class FloatUnary(OpSpec):
-    """Float32 element-wise ``relu`` (``max(x, 0)``), ``leaky_relu`` (``x`` if ``x >= 0`` else
-    ``f32(alpha * x)``) or ``sigmoid`` (the runtime's logistic)."""
+    """Float32 element-wise ``relu`` (``max(x, 0)``), ``clip`` (``min(max(x, lo), hi)``),
+    ``leaky_relu`` (``x`` if ``x >= 0`` else ``f32(alpha * x)``) or ``sigmoid`` (the runtime's
+    logistic)."""
 
     name = "onnx_float_unary"
-    attrs = {"fn": OpSpec.REQUIRED, "alpha": 0.01}
-    choices = {"fn": ("relu", "leaky_relu", "sigmoid")}
+    attrs = {"fn": OpSpec.REQUIRED, "alpha": 0.01, "lo": float("-inf"), "hi": float("inf")}
+    choices = {"fn": ("relu", "clip", "leaky_relu", "sigmoid")}
 
 
 for _spec in (
