@@ -203,7 +203,7 @@ def _weights(b, node, i_w, i_scale, i_zp, n_out_axis):
         raise UnsupportedOpError(f"{node.op} {node.name!r}: weight scales must be positive")
     wz = wz.astype(np.int32).reshape(-1)
     wz = wz.reshape(()) if wz.size == 1 else wz
-    return w.astype(np.int32), (None if ws is None else np.asarray(ws, np.float32).reshape(-1)), wz
+    return w, (None if ws is None else np.asarray(ws, np.float32).reshape(-1)), wz
 
 
 def _conv_common(b, node, i_w, i_wscale, i_wzp):
@@ -291,7 +291,7 @@ def _qgemm(b, node):
     x = b.tensor(node.inputs[0])
     w, ws, wz = _weights(b, node, 3, 4, 5, 0 if node.attrs.get("transB", 0) else 1)
     if node.attrs.get("transB", 0):
-        w = w.T
+        w = np.ascontiguousarray(w.T)
     shape = _matmul_out(b, node, x, w)
     c = b.const(node.inputs[6], "C") if node.inputs[6] else None
     if c is not None and (c.dtype != np.int32 or c.size != w.shape[1]):

@@ -11,7 +11,8 @@ composes these kernels into a target):
   without FMA3), :func:`fma32`;
 * JAX kernels on batched NCHW int32 arrays: :func:`requantize_output`
   (``MlasRequantizeOutput``), :func:`conv_acc`, :func:`matmul_acc` (exact int32
-  accumulators through :func:`hwjax.core.int_dot`), :func:`quantize_linear_jax`
+  accumulators through :func:`hwjax.core.int_dot`; :func:`conv_acc_u8s8_avx2` /
+  :func:`matmul_acc_u8s8_avx2`, the int16 pair saturation of AVX2 CPUs without VNNI), :func:`quantize_linear_jax`
   (QuantizeLinear), :func:`dequantize_linear`, :func:`avgpool_float`,
   :func:`global_avgpool`, :func:`maxpool`, :func:`lookup` / :func:`lookup2`,
   :func:`float_binary`, :func:`logistic_jax`.
@@ -33,6 +34,7 @@ from hwjax.ort._host import quantize_linear as quantize_linear_np
 from hwjax.ort._kernels import (
     avgpool_float,
     conv_acc,
+    conv_acc_u8s8_avx2,
     cvt_int32,
     dequantize_linear,
     float_binary,
@@ -41,6 +43,7 @@ from hwjax.ort._kernels import (
     lookup,
     lookup2,
     matmul_acc,
+    matmul_acc_u8s8_avx2,
     maxpool,
     quantize_linear,
     requantize_output,
@@ -52,6 +55,7 @@ __all__ = [
     "TYPE_RANGES",
     "avgpool_float",
     "conv_acc",
+    "conv_acc_u8s8_avx2",
     "cvt_int32",
     "dequantize_codes",
     "dequantize_linear",
@@ -65,6 +69,7 @@ __all__ = [
     "lookup2",
     "lut_table",
     "matmul_acc",
+    "matmul_acc_u8s8_avx2",
     "maxpool",
     "output_scale",
     "qlinear_add_table",

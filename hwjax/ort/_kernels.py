@@ -158,3 +158,65 @@ def logistic_jax(x, *, fma: bool):
     for c in (b6, b4, b2, b0):
         q = mul_rn(q, v2) + c
     return jnp.clip(div_rn(p, q) + jnp.float32(0.5), 0.0, 1.0)
+
+
+def _pair_dot_saturated(x, w, batch_x: tuple, batch_w: tuple):
+    """``sum_j sat16(x[..., 2j] w[2j, ...] + x[..., 2j + 1] w[2j + 1, ...])`` over the last axis of
+    ``x`` and axis ``len(batch_w)`` of ``w`` (K padded with a zero to an even length): the
+    int16 pair saturation of ``vpmaddubsw``. Batch axes ``batch_x`` / ``batch_w`` are paired
+    as in ``dot_general``; the result has the batch axes first."""
+    k = x.shape[-1]
+    if k % 2:
+        x = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], 1), x.dtype)], axis=-1)
+        wa = len(batch_w)
+        pad = [(0, 0)] * w.ndim
+        pad[wa] = (0, 1)
+        w = jnp.pad(w, pad)
+    j = x.shape[-1] // 2
+    xp = x.reshape(*x.shape[:-1], j, 2)
+    wa = len(batch_w)
+    wp = w.reshape(*w.shape[:wa], j, 2, *w.shape[wa + 1 :])
+    nb = len(batch_x)
+    dims = (((xp.ndim - 1,), (wa + 1,)), ((*batch_x, xp.ndim - 2), (*batch_w, wa)))
+    pairs = int_dot(xp, wp, dims)  # (*batch, j, rest of x, rest of w)
+    return jnp.sum(jnp.clip(pairs, -32768, 32767), axis=nb)
+
+
+def matmul_acc_u8s8_avx2(a, b, a_zp, b_zp):
+    """:func:`matmul_acc` as MLAS's AVX2 u8 x s8 kernels (no VNNI) compute it: the raw stored
+    uint8 ``a`` and int8 ``b`` multiplied in consecutive pairs along K, each pair's sum
+    saturated to int16 (``vpmaddubsw``), the zero points applied afterwards exactly:
+    ``raw - b_zp * sum(a) - a_zp * sum(b) + K * a_zp * b_zp``."""
+    k = a.shape[-1]
+    a32, b32 = a.astype(jnp.int32), b.astype(jnp.int32)
+    raw = _pair_dot_saturated(a32.astype(jnp.int16), b32.astype(jnp.int16), (), ())
+    az, bz = jnp.asarray(a_zp, jnp.int32), jnp.asarray(b_zp, jnp.int32)
+    return raw - bz * jnp.sum(a32, axis=-1, keepdims=True) - az * jnp.sum(b32, axis=0) + k * az * bz
+
+
+def conv_acc_u8s8_avx2(x, w, x_zp, w_zp, geom: ConvGeometry, group: int):
+    """:func:`conv_acc` as MLAS's AVX2 u8 x s8 GEMM / ConvSym kernels compute it: per group,
+    the im2col rows in (kh, kw, c) order (padding holds the raw ``x_zp``) multiplied with the
+    raw weights in consecutive pairs, each pair's sum saturated to int16, then the exact
+    zero-point terms (as :func:`matmul_acc_u8s8_avx2`). Depthwise convolutions (one input
+    and one output channel per group) run MLAS's depthwise kernel, which is exact."""
+    b, c = x.shape[0], x.shape[1]
+    o = w.shape[0]
+    cg, og = c // group, o // group
+    if cg == 1 and og == 1:
+        return conv_acc(x, w, x_zp, w_zp, geom, group)
+    kh, kw = geom.kernel
+    oh, ow = geom.out_hw
+    xz = jnp.asarray(x_zp, jnp.int32)
+    wz = jnp.asarray(w_zp, jnp.int32).reshape(-1)[0]
+    xt = x.astype(jnp.int16).transpose(0, 2, 3, 1)
+    patches = extract_patches(xt, geom, pad_value=xz.astype(jnp.int16))
+    patches = patches.reshape(b, oh, ow, kh * kw, group, cg).transpose(0, 1, 2, 4, 3, 5)
+    patches = patches.reshape(b, oh, ow, group, kh * kw * cg)
+    wg = w.astype(jnp.int16).reshape(group, og, cg, kh * kw).transpose(0, 3, 2, 1).reshape(group, kh * kw * cg, og)
+    raw = _pair_dot_saturated(patches, wg, (3,), (0,))  # (group, B, OH, OW, og)
+    kk = kh * kw * cg
+    sum_x = jnp.sum(patches.astype(jnp.int32), axis=-1).transpose(3, 0, 1, 2)[..., None]  # (group, B, OH, OW, 1)
+    sum_w = jnp.sum(wg.astype(jnp.int32), axis=1)[:, None, None, None, :]  # (group, 1, 1, 1, og)
+    acc = raw - wz * sum_x - xz * sum_w + kk * xz * wz
+    return acc.transpose(1, 0, 4, 2, 3).reshape(b, o, oh, ow)

@@ -15,12 +15,13 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import RangeError, UnsupportedOpError
-from hwjax.graph import Quant
+from hwjax.errors import RangeError
+from hwjax.graph import OpImpl, Quant
 from hwjax.graph.ops.onnx import window_geometry
 from hwjax.ort import (
     avgpool_float,
     conv_acc,
+    conv_acc_u8s8_avx2,
     dequantize_linear,
     float_binary,
     global_avgpool,
@@ -30,6 +31,7 @@ from hwjax.ort import (
     lookup2,
     lut_table,
     matmul_acc,
+    matmul_acc_u8s8_avx2,
     maxpool,
     output_scale,
     qlinear_add_table,
@@ -50,9 +52,12 @@ class OnnxRuntime(Target):
     """ONNX Runtime's CPU execution provider (x86-64, the Linux build), bit-exact for int8 models.
 
     ``cpu``: ``"vnni"`` (default; AVX-512 VNNI / AVX-VNNI / AMX machines: exact int32
-    products, FMA3 logistic), ``"avx2"`` (AVX2 and FMA3 without VNNI: its u8 x s8 kernels
-    saturate pairs of products to int16, which this target does not implement: those ops
-    raise :class:`hwjax.errors.UnsupportedOpError`), ``"sse"`` (SSE4.2 only: exact products,
+    products, FMA3 logistic), ``"avx2"`` (AVX2 and FMA3 without VNNI: the u8 x s8 GEMM and
+    ConvSym kernels of QLinearConv, QLinearMatMul, QGemm and MatMulInteger
+    saturate each pair of products to int16 (:func:`hwjax.ort.conv_acc_u8s8_avx2`,
+    :func:`hwjax.ort.matmul_acc_u8s8_avx2`); depthwise convolutions, ConvInteger, u8 x u8 and
+    s8 x s8 stay exact; the session option
+    ``session.x64quantprecision`` is not modelled), ``"sse"`` (SSE4.2 only: exact products,
     the logistic without FMA).
     """
 
@@ -69,11 +74,6 @@ class OnnxRuntime(Target):
         return self.cpu != "sse"
 
     def lowering(self, op: str):
-        if self.cpu == "avx2" and op in ("qlinear_conv", "conv_integer", "qlinear_matmul", "matmul_integer"):
-            raise UnsupportedOpError(
-                f"target {self!r}: the {op!r} op's int16 pair saturation on AVX2 CPUs without VNNI is not "
-                "implemented (cpu='vnni' and cpu='sse' compute exact products)"
-            )
         impl = super().lowering(op)
         if impl.params is not None and impl.host_params is None:
             impl = dataclasses.replace(impl, host_params=impl.params)
@@ -118,6 +118,17 @@ def _dequantize(target, attrs, p, x, return_acc: bool = False):
 # ---------------------------------------------------------------------------- linear ops
 
 
+def _narrow(op, params):
+    """Registers ``run`` for ``op`` with its int8 / uint8 input in its storage type (the
+    kernel depends on whether it reads uint8)."""
+
+    def deco(run):
+        OnnxRuntime.implement(op, OpImpl(run, params=params, narrow_inputs=True))
+        return run
+
+    return deco
+
+
 def _in_zp(portable, q_in):
     """The input zero point: ConvInteger's / MatMulInteger's own (``x_zero_point``), else the
     input tensor's."""
@@ -129,7 +140,7 @@ def _in_zp(portable, q_in):
 def _conv_params(target, attrs, portable, q_in, q_out):
     o = portable["weight"].shape[0]
     p = {
-        "weight": jnp.asarray(portable["weight"], jnp.int32),
+        "weight": jnp.asarray(portable["weight"]),
         "x_zp": jnp.asarray(_in_zp(portable, q_in), jnp.int32),
         "w_zp": jnp.asarray(portable["w_zero_point"], jnp.int32),
     }
@@ -151,28 +162,42 @@ def _conv_params(target, attrs, portable, q_in, q_out):
     }
 
 
-def _conv_acc(attrs, p, x):
+def _saturates(target, x, w) -> bool:
+    """Whether the u8 x s8 kernels of ``target``'s CPU saturate pairs of products (AVX2
+    without VNNI)."""
+    return target.cpu == "avx2" and x.dtype == jnp.uint8 and w.dtype == jnp.int8
+
+
+def _conv_acc(target, attrs, p, x, *, integer: bool = False):
+    """The convolution accumulators; ConvInteger (``integer``) computes exact products on
+    AVX2 CPUs too (stored Haswell outputs)."""
     geom = window_geometry(attrs, x.shape)
-    return conv_acc(x, p["weight"], p["x_zp"], p["w_zp"], geom, int(attrs.get("group", 1)))
+    kernel = conv_acc_u8s8_avx2 if _saturates(target, x, p["weight"]) and not integer else conv_acc
+    return kernel(x, p["weight"], p["x_zp"], p["w_zp"], geom, int(attrs.get("group", 1)))
 
 
-@OnnxRuntime.implements("qlinear_conv", params=_conv_params)
+def _matmul_acc(target, p, x):
+    kernel = matmul_acc_u8s8_avx2 if _saturates(target, x, p["weight"]) else matmul_acc
+    return kernel(x, p["weight"], p["a_zp"], p["w_zp"])
+
+
+@_narrow("qlinear_conv", params=_conv_params)
 def _qlinear_conv(target, attrs, p, x, return_acc: bool = False):
     """QLinearConv: exact accumulators, then ``MlasRequantizeOutput``."""
     lo, hi = type_range(attrs.get("out_dtype", "uint8"))
-    acc = _conv_acc(attrs, p, x) + p["bias"]
+    acc = _conv_acc(target, attrs, p, x) + p["bias"]
     return no_acc(requantize_output(acc, p["m"], p["y_zp"], lo, hi), return_acc)
 
 
-@OnnxRuntime.implements("conv_integer", params=_conv_params)
+@_narrow("conv_integer", params=_conv_params)
 def _conv_integer(target, attrs, p, x, return_acc: bool = False):
-    return no_acc(_conv_acc(attrs, p, x), return_acc)
+    return no_acc(_conv_acc(target, attrs, p, x, integer=True), return_acc)
 
 
 def _matmul_params(target, attrs, portable, q_in, q_out):
     n = portable["weight"].shape[1]
     p = {
-        "weight": jnp.asarray(portable["weight"], jnp.int32),
+        "weight": jnp.asarray(portable["weight"]),
         "a_zp": jnp.asarray(_in_zp(portable, q_in), jnp.int32),
         "w_zp": jnp.asarray(portable["w_zero_point"], jnp.int32),
     }
@@ -190,18 +215,18 @@ def _matmul_params(target, attrs, portable, q_in, q_out):
     return {**p, "m": m, "bias": bias, "y_zp": jnp.asarray(q_out.zero_point, jnp.int32)}
 
 
-@OnnxRuntime.implements("qlinear_matmul", params=_matmul_params)
+@_narrow("qlinear_matmul", params=_matmul_params)
 def _qlinear_matmul(target, attrs, p, x, return_acc: bool = False):
     """QLinearMatMul / QGemm: exact accumulators plus the int32 bias, then
     ``MlasRequantizeOutput`` per column."""
     lo, hi = type_range(attrs.get("out_dtype", "uint8"))
-    acc = matmul_acc(x, p["weight"], p["a_zp"], p["w_zp"]) + p["bias"]
+    acc = _matmul_acc(target, p, x) + p["bias"]
     return no_acc(requantize_output(acc, p["m"], p["y_zp"], lo, hi), return_acc)
 
 
-@OnnxRuntime.implements("matmul_integer", params=_matmul_params)
+@_narrow("matmul_integer", params=_matmul_params)
 def _matmul_integer(target, attrs, p, x, return_acc: bool = False):
-    return no_acc(matmul_acc(x, p["weight"], p["a_zp"], p["w_zp"]), return_acc)
+    return no_acc(_matmul_acc(target, p, x), return_acc)
 
 
 # ------------------------------------------------------------------------ element-wise ops

@@ -1,0 +1,77 @@
+"""hwjax.onnx's CPU option against ONNX Runtime's outputs stored on other x86 CPUs.
+
+tests/data/onnx/<name>.npz hold models, inputs and ONNX Runtime's outputs, written by
+scripts/onnx_cpu_outputs.py: ``native`` on an AVX-512 VNNI / AMX machine, ``haswell`` and
+``nehalem`` under ``qemu-x86_64 -cpu Haswell`` (AVX2 + FMA3, no VNNI) and ``-cpu Nehalem``
+(SSE4.2). Each file is matched bit for bit by the target of its CPU, and the files show that
+the CPUs differ (so the match is not vacuous).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+
+import hwjax.onnx as ho
+import hwjax.targets as T
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "onnx")
+CPUS = {"native": "vnni", "haswell": "avx2", "nehalem": "sse"}
+
+
+def _cases(name):
+    path = os.path.join(DATA, f"{name}.npz")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent (scripts/onnx_cpu_outputs.py writes it)")
+    z = np.load(path)
+    names = sorted({k.split("/")[0] for k in z.files})
+    return [(n, z[f"{n}/model"].tobytes(), z[f"{n}/x"], z[f"{n}/y"]) for n in names]
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view(np.int32) if a.dtype == np.float32 else a.astype(np.int64)
+
+
+def _check(name, prefixes=None):
+    target = T.get("onnxruntime", cpu=CPUS[name])
+    for case, data, x, y in _cases(name):
+        if prefixes is not None and not case.startswith(prefixes):
+            continue
+        got = np.asarray(ho.load(data).run(x, runtime=target))
+        bad = int((_bits(got) != _bits(y)).sum())
+        assert bad == 0, f"{name} {case}: {bad} of {y.size} values differ"
+
+
+def test_haswell_saturating_sample():
+    """AVX2 without VNNI: u8 x s8 QLinearConv / QLinearMatMul / QGemm / MatMulInteger whose
+    pairs of products overflow int16, and ConvInteger (exact there)."""
+    _check("haswell", ("qlinearconv", "matmul", "convinteger1"))
+
+
+def test_nehalem_sigmoid_tables():
+    """SSE4.2: QLinearSigmoid's table from MLAS's logistic without FMA."""
+    _check("nehalem", ("sigmoid",))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CPUS))
+def test_stored_cpu_outputs(name):
+    """Every stored case (the random QOperator models included) on each CPU."""
+    _check(name)
+
+
+def test_the_cpus_differ():
+    """The Haswell outputs of the saturating cases differ from the native ones, and the
+    Nehalem sigmoid tables from the Haswell ones (each CPU's data can tell the targets apart)."""
+    runs = {}
+    for name in CPUS:
+        runs[name] = {c: y for c, _, _, y in _cases(name)}
+    sat = [c for c in runs["native"] if c.startswith(("qlinearconv", "convinteger", "matmul"))]
+    assert sum(int((runs["native"][c] != runs["haswell"][c]).sum()) for c in sat) > 0
+    sig = [c for c in runs["native"] if c.startswith("sigmoid")]
+    assert sum(int((runs["haswell"][c] != runs["nehalem"][c]).sum()) for c in sig) > 0
