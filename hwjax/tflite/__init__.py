@@ -5,6 +5,8 @@
   the runtime does (the targets :class:`hwjax.targets.TFLite` and, for ``"xs3"``,
   :class:`hwjax.targets.XS3Runtime` / :class:`hwjax.targets.XS3Compiled`).
 * :func:`save` writes a graph back as a ``.tflite`` file.
+* :func:`finetune` (or ``Model.trainable(runtime)`` -> optax -> ``Model.with_weights``):
+  fine-tuning in a runtime's exact arithmetic, written back with :func:`save`.
 * :data:`CLI_COMMANDS`: the ``hwjax run`` / ``hwjax compare`` commands.
 
 The runtimes' integer arithmetic (requantisation, kernels, tables) is :mod:`hwjax.litert`;
@@ -18,20 +20,27 @@ from hwjax.graph import PRE_ACTIVATION  # (suffix of a fused activation's input 
 from hwjax.tflite._import import TensorInfo
 from hwjax.tflite._model import CHUNK_BYTES, MODEL_RUNTIMES, RUNTIMES, SUPPORTED_OPS, Model, batch_chunk, load
 from hwjax.tflite._save import save
+from hwjax.tflite._finetune import FinetuneResult, Trainable, finetune, predict, trainable, with_weights
 from hwjax.tflite._cli import COMMANDS as CLI_COMMANDS
 
 __all__ = [
     "CHUNK_BYTES",
     "CLI_COMMANDS",
+    "FinetuneResult",
     "MODEL_RUNTIMES",
     "Model",
     "PRE_ACTIVATION",
     "RUNTIMES",
     "SUPPORTED_OPS",
     "TensorInfo",
+    "Trainable",
     "batch_chunk",
+    "finetune",
     "load",
+    "predict",
     "save",
+    "trainable",
+    "with_weights",
 ]
 
 

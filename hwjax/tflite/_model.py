@@ -89,7 +89,9 @@ class Model:
             return runtime
         if runtime == "xs3":  # xcore.ai as xmos-ai-tools' host interpreter runs it
             if getattr(self, "_xs3", None) is None:
-                if any(n.op.startswith("xc_") for n in self.graph.nodes):  # an xformer-converted file
+                # an xformer-converted file: XC ops, or xformer's metadata (a converted file
+                # may hold builtins only, e.g. an AVERAGE_POOL_2D written as a DEPTHWISE_CONV_2D)
+                if "xcoreSharedConfig" in self.metadata or any(n.op.startswith("xc_") for n in self.graph.nodes):
                     self._xs3 = get("xs3-tflm", variant="host")
                 else:  # an original model, compiled as xformer (default options) would
                     from hwjax.targets import check_xformer_lowering
@@ -107,6 +109,20 @@ class Model:
         if t not in self._lowered:
             self._lowered[t] = lower(self.graph, t)
         return self._lowered[t]
+
+    def trainable(self, runtime: str = "reference"):
+        """The model as NNX modules whose forward pass is ``runtime``'s arithmetic, taking the
+        file's own input: :func:`hwjax.tflite.trainable` (a :class:`hwjax.tflite.Trainable`)."""
+        from hwjax.tflite._finetune import trainable
+
+        return trainable(self, runtime)
+
+    def with_weights(self, tuned) -> "Model":
+        """A new model with the weights of ``tuned`` (a :class:`hwjax.tflite.Trainable` made
+        from this model): :func:`hwjax.tflite.with_weights`."""
+        from hwjax.tflite._finetune import with_weights
+
+        return with_weights(self, tuned)
 
     def run(self, x, *, runtime="reference", intermediates: bool = False):
         """The model's output(s) for every sample of ``x``, as ``runtime`` computes them.
