@@ -10,8 +10,10 @@ Subcommands:
 * ``export``: export the latest checkpoint of a training run.
 * ``run``: run an int8 ``.tflite`` file on a ``.npy`` batch bit-exactly as a LiteRT runtime
   does (``--runtime``), optionally writing the outputs (``--output``).
-* ``compare``: per tensor of a ``.tflite`` file, how many values each LiteRT runtime
-  computes differently from the reference runtime, and by how much.
+* ``compare``: per tensor of a ``.tflite`` file, how many values each runtime computes
+  differently from the reference runtime, and by how much (``--json``, ``--plot``).
+* ``finetune``: fine-tune a ``.tflite`` file in a runtime's exact arithmetic, write it back,
+  and check the written file against the trained modules.
 
 Run outputs go to ``runs/<name>`` (relative to the working directory) by default.
 """
@@ -575,10 +577,46 @@ def _tflite_args(sub) -> None:
     )
     r.add_argument("--output", default=None, metavar="Y.npy", help="write the outputs here (numpy .npy)")
     c = sub.add_parser(
-        "compare", help="per tensor, how far each LiteRT runtime's values differ from the reference runtime's"
+        "compare",
+        help="per tensor, how many values each runtime computes differently from the reference, and by how much",
     )
     c.add_argument("model", metavar="MODEL.tflite")
     c.add_argument("--input", required=True, metavar="X.npy")
+    c.add_argument(
+        "--runtimes",
+        default=",".join(MODEL_RUNTIMES),
+        metavar="A,B,...",
+        help=f"runtimes to compare, comma-separated (default {','.join(MODEL_RUNTIMES)})",
+    )
+    c.add_argument("--reference", default="reference", choices=MODEL_RUNTIMES, help="the runtime compared against")
+    c.add_argument("--json", default=None, metavar="FILE.json", help="write every count, with full tensor names")
+    c.add_argument("--plot", default=None, metavar="FILE.png", help="per-tensor bar charts of the differences")
+    f = sub.add_parser(
+        "finetune",
+        help="fine-tune a .tflite model in a runtime's exact arithmetic and write it back",
+        description="Fine-tune MODEL.tflite in --runtime's exact integer arithmetic (optax Adam, cross-entropy "
+        "on the dequantised outputs; the negative log-likelihood after a SOFTMAX), write it to --out, report "
+        "top-1 accuracy of the original and the tuned file under each runtime, and check that the written "
+        "file, loaded again, computes exactly what the trained modules compute (exit 1 if not).",
+    )
+    f.add_argument("model", metavar="MODEL.tflite")
+    f.add_argument(
+        "--data", required=True, metavar="TRAIN.npz", help="arrays x (inputs as the file takes them), y (int labels)"
+    )
+    f.add_argument("--validation", default=None, metavar="VAL.npz", help="held-out x, y (default: the training data)")
+    f.add_argument("--runtime", default="reference", choices=MODEL_RUNTIMES)
+    f.add_argument("--epochs", type=_POSITIVE, default=1)
+    f.add_argument("--batch-size", type=_POSITIVE, default=32)
+    f.add_argument("--lr", type=_RATE, default=1e-3, help="Adam learning rate")
+    f.add_argument("--seed", type=_COUNT, default=0, help="shuffling seed")
+    f.add_argument("--out", required=True, metavar="TUNED.tflite")
+    f.add_argument(
+        "--runtimes",
+        default=",".join(MODEL_RUNTIMES),
+        metavar="A,B,...",
+        help="runtimes to measure accuracy under (default all)",
+    )
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def run_tflite_command(args) -> None:
@@ -588,10 +626,13 @@ def run_tflite_command(args) -> None:
     from hwjax.tflite import CLI_COMMANDS
 
     try:
-        print(CLI_COMMANDS[args.command](args))
+        text = CLI_COMMANDS[args.command](args)
     except (HwjaxError, OSError) as e:
         print(f"hwjax {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         raise SystemExit(2) from None
+    print(text)
+    if getattr(text, "exit_code", 0):
+        raise SystemExit(text.exit_code)
 
 
 def run_train_command(args) -> None:
@@ -608,6 +649,7 @@ COMMANDS: dict[str, Callable[[Any], Any]] = {
     "export": run_export,
     "run": run_tflite_command,
     "compare": run_tflite_command,
+    "finetune": run_tflite_command,
 }
 
 

@@ -1,6 +1,7 @@
-"""The ``hwjax run`` and ``hwjax compare`` commands on ``.tflite`` files: functions that
-return data (:func:`read_model`, :func:`read_input`, :func:`run_file`, :func:`compare`)
-and formatters (:func:`format_run`, :func:`format_compare`). The argparse wiring is in
+"""The ``hwjax run``, ``hwjax compare`` and ``hwjax finetune`` commands on ``.tflite`` files:
+functions that return data (:func:`read_model`, :func:`read_input`, :func:`read_data`,
+:func:`run_file`, :func:`compare`, :func:`comparison_json`), formatters (:func:`format_run`,
+:func:`format_compare`) and :func:`plot_compare`. The argparse wiring is in
 ``train/__main__.py``; :data:`COMMANDS` maps a command to the function it calls with the
 parsed arguments (it returns the text to print and raises :class:`hwjax.errors.HwjaxError`
 or OSError, each message one line, for bad paths and inputs).
@@ -8,14 +9,16 @@ or OSError, each message one line, for bad paths and inputs).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
 from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
-from hwjax.tflite._model import MODEL_RUNTIMES, RUNTIMES, Model, load
+from hwjax.tflite._model import MODEL_RUNTIMES, Model, load
 
 _INPUT_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -150,13 +153,29 @@ def _tensors(model: Model) -> tuple[tuple[str, str], ...]:
     return tuple((t, n.op) for n in model.graph.nodes for t in n.outputs)
 
 
-def compare(model: Model, x, runtimes: Sequence[str] = RUNTIMES, reference: str = "reference") -> Comparison:
+def check_runtimes(runtimes, option: str = "--runtimes") -> tuple[str, ...]:
+    """``runtimes`` (a sequence of names or one comma-separated string) as a tuple of
+    distinct names from :data:`MODEL_RUNTIMES`; RangeError naming ``option`` otherwise."""
+    if isinstance(runtimes, str):
+        runtimes = [r.strip() for r in runtimes.split(",") if r.strip()]
+    runtimes = tuple(runtimes)
+    bad = [r for r in runtimes if r not in MODEL_RUNTIMES]
+    if bad or not runtimes:
+        raise RangeError(f"{option} takes a comma-separated list from {', '.join(MODEL_RUNTIMES)}; got {bad or 'none'}")
+    return tuple(dict.fromkeys(runtimes))
+
+
+def compare(model: Model, x, runtimes: Sequence[str] = MODEL_RUNTIMES, reference: str = "reference") -> Comparison:
     """Every node output of ``model`` on batch ``x`` under each of ``runtimes`` (other
     than ``reference``), compared value by value with ``reference``'s.
 
     A runtime whose ops raise UnsupportedOpError gets ``layers=None`` and the error's
-    message as ``reason``; the reference must run (its error propagates).
+    message as ``reason``; the reference must run (its error propagates). A tensor that a
+    runtime's graph does not hold with the reference's shape counts as all values differing,
+    ``max_abs`` -1.
     """
+    runtimes = check_runtimes(runtimes)
+    check_runtimes([reference], "--reference")
     _, ref = model.run(x, runtime=reference, intermediates=True)
     tensors = _tensors(model)
     ref = {t: np.asarray(ref[t], np.int64) for t, _ in tensors}
@@ -171,14 +190,34 @@ def compare(model: Model, x, runtimes: Sequence[str] = RUNTIMES, reference: str 
             continue
         layers = []
         for t, op in tensors:
-            d = np.abs(np.asarray(got[t], np.int64) - ref[t])
+            g = got.get(t)
+            if g is None or tuple(np.shape(g)) != ref[t].shape:
+                layers.append(LayerDiff(t, op, int(ref[t].size), int(ref[t].size), -1))
+                continue
+            d = np.abs(np.asarray(g, np.int64) - ref[t])
             layers.append(LayerDiff(t, op, int(d.size), int(np.count_nonzero(d)), int(d.max(initial=0))))
         out.append(RuntimeDiff(rt, tuple(layers)))
     return Comparison(reference, tensors, tuple(out))
 
 
+def short_name(name: str, limit: int = 28) -> str:
+    """A readable form of a (TensorFlow-fused) tensor name, at most ``limit`` characters: the
+    first of its ``;``-separated names, without a ``:N`` suffix, its last two ``/`` parts;
+    longer ones keep their end after ``...``."""
+    first = re.sub(r":\d+$", "", name.split(";")[0])
+    parts = [p for p in first.split("/") if p]
+    s = "/".join(parts[-2:]) if parts else first
+    return s if len(s) <= limit else "..." + s[-(limit - 3) :]
+
+
+def _pct(d: LayerDiff) -> str:
+    return f"{d.percent:.3g}"
+
+
 def _cell(d: LayerDiff) -> str:
-    return "0" if d.differ == 0 else f"{d.differ} ({d.percent:.2f}%) max {d.max_abs}"
+    if d.max_abs < 0:
+        return "missing"
+    return "0" if d.differ == 0 else f"{d.differ} ({_pct(d)}%) max {d.max_abs}"
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -186,20 +225,113 @@ def _one_line(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def format_compare(c: Comparison) -> str:
-    """A table, one row per tensor in graph order, one column per runtime that ran:
-    ``0`` where every value equals the reference's, else ``N (P%) max D`` (P with two decimals) (N differing
-    values, P percent of the tensor, D the largest absolute difference); a line
-    ``RUNTIME: n/a (reason)`` for each runtime that could not run."""
+#: the widest line :func:`format_compare` writes (tensor names are shortened to fit)
+TABLE_WIDTH = 100
+
+
+def format_compare(c: Comparison, width: int = TABLE_WIDTH) -> str:
+    """A table, one row per tensor in graph order (its index, op kind and :func:`short_name`),
+    one column per runtime that ran: ``0`` where every value equals the reference's, else
+    ``N (P%) max D`` (N differing values, P percent of the tensor to three significant digits,
+    D the largest absolute difference); a line ``RUNTIME: n/a (reason)`` for each runtime
+    that could not run. Lines are at most ``width`` characters where the runtime columns
+    leave at least 12 for the tensor names (the full names are in :func:`comparison_json`)."""
     ran = [r for r in c.runtimes if r.layers is not None]
-    header = ["tensor", "op", *[f"{r.runtime} vs {c.reference}" for r in ran]]
-    rows = [[t, op, *[_cell(r.layers[i]) for r in ran]] for i, (t, op) in enumerate(c.tensors)]
-    widths = [max(len(row[k]) for row in [header, *rows]) for k in range(len(header))]
+    cells = [[_cell(r.layers[i]) for r in ran] for i in range(len(c.tensors))]
+    idx_w = len(str(max(len(c.tensors) - 1, 0)))
+    op_w = max([2, *(len(op) for _, op in c.tensors)])
+    rt_w = [max([len(r.runtime), *(len(row[k]) for row in cells)]) for k, r in enumerate(ran)]
+    fixed = idx_w + op_w + sum(rt_w) + 2 * (len(ran) + 2)
+    name_w = max(12, min(width - fixed, max([6, *(len(short_name(t, 60)) for t, _ in c.tensors)])))
+    header = ["#", "op", "tensor", *[r.runtime for r in ran]]
+    rows = [[str(i), op, short_name(t, name_w), *cells[i]] for i, (t, op) in enumerate(c.tensors)]
+    widths = [idx_w, op_w, name_w, *rt_w]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt.format(*header).rstrip(), fmt.format(*["-" * w for w in widths])]
+    lines = [
+        f"values that differ from {c.reference}'s: count (percent of the tensor) max |difference|",
+        fmt.format(*header).rstrip(),
+        fmt.format(*["-" * w for w in widths]),
+    ]
     lines += [fmt.format(*row).rstrip() for row in rows]
-    lines += [f"{r.runtime}: n/a ({_one_line(r.reason or '')})" for r in c.runtimes if r.layers is None]
+    lines += [
+        f"{r.runtime}: n/a ({_one_line(r.reason or '', width - len(r.runtime) - 8)})"
+        for r in c.runtimes
+        if r.layers is None
+    ]
     return "\n".join(lines)
+
+
+def comparison_json(c: Comparison, *, model: str = "", examples: int = 0) -> dict:
+    """:func:`compare`'s result as JSON-ready data: ``model``, ``examples``, ``reference``,
+    ``runtimes`` (``[{"runtime", "ran", "reason"}]``) and ``tensors``, in graph order:
+    ``{"index", "name" (the full tensor name), "short", "op", "size", "differ": {runtime: N},
+    "max_abs": {runtime: D}}`` for the runtimes that ran (``max_abs`` -1: the runtime's graph
+    does not hold the tensor)."""
+    ran = [r for r in c.runtimes if r.layers is not None]
+    return {
+        "model": model,
+        "examples": examples,
+        "reference": c.reference,
+        "runtimes": [{"runtime": r.runtime, "ran": r.layers is not None, "reason": r.reason} for r in c.runtimes],
+        "tensors": [
+            {
+                "index": i,
+                "name": t,
+                "short": short_name(t),
+                "op": op,
+                "size": ran[0].layers[i].size if ran else None,
+                "differ": {r.runtime: r.layers[i].differ for r in ran},
+                "max_abs": {r.runtime: r.layers[i].max_abs for r in ran},
+            }
+            for i, (t, op) in enumerate(c.tensors)
+        ],
+    }
+
+
+def plot_compare(c: Comparison, path, *, title: str = "") -> None:
+    """Writes a PNG at ``path`` (matplotlib, Agg): per tensor in graph order (x axis, labelled
+    ``index op``), the percent of its values each runtime computes differently from the
+    reference (top, grouped bars, log scale) and the largest absolute difference (bottom); runtimes that
+    could not run are named in the title. FormatError naming ``--plot`` when matplotlib is
+    missing or the file cannot be written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise FormatError("--plot needs matplotlib (pip install 'hwjax[train]')") from None
+    ran = [r for r in c.runtimes if r.layers is not None]
+    n = len(c.tensors)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8.0, 0.32 * n + 2), 6.5), sharex=True)
+    xs = np.arange(n)
+    w = 0.8 / max(len(ran), 1)
+    for k, r in enumerate(ran):
+        off = xs - 0.4 + w * (k + 0.5)
+        top.bar(off, [d.percent for d in r.layers], w, label=r.runtime, color=f"C{k}")
+        bottom.bar(off, [max(d.max_abs, 0) for d in r.layers], w, label=r.runtime, color=f"C{k}")
+    if any(d.differ for r in ran for d in r.layers):
+        top.set_yscale("log")  # a few values in a large tensor stay visible
+    top.set_ylabel(f"% of values != {c.reference} (log)")
+    bottom.set_ylabel("max |difference| (LSB)")
+    bottom.set_xticks(xs)
+    bottom.set_xticklabels([f"{i} {op}" for i, (_, op) in enumerate(c.tensors)], rotation=70, fontsize=7)
+    bottom.set_xlabel("tensor (graph order)")
+    if ran:
+        top.legend(fontsize=8, ncol=len(ran))
+    skipped = [r.runtime for r in c.runtimes if r.layers is None]
+    head = title or "values computed differently from the reference, per tensor"
+    top.set_title(head + (f" ({', '.join(skipped)}: n/a)" if skipped else ""), fontsize=10)
+    for ax in (top, bottom):
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise FormatError(f"--plot {str(path)!r}: cannot write ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
 
 
 # ---------------------------------------------------------------------- CLI glue
@@ -219,10 +351,174 @@ def run_command(args) -> str:
 
 
 def compare_command(args) -> str:
-    """``hwjax compare MODEL --input X``: the table to print."""
+    """``hwjax compare MODEL --input X [--runtimes A,B] [--reference R] [--json F] [--plot P]``:
+    the table to print; writes the JSON (:func:`comparison_json`) and the PNG
+    (:func:`plot_compare`) when asked."""
+    runtimes = check_runtimes(getattr(args, "runtimes", None) or MODEL_RUNTIMES)
+    reference = getattr(args, "reference", None) or "reference"
+    check_runtimes([reference], "--reference")
     model = read_model(args.model)
-    return format_compare(compare(model, read_input(args.input, model)))
+    x = read_input(args.input, model)
+    c = compare(model, x, runtimes, reference)
+    text = format_compare(c)
+    if getattr(args, "json", None):
+        data = comparison_json(c, model=str(args.model), examples=len(x))
+        _write(args.json, "--json", lambda f: f.write(json.dumps(data, indent=1).encode()))
+        text += f"\nwrote {args.json}"
+    if getattr(args, "plot", None):
+        plot_compare(c, args.plot, title=f"{os.path.basename(str(args.model))}: values != {reference}, per tensor")
+        text += f"\nwrote {args.plot}"
+    return text
 
 
-#: command name -> ``fn(parsed args) -> text to print``
-COMMANDS = {"run": run_command, "compare": compare_command}
+def _write(path, option: str, fn) -> None:
+    try:
+        with open(path, "wb") as f:
+            fn(f)
+    except OSError as e:
+        raise FormatError(f"{option} {str(path)!r}: cannot write ({e.strerror or e})") from None
+
+
+# ------------------------------------------------------------------------- finetune
+
+
+def read_data(path, model: Model, option: str = "--data") -> tuple[np.ndarray, np.ndarray]:
+    """The ``.npz`` file at ``path`` as ``(x, y)`` for ``model``: ``x`` the inputs as the file
+    takes them (``(n, *input_shape[1:])``; integer values in int8 range for an int8 input,
+    float for a float32 one), ``y`` the ``n`` integer class labels in ``[0, classes)``.
+    FormatError / ShapeError / RangeError naming ``option`` otherwise."""
+    where = f"{option} {str(path)!r}"
+    if not os.path.isfile(path):
+        raise FormatError(f"{where}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (ValueError, OSError, EOFError) as e:
+        raise FormatError(f"{where}: not a .npz archive ({type(e).__name__})") from None
+    missing = [k for k in ("x", "y") if k not in arrays]
+    if missing:
+        raise FormatError(f"{where}: needs arrays 'x' and 'y', has {sorted(arrays)}")
+    x, y = arrays["x"], arrays["y"]
+    info = model.inputs[0]
+    per = tuple(info.shape[1:])
+    if x.ndim != len(per) + 1 or tuple(x.shape[1:]) != per or len(x) < 1:
+        raise ShapeError(f"{where}: x has shape {tuple(x.shape)}; the model takes (n, {', '.join(map(str, per))})")
+    if info.dtype == "float32":
+        if not np.issubdtype(x.dtype, np.floating) or not np.all(np.isfinite(x)):
+            raise RangeError(f"{where}: the model's input is float32; x must hold finite floats, got {x.dtype}")
+        x = x.astype(np.float32)
+    else:
+        if not np.issubdtype(x.dtype, np.integer):
+            raise RangeError(f"{where}: x has dtype {x.dtype}; the model takes integer ({info.dtype}) values")
+        lo, hi = _INPUT_RANGES[info.dtype]
+        if int(x.min()) < lo or int(x.max()) > hi:
+            raise RangeError(
+                f"{where}: x holds values in [{int(x.min())}, {int(x.max())}] outside {info.dtype} [{lo}, {hi}]"
+            )
+        x = x.astype(info.dtype)
+    classes = int(np.prod(model.outputs[0].shape[1:]))
+    if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
+        raise ShapeError(
+            f"{where}: y must be {len(x)} integer labels (shape ({len(x)},)), got {y.dtype} {tuple(y.shape)}"
+        )
+    if int(y.min()) < 0 or int(y.max()) >= classes:
+        raise RangeError(f"{where}: labels in [{int(y.min())}, {int(y.max())}]; the model has {classes} classes")
+    return x, y.astype(np.int32)
+
+
+class Report(str):
+    """A command's text with the process exit code (``exit_code``, 0 when the command's checks
+    passed)."""
+
+    exit_code: int = 0
+
+
+def _accuracies(model: Model, x, y, runtimes) -> dict:
+    from hwjax.tflite._finetune import accuracy
+
+    out = {}
+    for rt in runtimes:
+        try:
+            out[rt] = accuracy(np.asarray(model.run(x, runtime=rt)), y)
+        except UnsupportedOpError as e:
+            out[rt] = _one_line(str(e), 70)
+    return out
+
+
+def finetune_command(args) -> Report:
+    """``hwjax finetune MODEL --data TRAIN.npz [--validation VAL.npz] --runtime RT --epochs N
+    --batch-size B --lr LR --out TUNED.tflite [--runtimes A,B] [--seed S] [--quiet]``.
+
+    Fine-tunes with :func:`hwjax.tflite.finetune` (Adam at ``--lr``, the default loss), writes
+    the tuned file, and reports top-1 accuracy of the original and the written file under each
+    of ``--runtimes`` (default all) on the validation data (the training data without
+    ``--validation``), and the reload check: the written file, loaded again, run under
+    ``--runtime`` on those inputs, against the trained modules' output integers. The exit code
+    is 1 when any value differs."""
+    import optax
+
+    from hwjax.tflite._finetune import finetune, predict
+    from hwjax.tflite._save import save
+
+    if args.runtime not in MODEL_RUNTIMES:
+        raise RangeError(f"--runtime must be one of {MODEL_RUNTIMES}, got {args.runtime!r}")
+    runtimes = check_runtimes(getattr(args, "runtimes", None) or MODEL_RUNTIMES)
+    for name in ("epochs", "batch_size"):
+        v = getattr(args, name)
+        if not isinstance(v, int) or v < 1:
+            raise RangeError(f"--{name.replace('_', '-')} must be an integer >= 1, got {v!r}")
+    if not (isinstance(args.lr, float) and np.isfinite(args.lr) and args.lr > 0):
+        raise RangeError(f"--lr must be a finite number > 0, got {args.lr!r}")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise FormatError(f"--out {args.out!r}: folder {out_dir!r} does not exist")
+    model = read_model(args.model)
+    x, y = read_data(args.data, model, "--data")
+    xv, yv = read_data(args.validation, model, "--validation") if args.validation else (x, y)
+    before = _accuracies(model, xv, yv, runtimes)
+    r = finetune(
+        model,
+        x,
+        y,
+        runtime=args.runtime,
+        optimizer=optax.adam(args.lr),
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        validation=(xv, yv),
+        seed=args.seed,
+        progress=not args.quiet,
+    )
+    _write(args.out, "--out", lambda f: f.write(save(r.model)))
+    tuned = load(args.out)
+    mine = predict(r.trainable, xv)
+    theirs = np.asarray(tuned.run(xv, runtime=args.runtime))
+    differ = int(np.count_nonzero(mine.astype(np.int64) != theirs.astype(np.int64)))
+    after = _accuracies(tuned, xv, yv, runtimes)
+    on = f"{len(xv)} {'validation' if args.validation else 'training'} examples"
+    lines = [
+        f"fine-tuned {args.model} in {args.runtime}'s arithmetic: {args.epochs} epoch(s), {r.steps} steps of "
+        f"{min(args.batch_size, len(x))} examples; mean loss per epoch {', '.join(f'{v:.4f}' for v in r.losses)}",
+        f"wrote {args.out}",
+        "",
+        f"top-1 accuracy on {on}:",
+    ]
+    w = max(len(rt) for rt in runtimes)
+    lines.append(f"{'runtime':<{w}}  {'original':>8}  {'tuned':>8}")
+    for rt in runtimes:
+        b, a = before[rt], after[rt]
+        if isinstance(b, float) and isinstance(a, float):
+            lines.append(f"{rt:<{w}}  {b:>8.4f}  {a:>8.4f}")
+        else:
+            lines.append(f"{rt:<{w}}  n/a ({a if isinstance(a, str) else b})")
+    lines += [
+        "",
+        f"reload check: {args.out} loaded again, run on {args.runtime} over the {on}: {differ} of {mine.size} "
+        f"output values differ from the trained modules' ({'exact' if differ == 0 else 'FAILED'})",
+    ]
+    rep = Report("\n".join(lines))
+    rep.exit_code = 0 if differ == 0 else 1
+    return rep
+
+
+#: command name -> ``fn(parsed args) -> text to print`` (a :class:`Report` carries an exit code)
+COMMANDS = {"run": run_command, "compare": compare_command, "finetune": finetune_command}
