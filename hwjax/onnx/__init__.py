@@ -6,14 +6,17 @@
   after them). ``Model.graph`` is a :class:`hwjax.graph.Graph`.
 * ``Model.run(x, runtime="onnxruntime")`` runs a batch as ONNX Runtime 1.32 computes it
   (:class:`hwjax.targets.OnnxRuntime`, whose ``cpu`` option selects the machine).
+* :func:`save` writes a model's graph back as a QOperator-format ONNX model that ONNX
+  Runtime runs to the same bits.
 
 Reading needs the ``onnx`` package; running does not need ONNX Runtime.
 """
 
 from hwjax.onnx._model import RUNTIMES, Model, load
 from hwjax.onnx._read import FLOAT_REFUSED, TensorInfo, supported_ops
+from hwjax.onnx._save import save
 
 #: ONNX operators :func:`load` converts (after the QDQ rewrites)
 SUPPORTED_OPS = supported_ops()
 
-__all__ = ["FLOAT_REFUSED", "Model", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "load"]
+__all__ = ["FLOAT_REFUSED", "Model", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "load", "save"]

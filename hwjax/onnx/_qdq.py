@@ -6,6 +6,8 @@ ops between DequantizeLinear and QuantizeLinear nodes. ONNX Runtime rewrites gro
 float32. :func:`fuse` applies the same rewrites to a list of :class:`ONode` s, in ONNX
 Runtime's order:
 
+0. ``Q1 -> DQ1 -> Q2 -> DQ2`` chains lose their middle pair (``_double_qdq``); a Transpose
+   left in float between a DQ and a Q is refused (ORT's transpose optimizer moves it).
 1. ``Relu`` / ``Clip`` directly before a ``Q`` whose range they cannot change (the Q's
    zero point is its type's lowest value for Relu; Clip's bounds cover the Q's range) are
    dropped.
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from hwjax.errors import UnsupportedOpError
 
 
 @dataclass
@@ -108,10 +112,62 @@ def fuse(nodes: list[ONode], consts: dict[str, np.ndarray], outputs) -> list[ONo
     initializers) gains the new zero points and is updated in place."""
     g = _Graph(list(nodes), consts, set(outputs))
     _drop_activations(g)
+    _double_qdq(g)
     _unique_dq(g)
     _s8_to_u8(g)
     _fuse_groups(g)
+    _refuse_float_transposes(g)
     return g.nodes
+
+
+def _double_qdq(g: _Graph) -> None:
+    """``Q1 -> DQ1 -> Q2 -> DQ2`` (single edges, constant per-tensor parameters, each pair's
+    Q and DQ equal, one zero-point type) becomes ``Q -> DQ`` with the parameters of the
+    intersection of the two pairs' ranges, in float32: ``lo = max(f32(qmin - z1) * s1,
+    f32(qmin - z2) * s2)``, ``hi = min(...)`` likewise, ``s = f32(hi - lo) / f32(qmax - qmin)``,
+    ``z = round(f32(qmin - f32(lo / s)))`` (half away from zero)."""
+    for dq1 in list(g.nodes):
+        if dq1 not in g.nodes or not _is(dq1, "DequantizeLinear"):
+            continue
+        q1 = g.producer(dq1.inputs[0])
+        q2 = g.only_consumer(dq1.outputs[0])
+        if not _is(q1, "QuantizeLinear") or not _is(q2, "QuantizeLinear") or g.only_consumer(q1.outputs[0]) is not dq1:
+            continue
+        dq2 = g.only_consumer(q2.outputs[0])
+        if not _is(dq2, "DequantizeLinear"):
+            continue
+        p1, p2 = g.qparams(dq1), g.qparams(q2)
+        if not (_same_q(g.qparams(q1), p1) and _same_q(p2, g.qparams(dq2))) or p1[1].dtype != p2[1].dtype:
+            continue
+        if len(q1.inputs) < 3 or len(q2.inputs) < 3:
+            continue
+        if not (p1[0] == p2[0] and p1[1] == p2[1]):
+            (s1, z1), (s2, z2) = p1, p2
+            info = np.iinfo(z1.dtype)
+            f = np.float32
+            lo = max(f(info.min - int(z1)) * s1, f(info.min - int(z2)) * s2)
+            hi = min(f(info.max - int(z1)) * s1, f(info.max - int(z2)) * s2)
+            s = f(f(hi - lo) / f(info.max - info.min))
+            t = f(f(info.min) - f(lo / s))
+            z = np.asarray(np.copysign(np.floor(abs(float(t)) + 0.5), float(t))).astype(z1.dtype)  # std::round
+            for node in (q1, dq2):
+                sn, zn = g.new_name(node.inputs[1] + "_dqdq"), g.new_name(node.inputs[2] + "_dqdq")
+                g.consts[sn], g.consts[zn] = np.asarray(s, np.float32), np.asarray(z, z1.dtype)
+                node.inputs[1], node.inputs[2] = sn, zn
+        dq2.inputs[0] = q1.outputs[0]
+        _remove(g, dq1, q2)
+
+
+def _refuse_float_transposes(g: _Graph) -> None:
+    """A Transpose left between a DQ and a Q: ORT's transpose optimizer moves it through
+    the Q / DQ nodes (which then fuse differently), which is not reproduced."""
+    for n in g.nodes:
+        if _is(n, "Transpose") and _is(g.producer(n.inputs[0]), "DequantizeLinear"):
+            raise UnsupportedOpError(
+                f"Transpose {n.name!r} runs on float32 between quantised tensors of different "
+                "quantisations; ONNX Runtime's transpose optimizer moves it through the Q/DQ nodes, "
+                "which hwjax does not reproduce"
+            )
 
 
 def _drop_activations(g: _Graph) -> None:
@@ -217,8 +273,21 @@ def _fuse_linear(g: _Graph, n: ONode) -> None:
         return
     q = _q_after(g, n)
     tx = _act_type(g, dqx)
-    if tx != np.uint8 or q is None or g.qparams(q)[1].dtype != np.uint8:
-        return  # int8 activations: rejected on x86; without Q: not a QLinear group
+    if tx != np.uint8:
+        return  # int8 activations: rejected on x86
+    if q is None and n.op in ("MatMul", "Gemm"):
+        # ORT makes MatMulIntegerToFloat / a QGemm with a float output: named, not emulated
+        g.nodes[g.nodes.index(n)] = ONode(
+            "MatMulIntegerToFloat" if n.op == "MatMul" else "QGemmFloatOutput",
+            n.inputs,
+            n.outputs,
+            {},
+            "com.microsoft",
+            n.name,
+        )
+        return
+    if q is None or g.qparams(q)[1].dtype != np.uint8:
+        return
     dqb = None
     if len(n.inputs) > 2 and n.inputs[2]:
         dqb = _dq_of(g, n.inputs[2])

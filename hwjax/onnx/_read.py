@@ -338,6 +338,19 @@ def _const_example_shape(c, rank: int) -> tuple[int, ...]:
     return shape
 
 
+def first_is_scalar_span(a_shape, b_shape) -> bool:
+    """Whether ONNX Runtime's broadcaster hands the first operand of a binary op to its kernel
+    as the single value of each span (then QLinearAdd's kernel takes the operands the other
+    way round): after dropping the trailing axes where the output is 1, the first operand
+    is 1 on the last axis and the second is not (a single-value first operand included)."""
+    r = max(len(a_shape), len(b_shape))
+    a = (1,) * (r - len(a_shape)) + tuple(a_shape)
+    b = (1,) * (r - len(b_shape)) + tuple(b_shape)
+    while a and a[-1] == 1 and b[-1] == 1:
+        a, b = a[:-1], b[:-1]
+    return bool(a) and a[-1] == 1 and b[-1] != 1
+
+
 @_converts("QLinearAdd", "QLinearMul")
 def _qlinear_binary(b, node):
     ta, ca, _, za = _operand(b, node, 0, 1, 2)
@@ -351,9 +364,8 @@ def _qlinear_binary(b, node):
     if dts != {dt}:
         raise FormatError(f"{node.op} {node.name!r}: operand and output types differ")
     if ta is not None and tb is not None:
-        size_a, size_b = math.prod(ta.shape), math.prod(tb.shape)
         shape = broadcast_shapes(ta.shape, tb.shape)
-        attrs = {"fn": fn, "out_dtype": dt, "swap": size_a == 1 and size_b != 1}
+        attrs = {"fn": fn, "out_dtype": dt, "swap": first_is_scalar_span(ta.shape, tb.shape)}
         b.add(node.outputs[0], shape, dt, Quant.of(s, int(zc)))
         b.emit("qlinear_binary", [ta.name, tb.name], node.outputs[:1], attrs, name=node.name)
         return
@@ -363,7 +375,8 @@ def _qlinear_binary(b, node):
     cs, cz = _scalar_q(b, node, 1 if ci == 0 else 4, 2 if ci == 0 else 5, "operand")
     c = c.reshape(_const_example_shape(c, len(t.shape)))
     shape = broadcast_shapes(t.shape, c.shape)
-    attrs = {"fn": fn, "out_dtype": dt, "const_index": ci, "swap": ci == 0 and c.size == 1 and math.prod(t.shape) != 1}
+    a_shape, b_shape = (c.shape, t.shape) if ci == 0 else (t.shape, c.shape)
+    attrs = {"fn": fn, "out_dtype": dt, "const_index": ci, "swap": first_is_scalar_span(a_shape, b_shape)}
     params = {"const": c, "const_scale": cs, "const_zero_point": np.int32(int(cz))}
     b.add(node.outputs[0], shape, dt, Quant.of(s, int(zc)))
     b.emit("qlinear_binary", [t.name], node.outputs[:1], attrs, params, node.name)
