@@ -25,8 +25,12 @@ Families that TFLite models need (:mod:`.tflite`, :mod:`.tensor`, :mod:`.nonline
 ``dequantize`` (float32 output), ``softmax`` (``beta``, ``axis``). xformer's XC ops
 (:mod:`.xcore`): ``xc_conv2d``, ``xc_pad``, ``xc_pad_3_to_4``, ``xc_slice``,
 ``xc_mean``, ``xc_add``, ``xc_lookup``, ``xc_maxpool2d``, each with the attributes
-and blobs the op's custom options and tensors hold. Each op kind's exact semantics is
-the docstring of its ``OpSpec``.
+and blobs the op's custom options and tensors hold. ONNX models (:mod:`.onnx`, NCHW):
+``qlinear_conv``, ``conv_integer``, ``qlinear_matmul``, ``matmul_integer``,
+``qlinear_binary``, ``qlinear_avgpool``, ``qlinear_global_avgpool``, ``qlinear_lut``,
+``qlinear_concat``, ``onnx_maxpool``, ``onnx_transpose``, ``onnx_concat``,
+``onnx_float_binary``, ``onnx_float_unary``. Each op kind's exact semantics is the
+docstring of its ``OpSpec``.
 """
 
 from hwjax.graph.ops import basic, elementwise, linear, nonlinear, onnx, pool, tensor, tflite, xcore
