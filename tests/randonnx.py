@@ -603,3 +603,54 @@ def qop_model(seed: int):
     model.ir_version = 8
     x = rng.normal(0, xs * 1.5, (16, *in_shape)).astype(np.float32)
     return model.SerializeToString(), x, f"qop seed {seed} {act} {ops}"
+
+
+def small_cnn(seed: int = 0):
+    """A fixed small float CNN (the op mix of a mobile classifier): Conv + Relu, MaxPool,
+    depthwise Conv, 1x1 Conv, a residual Add, LeakyRelu, AveragePool, a Sigmoid gate (Mul),
+    Concat, GlobalAveragePool, Flatten, Gemm and MatMul; ``(ModelProto, input shape)``."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    net = _Net(rng)
+
+    def conv(x, cin, cout, k, group=1, stride=1):
+        w = rng.normal(0, 1 / np.sqrt(k * k * cin / group), (cout, cin // group, k, k)).astype(np.float32)
+        b = rng.normal(0, 0.1, cout).astype(np.float32)
+        return net.node(
+            "Conv",
+            [x, net.init("w", w), net.init("b", b)],
+            kernel_shape=[k, k],
+            pads=[k // 2] * 4,
+            group=group,
+            strides=[stride, stride],
+        )
+
+    x = net.node("Relu", [conv("input", 3, 8, 3)])  # 8 x 16 x 16
+    x = net.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])  # 8 x 8 x 8
+    d = net.node("Relu", [conv(x, 8, 8, 3, group=8)])
+    p = conv(d, 8, 8, 1)
+    x = net.node("Add", [x, p])
+    x = net.node("LeakyRelu", [x], alpha=0.1)
+    x = net.node("AveragePool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    g = net.node("Sigmoid", [conv(x, 8, 8, 1)])
+    x = net.node("Mul", [x, g])
+    y = conv(x, 8, 4, 3, stride=2)  # 4 x 4 x 4
+    z = net.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])  # 8 x 4 x 4
+    x = net.node("Concat", [y, z], axis=1)  # 12 x 4 x 4
+    x = net.node("GlobalAveragePool", [x])
+    x = net.node("Flatten", [x], axis=1)
+    w1 = rng.normal(0, 1 / np.sqrt(12), (16, 12)).astype(np.float32)
+    x = net.node("Gemm", [x, net.init("w", w1), net.init("b", rng.normal(0, 0.1, 16).astype(np.float32))], transB=1)
+    x = net.node("Relu", [x])
+    x = net.node("MatMul", [x, net.init("w", rng.normal(0, 0.25, (16, 10)).astype(np.float32))])
+    graph = helper.make_graph(
+        net.nodes,
+        "cnn",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 10])],
+        net.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model, (3, 16, 16)

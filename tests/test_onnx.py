@@ -82,6 +82,38 @@ def test_qoperator_sample(seed):
     check_model(data, x, desc)
 
 
+#: quantize_static's common settings: u8s8 per-tensor and per-channel QDQ, QOperator u8s8 and
+#: u8u8, and its default (s8s8 QDQ)
+CNN_SETTINGS = [
+    ("QDQ", "uint8", "int8", False),
+    ("QDQ", "uint8", "int8", True),
+    ("QOperator", "uint8", "int8", False),
+    ("QOperator", "uint8", "uint8", False),
+    ("QDQ", "int8", "int8", False),
+]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        pytest.param(
+            s, id=f"{s[0]}-{s[1]}-{s[2]}-pc{int(s[3])}", marks=[pytest.mark.slow] if s[0] == "QOperator" else []
+        )
+        for s in CNN_SETTINGS
+    ],
+)
+def test_small_cnn_quantize_static(setting):
+    """A small mobile-style CNN quantised by quantize_static in its common settings: exact,
+    except the default s8s8 QDQ model, whose groups around activations that feed two nodes
+    ORT runs in float32 (refused, naming them)."""
+    fm, shape = R.small_cnn()
+    rng = np.random.default_rng(1)
+    data, scale = R.quantize(fm, shape, rng, setting)
+    x = rng.normal(0, scale * 1.3, (16, *shape)).astype(np.float32)
+    expected = "refused" if setting[1] == "int8" else "exact"
+    assert check_model(data, x, str(setting)) == expected
+
+
 # ------------------------------------------------------------------- random models: make test-full
 
 
