@@ -521,3 +521,27 @@ def test_fma32_is_exact():
         cands = [r, np.nextafter(r, np.float32(np.inf)), np.nextafter(r, np.float32(-np.inf))]
         best = min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.array(v).view(np.int32)) & 1))
         assert got[i] == best, (a[i], b[i], c[i])
+
+
+def test_kernel_arguments_are_checked():
+    import jax.numpy as jnp
+
+    from hwjax.core import ConvGeometry
+    from hwjax.ort import conv_acc, lut_table, matmul_acc, type_range
+
+    g = ConvGeometry.make((4, 4), (3, 3), (1, 1), 1)
+    x, w = jnp.ones((2, 3, 4, 4), jnp.int32), jnp.ones((6, 3, 3, 3), jnp.int32)
+    with pytest.raises(ShapeError, match="w "):
+        conv_acc(x, w[:, :2], 0, 0, g, 1)
+    with pytest.raises(ArgTypeError, match="geom"):
+        conv_acc(x, w, 0, 0, "g", 1)
+    with pytest.raises(ArgTypeError, match="x must hold integers"):
+        conv_acc(x.astype(jnp.float32), w, 0, 0, g, 1)
+    with pytest.raises(ShapeError, match="group"):
+        conv_acc(x, w, 0, 0, g, 2)
+    with pytest.raises(ShapeError, match="b_zp"):
+        matmul_acc(jnp.ones((2, 5), jnp.int32), jnp.ones((5, 3), jnp.int32), 0, jnp.zeros(2, jnp.int32))
+    with pytest.raises(HwjaxError, match="dtype"):
+        type_range("int16")
+    with pytest.raises(HwjaxError, match="fn"):
+        lut_table("tanh", 0.1, 0, "uint8", 0.1, 0, "uint8")

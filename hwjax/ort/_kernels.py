@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from hwjax.core import ConvGeometry, div_rn, extract_patches, int_dot, mul_rn, window_taps
-from hwjax.errors import UnsupportedOpError
+from hwjax.errors import ArgTypeError, ShapeError, UnsupportedOpError
 
 _INT_MIN = -(2**31)
 
@@ -57,6 +57,7 @@ def conv_acc(x, w, x_zp, w_zp, geom: ConvGeometry, group: int):
 
     ``x``: (B, C, H, W) int32 values; ``w``: (O, C / group, kh, kw) int32 values; ``x_zp``
     a scalar, ``w_zp`` a scalar or (O,). Returns (B, O, OH, OW) int32."""
+    _check_conv(x, w, w_zp, geom, group)
     b, c = x.shape[0], x.shape[1]
     o = w.shape[0]
     cg, og = c // group, o // group
@@ -73,9 +74,42 @@ def conv_acc(x, w, x_zp, w_zp, geom: ConvGeometry, group: int):
     return acc.transpose(1, 0, 4, 2, 3).reshape(b, o, oh, ow)
 
 
+def _check_int(v, name: str):
+    if not jnp.issubdtype(jnp.asarray(v).dtype, jnp.integer):
+        raise ArgTypeError(f"{name} must hold integers, got {jnp.asarray(v).dtype}")
+
+
+def _check_conv(x, w, w_zp, geom, group):
+    """ShapeError / ArgTypeError naming the argument of a convolution kernel."""
+    _check_int(x, "x")
+    _check_int(w, "w")
+    if not isinstance(geom, ConvGeometry):
+        raise ArgTypeError(f"geom must be a hwjax.core.ConvGeometry, got {type(geom).__name__}")
+    if x.ndim != 4 or w.ndim != 4:
+        raise ShapeError(f"x must be (B, C, H, W) and w (O, C / group, kh, kw), got {x.shape} and {w.shape}")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1 or x.shape[1] % group or w.shape[0] % group:
+        raise ShapeError(
+            f"group must be a positive int dividing the channels {x.shape[1]} and {w.shape[0]}, got {group!r}"
+        )
+    if w.shape[1] * group != x.shape[1] or tuple(w.shape[2:]) != tuple(geom.kernel) or tuple(x.shape[2:]) != geom.in_hw:
+        raise ShapeError(f"w {w.shape} (group {group}) and geom {geom} do not fit x {x.shape}")
+    if jnp.size(w_zp) not in (1, w.shape[0]):
+        raise ShapeError(f"w_zp must be a scalar or hold one value per output channel, got shape {jnp.shape(w_zp)}")
+
+
+def _check_matmul(a, b, b_zp):
+    _check_int(a, "a")
+    _check_int(b, "b")
+    if a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0]:
+        raise ShapeError(f"a must be (B, ..., K) and b (K, N), got {a.shape} and {b.shape}")
+    if jnp.size(b_zp) not in (1, b.shape[1]):
+        raise ShapeError(f"b_zp must be a scalar or hold one value per column, got shape {jnp.shape(b_zp)}")
+
+
 def matmul_acc(a, b, a_zp, b_zp):
     """QLinearMatMul / MatMulInteger accumulators ``sum_k (a - a_zp)(b - b_zp)``, exact int32:
     ``a`` (B, ..., K) int32 values, ``b`` (K, N) int32 values, ``b_zp`` a scalar or (N,)."""
+    _check_matmul(a, b, b_zp)
     ad = (a - jnp.asarray(a_zp, jnp.int32)).astype(jnp.int16)
     bd = (b - jnp.asarray(b_zp, jnp.int32)).astype(jnp.int16)
     return int_dot(ad, bd, (((ad.ndim - 1,), (0,)), ((), ())))
@@ -187,6 +221,7 @@ def matmul_acc_u8s8_avx2(a, b, a_zp, b_zp):
     uint8 ``a`` and int8 ``b`` multiplied in consecutive pairs along K, each pair's sum
     saturated to int16 (``vpmaddubsw``), the zero points applied afterwards exactly:
     ``raw - b_zp * sum(a) - a_zp * sum(b) + K * a_zp * b_zp``."""
+    _check_matmul(a, b, b_zp)
     k = a.shape[-1]
     a32, b32 = a.astype(jnp.int32), b.astype(jnp.int32)
     raw = _pair_dot_saturated(a32.astype(jnp.int16), b32.astype(jnp.int16), (), ())
@@ -200,6 +235,7 @@ def conv_acc_u8s8_avx2(x, w, x_zp, w_zp, geom: ConvGeometry, group: int):
     raw weights in consecutive pairs, each pair's sum saturated to int16, then the exact
     zero-point terms (as :func:`matmul_acc_u8s8_avx2`). Depthwise convolutions (one input
     and one output channel per group) run MLAS's depthwise kernel, which is exact."""
+    _check_conv(x, w, w_zp, geom, group)
     b, c = x.shape[0], x.shape[1]
     o = w.shape[0]
     cg, og = c // group, o // group
