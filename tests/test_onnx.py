@@ -114,6 +114,22 @@ def test_small_cnn_quantize_static(setting):
     assert check_model(data, x, str(setting)) == expected
 
 
+def test_ort_optimized_model(tmp_path):
+    """The model ONNX Runtime itself saves after its rewrites (``optimized_model_filepath``:
+    NHWC ``channels_last`` QLinear kernels, NhwcMaxPool, the Transposes around them) reads and
+    runs to the same bits as the original."""
+    fm, shape = R.small_cnn()
+    rng = np.random.default_rng(2)
+    data, scale = R.quantize(fm, shape, rng, ("QDQ", "uint8", "int8", True))
+    path = tmp_path / "opt.onnx"
+    R._optimize(data, str(path))
+    opt = path.read_bytes()
+    assert {"NhwcMaxPool", "QLinearConv"} <= set(n.op_type for n in onnx.load_model_from_string(opt).graph.node)
+    x = rng.normal(0, scale, (8, *shape)).astype(np.float32)
+    assert check_model(opt, x) == "exact"
+    np.testing.assert_array_equal(np.asarray(ho.load(opt).run(x)), R.ort_run(data, x))
+
+
 # ------------------------------------------------------------------- random models: make test-full
 
 

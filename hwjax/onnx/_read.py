@@ -671,9 +671,6 @@ def parse(data: bytes):
     model = onnx.load_model_from_string(data)
     if not model.HasField("graph"):
         raise FormatError("the file holds no graph")
-    for imp in model.opset_import:
-        if imp.domain not in ("", "ai.onnx", "com.microsoft"):
-            raise UnsupportedOpError(f"operator set domain {imp.domain!r} is not supported")
     gr = model.graph
     consts = {}
     for init in gr.initializer:
@@ -726,6 +723,30 @@ def _fold_dequantize(nodes, consts):
     return rest
 
 
+_CHANNELS_LAST = ("QLinearConv", "QLinearAveragePool", "QLinearGlobalAveragePool", "NhwcMaxPool")
+
+
+def _channels_first(nodes: list[ONode]) -> list[ONode]:
+    """ONNX Runtime's NHWC kernels (``channels_last=1`` QLinear ops and ``NhwcMaxPool``, as in
+    the models ORT saves with ``optimized_model_filepath``) as their NCHW forms between two
+    Transposes (the same values)."""
+    out = []
+    for n in nodes:
+        nhwc = n.domain == "com.microsoft" and n.op in _CHANNELS_LAST
+        if not nhwc or not (n.op == "NhwcMaxPool" or n.attrs.get("channels_last", 0)):
+            out.append(n)
+            continue
+        x, y = n.inputs[0], n.outputs[0]
+        xt, yt = f"{x}:nchw:{n.name}", f"{y}:nchw"
+        op = "MaxPool" if n.op == "NhwcMaxPool" else n.op
+        attrs = {k: v for k, v in n.attrs.items() if k != "channels_last"}
+        domain = "" if op in ("MaxPool", "QLinearConv") else n.domain
+        out.append(ONode("Transpose", [x], [xt], {"perm": [0, 3, 1, 2]}, "", xt))
+        out.append(ONode(op, [xt, *n.inputs[1:]], [yt, *n.outputs[1:]], attrs, domain, n.name))
+        out.append(ONode("Transpose", [yt], [y], {"perm": [0, 2, 3, 1]}, "", y))
+    return out
+
+
 def read(data: bytes):
     """``(graph, inputs, outputs)`` of an ONNX int8 model (``data``: the file's bytes) as ONNX
     Runtime's CPU provider runs it at ``ORT_ENABLE_ALL`` (module :mod:`hwjax.onnx._qdq`)."""
@@ -738,7 +759,7 @@ def read(data: bytes):
             "ONNX Runtime runs these groups in float32 (unfused QDQ groups whose MLAS float kernels "
             f"hwjax does not reproduce): {', '.join(refused)}"
         )
-    nodes = _fold_dequantize(nodes, consts)
+    nodes = _channels_first(_fold_dequantize(nodes, consts))
     b = _Builder(consts)
     in_infos = []
     for name, dims, dtype in ins:

@@ -22,6 +22,7 @@ class _Writer:
         self.g = graph
         self.nodes, self.inits = [], []
         self.names: set[str] = set(graph.tensors)
+        self.node_names: set[str] = set()
 
     def init(self, base: str, value) -> str:
         name, k = base, 0
@@ -42,6 +43,11 @@ class _Writer:
         return [self.init(f"{tensor}/scale", s), self.init(f"{tensor}/zero_point", z)]
 
     def node(self, op, ins, outs, name, domain="", **attrs):
+        base, k = name, 0
+        while name in self.node_names:  # ONNX node names are unique
+            k += 1
+            name = f"{base}_{k}"
+        self.node_names.add(name)
         self.nodes.append(self.h.make_node(op, ins, outs, name=name, domain=domain, **attrs))
 
 
