@@ -288,6 +288,15 @@ def _fuse_linear(g: _Graph, n: ONode) -> None:
         return
     if q is None or g.qparams(q)[1].dtype != np.uint8:
         return
+    ws = g.const(dqw.inputs[1])
+    w = g.const(dqw.inputs[0])
+    if ws is not None and w is not None and np.size(ws) > 1:
+        out_axis = 0 if n.op == "Conv" or (n.op == "Gemm" and n.attrs.get("transB", 0)) else 1
+        if int(dqw.attrs.get("axis", 1)) % w.ndim != out_axis:
+            raise UnsupportedOpError(
+                f"{n.op} {n.name!r}: per-channel weight scales along axis {dqw.attrs.get('axis', 1)}, "
+                f"not the output-channel axis {out_axis}"
+            )
     dqb = None
     if len(n.inputs) > 2 and n.inputs[2]:
         dqb = _dq_of(g, n.inputs[2])
