@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 from typing import Any
 
@@ -102,15 +103,37 @@ class Model:
                 if not isinstance(a, jax.core.Tracer) and a.size and (int(a.min()) < lo or int(a.max()) > hi):
                     raise RangeError(f"x: input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
             arrays.append(a)
-        res = _run(g, tuple(arrays), out_dtypes=tuple(o.dtype for o in self.outputs), intermediates=intermediates)
+        res = _run(
+            g,
+            tuple(arrays),
+            out_dtypes=tuple(o.dtype for o in self.outputs),
+            intermediates=intermediates,
+            chunk=None if intermediates else batch_chunk(g),
+        )
         out = res[0] if intermediates else res
         y = out[0] if len(out) == 1 else out
         return (y, res[1]) if intermediates else y
 
 
-@functools.partial(jax.jit, static_argnames=("out_dtypes", "intermediates"))
-def _run(g: Graph, arrays: tuple, *, out_dtypes: tuple, intermediates: bool):
-    res = jit_run(g, arrays, intermediates=intermediates)
+#: int32 bytes of the largest per-example tensor one chunk of examples may hold: larger
+#: batches run as consecutive chunks inside one program (:func:`hwjax.graph.jit_run`)
+CHUNK_BYTES = 512 * 1024
+
+
+def batch_chunk(graph: Graph) -> int:
+    """Examples per chunk with which :meth:`Model.run` runs ``graph``: the largest power of
+    two in [8, 1024] whose chunk keeps the graph's largest per-example tensor, as int32,
+    within :data:`CHUNK_BYTES` (chunking changes no value: every example is computed alone)."""
+    biggest = max((math.prod(t.shape) for t in graph.tensors.values()), default=1)
+    chunk = 1024
+    while chunk > 8 and chunk * biggest * 4 > CHUNK_BYTES:
+        chunk //= 2
+    return chunk
+
+
+@functools.partial(jax.jit, static_argnames=("out_dtypes", "intermediates", "chunk"))
+def _run(g: Graph, arrays: tuple, *, out_dtypes: tuple, intermediates: bool, chunk):
+    res = jit_run(g, arrays, intermediates=intermediates, chunk=chunk)
     out = res[0] if intermediates else res
     outs = tuple(o.astype(_NP[dt]) for o, dt in zip(out if isinstance(out, tuple) else (out,), out_dtypes))
     return (outs, res[1]) if intermediates else outs
