@@ -185,8 +185,8 @@ def _drop_activations(g: _Graph) -> None:
         if n.op == "Relu":
             ok = int(z) == lo
         else:
-            mn = g.const(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else None
-            mx = g.const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+            mn = g.const(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else n.attrs.get("min")
+            mx = g.const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else n.attrs.get("max")
             if (len(n.inputs) > 1 and n.inputs[1] and mn is None) or (len(n.inputs) > 2 and n.inputs[2] and mx is None):
                 continue
             qlo = np.float32(s) * np.float32(lo - int(z))
