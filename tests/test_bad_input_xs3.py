@@ -110,6 +110,7 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
     "serialise_output_transform": (xs3.serialise_output_transform, dict(multipliers=MUL, biases=BIAS)),
     "deserialise_output_transform": (xs3.deserialise_output_transform, dict(memory=MEM, channels=4)),
     "otfn_params_from_scales": (xs3.otfn_params_from_scales, dict(bias_q=BQ, weights=KQ, **SCALES)),
+    "canonical_transform": (xs3.canonical_transform, dict(bias_q=BQ, weights=KQ, **SCALES)),
     "otfn_params": (xs3.otfn_params, dict(kernel_q=KQ, bias_q=BQ, **{**SCALES, "s_w": np.float32([0.01, 0.02])})),
     "otfn_params_many": (xs3.otfn_params_many, dict(layers=[(KQ, BQ, 0.5, 1, np.float32([0.01, 0.02]), 0.2, -3)])),
     "narrow_accu_range": (xs3.narrow_accu_range, dict(m=TM, beta=TB, amin=TLO, amax=THI)),
@@ -295,7 +296,7 @@ CASES = [
     ("deserialise_output_transform", "with_leading", dict(with_leading="yes"), A),
     *[
         (f, arg, {arg: v}, k)
-        for f in ("otfn_params_from_scales", "otfn_params")
+        for f in ("otfn_params_from_scales", "canonical_transform", "otfn_params")
         for arg, v, k in (
             ("s_in", NAN, R),
             ("s_in", 0.0, R),
@@ -315,6 +316,8 @@ CASES = [
     ("otfn_params_from_scales", "weights", dict(weights=_with(KQ, 0, 200)), R),
     ("otfn_params_from_scales", "weights", dict(weights="abc"), A),
     ("otfn_params_from_scales", "multiplier_factor", dict(multiplier_factor=NAN), R),
+    ("canonical_transform", "weights", dict(weights=_with(KQ, 0, 200)), R),
+    ("canonical_transform", "multiplier_factor", dict(multiplier_factor=NAN), R),
     ("otfn_params", "kernel_q", dict(kernel_q=_with(KQ, 0, 200)), R),
     ("otfn_params", "kernel_q", dict(kernel_q="abc"), A),
     ("otfn_params", "kernel_q", dict(kernel_q=I32(3)), S),

@@ -54,20 +54,7 @@ RUNTIMES = {
 }
 
 #: (model, case id) -> cause, for the cases hwjax does not match today
-XFAIL: dict[tuple[str, str], str] = {
-    ("ad01_int8", "xs3"): (
-        "1 of 5120 values (example 2, output 496: -6, xformer -5): the last FULLY_CONNECTED "
-        "(op 9, 128 -> 640, no activation; xformer's XC_conv2d_v2, 1x1 direct, group transform) "
-        "gets output-transform biases 1 lower than xformer's on channels 257 and 496 (-5417/-10734 "
-        "vs -5416/-10733), where beta * 2**B - 1 lies within 0.001 of a .5 tie: xformer takes the "
-        "effective multiplier as float32(double(s_in) * s_w / s_out) (1 float32 ulp below hwjax's "
-        "float32 arithmetic here) and rounds beta to float32 before rint(beta * 2**B - 1)"
-    ),
-}
-# (xs3 on the originals also differs inside three more models, on the stored inputs, without
-# reaching their outputs: pretrainedResnet_quant op 8 (a multiplier at a float32 tie),
-# pretrainedResnet_large_int8 op 5 and vww_96_int8 op 12 (channels whose weights are all
-# zero: xformer's constant output truncates beta toward zero, hwjax rounds it))
+XFAIL: dict[tuple[str, str], str] = {}
 #: (model, case id) -> cause, for the cases hwjax refuses (UnsupportedOpError; none at present)
 REFUSED: dict[tuple[str, str], str] = {}
 #: cases left to `make test-full` (marked slow) to keep this file's share of `make test` under

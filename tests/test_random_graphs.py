@@ -106,25 +106,9 @@ KNOWN_WRONG = {
 }
 
 
-def _avgpool_channels_not_multiple_of_4(spec, detail):
-    return any(op["op"] == "AVERAGE_POOL_2D" and x[-1] % 4 for op, x, *_ in _live(spec))
-
-
-def _lut_exp_overflow(spec, detail):
-    return "OverflowError" in detail and any(op["op"] in ("LOGISTIC", "TANH") for op, *_ in _live(spec))
-
-
 #: The same for runtime="xs3" (keys ``xs3-converted`` / ``xs3-original``; an ``error``
 #: outcome of the class counts too). Regressions: test_random_graph_regressions.py::test_xs3_regression.
-KNOWN_XS3 = {
-    # xformer writes an AVERAGE_POOL_2D of C % 4 != 0 as a builtin DEPTHWISE_CONV_2D (weights
-    # 1 at scale 1/4, an unquantised bias) that TFLM runs; hwjax's "xs3" gives the average
-    # pool's rounding (+-1)
-    "xs3-avgpool-as-depthwise": (("xs3-converted", "xs3-original"), _avgpool_channels_not_multiple_of_4),
-    # hwjax's own compilation (original file) computes xformer's LOGISTIC table with
-    # math.exp, which overflows for inputs of a large scale
-    "xs3-original-logistic-table-overflow": (("xs3-original",), _lut_exp_overflow),
-}
+KNOWN_XS3 = {}
 
 
 def known_class(spec, runtime, detail="") -> str | None:

@@ -344,11 +344,19 @@ def test_otfn_params_from_scales_accuracy(seed, n):
 
 
 def test_otfn_params_zero_accumulators_and_constant_channel():
-    # all accumulator limits zero: A = 0, M = 14, B = 0 (bias gets the -1 compensation)
+    # all weights zero: the accumulator range is the single value 0, which lib_nn makes a
+    # constant channel (m = 0, beta = trunc(beta) = 5); A = 0, M = 14, B = 0 (the bias gets
+    # the -1 compensation)
     p = xs3.otfn_params_from_scales(np.array([0, 0], np.int32), np.zeros((2, 8), np.int8), 0.1, 0, [0.1, 0.1], 0.1, 5)
     assert (p["A"], p["M"], p["final_shr"]) == (0, 14, -8)
-    np.testing.assert_array_equal(p["multipliers"], int(np.rint(np.float32(0.1) * 2**14)))
+    np.testing.assert_array_equal(p["multipliers"], 0)
     np.testing.assert_array_equal(p["biases"], 4)
+    # constant channels truncate beta toward zero: 2.9 -> 2, -2.9 -> -2 (rint would give 3, -3)
+    m, beta, amin, amax = xs3.canonical_transform(
+        np.array([29, -29], np.int32), np.zeros((2, 8), np.int8), 0.1, 0, 1.0, 1.0, 0
+    )
+    np.testing.assert_array_equal(beta, [2.0, -2.0])
+    assert not m.any() and not amin.any() and not amax.any()
     # channel 1's output is above 127 for every possible accumulator: constant 127
     w = np.ones((2, 4), np.int8)
     p = xs3.otfn_params_from_scales(np.array([0, 10**6], np.int32), w, 0.1, 0, 0.1, 0.1, 0)
@@ -507,7 +515,7 @@ def test_add_int8_matches_a_python_model_and_saturates_in_order():
 def test_otfn_params_matches_the_xformer_helper(shape):
     c, k = shape
     fn = jax.jit(xs3.otfn_params)
-    checked = 0
+    checked = double_rounded = 0
     for trial in range(12):
         w = RNG.integers(-127, 128, (c, k))
         if trial % 4 == 0:
@@ -518,7 +526,14 @@ def test_otfn_params_matches_the_xformer_helper(shape):
         if trial % 3 == 1:
             s_w[-2:] = 0  # zero-scale channels, as xformer pads output channels to a multiple of 4
         z_in, z_out = int(RNG.integers(-128, 128)), int(RNG.integers(-128, 128))
-        b = RNG.integers(-(2 ** int(RNG.integers(1, 22))), 2 ** int(RNG.integers(1, 22)), c).astype(np.int32)
+        # biases up to 2**28: bias - z_in sum w leaves float32's 24 bits, so beta's float32
+        # steps round
+        b = RNG.integers(-(2 ** int(RNG.integers(1, 29))), 2 ** int(RNG.integers(1, 29)), c).astype(np.int32)
+        # multipliers where float32(float32(s_in s_w) / s_out) is not the correctly rounded
+        # float32(s_in s_w / s_out) that xformer takes
+        two_roundings = (np.float32(s_in) * s_w / np.float32(s_out)).astype(np.float32)
+        exact = (np.float64(s_in) * s_w.astype(np.float64) / np.float64(s_out)).astype(np.float32)
+        double_rounded += int(np.sum((two_roundings != exact) & (s_w > 0)))
         try:
             ref = xs3.otfn_params_from_scales(b, w, float(s_in), z_in, s_w, float(s_out), z_out)
         except ValueError:  # shifts outside the assembly's range: the helper refuses
@@ -528,7 +543,7 @@ def test_otfn_params_matches_the_xformer_helper(shape):
         np.testing.assert_array_equal(np.asarray(bias), ref["biases"])
         assert [int(sh[0]), int(sh[1])] == [ref["initial_shift"], ref["final_shr"]]
         checked += 1
-    assert checked >= 6
+    assert checked >= 6 and double_rounded > 0
 
 
 def test_otfn_params_of_several_layers_in_one_recipe_equal_the_helper():

@@ -55,17 +55,11 @@ def _rint_ldexp(f: float, e: int) -> int:
 
 def canonical_transform(weights, bias_q, s_in, z_in, s_w, s_out, z_out):
     """lib_nn's canonical per-channel ``(multiplier, bias, accu_min, accu_max)`` after the
-    output-clamp back-propagation (xs3.md §4.5 steps 1–2; ``multiplier`` the float32
-    effective scale, scale-0 channels constant). NumPy float64 / int arrays."""
-    from hwjax.xs3 import narrow_accu_range
+    output-clamp back-propagation (:func:`hwjax.xs3.canonical_transform`, xs3.md §4.5
+    steps 1–2). NumPy float64 / int arrays."""
+    from hwjax.xs3 import canonical_transform
 
-    w = np.asarray(weights).reshape(np.shape(weights)[0], -1).astype(np.int64)
-    sw = np.broadcast_to(np.asarray(s_w, np.float32), (w.shape[0],))
-    m = (np.float32(s_in) * sw / np.float32(s_out)).astype(np.float32).astype(np.float64)
-    beta = (np.asarray(bias_q, np.int64) - int(z_in) * w.sum(axis=1)).astype(np.float64) * m + float(z_out)
-    amax = np.where(w > 0, 127 * w, -128 * w).sum(axis=1)
-    amin = np.where(w > 0, -128 * w, 127 * w).sum(axis=1)
-    return narrow_accu_range(m, beta, amin, amax)
+    return canonical_transform(bias_q, weights, s_in, z_in, s_w, s_out, z_out)
 
 
 def _channelwise_exponents(m, beta, amin, amax) -> tuple[list, list]:
@@ -227,6 +221,14 @@ def xformer_add_params(s1, z1, s2, z2, s_out, z_out) -> dict:
     }
 
 
+def _c_exp(v: float) -> float:
+    """C's ``exp``: +inf where the result overflows a double (Python raises)."""
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
+
+
 def xformer_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
     """xformer's ``XC_lookup`` table of a TANH / LOGISTIC / RELU / RELU6 (``getLookupTableI8``):
     for every int8 ``n``, ``v = (n - z_in) * double(s_in)``, ``f = tanh(v)``, ``1 / (1 +
@@ -236,7 +238,7 @@ def xformer_lut_table(fn: str, s_in, z_in, s_out, z_out) -> np.ndarray:
     indexed by the input's byte (``u8(n)``)."""
     f = {
         "tanh": math.tanh,
-        "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)),
+        "sigmoid": lambda v: 1.0 / (1.0 + _c_exp(-v)),
         "relu": lambda v: max(v, 0.0),
         "relu6": lambda v: min(max(v, 0.0), 6.0),
     }[fn]

@@ -158,7 +158,7 @@ def _xs3_linear_host_params(op: str):
 
 
 def xformer_host_otfn(kernel, bias, q_in, s_w, q_out) -> dict | None:
-    """:func:`hwjax.xs3.otfn_params_from_scales` (xformer's float64 host recipe) on concrete
+    """:func:`hwjax.xs3.otfn_params_from_scales` (xformer's host recipe) on concrete
     kernel (C_out, ...), biases, weight scales and the input / output :class:`hwjax.graph.Quant`;
     None where the recipe refuses the layer (then the jittable ``otfn_params`` returns the
     parameters as found)."""

@@ -327,9 +327,13 @@ def _avgpool_params(target, attrs, portable, q_in, q_out):
 
 def _avgpool_run(target, attrs, p, x, return_acc: bool = False):
     """AVERAGE_POOL_2D as xformer's depthwise replacement (:func:`xformer_avgpool_as_depthwise`),
-    then as every compiled DEPTHWISE_CONV_2D."""
+    then as every compiled DEPTHWISE_CONV_2D; with a channel count that is not a multiple
+    of 4 xformer keeps that depthwise a builtin, run as TFLM runs it (verified on the host
+    interpreter: tests/data/randgraph_xs3)."""
     dw_attrs, dw = xformer_avgpool_as_depthwise(attrs, x.shape[-1])
     dw_p = _compiled_params("depthwise_conv")(target, dw_attrs, dw, [p["q_in"]], p["q_out"])
+    if x.shape[-1] % 4:  # xformer leaves this depthwise a builtin that TFLM runs (its double rounding)
+        dw_p = {**dw_p, "choice": {**dw_p["choice"], "mode": np.int32(2)}}
     return _compiled_run("depthwise_conv")(target, dw_attrs, dw_p, x, return_acc)
 
 

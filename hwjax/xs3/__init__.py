@@ -23,6 +23,7 @@ from hwjax.xs3._vpu import (
 )
 from hwjax.xs3._otfn import (
     deserialise_output_transform,
+    canonical_transform,
     narrow_accu_range,
     otfn_binary,
     otfn_int8,

@@ -679,26 +679,81 @@ def _check_transform(m, beta, amin, amax) -> tuple[np.ndarray, ...]:
 
 
 def narrow_accu_range(m, beta, amin, amax):
-    """§4.5 step 2: keep the accumulators whose output is not clamped to [-128, 127].
+    """§4.5 step 2: keep the accumulators whose output is not clamped to [-128, 127],
+    as lib_nn's ``backprop_output_clamps_to_accu_limits`` does.
 
-    Args: ``m``, ``beta`` the channels' float multipliers and offsets, ``amin``, ``amax``
-    their integer accumulator ranges (1-D, one length). Returns (m, beta, amin, amax)
-    with constant channels (empty range, or m = 0) turned into m = 0, beta = the clamped
-    constant output, range [0, 0]. Host (NumPy) only; bad arguments raise
-    :mod:`hwjax.errors` exceptions naming them.
+    Args: ``m``, ``beta`` the channels' multipliers and offsets (float32 values, as
+    :func:`canonical_transform` makes them), ``amin``, ``amax`` their integer accumulator
+    ranges (1-D, one length). Per channel with ``m != 0``: ``hi = (127 - beta) / m`` and
+    ``lo = (-128 - beta) / m`` in float64, rounded to float32 (lib_nn's ``round_up`` /
+    ``round_down`` take a float), then ``amax' = min(amax, ceil(hi))``,
+    ``amin' = max(amin, floor(lo))`` (ends sorted). When ``amax' <= amin'`` or ``m == 0``
+    the channel is constant: ``beta = clip(trunc(beta), -128, 127)`` (C's ``(int32_t)``
+    conversion; beyond int32, x86's -2**31), ``m = 0``, range [0, 0] (for ``m == 0``, as
+    xformer's blobs show for its zero-scale pad channels, beta is ``z_out``). Returns (m, beta, amin, amax) as float64 / int64 arrays. Host (NumPy)
+    only; bad arguments raise :mod:`hwjax.errors` exceptions naming them.
     """
     m, beta, amin, amax = _check_transform(m, beta, amin, amax)
     m, beta = m.copy(), beta.copy()
     amin, amax = amin.copy(), amax.copy()
     for c in range(m.size):
+        lo = hi = 0
         if m[c] != 0:
-            ends = sorted(((-128 - beta[c]) / m[c], (127 - beta[c]) / m[c]))
-            amin[c] = max(amin[c], int(np.floor(ends[0])))
-            amax[c] = min(amax[c], int(np.ceil(ends[1])))
-        if m[c] == 0 or amin[c] > amax[c]:
-            beta[c] = float(np.clip(beta[c] + m[c] * amin[c], -128, 127))
-            m[c], amin[c], amax[c] = 0.0, 0, 0
+            ends = sorted(float(np.float32((v - beta[c]) / m[c])) for v in (-128.0, 127.0))
+            lo, hi = max(amin[c], int(np.floor(ends[0]))), min(amax[c], int(np.ceil(ends[1])))
+        if m[c] == 0 or hi <= lo:
+            b = beta[c]
+            const = int(np.trunc(b)) if -(2.0**31) < b < 2.0**31 else -(2**31)
+            m[c], beta[c], amin[c], amax[c] = 0.0, float(min(max(const, -128), 127)), 0, 0
+        else:
+            amin[c], amax[c] = lo, hi
     return m, beta, amin, amax
+
+
+def canonical_transform(
+    bias_q, weights, s_in: float, z_in: int, s_w, s_out: float, z_out: int, *, multiplier_factor=None, what=None
+) -> tuple[np.ndarray, ...]:
+    """§4.5 steps 1–2 as xformer 1.4.2 evaluates them on the host.
+
+    Inputs as :func:`otfn_params_from_scales`'s (``weights`` (C_out, ...) int8 values,
+    flattened per channel; ``bias_q`` (C_out,) int32; ``s_w`` scalar or (C_out,)):
+    ``m = float32(double(s_in) * s_w / s_out)`` (the correctly rounded float32 quotient:
+    the double product is exact and the double rounding innocuous), optionally clamped to
+    ``min(m) * multiplier_factor``; ``beta = float32(float32(float32(n) * m) + z_out)``
+    with ``n = bias_q - z_in * sum_k w`` (C++ ``int * float + int``: float32 steps);
+    ``accu_max = sum_k (w > 0 ? 127w : -128w)``, ``accu_min = sum_k (w > 0 ? -128w :
+    127w)``; then :func:`narrow_accu_range`. Returns (m, beta, amin, amax) as float64 /
+    int64 arrays. Host (NumPy) only; bad arguments raise :mod:`hwjax.errors` exceptions
+    naming them.
+    """
+    what = what or "canonical_transform"
+    w = _bso._host_array(weights, "weights", what)
+    if not np.issubdtype(w.dtype, np.integer) or w.ndim < 1:
+        raise ArgTypeError(f"weights must be an integer array (C_out, ...) of int8 values, got {w.dtype}")
+    V.check_range(w, -128, 127, "weights (int8 values)")
+    c_out = w.shape[0]
+    w2 = w.reshape(c_out, -1).astype(np.int64)
+    bq = _bso._host_array(bias_q, "bias_q", what)
+    if not np.issubdtype(bq.dtype, np.integer):
+        raise ArgTypeError(f"bias_q must be an integer array of shape ({c_out},), got dtype {bq.dtype}")
+    if bq.shape != (c_out,):
+        raise ShapeError(f"bias_q must be an integer array of shape ({c_out},), got shape {bq.shape}")
+    V.check_range(bq, -(2**31), 2**31 - 1, "bias_q (int32)")
+    z_in = _bso._host_int_scalar(z_in, "z_in", -128, 127, what)
+    z_out = _bso._host_int_scalar(z_out, "z_out", -128, 127, what)
+    s_in, s_out = _bso._host_scale(s_in, "s_in", what), _bso._host_scale(s_out, "s_out", what)
+    sw = np.asarray(_bso._host_scales(s_w, "s_w", c_out, what), np.float32)
+    if multiplier_factor is not None:
+        multiplier_factor = _bso._host_scale(multiplier_factor, "multiplier_factor", what)
+    weights, bias_q = w2, bq.astype(np.int64)
+    m = (np.float64(s_in) * sw.astype(np.float64) / np.float64(s_out)).astype(np.float32)
+    if multiplier_factor is not None:
+        m = np.minimum(m, np.float32(m.min() * np.float32(multiplier_factor)))
+    n = (bias_q - int(z_in) * weights.sum(axis=1)).astype(np.float32)
+    beta = (n * m).astype(np.float32) + np.float32(z_out)
+    amax = np.where(weights > 0, 127 * weights, -128 * weights).sum(axis=1)
+    amin = np.where(weights > 0, -128 * weights, 127 * weights).sum(axis=1)
+    return narrow_accu_range(m.astype(np.float64), beta.astype(np.float64), amin, amax)
 
 
 def solve_exponents(m, beta, amin, amax, max_steps: int = 512) -> tuple[int, int]:
@@ -750,15 +805,13 @@ def otfn_params_from_scales(
     (C_out, ...) int8 (flattened per channel), input scale/zero point ``s_in, z_in``,
     weight scale ``s_w`` (scalar or (C_out,)), output ``s_out, z_out``. Steps:
 
-    1. ``m_c = float32(s_in * s_w[c] / s_out)``; with ``multiplier_factor`` (xformer's
-       ``--xcore-conv-multiplier-factor``; default None = UINT32_MAX = no clamp)
-       ``m_c = min(m_c, min_c(m_c) * factor)``.
-    2. ``beta_c = (bias_q[c] - z_in * sum_k w[c,k]) * m_c + z_out`` (float64);
-       ``accu_max = sum_k (w > 0 ? 127w : -128w)``, ``accu_min = sum_k (w > 0 ? -128w : 127w)``;
-       the range is narrowed to ``[floor((-128 - beta)/m), ceil((127 - beta)/m)]``
-       (ends sorted: rounded outward). An empty range (or m = 0) makes the channel
-       constant: m = 0, beta = the clamped constant output
-       ``clip(beta + m * accu_min, -128, 127)``, range [0, 0].
+    1.–2. :func:`canonical_transform`: ``m_c = float32(s_in * s_w[c] / s_out)``
+       correctly rounded (with ``multiplier_factor``, xformer's
+       ``--xcore-conv-multiplier-factor``, default None = UINT32_MAX = no clamp,
+       ``m_c = min(m_c, min_c(m_c) * factor)``); ``beta_c = (bias_q[c] - z_in *
+       sum_k w[c,k]) * m_c + z_out`` in float32 steps; the accumulator range narrowed by
+       :func:`narrow_accu_range` (float32-rounded ends; a range of at most one value
+       makes the channel constant: m = 0, beta = ``clip(trunc(beta), -128, 127)``).
     3. Exponents A (accumulator), M (multiplier), B = A + M - 14: start at
        ``A = 15 - max e(accu)``, ``M = 15 - max e(m)`` (frexp exponents over non-zero
        range ends / multipliers; A = 0, M = 14 when there are none). Repeat over the
@@ -785,32 +838,17 @@ def otfn_params_from_scales(
       dict with ``multipliers``, ``biases`` (NumPy int16, (C_out,)), ``initial_shift``,
       ``final_shr`` (ints) and the exponents ``A``, ``M``, ``B``.
     """
-    what = "otfn_params_from_scales"
-    w = _bso._host_array(weights, "weights", what)
-    if not np.issubdtype(w.dtype, np.integer) or w.ndim < 1:
-        raise ArgTypeError(f"weights must be an integer array (C_out, ...) of int8 values, got {w.dtype}")
-    V.check_range(w, -128, 127, "weights (int8 values)")
-    c_out = w.shape[0]
-    w2 = w.reshape(c_out, -1).astype(np.int64)
-    bq = _bso._host_array(bias_q, "bias_q", what)
-    if not np.issubdtype(bq.dtype, np.integer):
-        raise ArgTypeError(f"bias_q must be an integer array of shape ({c_out},), got dtype {bq.dtype}")
-    if bq.shape != (c_out,):
-        raise ShapeError(f"bias_q must be an integer array of shape ({c_out},), got shape {bq.shape}")
-    V.check_range(bq, -(2**31), 2**31 - 1, "bias_q (int32)")
-    z_in = _bso._host_int_scalar(z_in, "z_in", -128, 127, what)
-    z_out = _bso._host_int_scalar(z_out, "z_out", -128, 127, what)
-    s_in, s_out = _bso._host_scale(s_in, "s_in", what), _bso._host_scale(s_out, "s_out", what)
-    sw = np.asarray(_bso._host_scales(s_w, "s_w", c_out, what), np.float32)
-    m = (np.float32(s_in) * sw / np.float32(s_out)).astype(np.float32)
-    if multiplier_factor is not None:
-        multiplier_factor = _bso._host_scale(multiplier_factor, "multiplier_factor", what)
-        m = np.minimum(m, np.float32(m.min() * np.float32(multiplier_factor)))
-    m = m.astype(np.float64)
-    beta = (bq.astype(np.float64) - float(z_in) * w2.sum(axis=1)) * m + float(z_out)
-    amax = np.where(w2 > 0, 127 * w2, -128 * w2).sum(axis=1)
-    amin = np.where(w2 > 0, -128 * w2, 127 * w2).sum(axis=1)
-    m, beta, amin, amax = narrow_accu_range(m, beta, amin, amax)
+    m, beta, amin, amax = canonical_transform(
+        bias_q,
+        weights,
+        s_in,
+        z_in,
+        s_w,
+        s_out,
+        z_out,
+        multiplier_factor=multiplier_factor,
+        what="otfn_params_from_scales",
+    )
     A, M = solve_exponents(m, beta, amin, amax)
     B = A + M - 14
     initial_shift, final_shr = -A, B - 8

@@ -1,7 +1,7 @@
 """xformer's output-transform parameter recipe (spec xs3.md §4.5), jittable and exact.
 
 :func:`hwjax.xs3.otfn_params_from_scales` transcribes xformer's host helper literally
-(NumPy, float64) and is the reference; :func:`otfn_params` computes the same
+(NumPy, in the float32 / float64 steps of its C++) and is the reference; :func:`otfn_params` computes the same
 parameters inside ``jit`` in exact integer arithmetic, so hardware-aware training can
 re-derive them at every step on the device.
 """
@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import compute_once, div_rn, floor_divmod_small, shift_right
+from hwjax.core import compute_once, div_rn, mul_rn, shift_right
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.core import wide as W
@@ -28,6 +28,51 @@ def _rint_int32(v, s) -> jax.Array:
     big = jnp.abs(v) > (jnp.int32(2**31 - 1) >> sl)  # v * 2**-s leaves int32
     left = jnp.where(big, jnp.where(v > 0, 2**31 - 1, -(2**31)), v << sl)
     return jnp.where(s >= 0, right, left)
+
+
+def _mant_exp(v: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(mant, e)`` with ``v = mant * 2**e`` exactly, ``|mant| < 2**24`` (int32), for
+    float32 ``v`` (0 gives (0, -24))."""
+    frac, exp = jnp.frexp(v)
+    return (frac * 2.0**24).astype(jnp.int32), exp.astype(jnp.int32) - 24
+
+
+def _cmp_scaled(a: W.Wide, ea: jax.Array, b: W.Wide, eb: jax.Array) -> jax.Array:
+    """sign(a 2**ea - b 2**eb) (-1, 0, 1) for values close enough that aligning the
+    exponents keeps both inside int64 (callers compare a quotient with its neighbours)."""
+    d = ea - eb
+    a2 = W.shift_left(a, jnp.clip(d, 0, 62))
+    b2 = W.shift_left(b, jnp.clip(-d, 0, 62))
+    return jnp.where(W.lt(a2, b2), -1, jnp.where(W.eq(a2, b2), 0, 1))
+
+
+def _nearest_quotient(y, num: W.Wide, e_num, den, e_den) -> jax.Array:
+    """The float32 nearest (ties to even) to ``x = num 2**e_num / (den 2**e_den)``
+    (``den`` a positive int32 below 2**24), given a float32 estimate ``y`` within 1.5 ulp
+    of it (two float32 roundings: ``|y - x| <= ulp/2 + 2**-24 |x|``): the nearest float
+    is then at most two floats from ``y``, and each of the two passes moves ``y`` one
+    float towards it, deciding by comparing ``x`` exactly with the midpoints between
+    ``y`` and its neighbours (``x > mid`` iff ``num 2**e_num > (2 mid) den 2**(e_den -
+    1)``, integers of at most 50 bits at aligned exponents). ``num == 0`` gives 0."""
+
+    def above(ya, yb):  # sign(x - (ya + yb) / 2)
+        ma, ea = _mant_exp(ya)
+        mb, eb = _mant_exp(yb)
+        e = jnp.minimum(ea, eb)
+        two_mid = (ma << jnp.clip(ea - e, 0, 2)) + (mb << jnp.clip(eb - e, 0, 2))  # adjacent floats
+        return _cmp_scaled(num, e_num, W.mul_int32(two_mid, den), e - 1 + e_den)
+
+    def even(v):
+        return (jax.lax.bitcast_convert_type(v, jnp.int32) & 1) == 0
+
+    for _ in range(2):
+        lo, hi = jnp.nextafter(y, -jnp.inf), jnp.nextafter(y, jnp.inf)
+        cu, cd = above(y, hi), above(lo, y)
+        up = (cu > 0) | ((cu == 0) & even(hi))
+        down = (cd < 0) | ((cd == 0) & even(lo))
+        y = jnp.where(up, hi, jnp.where(down, lo, y))
+    zero = (num.hi == 0) & (num.lo == 0)
+    return jnp.where(zero, jnp.float32(0), y)
 
 
 def _sig_bits(v: jax.Array) -> jax.Array:
@@ -72,17 +117,19 @@ def _check_args(kernel_q, bias_q, s_in, z_in, s_w, s_out, z_out):
 def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     """xformer's group-wise ``otfn_int8`` parameters (spec xs3.md §4.5), jittable and exact.
 
-    The same recipe as :func:`otfn_params_from_scales` (host-side NumPy, float64, a
-    literal transcription of the helper) in exact integer arithmetic, so that it runs inside ``jit`` on the
-    device (hardware-aware training re-derives the parameters at every step). Every
-    quantity is evaluated exactly: ``m_c = float32(float32(s_in s_w[c]) / s_out)`` is
-    split into ``mant * 2**e`` and ``beta_c = (bias_q[c] - z_in sum_k w[c,k]) m_c +
-    z_out`` is kept as an exact two-word rational; the narrowing floors/ceils, the
-    ``rint`` roundings (ties to even) and the A/M search (channel order, first
-    failing channel decides, significant-bit tracking) follow the helper step by
-    step. The results are therefore identical to the helper's wherever its float64
-    arithmetic is exact, which holds for int8 layers with
-    ``|bias_q - z_in sum w| < 2**29`` (tested against it on random layers).
+    The same recipe as :func:`otfn_params_from_scales` (host-side NumPy, a literal
+    transcription of the helper) in exact integer arithmetic, so that it runs inside
+    ``jit`` on the device (hardware-aware training re-derives the parameters at every
+    step). Every float step of the helper is reproduced bit for bit: ``m_c =
+    float32(s_in s_w[c] / s_out)`` correctly rounded (a float32 estimate corrected by
+    exact comparisons with its neighbours' midpoints), split into ``mant * 2**-k``;
+    ``beta_c = float32(float32(float32(n_c) m_c) + z_out)`` (``n_c = bias_q[c] - z_in
+    sum_k w[c,k]``), kept as the exact integer ``beta_c 2**k``; the range ends
+    ``float32((v - beta_c) / m_c)`` correctly rounded the same way, then floored / ceiled;
+    constant channels ``clip(trunc(beta_c))``; the ``rint`` roundings (ties to even) and
+    the A/M search (channel order, first failing channel decides, significant-bit
+    tracking) step by step. Identical to the helper for int8 layers with ``|n_c| <
+    2**29`` and ``m_c >= 2**-30`` (tested against it on random layers).
 
     Args:
       kernel_q: int8 values, output channel first (C, ...).
@@ -189,7 +236,12 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
     z_in, z_out = jnp.asarray(z_in, jnp.int32), jnp.asarray(z_out, jnp.int32)
 
     def multiplier(s_in, s_w, s_out):
-        m = div_rn(s_in * s_w, s_out)
+        # m = float32(s_in s_w / s_out), correctly rounded (xformer divides the exact double
+        # product): the two-rounding estimate corrected against the exact quotient
+        ma, ea = _mant_exp(s_in)
+        mb, eb = _mant_exp(s_w)
+        mc, ec = _mant_exp(s_out)
+        m = _nearest_quotient(div_rn(mul_rn(s_in, s_w), s_out), W.mul_int32(ma, mb), ea + eb, mc, ec)
         frac, exp = jnp.frexp(m)
         mant = jnp.where(m > 0, (frac * 2.0**24).astype(jnp.int32), 0)  # m = mant * 2**-k exactly
         k = jnp.clip(jnp.where(m > 0, 24 - exp, 0), 0, 62).astype(jnp.int32)  # m >= 2**-38 assumed
@@ -201,38 +253,36 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
     )
 
     def narrow(sp, sn, bias_q, z_in, z_out, m, mant, k):
-        """§4.5 step 2 and the exact offset ``t``."""
+        """§4.5 step 2 as lib_nn evaluates it: beta in float32 steps, the range ends
+        rounded to float32, constant channels; ``t = beta * 2**k`` exactly."""
         i32 = jnp.int32  # explicit int32: results must not depend on jax_enable_x64
-        bq = bias_q.astype(i32) - z_in * (sp + sn)
+        n = bias_q.astype(i32) - z_in * (sp + sn)
         amax = 127 * sp - 128 * sn  # the largest and smallest accumulator over int8 inputs
         amin = -128 * sp + 127 * sn
+        # C++ `int * float + int`: float32(float32(float32(n) * m) + z_out); mul_rn keeps the
+        # product from being contracted with the addition
+        beta = mul_rn(n.astype(f32), m) + z_out.astype(f32)
+        # beta = mb 2**eb with eb >= -k (beta is a sum of multiples of m's ulp 2**-k, rounded
+        # to float32), so t = beta 2**k is an integer
+        mb, eb = _mant_exp(beta)
+        t = W.shift_left(W.from_int32(mb), jnp.clip(eb + k, 0, 62))
 
-        def shl(v, s):  # int32 v * 2**s as Wide
-            return W.shift_left(W.from_int32(v), s)
+        def end(v, rnd):
+            """rnd(float32((v - beta) / m)) as int32 within +-2**30 (lib_nn's round_up /
+            round_down take a float): the quotient of t's exact numerator by mant."""
+            num = W.sub(W.shift_left(W.from_int32(jnp.full_like(k, v)), k), t)  # (v - beta) 2**k
+            q = _nearest_quotient(div_rn(v - beta, jnp.where(m > 0, m, 1.0)), num, -k, jnp.maximum(mant, 1), -k)
+            return rnd(jnp.clip(q, -(2.0**30), 2.0**30)).astype(i32)
 
-        def floor_div_m(n):
-            """floor(n / m) for int32 n (|n| <= 255), exact where |n / m| <= 2**30, else +-2**30."""
-            q = n.astype(f32) / jnp.where(m > 0, m, 1.0)
-            big = jnp.abs(q) > 2.0**30
-            f1 = jnp.floor(jnp.clip(q, -(2.0**30), 2.0**30)).astype(jnp.int32)
-            # r = n 2**k - f1 mant, |r| < 2**31: exact in int32 arithmetic modulo 2**32
-            r = jnp.where(k >= 32, 0, n << jnp.minimum(k, 31)) - f1 * mant
-            f = f1 + floor_divmod_small(r, jnp.maximum(mant, 1))[0]  # |r / mant| < 2**8 where m > 0
-            return jnp.where(big, jnp.where(q > 0, 2**30, -(2**30)), f)
-
-        # §4.5 step 2: narrow to the accumulators whose output is not clamped
-        lo_end = floor_div_m(-128 - z_out) - bq
-        hi_end = -floor_div_m(z_out - 127) - bq  # ceil((127 - z_out) / m) - bq
         live = m > 0
-        amin = jnp.where(live, jnp.maximum(amin, lo_end), amin)
-        amax = jnp.where(live, jnp.minimum(amax, hi_end), amax)
-        const = ~live | (amin > amax)
-        # beta = t * 2**-k with t = bq mant + z_out 2**k; constant channels: clip(beta + m amin)
-        t = W.add(W.mul_int32(bq, mant), shl(z_out, k))
-        t_const = W.add(t, W.mul_int32(amin, mant))
-        lo_b, hi_b = shl(jnp.full_like(k, -128), k), shl(jnp.full_like(k, 127), k)
-        t_const = W.where(W.lt(t_const, lo_b), lo_b, W.where(W.lt(hi_b, t_const), hi_b, t_const))
-        t = W.where(const, t_const, t)
+        amin = jnp.where(live, jnp.maximum(amin, end(-128, jnp.floor)), amin)
+        amax = jnp.where(live, jnp.minimum(amax, end(127, jnp.ceil)), amax)
+        const = ~live | (amax <= amin)
+        # constant channels: clip(trunc(beta), -128, 127) (C's (int32_t) conversion)
+        # (x86 converts values beyond int32 to -2**31)
+        b_const = jnp.clip(jnp.trunc(jnp.clip(beta, -(2.0**30), 2.0**30)), -128, 127).astype(i32)
+        b_const = jnp.where(beta >= 2.0**31, -128, b_const)
+        t = W.where(const, W.shift_left(W.from_int32(b_const), k), t)
         mant = jnp.where(const, 0, mant)
         amin, amax = jnp.where(const, 0, amin), jnp.where(const, 0, amax)
         return t, mant, amin, amax
