@@ -61,49 +61,12 @@ N_RANDOM = 13  # random examples per graph (after all -128, all 127, all the zer
 
 
 # ------------------------------------------------------------------ known failing classes
-def _live(spec):
-    """The live ops of a spec with their input shape and input/output quantisation."""
-    shp, q = rg.shapes(spec), rg.quants(spec)
-    for i in rg.live_ops(spec):
-        op = spec["ops"][i]
-        yield op, shp[op["in"][0]], q[op["in"][0]], q[i + 1]
-
-
-def _requant_overflow(kinds):
-    """A live op of ``kinds`` whose accumulator (bias and products at their largest) times
-    its requantisation multiplier can leave int32."""
-
-    def pred(spec, detail):
-        for op, x, (s_in, _), (s_out, _) in _live(spec):
-            if op["op"] in kinds and op.get("bias") is not None:
-                s_w = max(rg.weight_scales(op["w"], 64 if op["w"]["per_channel"] else 1))
-                fan = int(np.prod(op.get("kernel", [1, 1]))) * (x[-1] if op["op"] == "CONV_2D" else 1)
-                if op["op"] == "FULLY_CONNECTED":
-                    fan = x[-1] if op["keep_num_dims"] else int(np.prod(x[1:]))
-                acc = op["bias"]["max"] + fan * 255 * op["w"]["max"]
-                if acc * s_in * s_w / s_out >= 2.0**31:
-                    return True
-        return False
-
-    return pred
-
-
 #: Classes of wrong results hwjax is known to give today, as ``name: (runtimes,
 #: predicate(spec, detail))``: a mismatch on one of ``runtimes`` for which the predicate
 #: holds (``detail``: the :func:`compare` text) counts as ``known-wrong`` (reported, not
 #: failed). Each class has strict-xfail cases in tests/test_random_graph_regressions.py;
 #: remove the entry here when those pass.
-KNOWN_WRONG = {
-    # XNNPACK requantises in float32 and saturates when acc * multiplier leaves int32;
-    # hwjax's "xnnpack" differs (regression: xnnpack-requantisation-overflow-*)
-    "xnnpack-requantisation-overflow": (
-        ("xnnpack",),
-        _requant_overflow(("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")),
-    ),
-    # the same on LiteRT's reference FULLY_CONNECTED (regression:
-    # reference-requantisation-overflow-fully-connected)
-    "reference-fully-connected-requantisation-overflow": (("reference",), _requant_overflow(("FULLY_CONNECTED",))),
-}
+KNOWN_WRONG: dict = {}
 
 
 #: The same for runtime="xs3" (keys ``xs3-converted`` / ``xs3-original``; an ``error``

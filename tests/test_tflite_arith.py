@@ -151,11 +151,12 @@ def test_kernel_errors():
 
 
 def _r2_host(acc, eff):
-    """R2 in float64 on the host: ``std::round(acc * eff)`` clipped to int32 (the model)."""
+    """R2 in float64 on the host: ``std::round(acc * eff)`` converted to int32 as x86 does
+    (-2**31 for a value outside int32) (the model)."""
     v = np.asarray(acc, np.int64).astype(np.float64) * np.float64(eff)
     r = np.floor(np.abs(v))
     r = np.copysign(r + (np.abs(v) - r >= 0.5), v)
-    return np.clip(r, -(2**31), 2**31 - 1).astype(np.int64)
+    return np.where((r < -(2**31)) | (r > 2**31 - 1), -(2**31), r).astype(np.int64)
 
 
 # (acc, eff) whose float64 product rounds onto a tie k + 1/2 that the exact product is

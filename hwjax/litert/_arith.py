@@ -369,7 +369,8 @@ def _float64_bits(eff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _r2(acc, hi, lo):
-    """R2, ``clip(round_half_away(fl64(acc * eff)), int32)`` (LiteRT's double multiply),
+    """R2, ``round_half_away(fl64(acc * eff))`` (LiteRT's double multiply) as int32, -2**31
+    where it leaves int32 (x86's conversion),
     exactly in 32-bit integer arithmetic on the device, with no host callback. ``eff`` is
     given by the two words ``hi``, ``lo`` of its float64 bits (finite, >= 0).
 
@@ -407,7 +408,9 @@ def _r2(acc, hi, lo):
     mag = wide.where(s >= 0, right, left)
     big = over_left | wide.lt(wide.const(2**31 - 1), mag)
     m32 = jax.lax.bitcast_convert_type(mag.lo, _I32)
-    out = jnp.where(neg, jnp.where(big, INT32_MIN, -m32), jnp.where(big, INT32_MAX, m32))
+    # beyond int32 both signs give -2**31: C's static_cast<int32_t> of the double on x86
+    # (cvttsd2si's "integer indefinite")
+    out = jnp.where(big, INT32_MIN, jnp.where(neg, -m32, m32))
     return jnp.where(ef == 0, 0, out)  # eff zero (or denormal: |acc| eff < 2**-990)
 
 
@@ -527,11 +530,21 @@ def _requantize(acc, params, output_zero_point, act_min, act_max, requant: str) 
         v = _r2(acc, jnp.asarray(params["eff_hi"], jnp.uint32), jnp.asarray(params["eff_lo"], jnp.uint32))
     elif requant == "xnnpack":
         f = acc.astype(jnp.float32) * jnp.asarray(params["scale"], jnp.float32)
-        lo, hi = jnp.float32(-(2.0**31)), jnp.float32(2.0**31 - 128)
-        v = jnp.round(jnp.clip(f, lo, hi)).astype(_I32)  # jnp.round: ties to even (rint)
+        # XNNPACK clamps above before converting (the output range less the zero point, far
+        # below 2**31 - 128 here, where the clamp to the int8 range follows); below, x86's
+        # cvtps2dq gives -2**31 for what leaves int32
+        hi = jnp.float32(2.0**31 - 128)
+        v = jnp.round(jnp.minimum(f, hi)).astype(_I32)  # jnp.round: ties to even (rint)
+        v = jnp.where(f < jnp.float32(-(2.0**31)), INT32_MIN, v)
     else:
         raise RangeError(f"requant must be one of {tuple(REQUANT)}, got {requant!r}")
     zp = jnp.asarray(output_zero_point, _I32)
-    # v + zp may exceed int32 only far outside the int8 range: clamp v first (exact).
-    v = jnp.clip(v, -(2**30), 2**30)
-    return jnp.clip(v + zp, jnp.asarray(act_min, _I32), jnp.asarray(act_max, _I32))
+    if requant in ("float64", "xnnpack"):
+        # x86: a value that left int32 is -2**31, and the zero point is added in wrapping
+        # int32 arithmetic (LiteRT's reference FULLY_CONNECTED, XNNPACK's AVX-512 kernels):
+        # with a negative zero point it wraps to the top of the range
+        v = v + zp
+    else:
+        # v + zp may exceed int32 only far outside the int8 range: clamp v first (exact).
+        v = jnp.clip(v, -(2**30), 2**30) + zp
+    return jnp.clip(v, jnp.asarray(act_min, _I32), jnp.asarray(act_max, _I32))
