@@ -311,12 +311,12 @@ CASES = [
         for r in rg.RUNTIMES
     ],
     # FULLY_CONNECTED with keep_num_dims on a 4-D input of several rows ([1, H, W, C] ->
-    # [1, H, W, units], weights over C): hwjax refuses it
+    # [1, H, W, units], weights over C) (hwjax refused it until 2026-11-28)
     *[
         (
             f"fully-connected-keep-num-dims-4d-{r}",
             r,
-            "FULLY_CONNECTED keep_num_dims on several rows: hwjax refuses it",
+            None,
             {
                 "seed": 4,
                 "input": {"shape": [1, 2, 3, 5], "scale": 0.05, "zp": -10},
@@ -479,3 +479,21 @@ def test_xs3_regression(name, key):
         pytest.skip(f"{name}.npz not in {XS3_DATA} (scripts/randgraph_xs3_testdata.py)")
     outcome, detail = check_xs3(name)[key]
     assert outcome == "exact", f"{name} {key}: {outcome}: {detail}"
+
+
+def test_fully_connected_over_several_rows_is_written_back_with_keep_num_dims():
+    """A FULLY_CONNECTED with keep_num_dims over H x W rows is one ``dense`` node over the last
+    axis; hwjax.tflite.save writes it back with keep_num_dims, and LiteRT runs the saved file
+    to the values hwjax computes."""
+    from hwjax import tflite
+    from hwjax.tflite.testing import run_litert
+
+    spec = next(s for name, _, _, s in CASES if name == "fully-connected-keep-num-dims-4d-reference")
+    x = rg.inputs(spec)
+    model = tflite.load(rg.build(spec))
+    assert [n.op for n in model.graph.nodes] == ["dense"]
+    saved = tflite.save(model)
+    y = np.asarray(model.run(x))
+    assert y.shape == (len(x), 2, 3, 3)
+    np.testing.assert_array_equal(np.asarray(tflite.load(saved).run(x)), y)
+    np.testing.assert_array_equal(np.asarray(run_litert(saved, x, "reference")).reshape(y.shape), y)

@@ -202,6 +202,13 @@ def _compiled_run(op: str):
                 f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
                 f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported"
             )
+        if op == "dense" and x.ndim != 2:
+            from hwjax.errors import UnsupportedOpError
+
+            raise UnsupportedOpError(
+                f"target {target!r}: dense over several rows (an input of shape {tuple(x.shape[1:])}) is not "
+                "compiled as xformer does yet"
+            )
         k = p["kernel"]
         co = x.shape[-1] if op == "depthwise_conv" else attrs["features"]  # before padding
         if op == "dense":

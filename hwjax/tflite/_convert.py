@@ -34,7 +34,8 @@ def _fully_connected(b: Builder, op: OpContext) -> None:
     ``I``; with one row per example (any input shape of ``I`` elements, e.g. a 4-D tensor
     without a RESHAPE) the input is flattened first, and with ``keep_num_dims`` the ``(N,)``
     result is reshaped to the output's shape (its leading axes all 1). Several rows per
-    example are refused."""
+    example (an input of ``(..., depth)``) are read with ``keep_num_dims`` only (a ``dense``
+    node over the last axis); without it they are refused."""
     where, ins, o = op.where, op.inputs, op.one_output()
     x = b.act(ins[0], where)
     w = b.const(ins[1], where, "filter")
@@ -46,6 +47,19 @@ def _fully_connected(b: Builder, op: OpContext) -> None:
         raise FormatError(f"{where}: filter {w.name!r} has shape {w.data.shape}; (N, I) expected")
     n, depth = (int(v) for v in w.data.shape)
     shape = b.tensors[x].shape
+    rows = tuple(shape[:-1])
+    if op.option(2, "b", 0) != 0 and len(shape) > 1 and shape[-1] == depth and tuple(b.ft[o].shape[1:]) == (*rows, n):
+        # keep_num_dims over several rows: (..., depth) -> (..., n), one product per row
+        params = jax.device_put(
+            {
+                "kernel": np.asarray(w.data, np.int8),
+                "bias": np.asarray(bias_vector(bias, n, where)),
+                "w_scale": np.asarray(w_scales(w, n, 0, where)),
+            }
+        )
+        fused, separate = _split_act(act)
+        b.node("dense", (x,), o, {"features": n, "activation": fused}, params, separate, where)
+        return
     if math.prod(shape) != depth:
         raise UnsupportedOpError(
             f"{where}: input {b.ft[ins[0]].shape} holds {math.prod(shape)} values per example, "

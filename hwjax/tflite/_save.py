@@ -375,16 +375,19 @@ _ALL_ACTS = ("relu", "relu6", "relu_n1_to_1")
 
 @writes("dense", fuses=("relu6", "relu_n1_to_1"))
 def _dense(b: FileBuilder, node: Node) -> None:
-    (n_in,) = b.graph.tensor(node.inputs[0]).shape
+    *rows, n_in = b.graph.tensor(node.inputs[0]).shape
     n = int(node.attrs["features"])
     s_w = weight_scales(node, n, False)
     w = b.const(f"{node.name}/kernel", integer_param(node, "kernel", (n, n_in)), "int8", s_w, np.zeros(s_w.shape), 0)
     out, act = b.output(node)
+    fields = {"fusedActivationFunction": act}
+    if rows:  # one product per row of an (..., n_in) input: keep_num_dims
+        fields["keepNumDims"] = True
     b.op(
         "FULLY_CONNECTED",
         [b.tensor(node.inputs[0]), w, _bias(b, node, n, s_w)],
         [out],
-        ("FullyConnectedOptions", {"fusedActivationFunction": act}),
+        ("FullyConnectedOptions", fields),
         version=4 if s_w.size > 1 else 1,
     )
 

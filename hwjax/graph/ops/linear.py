@@ -90,15 +90,17 @@ class DepthwiseConv(_Linear):
 
 
 class Dense(_Linear):
-    """Fully connected: (N,) -> (features,)."""
+    """Fully connected over the last axis: (..., N) -> (..., features). Every row of N
+    values is one product with the kernel (TFLite's FULLY_CONNECTED with ``keep_num_dims``
+    reads a (H, W, C) tensor as H W rows); most targets take one row, (N,)."""
 
     name = "dense"
     attrs = {"features": OpSpec.REQUIRED, "activation": None}
 
     def infer(self, node, ins):
-        if len(ins[0].shape) != 1:
-            raise ShapeError(f"dense needs a flat (N,) input, got shape {tuple(ins[0].shape)}")
-        return [(int(node.attrs["features"]),)]
+        if len(ins[0].shape) < 1:
+            raise ShapeError(f"dense needs an (..., N) input, got shape {tuple(ins[0].shape)}")
+        return [(*tuple(ins[0].shape[:-1]), int(node.attrs["features"]))]
 
 
 register_op(Conv())
