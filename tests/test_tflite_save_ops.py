@@ -334,8 +334,8 @@ def test_unwritable_configurations_raise(cases):
     """Graphs whose operator LiteRT would refuse to prepare, or would run otherwise than
     hwjax, are refused by save, naming the node: LOGISTIC into an output scale other than
     1/256, SOFTMAX into a zero point other than -128, CONCATENATION of differently
-    quantised tensors, a broadcasting MUL beyond the int16-safe bound (which load
-    refuses too)."""
+    quantised tensors. (A broadcasting MUL beyond the int16-safe bound is written: only
+    ``runtime="optimized"`` refuses to run it.)"""
     g = cases["nonlinear"][1].graph
     tanh = g.nodes[2]
     assert (tanh.op, tanh.attrs["fn"]) == ("lut", "tanh")
@@ -359,5 +359,7 @@ def test_unwritable_configurations_raise(cases):
         t.name, t.shape, t.dtype, Quant.of(np.float32(s1 * s2 / 10), np.int32(0))
     )  # products up to 10 * 255**2
     assert not mul_int16_safe(s1, s2, tiny.quant.scale, 0)
-    with pytest.raises(UnsupportedOpError, match=r"\(mul\).*broadcasting MUL.*int16"):
-        tfl.save(g.replace(tensors={**g.tensors, t.name: tiny}))
+    wide = tfl.load(tfl.save(g.replace(tensors={**g.tensors, t.name: tiny})))
+    assert wide.graph.nodes[1].op == "mul"
+    with pytest.raises(UnsupportedOpError, match=r"\(mul\): a broadcasting MUL.*int16"):
+        wide.run(np.zeros((1, *wide.inputs[0].shape[1:]), np.int8), runtime="optimized")

@@ -345,16 +345,24 @@ def test_unsupported_configurations_raise(name, inputs_of, out_shape, options, m
         tfl.load(data)
 
 
-def test_mul_broadcast_beyond_int16_raises():
-    """A broadcasting MUL whose products could overflow LiteRT's optimized int16 lanes is
-    refused at import (hwjax does not model where those lanes fall in a broadcast)."""
+def test_mul_broadcast_beyond_int16_is_refused_on_optimized_only():
+    """A broadcasting MUL whose products could overflow LiteRT's optimized int16 lanes
+    loads; ``runtime="optimized"`` refuses it, naming the node (hwjax does not model where
+    those lanes fall in a broadcast); the other runtimes compute in int32 or float and
+    equal LiteRT."""
     n = Net(3)
     x, m = n.act((3, 4, 5), 0.05, 3), n.act((1, 1, 5), 0.05, 3)
     n.mb.op("MEAN", [x, n.i32([1, 2])], [m], ("ReducerOptions", {"keepDims": True}))
     y = n.act((3, 4, 5), 0.05 * 0.05, 0)
     n.mb.op("MUL", [x, m], [y], ("MulOptions", {}))
-    with pytest.raises(UnsupportedOpError, match=r"operator #1 \(MUL\).*int16"):
-        tfl.load(n.mb.finish([x], [y]))
+    data = n.mb.finish([x], [y])
+    model = tfl.load(data)
+    xs = np.random.default_rng(5).integers(-128, 128, (6, 3, 4, 5)).astype(np.int8)
+    xs[0], xs[1] = -128, 127
+    with pytest.raises(UnsupportedOpError, match=r"\(mul\): a broadcasting MUL.*int16.*'optimized'"):
+        model.run(xs, runtime="optimized")
+    for runtime in ("reference", "xnnpack"):
+        np.testing.assert_array_equal(np.asarray(model.run(xs, runtime=runtime)), litert_outputs(data, [xs], runtime)[0])
 
 
 def test_uint8_arithmetic_raises():

@@ -29,6 +29,7 @@ from hwjax.targets._xs3 import XS3, XS3ConvParams, XS3Legacy, XS3LegacyParams, x
 from hwjax.targets._tflite import TFLite
 from hwjax.targets._onnxruntime import OnnxRuntime
 from hwjax.targets import _tflite_nonlinear, _tflite_tensor
+from hwjax.targets._tflite_tensor import check_tflite_lowering
 from hwjax.targets._xs3_runtime import XS3Runtime
 from hwjax.targets._xs3_compiled import XS3Compiled, check_xformer_lowering
 
@@ -50,6 +51,7 @@ __all__ = [
     "XS3LegacyParams",
     "XS3Runtime",
     "available",
+    "check_tflite_lowering",
     "check_xformer_lowering",
     "get",
     "lut_function",

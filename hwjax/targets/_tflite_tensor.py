@@ -18,6 +18,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from hwjax.errors import ArgTypeError, RangeError, UnsupportedOpError
 from hwjax.targets._base import no_acc
 from hwjax.targets._tflite import TFLite, host_recipe, verified_on
 from hwjax.litert import (
@@ -29,6 +30,7 @@ from hwjax.litert import (
     mean_lanes,
     mean_mbqm,
     mul_float,
+    mul_int16_safe,
     mul_lanes,
     mul_mbqm,
     pad_int,
@@ -163,10 +165,50 @@ def _mul_params(target, attrs, portable, q_in, q_out):
     return {**r, "z1": q_in[0].zero_point, "z2": q_in[1].zero_point, "zout": q_out.zero_point}
 
 
+def check_tflite_lowering(graph, runtime: str) -> None:
+    """Raises UnsupportedOpError naming the node where :class:`TFLite` ``(runtime)`` would
+    not compute what LiteRT computes for ``graph``: on ``"optimized"``, a broadcasting MUL
+    (``mul`` of two shapes, ``mul_const`` whose constant is not of the example's shape)
+    whose products can reach the int16 intermediates of LiteRT's optimized kernel
+    (:func:`hwjax.litert.mul_int16_safe` false), which hwjax does not model. The other
+    runtimes compute MUL in int32 or float: nothing to check. ``Model.run`` calls it."""
+    from hwjax.graph import Graph
+
+    if not isinstance(graph, Graph):
+        raise ArgTypeError(f"graph must be a hwjax.graph.Graph, got {type(graph).__name__}")
+    if runtime not in ("reference", "optimized", "xnnpack", "tflm"):
+        raise RangeError(f"runtime must be one of ('reference', 'optimized', 'xnnpack', 'tflm'), got {runtime!r}")
+    if runtime != "optimized":
+        return
+
+    def scalar(v):
+        return float(np.asarray(v, np.float64).reshape(-1)[0])
+
+    for node in graph.nodes:
+        if node.op not in ("mul", "mul_const"):
+            continue
+        t_in = [graph.tensors[i] for i in node.inputs]
+        out = graph.tensors[node.outputs[0]]
+        if node.op == "mul":
+            shapes = (tuple(t_in[0].shape), tuple(t_in[1].shape))
+            s1, s2 = scalar(t_in[0].quant.scale), scalar(t_in[1].quant.scale)
+        else:
+            shapes = (tuple(t_in[0].shape), tuple(np.shape(node.params["value"])))
+            s1, s2 = scalar(t_in[0].quant.scale), scalar(node.params["scale"])
+        if shapes[0] != shapes[1] and not mul_int16_safe(
+            s1, s2, scalar(out.quant.scale), int(scalar(out.quant.zero_point))
+        ):
+            raise UnsupportedOpError(
+                f"node {node.name!r} ({node.op}): a broadcasting MUL ({shapes[0]} by {shapes[1]}) whose products "
+                "can overflow the int16 intermediates of LiteRT's optimized kernel is not supported on "
+                "runtime 'optimized' (the other runtimes run it)"
+            )
+
+
 def _mul_run(target, p, x1, x2):
     """Broadcasting MULs on ``optimized`` follow the int32 formula, which equals LiteRT's
-    int16 lanes when :func:`hwjax.litert._tensor.mul_int16_safe` holds (the
-    importer refuses the others)."""
+    int16 lanes when :func:`hwjax.litert.mul_int16_safe` holds (:func:`check_tflite_lowering`
+    refuses the others on that runtime)."""
     if target.runtime == "xnnpack":
         return mul_float(x1, x2, p)
     if target.runtime == "optimized" and x1.shape == x2.shape:

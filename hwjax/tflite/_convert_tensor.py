@@ -32,7 +32,6 @@ import numpy as np
 
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import Node, Tensor
-from hwjax.litert import mul_int16_safe
 from hwjax.tflite import _save as S
 from hwjax.tflite._import import Builder, OpContext, converts, same_quant
 
@@ -297,24 +296,13 @@ def _mul(b: Builder, op: OpContext) -> None:
     if any(consts):
         k = consts.index(True)
         x = _int8_act(b, ins[1 - k], where)
-        params = const_operand(b, ins[k], len(to.shape), where)
-        shapes = (b.tensors[x].shape, tuple(params["value"].shape))
-        scales = (b.ft[ins[1 - k]].scale[0], b.ft[ins[k]].scale[0])
-        node = ("mul_const", (x,), params)
+        node = ("mul_const", (x,), const_operand(b, ins[k], len(to.shape), where))
     elif ins[0] == ins[1]:  # x * x: a squaring (XNNPACK rewrites it so, with its own rounding)
-        x = _int8_act(b, ins[0], where)
-        shapes, scales = (b.tensors[x].shape,) * 2, (b.ft[ins[0]].scale[0],) * 2
-        node = ("square", (x,), None)
+        node = ("square", (_int8_act(b, ins[0], where),), None)
     else:
-        x1, x2 = _int8_act(b, ins[0], where), _int8_act(b, ins[1], where)
-        shapes = (b.tensors[x1].shape, b.tensors[x2].shape)
-        scales = (b.ft[ins[0]].scale[0], b.ft[ins[1]].scale[0])
-        node = ("mul", (x1, x2), None)
-    if shapes[0] != shapes[1] and not mul_int16_safe(*scales, to.scale[0], to.zero_point[0]):
-        raise UnsupportedOpError(
-            f"{where}: a broadcasting MUL whose products can overflow the int16 "
-            "intermediates of LiteRT's optimized kernel is not supported"
-        )
+        node = ("mul", (_int8_act(b, ins[0], where), _int8_act(b, ins[1], where)), None)
+    # (a broadcast whose products can overflow LiteRT's optimized int16 intermediates is
+    # refused on runtime "optimized" only: hwjax.targets.check_tflite_lowering)
     b.node(node[0], node[1], o, {"activation": act}, node[2], None, where)
 
 
@@ -418,42 +406,25 @@ def _write_mean(b: "S.FileBuilder", node: Node) -> None:
     )
 
 
-def _write_mul_op(b: "S.FileBuilder", node: Node, ins: list, shapes, scales) -> None:
-    """MUL of file tensors ``ins``, the node's ``activation`` fused. ``shapes`` / ``scales``:
-    the per-example shapes and the scales of the two operands; as the converter,
-    UnsupportedOpError for a broadcast (unequal shapes) whose products can overflow
-    LiteRT's optimized int16 intermediates (:func:`mul_int16_safe`)."""
+def _write_mul_op(b: "S.FileBuilder", node: Node, ins: list) -> None:
+    """MUL of file tensors ``ins``, the node's ``activation`` fused."""
     _int8_only(b, node, (*node.inputs, *node.outputs), "MUL")
     out, act = b.output(node)  # checks the output's quantisation
-    q = b.graph.tensor(node.outputs[0]).quant
-    s_out, z_out = np.float32(np.asarray(q.scale).reshape(-1)[0]), int(np.asarray(q.zero_point).reshape(-1)[0])
-    if tuple(shapes[0]) != tuple(shapes[1]) and not mul_int16_safe(*scales, s_out, z_out):
-        raise UnsupportedOpError(
-            f"{S.where(node)}: a broadcasting MUL ({tuple(shapes[0])} by {tuple(shapes[1])}) "
-            "whose products can overflow the int16 intermediates of LiteRT's optimized kernel"
-        )
     b.op("MUL", ins, [out], ("MulOptions", {"fusedActivationFunction": act}), version=2)
 
 
 @S.writes("mul")
 def _write_mul(b: "S.FileBuilder", node: Node) -> None:
     """``mul`` -> MUL of its two inputs in order, the ``activation`` fused."""
-    t = [b.graph.tensor(x) for x in node.inputs]
-    _write_mul_op(
-        b,
-        node,
-        [b.tensor(x) for x in node.inputs],
-        [u.shape for u in t],
-        [np.float32(np.asarray(u.quant.scale).reshape(-1)[0]) for u in t],
-    )
+    _write_mul_op(b, node, [b.tensor(x) for x in node.inputs])
 
 
 @S.writes("square")
 def _write_square(b: "S.FileBuilder", node: Node) -> None:
     """``square`` -> MUL reading its input twice (the form the converter reads as
     ``square`` and XNNPACK rewrites into its squaring), the ``activation`` fused."""
-    x, t = b.tensor(node.inputs[0]), b.graph.tensor(node.inputs[0])
-    _write_mul_op(b, node, [x, x], (t.shape, t.shape), (None, None))
+    x = b.tensor(node.inputs[0])
+    _write_mul_op(b, node, [x, x])
 
 
 @S.writes("mul_const")
@@ -470,14 +441,10 @@ def _write_mul_const(b: "S.FileBuilder", node: Node) -> None:
     zero_point = S.integer_param(node, "zero_point", ())
     if not (np.isfinite(scale) and scale > 0):
         raise RangeError(f"{S.where(node)}: parameter 'scale' must be positive and finite, got {scale}")
-    t_in = b.graph.tensor(node.inputs[0])
-    shapes = (t_in.shape, value.shape)
     if value.ndim == len(b.graph.tensor(node.outputs[0]).shape):
         value = value[None]
     c = b.const(f"{node.name}/operand", value, "int8", scale.reshape(1), zero_point.reshape(1))
-    _write_mul_op(
-        b, node, [b.tensor(node.inputs[0]), c], shapes, (np.float32(np.asarray(t_in.quant.scale).reshape(-1)[0]), scale)
-    )
+    _write_mul_op(b, node, [b.tensor(node.inputs[0]), c])
 
 
 @S.writes("dequantize")

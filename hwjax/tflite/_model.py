@@ -101,6 +101,9 @@ class Model:
             return self._xs3
         if runtime not in RUNTIMES:
             raise RangeError(f"runtime must be one of {MODEL_RUNTIMES} or a hwjax.targets.Target, got {runtime!r}")
+        from hwjax.targets import check_tflite_lowering
+
+        check_tflite_lowering(self.graph, runtime)
         return get("tflite", runtime=runtime)
 
     def lowered(self, runtime="reference") -> Graph:
