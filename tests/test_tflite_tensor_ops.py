@@ -362,7 +362,9 @@ def test_mul_broadcast_beyond_int16_is_refused_on_optimized_only():
     with pytest.raises(UnsupportedOpError, match=r"\(mul\): a broadcasting MUL.*int16.*'optimized'"):
         model.run(xs, runtime="optimized")
     for runtime in ("reference", "xnnpack"):
-        np.testing.assert_array_equal(np.asarray(model.run(xs, runtime=runtime)), litert_outputs(data, [xs], runtime)[0])
+        np.testing.assert_array_equal(
+            np.asarray(model.run(xs, runtime=runtime)), litert_outputs(data, [xs], runtime)[0]
+        )
 
 
 def test_uint8_arithmetic_raises():
