@@ -1,7 +1,13 @@
 """``hwjax run`` and ``hwjax compare`` (train/__main__.py + hwjax/tflite/_cli.py), called
-in-process through ``main([...])``. Outputs are checked against LiteRT itself: ``run``'s
+in-process through ``main([...])`` and, for ``compare``'s ``--json`` / ``--plot``, as a
+subprocess. Outputs are checked against LiteRT itself: ``run``'s
 written outputs against LiteRT's, ``compare``'s per-tensor difference counts against
 LiteRT's own intermediate tensors (``experimental_preserve_all_tensors``)."""
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +17,8 @@ import hwjax.tflite as tfl
 from hwjax.tflite import _cli
 from hwjax.tflite import testing as T
 from train.__main__ import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -145,45 +153,122 @@ def test_compare_counts_match_litert_where_runtimes_differ(wide_conv):
         diff = np.abs(T.run_litert(data, x, r.runtime) - ref)
         assert (ld.size, ld.differ, ld.max_abs) == (diff.size, np.count_nonzero(diff), diff.max()), r.runtime
         assert ld.differ > 0 and ld.percent == 100.0 * ld.differ / ld.size
-        assert _cli.format_compare(c).splitlines()[2].split()[2:] == [
-            f"{c.runtimes[0].layers[0].differ}",
-            f"({c.runtimes[0].layers[0].percent:.2f}%)",
-            "max",
-            f"{c.runtimes[0].layers[0].max_abs}",
-            f"{c.runtimes[1].layers[0].differ}",
-            f"({c.runtimes[1].layers[0].percent:.2f}%)",
-            "max",
-            f"{c.runtimes[1].layers[0].max_abs}",
-        ]
+        cells = []
+        for r2 in c.runtimes:
+            ld2 = r2.layers[0]
+            pct = f"{ld2.percent:.0f}" if ld2.percent >= 10 else f"{ld2.percent:.2g}"
+            cells += [f"{ld2.differ}", f"({pct}%)", f"\u00b1{ld2.max_abs}"]
+        assert _cli.format_compare(c).splitlines()[3].split()[3:] == cells
 
 
 def test_compare_table(files, capsys):
     """The table through main: header, one row per tensor in graph order; a runtime that
     cannot run the model (TFLM: LOGISTIC writing zero point 0) listed as n/a with the reason."""
     d, _, _ = files
-    assert main(["compare", str(d / "fc.tflite"), "--input", str(d / "x_fc.npy")]) == 0
+    rts = ["--runtimes", "reference,optimized,xnnpack,tflm"]
+    assert main(["compare", str(d / "fc.tflite"), "--input", str(d / "x_fc.npy"), *rts]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == [
-        "tensor",
-        "op",
-        "optimized",
-        "vs",
-        "reference",
-        "xnnpack",
-        "vs",
-        "reference",
-        "tflm",
-        "vs",
-        "reference",
-    ]
+    assert lines[0].startswith("values that differ from reference's")
+    assert lines[1].split() == ["#", "op", "tensor", "optimized", "xnnpack", "tflm"]
     model = _cli.read_model(d / "fc.tflite")
-    rows = lines[2 : 2 + len(model.graph.nodes)]
-    assert [ln.split()[:2] for ln in rows] == [[n.outputs[0], n.op] for n in model.graph.nodes]
-    assert len(lines) == 2 + len(model.graph.nodes)
-    assert main(["compare", str(d / "logistic.tflite"), "--input", str(d / "x_logistic.npy")]) == 0
+    rows = lines[3 : 3 + len(model.graph.nodes)]
+    assert [ln.split()[:3] for ln in rows] == [
+        [str(i), n.op, _cli.short_name(n.outputs[0])] for i, n in enumerate(model.graph.nodes)
+    ]
+    assert len(lines) == 3 + len(model.graph.nodes)
+    assert main(["compare", str(d / "logistic.tflite"), "--input", str(d / "x_logistic.npy"), *rts]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["tensor", "op", "optimized", "vs", "reference", "xnnpack", "vs", "reference"]
+    assert lines[1].split() == ["#", "op", "tensor", "optimized", "xnnpack"]
     assert lines[-1].startswith("tflm: n/a (") and "zero point" in lines[-1] and lines[-1].endswith(")")
+
+
+def test_short_names_and_table_width():
+    """TensorFlow's fused names shorten to their first name's last two parts; a table of
+    every runtime over a converted model's long names stays within 100 columns."""
+    assert _cli.short_name("functional_1/activation_1/Relu;functional_1/batch_normalization_1/FusedBatchNormV3") == (
+        "activation_1/Relu"
+    )
+    assert _cli.short_name("StatefulPartitionedCall:0") == "StatefulPartitionedCall"
+    long = _cli.short_name("a/" + "b" * 40 + "/Conv2D", 20)
+    assert len(long) == 20 and long.startswith("...") and long.endswith("/Conv2D")
+    model = tfl.load(os.path.join(os.path.dirname(__file__), "data", "keras", "cnn_branches.tflite"))
+    tensors = _cli._tensors(model)
+    worst = tuple(_cli.LayerDiff(t, op, 123456, 123456, 255) for t, op in tensors)
+    c = _cli.Comparison(
+        "reference", tensors, tuple(_cli.RuntimeDiff(r, worst) for r in ("optimized", "xnnpack", "tflm", "xs3"))
+    )
+    text = _cli.format_compare(c)
+    assert max(map(len, text.splitlines())) <= _cli.TABLE_WIDTH == 100, text
+    assert "123k (100%) \u00b1255" in text
+
+
+def test_compare_json_and_plot_end_to_end(files, tmp_path):
+    """``hwjax compare`` as a subprocess with ``--runtimes``, ``--json`` and ``--plot``: the
+    JSON's counts are LiteRT's own intermediate tensors' differences; the PNG is written."""
+    d, chain, x = files
+    js, png = tmp_path / "c.json", tmp_path / "c.png"
+    p = subprocess.run(
+        [sys.executable, "-m", "train", "compare", str(d / "chain.tflite"), "--input", str(d / "x.npy"),
+         "--runtimes", "optimized,xnnpack", "--json", str(js), "--plot", str(png)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert f"wrote {js}" in p.stdout and f"wrote {png}" in p.stdout
+    data = json.loads(js.read_text())
+    assert data["examples"] == len(x) and data["reference"] == "reference"
+    assert [r["runtime"] for r in data["runtimes"]] == ["optimized", "xnnpack"]
+    model = tfl.load(chain)
+    assert [t["name"] for t in data["tensors"]] == [n.outputs[0] for n in model.graph.nodes]
+    ref = _all_tensors(chain, x, "BUILTIN_REF")
+    opt = _all_tensors(chain, x, "BUILTIN_WITHOUT_DEFAULT_DELEGATES")
+    checked = 0
+    for t in data["tensors"]:
+        if t["name"] in ref:
+            diff = np.abs(opt[t["name"]].astype(np.int64) - ref[t["name"]])
+            assert (t["size"], t["differ"]["optimized"], t["max_abs"]["optimized"]) == (
+                diff.size, np.count_nonzero(diff), diff.max()
+            ), t["name"]  # fmt: skip
+            checked += 1
+    assert checked == 5
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    "argv, word",
+    [
+        (["--runtimes", "reference,fast"], "--runtimes"),
+        (["--runtimes", ""], "--runtimes"),
+        (["--reference", "fast"], "--reference"),
+        (["--json", "/nonexistent-dir/c.json"], "--json"),
+        (["--plot", "/nonexistent-dir/c.png"], "--plot"),
+    ],
+)
+def test_compare_bad_options_exit_2_naming_the_option(files, capsys, argv, word):
+    d, _, _ = files
+    base = ["compare", str(d / "fc.tflite"), "--input", str(d / "x_fc.npy")]
+    extra = [] if argv[0] in ("--runtimes", "--reference") else ["--runtimes", "optimized"]
+    with pytest.raises(SystemExit) as e:
+        main(base + argv + extra)
+    assert e.value.code == 2
+    assert word in _one_line_error(capsys)
+
+
+@pytest.mark.slow
+def test_compare_on_mlperf_counts_the_stored_runtimes_outputs(tmp_path):
+    """``hwjax compare`` over every runtime on MLPerf Tiny's KWS model and its stored inputs:
+    the output row's counts (JSON) are those of the stored LiteRT, TFLM and xcore host
+    interpreter outputs against LiteRT's reference ones."""
+    mlperf = os.path.join(os.path.dirname(__file__), "data", "mlperf")
+    z = np.load(os.path.join(mlperf, "kws_ref_model.npz"))
+    np.save(tmp_path / "x.npy", z["x"])
+    js = tmp_path / "c.json"
+    assert main(["compare", os.path.join(mlperf, "kws_ref_model.tflite"), "--input", str(tmp_path / "x.npy"),
+                 "--json", str(js), "--plot", str(tmp_path / "c.png")]) == 0  # fmt: skip
+    last = json.loads(js.read_text())["tensors"][-1]
+    ref = z["y_reference"].astype(np.int64)
+    for rt in ("optimized", "xnnpack", "tflm", "xs3"):
+        diff = np.abs(z[f"y_{rt}"].astype(np.int64) - ref)
+        assert (last["differ"][rt], last["max_abs"][rt]) == (np.count_nonzero(diff), diff.max()), rt
 
 
 @pytest.mark.parametrize(
@@ -214,9 +299,10 @@ def test_bad_arguments_exit_2_with_one_line(files, capsys, tmp_path, case):
     assert word in _one_line_error(capsys)
 
 
-def test_help_lists_run_and_compare():
+def test_help_lists_run_compare_and_finetune():
     from train.__main__ import COMMANDS, parser
 
     text = parser().format_help()
     assert "run" in text and "compare" in text
-    assert set(COMMANDS) == {"digits", "train", "eval", "export", "run", "compare"}
+    assert "finetune" in text
+    assert set(COMMANDS) == {"digits", "train", "eval", "export", "run", "compare", "finetune"}

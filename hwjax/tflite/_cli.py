@@ -211,13 +211,26 @@ def short_name(name: str, limit: int = 28) -> str:
 
 
 def _pct(d: LayerDiff) -> str:
-    return f"{d.percent:.3g}"
+    p = d.percent
+    return f"{p:.0f}" if p >= 10 else f"{p:.2g}"
+
+
+def _count(n: int) -> str:
+    """``n`` below 10,000 as it is; larger with a k (thousands) or M (millions) suffix, three
+    significant digits at most."""
+    if n < 10_000:
+        return str(n)
+    for div, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if n >= div:
+            v = n / div
+            return f"{v:.0f}{suffix}" if v >= 100 else f"{v:.3g}{suffix}"
+    return str(n)
 
 
 def _cell(d: LayerDiff) -> str:
     if d.max_abs < 0:
         return "missing"
-    return "0" if d.differ == 0 else f"{d.differ} ({_pct(d)}%) max {d.max_abs}"
+    return "0" if d.differ == 0 else f"{_count(d.differ)} ({_pct(d)}%) \u00b1{d.max_abs}"
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -232,8 +245,9 @@ TABLE_WIDTH = 100
 def format_compare(c: Comparison, width: int = TABLE_WIDTH) -> str:
     """A table, one row per tensor in graph order (its index, op kind and :func:`short_name`),
     one column per runtime that ran: ``0`` where every value equals the reference's, else
-    ``N (P%) max D`` (N differing values, P percent of the tensor to three significant digits,
-    D the largest absolute difference); a line ``RUNTIME: n/a (reason)`` for each runtime
+    ``N (P%) ±D``: N differing values (from 10,000 on with a k or M suffix), P percent of the
+    tensor (a whole number from 10 on, else two significant digits), D the largest absolute
+    difference; a line ``RUNTIME: n/a (reason)`` for each runtime
     that could not run. Lines are at most ``width`` characters where the runtime columns
     leave at least 12 for the tensor names (the full names are in :func:`comparison_json`)."""
     ran = [r for r in c.runtimes if r.layers is not None]
@@ -248,7 +262,7 @@ def format_compare(c: Comparison, width: int = TABLE_WIDTH) -> str:
     widths = [idx_w, op_w, name_w, *rt_w]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [
-        f"values that differ from {c.reference}'s: count (percent of the tensor) max |difference|",
+        f"values that differ from {c.reference}'s: count (percent of the tensor) \u00b1largest difference",
         fmt.format(*header).rstrip(),
         fmt.format(*["-" * w for w in widths]),
     ]
@@ -354,7 +368,7 @@ def compare_command(args) -> str:
     """``hwjax compare MODEL --input X [--runtimes A,B] [--reference R] [--json F] [--plot P]``:
     the table to print; writes the JSON (:func:`comparison_json`) and the PNG
     (:func:`plot_compare`) when asked."""
-    runtimes = check_runtimes(getattr(args, "runtimes", None) or MODEL_RUNTIMES)
+    runtimes = check_runtimes(MODEL_RUNTIMES if getattr(args, "runtimes", None) is None else args.runtimes)
     reference = getattr(args, "reference", None) or "reference"
     check_runtimes([reference], "--reference")
     model = read_model(args.model)
@@ -462,7 +476,7 @@ def finetune_command(args) -> Report:
 
     if args.runtime not in MODEL_RUNTIMES:
         raise RangeError(f"--runtime must be one of {MODEL_RUNTIMES}, got {args.runtime!r}")
-    runtimes = check_runtimes(getattr(args, "runtimes", None) or MODEL_RUNTIMES)
+    runtimes = check_runtimes(MODEL_RUNTIMES if getattr(args, "runtimes", None) is None else args.runtimes)
     for name in ("epochs", "batch_size"):
         v = getattr(args, name)
         if not isinstance(v, int) or v < 1:
