@@ -229,3 +229,16 @@ def test_mlperf_models_finetune_and_reload(name, runtime):
     assert r.steps == len(x) // 4
     saved = tfl.save(r.model)
     np.testing.assert_array_equal(np.asarray(tfl.load(saved).run(x, runtime=runtime)), tfl.predict(r.trainable, x))
+
+
+def test_tflm_per_channel_fully_connected_modules_equal_the_runtime():
+    """On ``"tflm"`` a per-channel FULLY_CONNECTED applies each channel's scale (current TFLM):
+    the untrained modules compute what ``Model.run(runtime="tflm")`` does."""
+    from hwjax.tflite import testing as T
+
+    rng = np.random.default_rng(3)
+    data_, _ = T.linear_model(rng, "FULLY_CONNECTED", in_shape=(21,), out_ch=7, per_channel=True)
+    model = tfl.load(data_)
+    assert np.shape(model.graph.nodes[0].params["w_scale"]) == (7,)
+    x = rng.integers(-128, 128, (16, 21)).astype(np.int8)
+    np.testing.assert_array_equal(tfl.predict(model.trainable("tflm"), x), np.asarray(model.run(x, runtime="tflm")))
