@@ -561,7 +561,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _tflite_args(sub) -> None:
-    """``run`` and ``compare``: an int8 ``.tflite`` file run bit-exactly as LiteRT does."""
+    """``run``, ``compare`` and ``finetune``: an int8 ``.tflite`` file run (and fine-tuned)
+    bit-exactly as a runtime does."""
     from hwjax.tflite import MODEL_RUNTIMES
 
     r = sub.add_parser(
@@ -620,8 +621,9 @@ def _tflite_args(sub) -> None:
 
 
 def run_tflite_command(args) -> None:
-    """``run`` / ``compare`` (:data:`hwjax.tflite.CLI_COMMANDS`): prints the result; a bad
-    path or input exits 2 with one line."""
+    """``run`` / ``compare`` / ``finetune`` (:data:`hwjax.tflite.CLI_COMMANDS`): prints the
+    result; a bad path or input exits 2 with one line; a failed check (``finetune``'s reload
+    check) exits with the result's ``exit_code``."""
     from hwjax.errors import HwjaxError
     from hwjax.tflite import CLI_COMMANDS
 

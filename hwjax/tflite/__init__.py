@@ -7,7 +7,7 @@
 * :func:`save` writes a graph back as a ``.tflite`` file.
 * :func:`finetune` (or ``Model.trainable(runtime)`` -> optax -> ``Model.with_weights``):
   fine-tuning in a runtime's exact arithmetic, written back with :func:`save`.
-* :data:`CLI_COMMANDS`: the ``hwjax run`` / ``hwjax compare`` commands.
+* :data:`CLI_COMMANDS`: the ``hwjax run`` / ``compare`` / ``finetune`` commands.
 
 The runtimes' integer arithmetic (requantisation, kernels, tables) is :mod:`hwjax.litert`;
 its names are still reachable here (``hwjax.tflite.fully_connected`` ...) with a
