@@ -166,17 +166,19 @@ def cross_entropy(outputs: jax.Array, labels: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels.astype(jnp.int32)).mean()
 
 
-#: smallest probability :func:`nll` takes the log of (int8 SOFTMAX outputs are multiples of 1/256)
+#: added to the probability :func:`nll` takes the log of (int8 SOFTMAX outputs are multiples of
+#: 1/256, so a label's probability is often exactly 0)
 P_MIN = 1.0 / 512
 
 
 def nll(probabilities: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean negative log-likelihood ``-log(max(p[label], P_MIN))`` of ``probabilities``
+    """Mean negative log-likelihood ``-log(p[label] + P_MIN)`` of ``probabilities``
     (batch, classes), the real values of a SOFTMAX output: the default loss of a model ending
-    in SOFTMAX."""
+    in SOFTMAX (finite, and with a gradient through the SOFTMAX's surrogate, where the label's
+    quantised probability is 0)."""
     p = probabilities.reshape(probabilities.shape[0], -1)
     picked = jnp.take_along_axis(p, labels.reshape(-1, 1).astype(jnp.int32), axis=1)[:, 0]
-    return -jnp.log(jnp.maximum(picked, P_MIN)).mean()
+    return -jnp.log(picked + P_MIN).mean()
 
 
 def default_loss(model: Model) -> Callable[[jax.Array, jax.Array], jax.Array]:
