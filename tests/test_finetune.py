@@ -242,3 +242,18 @@ def test_tflm_per_channel_fully_connected_modules_equal_the_runtime():
     assert np.shape(model.graph.nodes[0].params["w_scale"]) == (7,)
     x = rng.integers(-128, 128, (16, 21)).astype(np.int8)
     np.testing.assert_array_equal(tfl.predict(model.trainable("tflm"), x), np.asarray(model.run(x, runtime="tflm")))
+
+
+def test_default_losses():
+    """After a SOFTMAX the loss is -log(p + 1/512): finite with a gradient (-512 per example)
+    where the label's quantised probability is 0; otherwise softmax cross-entropy."""
+    import jax
+    import jax.numpy as jnp
+
+    from hwjax.tflite._finetune import P_MIN, cross_entropy, default_loss, nll
+
+    p, label = jnp.array([[0.0, 1.0]]), jnp.array([0])
+    assert float(nll(p, label)) == float(-np.log(np.float32(P_MIN)))
+    assert np.asarray(jax.grad(nll)(p, label)).tolist() == [[-512.0, 0.0]]
+    assert default_loss(tfl.load(os.path.join(MLPERF, "kws_ref_model.tflite"))) is nll
+    assert default_loss(tfl.load(small_model())) is cross_entropy
