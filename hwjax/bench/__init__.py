@@ -14,6 +14,7 @@ BENCHES = {
     "gemmlowp": "hwjax.bench._gemmlowp",
     "deployed": "hwjax.bench._deployed",
     "compile": "hwjax.bench._compile",
+    "onnx": "hwjax.bench._onnx",
     "all": "hwjax.bench._all",
 }
 

@@ -28,6 +28,7 @@ QUICK_ARGS = {
     "gemmlowp": ["--rows", "128", "--depth", "128", "--cols", "128", "--repeats", "1"],
     "deployed": ["--quick"],
     "compile": ["--repeats", "1"],
+    "onnx": ["--quick"],
 }
 
 #: what each benchmark measures, one line for the page
@@ -39,6 +40,7 @@ ABOUT = {
     "gemmlowp": "gemmlowp's less-than-8-bit GEMM against the plain integer dot",
     "deployed": "deployed `.tflite` models: hwjax per runtime against LiteRT's interpreters on one pinned core",
     "compile": "compile time of the hardware forward against the float forward (fresh process)",
+    "onnx": "an int8 ONNX CNN (quantize_static, QOperator and QDQ): hwjax against ONNX Runtime on one pinned core",
 }
 
 
