@@ -135,8 +135,8 @@ AS_HEADROOM = 4 << 30
 
 SEED_BASE = int(os.environ.get("HWJAX_FUZZ_SEED", "0"))
 #: cases of the quick test (`make test`): every one loaded, the first RUN_QUICK that load also run
-QUICK_CASES = 1000
-RUN_QUICK = 40
+QUICK_CASES = 400
+RUN_QUICK = 20
 #: cases of the slow test (`make test-full`): every one loaded, one in SLOW_RUN_EVERY that load also run
 SLOW_CASES = int(os.environ.get("HWJAX_FUZZ_CASES", "3000"))
 SLOW_RUN_EVERY = 4
