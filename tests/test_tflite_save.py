@@ -286,32 +286,27 @@ def test_writer_registry_refuses_a_second_writer():
         writes("conv")(lambda b, node: None)
 
 
-def test_finetune_example_runs(tmp_path):
-    """examples/finetune_tflite.py on a one-layer model, 3 steps: the loss falls, weights
-    change, the written file loads into the original graph's structure, and LiteRT runs
-    it exactly as hwjax does."""
-    import importlib.util
+def test_finetune_example_runs(tmp_path, monkeypatch):
+    """examples/finetune_tflite.py on a one-layer model, one epoch: it exits 0 only when the
+    written file, run by hwjax and by LiteRT, equals the trained modules' integers; the file
+    keeps the original graph's structure with changed weights."""
+    import runpy
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(
-        "finetune_tflite", Path(__file__).resolve().parent.parent / "examples" / "finetune_tflite.py"
-    )
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
     data, _ = T.linear_model(np.random.default_rng(3), "FULLY_CONNECTED", in_shape=(16,), out_ch=4)
     (tmp_path / "fc.tflite").write_bytes(data)
     out = tmp_path / "tuned.tflite"
-    r = example.main([str(tmp_path / "fc.tflite"), "--steps", "3", "--batch", "16", "--out", str(out)])
-    assert r["exact"] and r["losses"][-1] < r["losses"][0] and r["changed_weights"] > 0
+    script = Path(__file__).resolve().parent.parent / "examples" / "finetune_tflite.py"
+    monkeypatch.setattr("sys.argv", [str(script), str(tmp_path / "fc.tflite"), "--epochs", "1", "--out", str(out)])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(script), run_name="__main__")
+    assert e.value.code == 0
     saved = out.read_bytes()
-    assert saved == r["bytes"]
     g0, g1 = tfl.load(data).graph, tfl.load(saved).graph
     assert [(n.op, n.name, n.inputs, n.outputs, n.attrs) for n in g0.nodes] == [
         (n.op, n.name, n.inputs, n.outputs, n.attrs) for n in g1.nodes
     ]
     assert not np.array_equal(np.asarray(g0.nodes[0].params["kernel"]), np.asarray(g1.nodes[0].params["kernel"]))
-    x = r["x"]
-    assert np.array_equal(T.run_litert(saved, x, "reference"), np.asarray(tfl.load(saved).run(x)))
 
 
 def test_missing_writer_packages_are_named(cases, monkeypatch):
