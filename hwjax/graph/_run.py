@@ -199,10 +199,15 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False, retur
     target = _resolve_target(graph, target)
     graph = lower(graph, target)
     xs, single = _batched(graph, inputs)
-    # integer inputs as int32 here, not by the caller: under jit_run(chunk=...) one chunk
-    # at a time (an int8 batch is not first copied whole into a 4x larger int32 buffer)
+    # Between nodes an int8 / uint8 tensor is held in its storage type (a quarter of the
+    # memory traffic of int32); an op reads it as int32 unless it asks for the storage type
+    # (OpImpl.narrow_inputs). The values fit: every producer keeps a tensor in its type's
+    # range, and Model.run checks concrete inputs. Integer inputs are converted here, not by
+    # the caller: under jit_run(chunk=...) one chunk at a time.
     xs = [
-        x.astype(jnp.int32) if graph.tensors[t].dtype in INT_DTYPES and jnp.issubdtype(x.dtype, jnp.integer) else x
+        _stored(x.astype(jnp.int32), graph.tensors[t].dtype)
+        if graph.tensors[t].dtype in INT_DTYPES and jnp.issubdtype(x.dtype, jnp.integer)
+        else x
         for t, x in zip(graph.inputs, xs)
     ]
     env: dict[str, jax.Array] = dict(zip(graph.inputs, xs))
@@ -212,8 +217,9 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False, retur
     for node in graph.nodes:
         impl = target.lowering(node.op)
         args = [env[t] for t in node.inputs]
-        if impl.narrow_inputs:
-            args = [_in_storage_type(a, graph.tensors[t].dtype) for a, t in zip(args, node.inputs)]
+        if not impl.narrow_inputs:
+            args = [_widened(a) for a in args]
+        out_dtypes = [graph.tensors[t].dtype for t in node.outputs]
         # each node's result is computed once and materialised (compute_once): XLA would
         # otherwise fuse it into its consumers and recompute it per use (2-3x slower).
         # A node no other node reads (the graph's last) has nothing to fuse into, and a
@@ -222,16 +228,22 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False, retur
         once = compute_once if materialise else _direct
         if return_stats:
             y, acc = once(
-                lambda p, *a: impl.run(target, node.attrs, p, *a, return_acc=True), (node.params, *args), trigger
+                lambda p, *a: _stored_outputs(impl.run(target, node.attrs, p, *a, return_acc=True), out_dtypes, True),
+                (node.params, *args),
+                trigger,
             )
             if acc is not None:
                 stats[node.name] = acc
         else:
-            y = once(lambda p, *a: impl.run(target, node.attrs, p, *a), (node.params, *args), trigger)
+            y = once(
+                lambda p, *a: _stored_outputs(impl.run(target, node.attrs, p, *a), out_dtypes),
+                (node.params, *args),
+                trigger,
+            )
         ys = y if isinstance(y, tuple) else (y,)
         for t, v in zip(node.outputs, ys):
             env[t] = v
-    unb = (lambda v: v[0]) if single else (lambda v: v)
+    unb = (lambda v: _widened(v[0])) if single else _widened
     outs = tuple(unb(env[t]) for t in graph.outputs)
     result: Any = outs[0] if len(outs) == 1 else outs
     extra = []
@@ -242,12 +254,30 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False, retur
     return (result, *extra) if extra else result
 
 
-def _in_storage_type(x: jax.Array, dtype: str) -> jax.Array:
-    """An int8/uint8 tensor's int32 values as its storage type (:attr:`OpImpl.narrow_inputs`);
-    other tensors unchanged. The values fit: every producer keeps a tensor in its type's
-    range, and :meth:`hwjax.tflite.Model.run` checks concrete inputs."""
+def _stored(x: jax.Array, dtype: str) -> jax.Array:
+    """An int8/uint8 tensor's int32 values in its storage type (as held between nodes and
+    handed to :attr:`OpImpl.narrow_inputs` ops); other tensors unchanged. The values fit:
+    every producer keeps a tensor in its type's range, and :meth:`hwjax.tflite.Model.run`
+    checks concrete inputs."""
     narrow = dtype in ("int8", "uint8") and jnp.issubdtype(x.dtype, jnp.integer)
     return x.astype(_NP_DTYPES[dtype]) if narrow else x
+
+
+def _stored_outputs(y, dtypes: list[str], with_acc: bool = False):
+    """An op's result (one array or a tuple; ``(result, acc)`` when ``with_acc``) with each
+    int8/uint8 output in its storage type (:func:`_stored`)."""
+    if with_acc:
+        return _stored_outputs(y[0], dtypes), y[1]
+    if isinstance(y, tuple):
+        return tuple(_stored(v, d) for v, d in zip(y, dtypes))
+    return _stored(y, dtypes[0])
+
+
+def _widened(x: jax.Array) -> jax.Array:
+    """A stored int8/uint8 (or int16) tensor as int32 values, what ops and callers read."""
+    if jnp.issubdtype(x.dtype, jnp.integer) and x.dtype.itemsize < 4:
+        return x.astype(jnp.int32)
+    return x
 
 
 def _direct(fn, operands: tuple, trigger):

@@ -326,10 +326,41 @@ def xformer_avgpool_as_depthwise(attrs, channels: int):
     return dw_attrs, portable
 
 
+#: channels for which an average pool's depthwise parameters are derived (one XS3 group of 4)
+_POOL_CHANNELS = 4
+
+
 def _avgpool_params(target, attrs, portable, q_in, q_out):
-    """The quantisations only: the depthwise parameters need the channel count, which
-    the run reads from the input's shape."""
-    return {"q_in": q_in[0], "q_out": q_out}
+    """The parameters of xformer's depthwise replacement for 4 channels. Its channels are
+    all alike (weights 1 with one scale, zero bias), so each channel's parameters are those
+    of any other: the run repeats channel 0's for the input's channel count
+    (:func:`_pool_channels`). Derived here, not in the run, so that a run holds no host
+    recipe (a host callback would keep JAX from caching the compiled program on disk)."""
+    dw_attrs, dw = xformer_avgpool_as_depthwise(attrs, _POOL_CHANNELS)
+    return _compiled_params("depthwise_conv")(target, dw_attrs, dw, q_in, q_out)
+
+
+def _pool_channels(p, channels: int):
+    """Depthwise parameters derived for :data:`_POOL_CHANNELS` like channels (``p``), for
+    ``channels`` like channels: channel 0's values repeated (to the multiple of 4 that
+    xformer pads the compiled op to; TFLM's fallback to ``channels``)."""
+    padded = -(-channels // 4) * 4
+
+    def rep(a, n, axis=0):
+        a = jnp.asarray(a)
+        return jnp.repeat(jax.lax.slice_in_dim(a, 0, 1, axis=axis), n, axis=axis)
+
+    out = {**p, **{k: rep(p[k], padded) for k in ("kernel", "multipliers", "biases")}}
+    out["choice"] = {**p["choice"], **{k: rep(p["choice"][k], padded) for k in ("biases", "multipliers", "shifts")}}
+    if p["tflm"] is not None:
+        t = p["tflm"]
+        out["tflm"] = {
+            **t,
+            "bias": rep(t["bias"], channels),
+            "kernel": rep(t["kernel"], channels, axis=-1),
+            "rq": jax.tree.map(lambda a: rep(a, channels), t["rq"]),
+        }
+    return out
 
 
 def _avgpool_run(target, attrs, p, x, return_acc: bool = False):
@@ -337,8 +368,8 @@ def _avgpool_run(target, attrs, p, x, return_acc: bool = False):
     then as every compiled DEPTHWISE_CONV_2D; with a channel count that is not a multiple
     of 4 xformer keeps that depthwise a builtin, run as TFLM runs it (verified on the host
     interpreter: tests/data/randgraph_xs3)."""
-    dw_attrs, dw = xformer_avgpool_as_depthwise(attrs, x.shape[-1])
-    dw_p = _compiled_params("depthwise_conv")(target, dw_attrs, dw, [p["q_in"]], p["q_out"])
+    dw_attrs, _ = xformer_avgpool_as_depthwise(attrs, x.shape[-1])
+    dw_p = _pool_channels(p, x.shape[-1])
     if x.shape[-1] % 4:  # xformer leaves this depthwise a builtin that TFLM runs (its double rounding)
         dw_p = {**dw_p, "choice": {**dw_p["choice"], "mode": np.int32(2)}}
     return _compiled_run("depthwise_conv")(target, dw_attrs, dw_p, x, return_acc)
