@@ -1,6 +1,11 @@
 """hwjax: exact, differentiable emulation of accelerator integer arithmetic in JAX."""
 
-from hwjax.core import (
+# first: JAX's persistent compilation cache, before anything is compiled (hwjax._cache)
+from hwjax._cache import default_enable as _default_enable
+
+_default_enable()
+
+from hwjax.core import (  # noqa: E402
     ROUNDING_MODES,
     checked,
     fixed_mul,
@@ -11,11 +16,12 @@ from hwjax.core import (
     shift_right,
 )
 
-from hwjax._version import __version__
+from hwjax._version import __version__  # noqa: E402
+from hwjax._cache import enable_compilation_cache  # noqa: E402
 
-from hwjax import nn, targets
-from hwjax._evaluate import EvalResult, evaluate
-from hwjax._export import ExportError, LoadedModel, export, load
+from hwjax import nn, targets  # noqa: E402
+from hwjax._evaluate import EvalResult, evaluate  # noqa: E402
+from hwjax._export import ExportError, LoadedModel, export, load  # noqa: E402
 
 __all__ = [
     "EvalResult",
@@ -24,6 +30,7 @@ __all__ = [
     "ROUNDING_MODES",
     "__version__",
     "checked",
+    "enable_compilation_cache",
     "evaluate",
     "export",
     "fixed_mul",

@@ -48,7 +48,9 @@ if not any(f.startswith("--xla_force_host_platform_device_count") for f in _flag
 # worker, a subprocess test or an earlier run are loaded instead of compiled again. Every
 # program is cached, however fast it compiled: most of the suite's take well under 1 s.
 _CACHE = os.environ.get("HWJAX_TEST_JAX_CACHE", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
-if _CACHE != "0":
+if _CACHE == "0":  # nor hwjax's default cache in the user's cache folder
+    os.environ.setdefault("HWJAX_COMPILATION_CACHE", "0")
+else:
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")

@@ -1,0 +1,61 @@
+"""hwjax's default persistent compilation cache (hwjax._cache): where it points, when it
+stays off, and that a second process loads the first one's program from it."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_MODEL = Path(__file__).parent / "data" / "mlperf" / "kws_ref_model.tflite"
+
+_PROBE = "import hwjax, jax; print(jax.config.jax_compilation_cache_dir)"
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "HWJAX_COMPILATION"))}
+    env.update(extra)
+    return env
+
+
+def _probe(code: str, **extra) -> str:
+    r = subprocess.run([sys.executable, "-c", code], env=_env(**extra), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ({"XDG_CACHE_HOME": "{tmp}"}, "{tmp}/hwjax/jax"),
+        ({"HWJAX_COMPILATION_CACHE": "{tmp}/mine"}, "{tmp}/mine"),
+        ({"HWJAX_COMPILATION_CACHE": "0", "XDG_CACHE_HOME": "{tmp}"}, "None"),
+        ({"JAX_COMPILATION_CACHE_DIR": "{tmp}/jax-own", "XDG_CACHE_HOME": "{tmp}"}, "{tmp}/jax-own"),
+        ({"JAX_ENABLE_COMPILATION_CACHE": "false", "XDG_CACHE_HOME": "{tmp}"}, "None"),
+    ],
+)
+def test_default_cache_folder(tmp_path, extra, expected):
+    extra = {k: v.format(tmp=tmp_path) for k, v in extra.items()}
+    assert _probe(_PROBE, **extra) == expected.format(tmp=tmp_path)
+
+
+def test_second_process_loads_the_program(tmp_path):
+    code = (
+        "import logging, numpy as np, jax, hwjax.tflite as T\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "logging.getLogger('jax._src.compiler').setLevel(logging.DEBUG)\n"
+        f"m = T.load({str(_MODEL)!r})\n"
+        "print(np.asarray(m.run(np.zeros((2, *m.inputs[0].shape[1:]), np.int8), runtime='xs3')).tolist())\n"
+    )
+    env = _env(HWJAX_COMPILATION_CACHE=str(tmp_path))
+    runs = [
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        for _ in range(2)
+    ]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert runs[0].stdout == runs[1].stdout
+    assert "PERSISTENT COMPILATION CACHE MISS for 'jit__run_file'" in runs[0].stderr
+    # the xs3 route included: its program holds no host callback (JAX caches none that do)
+    assert "Persistent compilation cache hit for 'jit__run_file'" in runs[1].stderr
