@@ -40,7 +40,12 @@ def test_default_cache_folder(tmp_path, extra, expected):
     assert _probe(_PROBE, **extra) == expected.format(tmp=tmp_path)
 
 
-def test_second_process_loads_the_program(tmp_path):
+@pytest.mark.parametrize("stored", [True, False])
+def test_second_process_loads_the_program(tmp_path, stored):
+    """A second process answers KWS on xs3 from the cache: its traced program stored by
+    hwjax (stored_program) and compiled code from JAX's cache; without stored programs,
+    JAX's cache still answers the compile (the xs3 route holds no host callback, and JAX
+    caches no program that does)."""
     code = (
         "import logging, numpy as np, jax, hwjax.tflite as T\n"
         "logging.basicConfig(level=logging.WARNING)\n"
@@ -48,7 +53,7 @@ def test_second_process_loads_the_program(tmp_path):
         f"m = T.load({str(_MODEL)!r})\n"
         "print(np.asarray(m.run(np.zeros((2, *m.inputs[0].shape[1:]), np.int8), runtime='xs3')).tolist())\n"
     )
-    env = _env(HWJAX_COMPILATION_CACHE=str(tmp_path))
+    env = _env(HWJAX_COMPILATION_CACHE=str(tmp_path), HWJAX_STORED_PROGRAMS="1" if stored else "0")
     runs = [
         subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         for _ in range(2)
@@ -56,6 +61,12 @@ def test_second_process_loads_the_program(tmp_path):
     for r in runs:
         assert r.returncode == 0, r.stderr
     assert runs[0].stdout == runs[1].stdout
-    assert "PERSISTENT COMPILATION CACHE MISS for 'jit__run_file'" in runs[0].stderr
-    # the xs3 route included: its program holds no host callback (JAX caches none that do)
-    assert "Persistent compilation cache hit for 'jit__run_file'" in runs[1].stderr
+    programs = list((tmp_path / "hwjax-programs").glob("*.jaxexport"))
+    if stored:
+        assert len(programs) == 1
+        assert "Persistent compilation cache hit for 'jit_call'" in runs[1].stderr
+        assert "'jit__run_file'" not in runs[1].stderr  # neither traced nor compiled: loaded
+    else:
+        assert programs == []
+        assert "PERSISTENT COMPILATION CACHE MISS for 'jit__run_file'" in runs[0].stderr
+        assert "Persistent compilation cache hit for 'jit__run_file'" in runs[1].stderr

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import evaluated_if_concrete
+from hwjax.core import evaluated_if_concrete, stored_program
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, jit_run, lower
@@ -185,15 +185,23 @@ class Model:
                 if int(amin) < lo or int(amax) > hi:
                     raise RangeError(f"input {info.name!r} holds values outside {info.dtype} [{lo}, {hi}]")
             arrays.append(a)
-        kinds = tuple(info.dtype for info in self.inputs)
-        res = _run_file(
-            g,
-            tuple(arrays),
-            in_dtypes=kinds,
+        options = dict(
+            in_dtypes=tuple(info.dtype for info in self.inputs),
             out_dtypes=tuple(info.dtype for info in self.outputs),
             intermediates=intermediates,
             chunk=None if intermediates else batch_chunk(g),
         )
+        # a later process loads this program from disk instead of tracing it (stored_program)
+        stored = (
+            None
+            if intermediates
+            else stored_program(
+                functools.partial(_run_file, **options),
+                (g, tuple(arrays)),
+                ("hwjax.tflite.Model.run", sorted(options.items())),
+            )
+        )
+        res = stored() if stored is not None else _run_file(g, tuple(arrays), **options)
         out = res[0] if intermediates else res
         y = out[0] if len(out) == 1 else out
         return (y, res[1]) if intermediates else y
