@@ -25,8 +25,33 @@ def test_models_load():
 
 
 def test_main_tiny(capsys):
-    rc = D.main(["--jax-threads", "all", "--shapes", "mlp", "--batches", "3", "--repeats", "1", "--min-time", "0.001"])
+    rc = D.main(
+        [
+            "--jax-threads", "all", "--shapes", "mlp", "--batches", "3", "--repeats", "1", "--min-time", "0.001",
+            "--mlperf", "none",
+        ]
+    )  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "all hwjax outputs bit-exact against LiteRT: True" in out
     assert "hwjax optimized" in out and "litert xnnpack" in out
+
+
+def test_mlperf_tiny(capsys):
+    """One MLPerf Tiny model on one runtime: exact on the stored runtime outputs, timed
+    against both LiteRT loops, and its first result in two fresh processes (cold, warm)."""
+    if not (D.mlperf_dir() / "ad01_int8.tflite").is_file():
+        pytest.skip("tests/data/mlperf/ad01_int8.tflite is missing (scripts/mlperf_testdata.py)")
+    args = ["--jax-threads", "all", "--shapes", "none", "--mlperf", "ad01_int8", "--runtimes", "xnnpack"]
+    rc = D.main([*args, "--mlperf-batch", "8", "--mlperf-repeats", "1", "--min-time", "0.001"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "all hwjax outputs equal to the stored runtime outputs: True" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("hwjax xnnpack"))
+    assert "exact on the stored outputs; first result" in row and "warm cache" in row
+    assert "litert xnnpack loop" in out and "litert optimized batch" in out
+
+
+def test_mlperf_bad_option():
+    with pytest.raises(SystemExit):
+        D.main(["--jax-threads", "all", "--mlperf", "no_such_model"])

@@ -1,6 +1,9 @@
 """``python -m hwjax.bench deployed``: images/s of whole int8 models, hwjax against LiteRT.
 
-Three model shapes, built with :class:`hwjax.tflite.testing.ModelBuilder` (random int8
+The six MLPerf Tiny models (the published acceptance set, ``--mlperf``): every hwjax runtime
+against LiteRT's optimized kernels and XNNPACK as a batch-1 loop and resized to the batch,
+and the time to a first result in a fresh process, cold and with a warm cache: see
+:mod:`hwjax.bench._mlperf`. Then three synthetic model shapes (``--shapes``), built with :class:`hwjax.tflite.testing.ModelBuilder` (random int8
 weights, fixed seed):
 
 * ``mlp``: FULLY_CONNECTED 784 -> 512 (relu) -> 256 (relu) -> 10;
@@ -49,6 +52,9 @@ import sys
 import time
 
 import numpy as np
+
+from hwjax.bench._mlperf import MODELS as MLPERF_MODELS, RUNTIMES as MLPERF_RUNTIMES, bench_mlperf
+from hwjax.bench._mlperf import default_dir as mlperf_dir
 
 _ONE_THREAD_FLAG = "--xla_cpu_multi_thread_eigen=false"
 _CHILD_ENV = "HWJAX_BENCH_DEPLOYED_CHILD"
@@ -386,7 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m hwjax.bench deployed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--batches", default="64,1024", help="comma-separated batch sizes (default 64,1024)")
-    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, among {list(SHAPES)}")
+    ap.add_argument(
+        "--shapes", default=",".join(SHAPES), help=f"comma-separated, among {list(SHAPES)} ('none' skips them)"
+    )
     ap.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (best sample is kept)")
     ap.add_argument("--min-time", type=float, default=0.2, help="seconds per timed sample (default 0.2)")
     ap.add_argument("--quick", action="store_true", help="batches 8,64, 2 repeats of 0.05 s (a smoke run)")
@@ -411,7 +419,22 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also time Model.run mapped over chunks of this many examples (lax.map, one jit)",
     )
+    ap.add_argument(
+        "--mlperf",
+        default="all",
+        help="comma-separated MLPerf Tiny models (default all six; 'none' skips them): " + ", ".join(MLPERF_MODELS),
+    )
+    ap.add_argument("--runtimes", default=",".join(MLPERF_RUNTIMES), help="hwjax runtimes timed on the MLPerf models")
+    ap.add_argument("--mlperf-batch", type=int, default=256, help="hwjax's batch on the MLPerf models (default 256)")
+    ap.add_argument("--mlperf-repeats", type=int, default=2, help="interleaved rounds on the MLPerf models")
+    ap.add_argument("--mlperf-dir", default=None, help="folder of NAME.tflite + NAME.npz (default tests/data/mlperf)")
+    ap.add_argument("--no-first-result", action="store_true", help="skip the fresh-process time to the first result")
     args = ap.parse_args(argv)
+    mlperf = [] if args.mlperf == "none" else list(MLPERF_MODELS) if args.mlperf == "all" else args.mlperf.split(",")
+    runtimes = [r for r in args.runtimes.split(",") if r]
+    for bad, allowed, opt in ((mlperf, MLPERF_MODELS, "--mlperf"), (runtimes, MLPERF_RUNTIMES, "--runtimes")):
+        if any(v not in allowed for v in bad):
+            ap.error(f"{opt}: unknown {[v for v in bad if v not in allowed]}; choose among {list(allowed)}")
     if args.jax_threads != "all" and os.environ.get(_CHILD_ENV) != "1":
         env = dict(os.environ)
         env["XLA_FLAGS"] = " ".join(f for f in (env.get("XLA_FLAGS", ""), _ONE_THREAD_FLAG, args.xla_flags) if f)
@@ -439,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
 
     batches = [8, 64] if args.quick else [int(b) for b in args.batches.split(",")]
     repeats, min_time = (2, 0.05) if args.quick else (args.repeats, args.min_time)
-    shapes = [s for s in args.shapes.split(",") if s]
+    shapes = [s for s in args.shapes.split(",") if s and s != "none"]
     bad = [s for s in shapes if s not in SHAPES]
     if bad:
         ap.error(f"unknown shapes {bad}; choose among {list(SHAPES)}")
@@ -457,8 +480,24 @@ def main(argv: list[str] | None = None) -> int:
         + (f"; GLIBC_TUNABLES={tun}" if tun else "")
         + f"; batches {batches}, best of {repeats} interleaved rounds"
     )
-    results = bench(shapes, batches, repeats, min_time=min_time, chunk=args.chunk)
-    _summary(results)
-    exact = all(v[1] in (None, True) for row in results.values() for v in row.values())
-    print(f"\nall hwjax outputs bit-exact against LiteRT: {exact}")
+    exact = True
+    if shapes:
+        results = bench(shapes, batches, repeats, min_time=min_time, chunk=args.chunk)
+        _summary(results)
+        exact = all(v[1] in (None, True) for row in results.values() for v in row.values())
+        print(f"\nall hwjax outputs bit-exact against LiteRT: {exact}")
+    if mlperf:
+        from pathlib import Path
+
+        folder = Path(args.mlperf_dir) if args.mlperf_dir else mlperf_dir()
+        res = bench_mlperf(
+            folder,
+            mlperf,
+            runtimes,
+            args.mlperf_batch,
+            args.mlperf_repeats,
+            min_time,
+            first=not args.no_first_result,
+        )
+        exact = exact and all(all(r["exact"].values()) for r in res.values())
     return 0 if exact else 1
