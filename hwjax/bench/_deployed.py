@@ -1,10 +1,11 @@
 """``python -m hwjax.bench deployed``: images/s of whole int8 models, hwjax against LiteRT.
 
-The six MLPerf Tiny models (the published acceptance set, ``--mlperf``): every hwjax runtime
+Two parts. First three synthetic model shapes (``--shapes``), built with
+:class:`hwjax.tflite.testing.ModelBuilder` (random int8 weights, fixed seed), see below. Then
+the six MLPerf Tiny models (the published acceptance set, ``--mlperf``): every hwjax runtime
 against LiteRT's optimized kernels and XNNPACK as a batch-1 loop and resized to the batch,
-and the time to a first result in a fresh process, cold and with a warm cache: see
-:mod:`hwjax.bench._mlperf`. Then three synthetic model shapes (``--shapes``), built with :class:`hwjax.tflite.testing.ModelBuilder` (random int8
-weights, fixed seed):
+and the time to a first result in a fresh process, cold and with a warm cache
+(:mod:`hwjax.bench._mlperf`). The shapes:
 
 * ``mlp``: FULLY_CONNECTED 784 -> 512 (relu) -> 256 (relu) -> 10;
 * ``cnn``: a small MobileNet-like CNN on 32x32x3: conv 3x3/2 (16, relu6), depthwise 3x3
