@@ -64,9 +64,37 @@ def test_second_process_loads_the_program(tmp_path, stored):
     programs = list((tmp_path / "hwjax-programs").glob("*.jaxexport"))
     if stored:
         assert len(programs) == 1
+        assert len(list((tmp_path / "hwjax-programs").glob("*.pickle"))) == 1  # the lowering (stored_value)
         assert "Persistent compilation cache hit for 'jit_call'" in runs[1].stderr
         assert "'jit__run_file'" not in runs[1].stderr  # neither traced nor compiled: loaded
     else:
         assert programs == []
         assert "PERSISTENT COMPILATION CACHE MISS for 'jit__run_file'" in runs[0].stderr
         assert "Persistent compilation cache hit for 'jit__run_file'" in runs[1].stderr
+
+
+def test_stored_value_is_keyed_by_every_input_value():
+    """stored_value makes a value once per key and input values, then loads it."""
+    import uuid
+
+    import numpy as np
+
+    from hwjax.core import stored_value
+    from hwjax.core._stored import program_folder
+
+    if program_folder() is None:
+        pytest.skip("no persistent compilation cache in this test session (HWJAX_TEST_JAX_CACHE=0)")
+    key, made = (str(uuid.uuid4()),), []
+
+    def make(v):
+        made.append(1)
+        return {"twice": np.asarray(v) * 2}
+
+    a, b = np.arange(5, dtype=np.int32), np.arange(5, dtype=np.int32)
+    b[3] = 7
+    first = stored_value(lambda: make(a), {"a": a}, key)
+    again = stored_value(lambda: make(a), {"a": a}, key)
+    other = stored_value(lambda: make(b), {"a": b}, key)
+    assert len(made) == 2  # a made once, then loaded; b (one value differs) made
+    assert np.array_equal(np.asarray(again["twice"]), np.asarray(first["twice"]))
+    assert np.array_equal(np.asarray(other["twice"]), b * 2)

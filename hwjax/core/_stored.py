@@ -112,3 +112,46 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
                 pass  # a read-only cache: this process still uses the program it traced
         call = _LOADED[digest] = jax.jit(exported.call)
     return lambda: call(*leaves)
+
+
+def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> Any:
+    """``make()``, a pytree of arrays computed from ``inputs`` (a pytree of arrays) alone,
+    kept on disk next to the stored programs: a later call with the same ``key``, the same
+    ``inputs`` (structure and every value: a digest of their bytes) and the same hwjax
+    sources and jax versions loads it instead (its arrays as device arrays). Used for host
+    work that no compiler cache covers, e.g. a model's lowering (xformer's per-channel
+    recipes in NumPy). Where programs are not stored (:func:`program_folder`), or
+    ``inputs`` holds tracers, ``make()`` is returned as it is.
+
+    The file is a pickle, read only from the cache folder, which JAX's persistent cache
+    trusts already with compiled code it runs."""
+    import pickle
+
+    folder = program_folder()
+    leaves, treedef = jax.tree.flatten(inputs)
+    structure = str(treedef)
+    if folder is None or any(isinstance(a, jax.core.Tracer) for a in leaves) or "0x" in structure:
+        return make()
+    h = hashlib.sha256(repr((tuple(key), structure, jax.__version__, jax.lib.__version__, source_digest())).encode())
+    for a in leaves:
+        a = np.asarray(a)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    path = folder / f"{h.hexdigest()}.pickle"
+    if path.is_file():
+        try:
+            value = pickle.loads(path.read_bytes())
+            with jax.ensure_compile_time_eval():  # device arrays, also when loaded inside a trace
+                return jax.tree.map(jax.device_put, value)
+        except Exception:  # damaged, or written by other code: made again
+            pass
+    value = make()
+    try:
+        blob = pickle.dumps(jax.tree.map(np.asarray, value))
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".tmp") as f:
+            f.write(blob)
+        os.replace(f.name, path)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        pass  # not picklable or a read-only cache: this process keeps its value
+    return value

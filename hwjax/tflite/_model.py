@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import evaluated_if_concrete, stored_program
+from hwjax.core import evaluated_if_concrete, stored_program, stored_value
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, jit_run, lower
@@ -109,8 +109,10 @@ class Model:
     def lowered(self, runtime="reference") -> Graph:
         """The graph lowered for ``runtime`` (its integer parameters; cached)."""
         t = self.target(runtime)
-        if t not in self._lowered:
-            self._lowered[t] = lower(self.graph, t)
+        if t not in self._lowered:  # a later process loads the lowering from disk (stored_value)
+            self._lowered[t] = stored_value(
+                lambda: lower(self.graph, t), self.graph, ("hwjax.tflite.Model.lowered", repr(t))
+            )
         return self._lowered[t]
 
     def trainable(self, runtime: str = "reference"):
