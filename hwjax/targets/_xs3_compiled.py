@@ -227,29 +227,55 @@ def _compiled_run(op: str):
             variant=target.variant,
         )
         x_in = x
-        if op == "depthwise_conv":
-            extra = k.shape[0] - co
-            xp = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], extra), x.dtype)], axis=-1)
-            y, acc = xs3.depthwise_conv2d(
-                xp, jnp.moveaxis(k[..., 0], 0, -1), p["multipliers"], p["biases"], return_accumulators=True, **common
-            )
-        else:
+        c = p["choice"]
+
+        def accumulate(x):
+            """xformer's compiled op: the output-transform result and the accumulators."""
+            if op == "depthwise_conv":
+                extra = k.shape[0] - co
+                xp = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], extra), x.dtype)], axis=-1)
+                return xs3.depthwise_conv2d(
+                    xp,
+                    jnp.moveaxis(k[..., 0], 0, -1),
+                    p["multipliers"],
+                    p["biases"],
+                    return_accumulators=True,
+                    **common,
+                )
+            kk = k
             if x.shape[-1] == 3:  # XC_pad_3_to_4 (the 4th channel meets zero weights)
                 x = jnp.concatenate([x, jnp.broadcast_to(p["zin"], (*x.shape[:-1], 1)).astype(x.dtype)], axis=-1)
-                k = jnp.concatenate([k, jnp.zeros((*k.shape[:-1], 1), k.dtype)], axis=-1)
-            y, acc = xs3.conv2d(x, k, p["multipliers"], p["biases"], return_accumulators=True, **common)
-        c = p["choice"]
-        y_cw = xs3.otfn_int8_channelwise(
-            acc, c["shifts"], c["multipliers"], c["biases"], final_shr=c["final_shr"], variant=target.variant
-        )
-        y = jnp.where(c["mode"] == 1, y_cw, y)[..., :co].astype(_I32)
-        if attrs.get("activation") == "relu":  # XC_lookup of ReLU with equal quantisation
-            y = jnp.maximum(y, p["zout"])
-        y = y[:, 0, 0, :] if op == "dense" else y
-        if p["tflm"] is None:
-            return no_acc(y, return_acc)
-        y_tflm = TFLite._impls[op].run(target, attrs, p["tflm"], x_in[:, 0, 0, :] if op == "dense" else x_in)
-        return no_acc(jnp.where(c["mode"] == 2, y_tflm, y), return_acc)
+                kk = jnp.concatenate([kk, jnp.zeros((*kk.shape[:-1], 1), kk.dtype)], axis=-1)
+            return xs3.conv2d(x, kk, p["multipliers"], p["biases"], return_accumulators=True, **common)
+
+        def finish(y):
+            y = y[..., :co].astype(_I32)
+            if attrs.get("activation") == "relu":  # XC_lookup of ReLU with equal quantisation
+                y = jnp.maximum(y, p["zout"])
+            return y[:, 0, 0, :] if op == "dense" else y
+
+        def compiled(x):  # mode 0: the layer's output transform
+            return finish(accumulate(x)[0])
+
+        def channelwise(x):  # mode 1: xformer's per-channel output transform
+            acc = accumulate(x)[1]
+            return finish(
+                xs3.otfn_int8_channelwise(
+                    acc, c["shifts"], c["multipliers"], c["biases"], final_shr=c["final_shr"], variant=target.variant
+                )
+            )
+
+        def tflm(x):  # mode 2: xformer leaves the builtin op, which TFLM runs
+            return TFLite._impls[op].run(target, attrs, p["tflm"], x[:, 0, 0, :] if op == "dense" else x)
+
+        # one branch runs (a conditional, not a select of all three): the mode is the
+        # lowering's, a run-time value when the parameters are traced
+        m = jnp.asarray(c["mode"], _I32)
+        branch = jnp.where(m == 1, 1, 0)
+        branches = [compiled, channelwise]
+        if p["tflm"] is not None:
+            branch, branches = jnp.where(m == 2, 2, branch), [*branches, tflm]
+        return no_acc(jax.lax.switch(branch, branches, x_in), return_acc)
 
     return run
 
