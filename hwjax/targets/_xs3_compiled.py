@@ -233,7 +233,7 @@ def _compiled_run(op: str):
             """xformer's compiled op: the output-transform result and the accumulators."""
             if op == "depthwise_conv":
                 extra = k.shape[0] - co
-                xp = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], extra), x.dtype)], axis=-1)
+                xp = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], extra), x.dtype)], axis=-1) if extra else x
                 return xs3.depthwise_conv2d(
                     xp,
                     jnp.moveaxis(k[..., 0], 0, -1),
