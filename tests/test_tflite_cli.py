@@ -306,3 +306,17 @@ def test_help_lists_run_compare_and_finetune():
     assert "run" in text and "compare" in text
     assert "finetune" in text
     assert set(COMMANDS) == {"digits", "train", "eval", "export", "run", "compare", "finetune"}
+
+
+def test_plot_with_equal_differing_and_unrunnable_runtimes(tmp_path):
+    """``plot_compare`` draws a runtime equal to the reference everywhere (a legend entry, no
+    bars), one that differs, one that could not run (named in the title), and the all-equal case
+    (a linear axis and a note)."""
+    tensors = (("a", "conv"), ("b", "depthwise_conv"), ("c", "dense"))
+    equal = _cli.RuntimeDiff("optimized", tuple(_cli.LayerDiff(t, op, 10, 0, 0) for t, op in tensors))
+    differ = _cli.RuntimeDiff("xs3", tuple(_cli.LayerDiff(t, op, 10, i, i) for i, (t, op) in enumerate(tensors)))
+    na = _cli.RuntimeDiff("tflm", None, "UnsupportedOpError: x")
+    for k, runtimes in enumerate([(equal, differ, na), (equal,)]):
+        png = tmp_path / f"{k}.png"
+        _cli.plot_compare(_cli.Comparison("reference", tensors, runtimes), png)
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -305,43 +305,56 @@ def comparison_json(c: Comparison, *, model: str = "", examples: int = 0) -> dic
 def plot_compare(c: Comparison, path, *, title: str = "") -> None:
     """Writes a PNG at ``path`` (matplotlib, Agg): per tensor in graph order (x axis, labelled
     ``index op``), the percent of its values each runtime computes differently from the
-    reference (top, grouped bars, log scale) and the largest absolute difference (bottom); runtimes that
-    could not run are named in the title. FormatError naming ``--plot`` when matplotlib is
-    missing or the file cannot be written."""
+    reference (top, grouped bars, log scale) and the largest absolute difference (bottom). The
+    legend, above the bars, says per runtime how many tensors differ (a runtime equal to the
+    reference everywhere has no bars); runtimes that could not run are named in the title.
+    FormatError naming ``--plot`` when matplotlib is missing or the file cannot be written."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
     except ImportError:
         raise FormatError("--plot needs matplotlib (pip install 'hwjax[train]')") from None
     ran = [r for r in c.runtimes if r.layers is not None]
     n = len(c.tensors)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8.0, 0.32 * n + 2), 6.5), sharex=True)
     xs = np.arange(n)
-    w = 0.8 / max(len(ran), 1)
+    differing = [r for r in ran if any(d.differ for d in r.layers)]  # the others take no bar slot
+    w = 0.8 / max(len(differing), 1)
+    handles = []
     for k, r in enumerate(ran):
-        off = xs - 0.4 + w * (k + 0.5)
-        top.bar(off, [d.percent for d in r.layers], w, label=r.runtime, color=f"C{k}")
-        bottom.bar(off, [max(d.max_abs, 0) for d in r.layers], w, label=r.runtime, color=f"C{k}")
-    if any(d.differ for r in ran for d in r.layers):
+        differ = sum(d.differ > 0 for d in r.layers)
+        if not differ:  # a legend entry without bars: an empty box
+            handles.append(Patch(facecolor="none", edgecolor="0.5", label=f"{r.runtime}: equal everywhere"))
+            continue
+        off = xs - 0.4 + w * (differing.index(r) + 0.5)
+        label = f"{r.runtime}: {differ} of {n} tensors differ"
+        handles.append(top.bar(off, [d.percent for d in r.layers], w, label=label, color=f"C{k}"))
+        bottom.bar(off, [max(d.max_abs, 0) for d in r.layers], w, color=f"C{k}")
+    if differing:
         top.set_yscale("log")  # a few values in a large tensor stay visible
-    top.set_ylabel(f"% of values != {c.reference} (log)")
+    elif ran:
+        top.text(0.5, 0.5, f"every value equals {c.reference}'s", transform=top.transAxes, ha="center", va="center")
+    top.set_ylabel(f"% of values != {c.reference}" + (" (log)" if differing else ""))
+    top.set_xlim(-0.5, n - 0.5)
     bottom.set_ylabel("max |difference| (LSB)")
     bottom.set_xticks(xs)
     bottom.set_xticklabels([f"{i} {op}" for i, (_, op) in enumerate(c.tensors)], rotation=70, fontsize=7)
     bottom.set_xlabel("tensor (graph order)")
-    if ran:
-        top.legend(fontsize=8, ncol=len(ran))
     skipped = [r.runtime for r in c.runtimes if r.layers is None]
     head = title or "values computed differently from the reference, per tensor"
-    top.set_title(head + (f" ({', '.join(skipped)}: n/a)" if skipped else ""), fontsize=10)
+    fig.suptitle(head + (f" ({', '.join(skipped)}: n/a)" if skipped else ""), fontsize=10)
+    if ran:  # above the bars, never over them
+        cols = len(ran) if len(ran) <= 3 else (len(ran) + 1) // 2
+        top.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=cols, fontsize=8, frameon=False)
     for ax in (top, bottom):
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
     except OSError as e:
         raise FormatError(f"--plot {str(path)!r}: cannot write ({e.strerror or e})") from None
     finally:
