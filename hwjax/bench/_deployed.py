@@ -1,11 +1,13 @@
 """``python -m hwjax.bench deployed``: images/s of whole int8 models, hwjax against LiteRT.
 
-Two parts. First three synthetic model shapes (``--shapes``), built with
-:class:`hwjax.tflite.testing.ModelBuilder` (random int8 weights, fixed seed), see below. Then
-the six MLPerf Tiny models (the published acceptance set, ``--mlperf``): every hwjax runtime
-against LiteRT's optimized kernels and XNNPACK as a batch-1 loop and resized to the batch,
-and the time to a first result in a fresh process, cold and with a warm cache
-(:mod:`hwjax.bench._mlperf`). The shapes:
+By default the six MLPerf Tiny models (the published acceptance set): every hwjax runtime
+(``--runtimes``) against LiteRT's optimized kernels and XNNPACK as a batch-1 loop and
+resized to the batch (``--batch``), every output checked against its live peer, and the
+time to a first result in a fresh process without a cache and with a warm one
+(:mod:`hwjax.bench._mlperf`). ``--models`` picks among them and three synthetic model
+shapes, built with :class:`hwjax.tflite.testing.ModelBuilder` (random int8 weights, fixed
+seed; ``--models mlp,cnn,deep`` or ``shapes``, ``all`` for both sets), timed at
+``--batches``. The shapes:
 
 * ``mlp``: FULLY_CONNECTED 784 -> 512 (relu) -> 256 (relu) -> 10;
 * ``cnn``: a small MobileNet-like CNN on 32x32x3: conv 3x3/2 (16, relu6), depthwise 3x3
@@ -379,12 +381,57 @@ def _summary(results, out=print):
         out(f"  {name:5s} batch {batch:5d}: " + ", ".join(parts) + ("" if exact else "  (NOT EXACT)"))
 
 
+def _idlest_cpu(cpus, seconds: float = 0.5) -> int:
+    """The CPU among ``cpus`` that was idle the most over ``seconds`` (``/proc/stat``); the
+    lowest-numbered where that cannot be read. On a shared machine other benchmarks pin
+    themselves too: taking the idler core keeps two runs off the same one."""
+
+    def idle() -> dict:
+        out = {}
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *v = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                    out[int(name[3:])] = int(v[3]) + int(v[4])  # idle + iowait
+        return out
+
+    try:
+        a = idle()
+        time.sleep(seconds)
+        b = idle()
+        return max(sorted(cpus), key=lambda c: b.get(c, 0) - a.get(c, 0))
+    except (OSError, ValueError, IndexError):
+        return min(cpus)
+
+
 def _one_core() -> None:
-    """Pins the calling process (and every thread it starts) to one CPU. The XLA flag alone
-    does not make XLA:CPU single-threaded: with it, a 2-core VM still showed both cores
-    busy while hwjax ran, and hwjax's figures flipped between two modes 2x apart."""
+    """Pins the calling process (and every thread it starts) to one CPU, the idlest of
+    those it may use. The XLA flag alone does not make XLA:CPU single-threaded: with it, a
+    2-core VM still showed both cores busy while hwjax ran, and hwjax's figures flipped
+    between two modes 2x apart."""
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        os.sched_setaffinity(0, {_idlest_cpu(os.sched_getaffinity(0))})
+
+
+GROUPS = {"mlperf": tuple(MLPERF_MODELS), "shapes": tuple(SHAPES), "all": (*SHAPES, *MLPERF_MODELS)}
+QUICK_MODELS = "mlp,cnn,deep,ad01_int8"
+#: the runtimes whose first result is measured by default (three fresh processes per model
+#: and runtime cost minutes): Model.run's default runtime and the one slowest to compile
+FIRST_DEFAULT = "reference,xs3"
+
+
+def _names(value: str, allowed, groups=None) -> list[str]:
+    """A comma-separated list, groups expanded, order kept, 'none' empty; unknown names raise."""
+    names: list[str] = []
+    for v in (v.strip() for v in value.split(",")):
+        if not v or v == "none":
+            continue
+        for n in (groups or {}).get(v, (v,)):
+            if n not in allowed:
+                raise ValueError(n)
+            if n not in names:
+                names.append(n)
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -392,13 +439,57 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m hwjax.bench deployed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--batches", default="64,1024", help="comma-separated batch sizes (default 64,1024)")
     ap.add_argument(
-        "--shapes", default=",".join(SHAPES), help=f"comma-separated, among {list(SHAPES)} ('none' skips them)"
+        "--models",
+        default=None,
+        help="comma-separated models: the MLPerf Tiny ones ("
+        + ", ".join(MLPERF_MODELS)
+        + f"), the synthetic shapes ({', '.join(SHAPES)}), or the groups mlperf, shapes, all "
+        f"(default mlperf; with --quick {QUICK_MODELS})",
     )
-    ap.add_argument("--repeats", type=int, default=5, help="interleaved timing rounds (best sample is kept)")
+    ap.add_argument(
+        "--runtimes",
+        default=",".join(MLPERF_RUNTIMES),
+        help="hwjax runtimes timed on the MLPerf models (default all: " + ",".join(MLPERF_RUNTIMES) + "); the "
+        "shapes always time optimized and xnnpack",
+    )
+    ap.add_argument("--batch", type=int, default=None, help="hwjax's batch on the MLPerf models (default 256)")
+    ap.add_argument("--batches", default=None, help="comma-separated batch sizes of the shapes (default 64,1024)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="interleaved timing rounds, the best sample kept (default 5 on the shapes, 3 on the MLPerf models)",
+    )
     ap.add_argument("--min-time", type=float, default=0.2, help="seconds per timed sample (default 0.2)")
-    ap.add_argument("--quick", action="store_true", help="batches 8,64, 2 repeats of 0.05 s (a smoke run)")
+    ap.add_argument(
+        "--time-budget",
+        type=float,
+        default=8.0,
+        help="MLPerf: no new round after this many seconds of a model's timing (never under 2 rounds; default 8)",
+    )
+    ap.add_argument(
+        "--check",
+        type=int,
+        default=32,
+        help="MLPerf: examples of the batch compared with the slow peers (LiteRT BUILTIN_REF, tflite_micro; "
+        "default 32); the fast ones (optimized, XNNPACK) run the whole batch",
+    )
+    ap.add_argument(
+        "--first",
+        default=None,
+        help="MLPerf: runtimes whose first result in a fresh process is measured, three processes each "
+        f"(default {FIRST_DEFAULT}: hwjax's default runtime and the slowest to compile; 'all' for every one of "
+        "--runtimes; 'none' skips it)",
+    )
+    ap.add_argument("--no-first-result", action="store_true", help="skip the fresh-process time to the first result")
+    ap.add_argument("--mlperf-dir", default=None, help="folder of NAME.tflite + NAME.npz (default tests/data/mlperf)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke run: models {QUICK_MODELS} unless --models, shapes at batches 8,64, MLPerf batch 16, "
+        "first result on xnnpack only, 2 (shapes) / 1 (MLPerf) rounds of 0.05 s",
+    )
     ap.add_argument(
         "--jax-threads",
         choices=("1", "all", "both"),
@@ -418,24 +509,24 @@ def main(argv: list[str] | None = None) -> int:
         "--chunk",
         type=int,
         default=0,
-        help="also time Model.run mapped over chunks of this many examples (lax.map, one jit)",
+        help="shapes: also time Model.run mapped over chunks of this many examples (lax.map, one jit)",
     )
-    ap.add_argument(
-        "--mlperf",
-        default="all",
-        help="comma-separated MLPerf Tiny models (default all six; 'none' skips them): " + ", ".join(MLPERF_MODELS),
-    )
-    ap.add_argument("--runtimes", default=",".join(MLPERF_RUNTIMES), help="hwjax runtimes timed on the MLPerf models")
-    ap.add_argument("--mlperf-batch", type=int, default=256, help="hwjax's batch on the MLPerf models (default 256)")
-    ap.add_argument("--mlperf-repeats", type=int, default=2, help="interleaved rounds on the MLPerf models")
-    ap.add_argument("--mlperf-dir", default=None, help="folder of NAME.tflite + NAME.npz (default tests/data/mlperf)")
-    ap.add_argument("--no-first-result", action="store_true", help="skip the fresh-process time to the first result")
     args = ap.parse_args(argv)
-    mlperf = [] if args.mlperf == "none" else list(MLPERF_MODELS) if args.mlperf == "all" else args.mlperf.split(",")
-    runtimes = [r for r in args.runtimes.split(",") if r]
-    for bad, allowed, opt in ((mlperf, MLPERF_MODELS, "--mlperf"), (runtimes, MLPERF_RUNTIMES, "--runtimes")):
-        if any(v not in allowed for v in bad):
-            ap.error(f"{opt}: unknown {[v for v in bad if v not in allowed]}; choose among {list(allowed)}")
+    try:
+        models = _names(args.models or (QUICK_MODELS if args.quick else "mlperf"), GROUPS["all"], GROUPS)
+    except ValueError as e:
+        ap.error(f"--models: unknown {e}; choose among {list(GROUPS['all'])} or {list(GROUPS)}")
+    try:
+        runtimes = _names(args.runtimes, MLPERF_RUNTIMES)
+    except ValueError as e:
+        ap.error(f"--runtimes: unknown {e}; choose among {list(MLPERF_RUNTIMES)}")
+    try:
+        first = [] if args.no_first_result else _names(args.first, runtimes, {"all": runtimes}) if args.first else None
+    except ValueError as e:
+        ap.error(f"--first: {e} is not among the runtimes {runtimes}")
+    if first is None:  # the default: those of FIRST_DEFAULT (quick: xnnpack) that run, else all (quick: one)
+        pref = [r for r in ("xnnpack" if args.quick else FIRST_DEFAULT).split(",") if r in runtimes]
+        first = pref or (runtimes[:1] if args.quick else runtimes)
     if args.jax_threads != "all" and os.environ.get(_CHILD_ENV) != "1":
         env = dict(os.environ)
         env["XLA_FLAGS"] = " ".join(f for f in (env.get("XLA_FLAGS", ""), _ONE_THREAD_FLAG, args.xla_flags) if f)
@@ -461,12 +552,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax
 
-    batches = [8, 64] if args.quick else [int(b) for b in args.batches.split(",")]
-    repeats, min_time = (2, 0.05) if args.quick else (args.repeats, args.min_time)
-    shapes = [s for s in args.shapes.split(",") if s and s != "none"]
-    bad = [s for s in shapes if s not in SHAPES]
-    if bad:
-        ap.error(f"unknown shapes {bad}; choose among {list(SHAPES)}")
+    shapes = [m for m in models if m in SHAPES]
+    mlperf = [m for m in models if m in MLPERF_MODELS]
+    batches = [int(b) for b in (args.batches or ("8,64" if args.quick else "64,1024")).split(",")]
+    batch = args.batch or (16 if args.quick else 256)
+    min_time = 0.05 if args.quick else args.min_time
+    rep_shapes = args.repeats or (2 if args.quick else 5)
+    rep_mlperf = args.repeats or (1 if args.quick else 3)
     flags = os.environ.get("XLA_FLAGS", "")
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     threads = (
@@ -479,11 +571,13 @@ def main(argv: list[str] | None = None) -> int:
         f"device: {jax.devices()[0].platform}, {os.cpu_count()} CPUs visible, load average "
         f"{os.getloadavg()[0]:.1f}; LiteRT num_threads=1; JAX: {threads}"
         + (f"; GLIBC_TUNABLES={tun}" if tun else "")
-        + f"; batches {batches}, best of {repeats} interleaved rounds"
+        + (f"; shapes: batches {batches}, best of {rep_shapes} interleaved rounds" if shapes else "")
+        + (f"; MLPerf Tiny: batch {batch}, up to {rep_mlperf} interleaved rounds" if mlperf else "")
     )
+    t_start = time.perf_counter()
     exact = True
     if shapes:
-        results = bench(shapes, batches, repeats, min_time=min_time, chunk=args.chunk)
+        results = bench(shapes, batches, rep_shapes, min_time=min_time, chunk=args.chunk)
         _summary(results)
         exact = all(v[1] in (None, True) for row in results.values() for v in row.values())
         print(f"\nall hwjax outputs bit-exact against LiteRT: {exact}")
@@ -495,10 +589,13 @@ def main(argv: list[str] | None = None) -> int:
             folder,
             mlperf,
             runtimes,
-            args.mlperf_batch,
-            args.mlperf_repeats,
+            batch,
+            rep_mlperf,
             min_time,
-            first=not args.no_first_result,
+            first,
+            check=args.check,
+            budget=args.time_budget,
         )
-        exact = exact and all(all(r["exact"].values()) for r in res.values())
+        exact = exact and all(v is not False for r in res.values() for v in r["exact"].values())
+    print(f"\n({time.perf_counter() - t_start:.0f} s after JAX's import)")
     return 0 if exact else 1
