@@ -20,7 +20,17 @@ from hwjax.graph import PRE_ACTIVATION  # (suffix of a fused activation's input 
 from hwjax.tflite._import import TensorInfo
 from hwjax.tflite._model import CHUNK_BYTES, MODEL_RUNTIMES, RUNTIMES, SUPPORTED_OPS, Model, batch_chunk, load
 from hwjax.tflite._save import save
-from hwjax.tflite._finetune import FinetuneResult, Trainable, finetune, predict, trainable, with_weights
+from hwjax.tflite._finetune import (
+    FinetuneResult,
+    Trainable,
+    cross_entropy,
+    default_loss,
+    finetune,
+    nll,
+    predict,
+    trainable,
+    with_weights,
+)
 from hwjax.tflite._cli import COMMANDS as CLI_COMMANDS
 
 __all__ = [
@@ -35,8 +45,11 @@ __all__ = [
     "TensorInfo",
     "Trainable",
     "batch_chunk",
+    "cross_entropy",
+    "default_loss",
     "finetune",
     "load",
+    "nll",
     "predict",
     "save",
     "trainable",
