@@ -305,7 +305,8 @@ def test_help_lists_run_compare_and_finetune():
     text = parser().format_help()
     assert "run" in text and "compare" in text
     assert "finetune" in text
-    assert set(COMMANDS) == {"digits", "train", "eval", "export", "run", "compare", "finetune"}
+    assert "deployed" in text
+    assert set(COMMANDS) == {"digits", "train", "eval", "export", "run", "compare", "finetune", "deployed"}
 
 
 def test_plot_with_equal_differing_and_unrunnable_runtimes(tmp_path):

@@ -14,6 +14,8 @@ Subcommands:
   differently from the reference runtime, and by how much (``--json``, ``--plot``).
 * ``finetune``: fine-tune a ``.tflite`` file in a runtime's exact arithmetic, write it back,
   and check the written file against the trained modules.
+* ``deployed``: the deployed-model demo (``train/_deployed.py``): a converter-made digits model's
+  accuracy under every runtime, a fine-tune for one, the file written and re-checked.
 
 Run outputs go to ``runs/<name>`` (relative to the working directory) by default.
 """
@@ -557,6 +559,17 @@ def parser() -> argparse.ArgumentParser:
     x.add_argument("--run", required=True, help="training output folder (with checkpoints/)")
     x.add_argument("--out", default=None, help="export folder (default <run>/export)")
     _tflite_args(sub)
+    from ._deployed import add_args as deployed_args
+
+    deployed_args(
+        sub.add_parser(
+            "deployed",
+            help="the deployed-model demo: a converter-made digits model under every runtime, fine-tuned, saved, re-checked",
+        ),
+        _POSITIVE,
+        _COUNT,
+        _RATE,
+    )
     return p
 
 
@@ -637,6 +650,15 @@ def run_tflite_command(args) -> None:
         raise SystemExit(text.exit_code)
 
 
+def run_deployed(args) -> None:
+    """``deployed``: :func:`train._deployed.run`, exiting with its code."""
+    from ._deployed import run
+
+    code = run(args)
+    if code:
+        raise SystemExit(code)
+
+
 def run_train_command(args) -> None:
     if args.out is None:
         args.out = str(Path("runs") / (Path(args.data).stem if args.data else "digits"))
@@ -652,6 +674,7 @@ COMMANDS: dict[str, Callable[[Any], Any]] = {
     "run": run_tflite_command,
     "compare": run_tflite_command,
     "finetune": run_tflite_command,
+    "deployed": run_deployed,
 }
 
 
