@@ -5,8 +5,8 @@ Oracles: LiteRT itself runs the saved file (``hwjax.tflite.testing.run_litert``)
 ``Model.run`` of the file loaded again, on each runtime, against the trained modules' own
 output integers (``hwjax.tflite.predict``); the untrained modules against ``Model.run`` of the
 original. The default run fine-tunes a four-node model on ``"reference"`` (and ``hwjax
-finetune`` end to end, whose compiled programs the persistent cache shares); every runtime, and
-the MLPerf Tiny models, are ``slow``.
+finetune`` end to end, whose compiled programs the persistent cache shares); every runtime is
+``slow``. The MLPerf Tiny models are fine-tuned in ``tests/test_finetune_mlperf.py``.
 """
 
 from __future__ import annotations
@@ -210,25 +210,6 @@ def test_finetune_small_model_on_every_runtime(runtime):
     np.testing.assert_array_equal(tfl.predict(model.trainable(runtime), x), np.asarray(model.run(x, runtime=runtime)))
     r = tfl.finetune(model, x, y, runtime=runtime, epochs=1, batch_size=16, progress=False)
     check_tuned(model, r, x, runtime)
-
-
-MLPERF_MODELS = ["ad01_int8", "kws_ref_model", "pretrainedResnet_quant", "vww_96_int8", "str_ww_ref_model"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("runtime", ["reference", "optimized", "xnnpack", "tflm", "xs3"])
-@pytest.mark.parametrize("name", MLPERF_MODELS)
-def test_mlperf_models_finetune_and_reload(name, runtime):
-    """A few steps on the stored inputs (random labels); the written file, reloaded, computes
-    the trained modules' integers."""
-    model = tfl.load(os.path.join(MLPERF, f"{name}.tflite"))
-    x = np.load(os.path.join(MLPERF, f"{name}.npz"))["x"]
-    classes = int(np.prod(model.outputs[0].shape[1:]))
-    y = np.random.default_rng(0).integers(0, classes, len(x))
-    r = tfl.finetune(model, x, y, runtime=runtime, epochs=1, batch_size=4, progress=False)
-    assert r.steps == len(x) // 4
-    saved = tfl.save(r.model)
-    np.testing.assert_array_equal(np.asarray(tfl.load(saved).run(x, runtime=runtime)), tfl.predict(r.trainable, x))
 
 
 def test_tflm_per_channel_fully_connected_modules_equal_the_runtime():
