@@ -66,9 +66,13 @@ def _stored(name):
     return _cache[name]
 
 
+#: stored here by other scripts, with other checks (scripts/keras_digits.py: the deployed demo's model)
+OTHERS = {"digits_cnn"}
+
+
 def test_files_present():
-    assert sorted(p.stem for p in DATA.glob("*.tflite")) == MODELS
-    assert sorted(p.stem for p in DATA.glob("*.npz")) == MODELS
+    assert sorted(p.stem for p in DATA.glob("*.tflite") if p.stem not in OTHERS) == MODELS
+    assert sorted(p.stem for p in DATA.glob("*.npz") if p.stem not in OTHERS) == MODELS
 
 
 @pytest.mark.parametrize("name", MODELS)
