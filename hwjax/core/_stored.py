@@ -155,3 +155,10 @@ def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> An
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass  # not picklable or a read-only cache: this process keeps its value
     return value
+
+
+def call_stored(fn: Callable[..., Any], args: tuple, name: str, **options) -> Any:
+    """``fn(*args, **options)``, through a program stored on disk (:func:`stored_program`,
+    keyed by ``name`` and the static ``options``) where one can be; ``fn`` itself otherwise."""
+    thunk = stored_program(functools.partial(fn, **options), args, (name, sorted(options.items())))
+    return thunk() if thunk is not None else fn(*args, **options)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import evaluated_if_concrete, stored_program, stored_value
+from hwjax.core import evaluated_if_concrete, call_stored, stored_value
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, jit_run, lower
@@ -193,17 +193,10 @@ class Model:
             intermediates=intermediates,
             chunk=None if intermediates else batch_chunk(g),
         )
-        # a later process loads this program from disk instead of tracing it (stored_program)
-        stored = (
-            None
-            if intermediates
-            else stored_program(
-                functools.partial(_run_file, **options),
-                (g, tuple(arrays)),
-                ("hwjax.tflite.Model.run", sorted(options.items())),
-            )
-        )
-        res = stored() if stored is not None else _run_file(g, tuple(arrays), **options)
+        if intermediates:
+            res = _run_file(g, tuple(arrays), **options)
+        else:  # a later process loads this program from disk instead of tracing it
+            res = call_stored(_run_file, (g, tuple(arrays)), "hwjax.tflite.Model.run", **options)
         out = res[0] if intermediates else res
         y = out[0] if len(out) == 1 else out
         return (y, res[1]) if intermediates else y
