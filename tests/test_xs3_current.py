@@ -579,6 +579,43 @@ def test_otfn_params_of_several_layers_in_one_recipe_equal_the_helper():
     assert otfn_params_many([]) == []
 
 
+def test_otfn_params_with_tiny_multipliers_equal_the_helper():
+    """Dead channels as fine-tuning leaves them (all-zero weights, weight scales down to
+    1e-12, biases at +-(2**24 - 1)) and live channels with multipliers below 2**-32: the
+    jitted recipe and the batched one give the helper's parameters. (Found on MLPerf's VWW
+    fine-tuned for xs3: beta 2**k left int64 there.)"""
+    from hwjax.xs3 import otfn_params_many
+
+    fn = jax.jit(xs3.otfn_params)
+    checked = 0
+    for trial in range(16):
+        c, k = (64, 72) if trial % 2 else (12, 9)
+        w = RNG.integers(-127, 128, (c, k)).astype(np.int8)
+        dead = RNG.random(c) < 0.6
+        w[dead] = 0
+        s_w = (10 ** RNG.uniform(-4, -1, c)).astype(np.float32)
+        s_w[dead] = 10 ** RNG.uniform(-12, -8, int(dead.sum()))
+        tiny = ~dead & (RNG.random(c) < 0.3)
+        s_w[tiny] = 10 ** RNG.uniform(-11, -9, int(tiny.sum()))  # m below 2**-30
+        b = RNG.integers(-(2**20), 2**20, c).astype(np.int32)
+        b[dead] = RNG.choice([-(2**24 - 1), 2**24 - 1], int(dead.sum()))
+        s_in, s_out = np.float32(10 ** RNG.uniform(-2.5, -1)), np.float32(10 ** RNG.uniform(-2.5, -1))
+        z_in = int(RNG.choice([-128, 0, int(RNG.integers(-128, 128))]))
+        z_out = int([-128, 0, int(RNG.integers(-128, 128))][trial % 3])
+        try:
+            ref = xs3.otfn_params_from_scales(b, w, float(s_in), z_in, s_w, float(s_out), z_out)
+        except ValueError:  # shifts outside the assembly's range: the helper refuses
+            continue
+        args = (w, b, s_in, np.int32(z_in), s_w, s_out, np.int32(z_out))
+        got = fn(w, b, s_in=s_in, z_in=np.int32(z_in), s_w=s_w, s_out=s_out, z_out=np.int32(z_out))
+        for mul, bias, sh in (got, otfn_params_many([args, args[:4] + (s_w * 1e6,) + args[5:]])[0]):
+            np.testing.assert_array_equal(np.asarray(mul), ref["multipliers"])
+            np.testing.assert_array_equal(np.asarray(bias), ref["biases"])
+            assert [int(sh[0]), int(sh[1])] == [ref["initial_shift"], ref["final_shr"]]
+        checked += 1
+    assert checked >= 8
+
+
 def test_otfn_params_rounds_bias_ties_as_the_helper():
     """Multipliers with few significant bits make ``beta * 2**B`` land on ties: the bias
     is ``rint(beta 2**B - 1)``, which is not ``rint(beta 2**B) - 1`` there."""

@@ -124,12 +124,13 @@ def otfn_params(kernel_q, bias_q, *, s_in, z_in, s_w, s_out, z_out):
     float32(s_in s_w[c] / s_out)`` correctly rounded (a float32 estimate corrected by
     exact comparisons with its neighbours' midpoints), split into ``mant * 2**-k``;
     ``beta_c = float32(float32(float32(n_c) m_c) + z_out)`` (``n_c = bias_q[c] - z_in
-    sum_k w[c,k]``), kept as the exact integer ``beta_c 2**k``; the range ends
+    sum_k w[c,k]``), kept as an exact integer ``beta_c 2**kt``; the range ends
     ``float32((v - beta_c) / m_c)`` correctly rounded the same way, then floored / ceiled;
     constant channels ``clip(trunc(beta_c))``; the ``rint`` roundings (ties to even) and
     the A/M search (channel order, first failing channel decides, significant-bit
     tracking) step by step. Identical to the helper for int8 layers with ``|n_c| <
-    2**29`` and ``m_c >= 2**-30`` (tested against it on random layers).
+    2**29`` and normal float32 ``m_c`` (tested against it on random layers, and on layers
+    whose dead channels have weight scales down to 1e-11, as fine-tuning leaves them).
 
     Args:
       kernel_q: int8 values, output channel first (C, ...).
@@ -244,7 +245,9 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
         m = _nearest_quotient(div_rn(mul_rn(s_in, s_w), s_out), W.mul_int32(ma, mb), ea + eb, mc, ec)
         frac, exp = jnp.frexp(m)
         mant = jnp.where(m > 0, (frac * 2.0**24).astype(jnp.int32), 0)  # m = mant * 2**-k exactly
-        k = jnp.clip(jnp.where(m > 0, 24 - exp, 0), 0, 62).astype(jnp.int32)  # m >= 2**-38 assumed
+        # k only sets exponents (of the range ends' divisor, of mul16's shift), never a shift
+        # of a 64-bit value, so tiny multipliers are exact too (float32 normals: k <= 150)
+        k = jnp.clip(jnp.where(m > 0, 24 - exp, 0), 0, 160).astype(jnp.int32)
         return m, exp, mant, k
 
     # computed once: every later step uses m, and XLA would inline the division into each
@@ -262,16 +265,30 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
         # C++ `int * float + int`: float32(float32(float32(n) * m) + z_out); mul_rn keeps the
         # product from being contracted with the addition
         beta = mul_rn(n.astype(f32), m) + z_out.astype(f32)
-        # beta = mb 2**eb with eb >= -k (beta is a sum of multiples of m's ulp 2**-k, rounded
-        # to float32), so t = beta 2**k is an integer
+        # t = beta 2**kt, an integer: beta = mb 2**eb, and beta is a multiple of m's ulp
+        # 2**-k (n m is, and rounding to float32 or adding the integer z_out keeps that), so
+        # kt = clip(-eb, 0, k) leaves an exact t with |t| < 2**24 max(|beta|, 1). (beta 2**k
+        # itself leaves int64 for multipliers below about 2**-32: dead channels after
+        # training, with their biases at the ends of int32.)
         mb, eb = _mant_exp(beta)
-        t = W.shift_left(W.from_int32(mb), jnp.clip(eb + k, 0, 62))
+        kt = jnp.clip(-eb, 0, k)
+        t = W.where(
+            eb + kt >= 0,
+            W.shift_left(W.from_int32(mb), jnp.clip(eb + kt, 0, 62)),
+            W.from_int32(mb >> jnp.clip(-(eb + kt), 0, 31)),  # only trailing zeros shifted out
+        )
 
         def end(v, rnd):
             """rnd(float32((v - beta) / m)) as int32 within +-2**30 (lib_nn's round_up /
-            round_down take a float): the quotient of t's exact numerator by mant."""
-            num = W.sub(W.shift_left(W.from_int32(jnp.full_like(k, v)), k), t)  # (v - beta) 2**k
-            q = _nearest_quotient(div_rn(v - beta, jnp.where(m > 0, m, 1.0)), num, -k, jnp.maximum(mant, 1), -k)
+            round_down take a float): the quotient of the exact numerator (v - beta) 2**kt
+            by mant 2**-k (below 2**55 at kt <= 54). kt > 54 happens only for z_out = 0
+            (a nonzero beta next to a nonzero integer z_out is a multiple of 2**-24: kt <=
+            47) and k > 54 (m < 2**-31): then |beta| < 2**31 m < 1, |v - beta| / m >
+            126 2**31, and the end clips to +-2**30 with v's sign, as the float32 estimate
+            (within 1.5 ulp) does, which is used as it is."""
+            num = W.sub(W.shift_left(W.from_int32(jnp.full_like(kt, v)), jnp.clip(kt, 0, 62)), t)
+            y = div_rn(v - beta, jnp.where(m > 0, m, 1.0))
+            q = jnp.where(kt > 54, y, _nearest_quotient(y, num, -kt, jnp.maximum(mant, 1), -k))
             return rnd(jnp.clip(q, -(2.0**30), 2.0**30)).astype(i32)
 
         live = m > 0
@@ -282,13 +299,14 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
         # (x86 converts values beyond int32 to -2**31)
         b_const = jnp.clip(jnp.trunc(jnp.clip(beta, -(2.0**30), 2.0**30)), -128, 127).astype(i32)
         b_const = jnp.where(beta >= 2.0**31, -128, b_const)
-        t = W.where(const, W.shift_left(W.from_int32(b_const), k), t)
+        t = W.where(const, W.from_int32(b_const), t)  # an integer: exponent 0
+        kt = jnp.where(const, 0, kt)
         mant = jnp.where(const, 0, mant)
         amin, amax = jnp.where(const, 0, amin), jnp.where(const, 0, amax)
-        return t, mant, amin, amax
+        return t, kt, mant, amin, amax
 
     # computed once, on materialised inputs, like the multiplier
-    t, mant, amin, amax = compute_once(narrow, (sp, sn, bias_q, z_in, z_out, m, mant, k), trigger)
+    t, kt, mant, amin, amax = compute_once(narrow, (sp, sn, bias_q, z_in, z_out, m, mant, k), trigger)
 
     # §4.5 step 3: the exponent search
     def bitlen(v):
@@ -323,7 +341,7 @@ def _recipe(sp, sn, bias_q, s_w, valid, s_in, z_in, s_out, z_out, *, trigger):
         m16 = mul16(M)
         fail_m = ~fits16(m16)
         B = A + M - 14
-        s = k - B
+        s = kt - B
         # rint(beta * 2**B) and rint(beta * 2**B - 1), saturated to int32, from one shift
         right, right1 = W.rint_pair(t, jnp.clip(s, 0, 63))
         left = W.shift_left(t, jnp.clip(-s, 0, 62))
