@@ -1,12 +1,7 @@
-"""Fine-tune an int8 ``.tflite`` model in a runtime's exact arithmetic and write it back.
-
-    python examples/finetune_tflite.py [MODEL.tflite] [--runtime xs3] [--epochs 3] [--out tuned.tflite]
-
-The default model is TensorFlow's conversion of a small Keras CNN (tests/data/keras); the data
-are synthetic (random int8 inputs, random labels to fit). The saved file is run again by
-hwjax and, for the LiteRT runtimes, by LiteRT itself (``ai-edge-litert``): both must equal the
-trained modules' integers.
-"""
+"""Fine-tune an int8 ``.tflite`` model in a runtime's exact arithmetic and write it back:
+``python examples/finetune_tflite.py [MODEL.tflite] [--runtime xs3] [--epochs 3] [--out tuned.tflite]``
+(default: a small Keras CNN of tests/data/keras, on random int8 inputs and labels). The saved
+file, run by hwjax and (LiteRT runtimes) by LiteRT itself, must equal the trained modules."""
 
 import argparse
 import os
@@ -16,10 +11,10 @@ import optax
 
 import hwjax.tflite as tfl
 
-DEFAULT = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "keras", "cnn_branches.tflite")
-
 p = argparse.ArgumentParser()
-p.add_argument("model", nargs="?", default=DEFAULT)
+p.add_argument(
+    "model", nargs="?", default=os.path.join(os.path.dirname(__file__), "../tests/data/keras/cnn_branches.tflite")
+)
 p.add_argument("--runtime", default="reference", choices=tfl.MODEL_RUNTIMES)
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--out", default="tuned.tflite")
