@@ -1,4 +1,4 @@
-"""``hwjax run`` and ``hwjax compare`` (train/__main__.py + hwjax/tflite/_cli.py), called
+"""``hwjax run`` and ``hwjax compare`` (train/__main__.py + hwjax/cli/_commands.py), called
 in-process through ``main([...])`` and, for ``compare``'s ``--json`` / ``--plot``, as a
 subprocess. Outputs are checked against LiteRT itself: ``run``'s
 written outputs against LiteRT's, ``compare``'s per-tensor difference counts against
@@ -14,7 +14,7 @@ import pytest
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 import hwjax.tflite as tfl
-from hwjax.tflite import _cli
+from hwjax.cli import _commands as _cli
 from hwjax.tflite import testing as T
 from train.__main__ import main
 

@@ -8,10 +8,11 @@ Subcommands:
   (orbax; ``--resume`` continues), plot the curves, export, and print a summary table.
 * ``eval``: bit-exact accuracy of an exported model (``hwjax.load``) on the test split.
 * ``export``: export the latest checkpoint of a training run.
-* ``run``: run an int8 ``.tflite`` file on a ``.npy`` batch bit-exactly as a LiteRT runtime
-  does (``--runtime``), optionally writing the outputs (``--output``).
-* ``compare``: per tensor of a ``.tflite`` file, how many values each runtime computes
-  differently from the reference runtime, and by how much (``--json``, ``--plot``).
+* ``run``: run an int8 ``.tflite`` or ``.onnx`` file on a ``.npy`` batch bit-exactly as a
+  runtime does (``--runtime``: LiteRT, TFLM, xcore.ai, ONNX Runtime on a CPU), optionally
+  writing the outputs (``--output``).
+* ``compare``: per tensor of a ``.tflite`` or ``.onnx`` file, how many values each runtime
+  computes differently from the reference runtime, and by how much (``--json``, ``--plot``).
 * ``finetune``: fine-tune a ``.tflite`` file in a runtime's exact arithmetic, write it back,
   and check the written file against the trained modules.
 * ``deployed``: the deployed-model demo (``train/_deployed.py``): a converter-made digits model's
@@ -558,7 +559,7 @@ def parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="export the latest checkpoint of a training run")
     x.add_argument("--run", required=True, help="training output folder (with checkpoints/)")
     x.add_argument("--out", default=None, help="export folder (default <run>/export)")
-    _tflite_args(sub)
+    _model_args(sub)
     from ._deployed import add_args as deployed_args
 
     deployed_args(
@@ -573,16 +574,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _tflite_args(sub) -> None:
-    """``run``, ``compare`` and ``finetune``: an int8 ``.tflite`` file run (and fine-tuned)
-    bit-exactly as a runtime does."""
+def _model_args(sub) -> None:
+    """``run``, ``compare`` and ``finetune``: an int8 ``.tflite`` or ``.onnx`` file run (and a
+    ``.tflite`` file fine-tuned) bit-exactly as a runtime does (:mod:`hwjax.cli`)."""
+    from hwjax.cli import FORMATS
     from hwjax.tflite import MODEL_RUNTIMES
 
+    per_format = "; ".join(f"{s}: {','.join(f.runtimes)}" for s, f in FORMATS.items())
     r = sub.add_parser(
-        "run", help="run a .tflite model on a .npy batch exactly as a runtime (LiteRT, TFLM, xcore.ai) does"
+        "run",
+        help="run a .tflite or .onnx model on a .npy batch exactly as a runtime (LiteRT, TFLM, xcore.ai, "
+        "ONNX Runtime) does",
     )
-    r.add_argument("model", metavar="MODEL.tflite")
-    r.add_argument("--runtime", default="reference", choices=MODEL_RUNTIMES)
+    r.add_argument("model", metavar="MODEL")
+    r.add_argument("--runtime", default=None, help=f"default: the format's first ({per_format})")
     r.add_argument(
         "--input",
         required=True,
@@ -594,15 +599,15 @@ def _tflite_args(sub) -> None:
         "compare",
         help="per tensor, how many values each runtime computes differently from the reference, and by how much",
     )
-    c.add_argument("model", metavar="MODEL.tflite")
+    c.add_argument("model", metavar="MODEL")
     c.add_argument("--input", required=True, metavar="X.npy")
     c.add_argument(
         "--runtimes",
-        default=",".join(MODEL_RUNTIMES),
+        default=None,
         metavar="A,B,...",
-        help=f"runtimes to compare, comma-separated (default {','.join(MODEL_RUNTIMES)})",
+        help=f"runtimes to compare, comma-separated (default: all of the format's: {per_format})",
     )
-    c.add_argument("--reference", default="reference", choices=MODEL_RUNTIMES, help="the runtime compared against")
+    c.add_argument("--reference", default=None, help="the runtime compared against (default: the format's first)")
     c.add_argument("--json", default=None, metavar="FILE.json", help="write every count, with full tensor names")
     c.add_argument("--plot", default=None, metavar="FILE.png", help="per-tensor bar charts of the differences")
     f = sub.add_parser(
@@ -618,7 +623,7 @@ def _tflite_args(sub) -> None:
         "--data", required=True, metavar="TRAIN.npz", help="arrays x (inputs as the file takes them), y (int labels)"
     )
     f.add_argument("--validation", default=None, metavar="VAL.npz", help="held-out x, y (default: the training data)")
-    f.add_argument("--runtime", default="reference", choices=MODEL_RUNTIMES)
+    f.add_argument("--runtime", default="reference", choices=MODEL_RUNTIMES)  # .tflite only
     f.add_argument("--epochs", type=_POSITIVE, default=1)
     f.add_argument("--batch-size", type=_POSITIVE, default=32)
     f.add_argument("--lr", type=_RATE, default=1e-3, help="Adam learning rate")
@@ -633,12 +638,12 @@ def _tflite_args(sub) -> None:
     f.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def run_tflite_command(args) -> None:
-    """``run`` / ``compare`` / ``finetune`` (:data:`hwjax.tflite.CLI_COMMANDS`): prints the
+def run_model_command(args) -> None:
+    """``run`` / ``compare`` / ``finetune`` (:data:`hwjax.cli.COMMANDS`): prints the
     result; a bad path or input exits 2 with one line; a failed check (``finetune``'s reload
     check) exits with the result's ``exit_code``."""
+    from hwjax.cli import COMMANDS as CLI_COMMANDS
     from hwjax.errors import HwjaxError
-    from hwjax.tflite import CLI_COMMANDS
 
     try:
         text = CLI_COMMANDS[args.command](args)
@@ -671,9 +676,9 @@ COMMANDS: dict[str, Callable[[Any], Any]] = {
     "train": run_train_command,
     "eval": run_eval,
     "export": run_export,
-    "run": run_tflite_command,
-    "compare": run_tflite_command,
-    "finetune": run_tflite_command,
+    "run": run_model_command,
+    "compare": run_model_command,
+    "finetune": run_model_command,
     "deployed": run_deployed,
 }
 

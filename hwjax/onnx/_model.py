@@ -17,8 +17,11 @@ from hwjax.errors import ArgTypeError, FileError, FormatError, HwjaxError, Range
 from hwjax.graph import Graph, jit_run, lower
 from hwjax.onnx._read import read
 
-#: the runtime names :meth:`Model.run` takes
-RUNTIMES = ("onnxruntime",)
+#: the runtime names :meth:`Model.run` takes: ONNX Runtime's CPU provider on a VNNI / AMX
+#: CPU (the default), on an AVX2 CPU without VNNI, on an SSE4.2-only CPU
+#: (:class:`hwjax.targets.OnnxRuntime`'s ``cpu`` ``"vnni"``, ``"avx2"``, ``"sse"``)
+RUNTIMES = ("onnxruntime", "onnxruntime-avx2", "onnxruntime-sse")
+_CPU = {"onnxruntime": "vnni", "onnxruntime-avx2": "avx2", "onnxruntime-sse": "sse"}
 _NP = {"float32": np.float32, "uint8": np.uint8, "int8": np.int8, "int32": np.int32}
 _RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -49,9 +52,9 @@ class Model:
 
         if isinstance(runtime, OnnxRuntime):
             return runtime
-        if runtime not in RUNTIMES:
+        if not isinstance(runtime, str) or runtime not in RUNTIMES:
             raise RangeError(f"runtime must be one of {RUNTIMES} or a hwjax.targets.OnnxRuntime, got {runtime!r}")
-        return get("onnxruntime")
+        return get("onnxruntime", cpu=_CPU[runtime])
 
     def lowered(self, runtime="onnxruntime") -> Graph:
         """The graph lowered for ``runtime`` (its integer parameters and tables; cached)."""
@@ -69,8 +72,9 @@ class Model:
             or a sequence of such arrays for several inputs: float32 for a float input (NaN
             and infinities raise :class:`hwjax.errors.RangeError`), integers within the
             type's range for a uint8 / int8 input.
-          runtime: ``"onnxruntime"`` (the default CPU, :class:`hwjax.targets.OnnxRuntime`) or
-            an :class:`hwjax.targets.OnnxRuntime` (e.g. ``hwjax.targets.get("onnxruntime",
+          runtime: one of :data:`RUNTIMES` (``"onnxruntime"``: a VNNI / AMX CPU;
+            ``"onnxruntime-avx2"``, ``"onnxruntime-sse"``: the older CPUs) or an
+            :class:`hwjax.targets.OnnxRuntime` (e.g. ``hwjax.targets.get("onnxruntime",
             cpu="sse")``).
           intermediates: also return a dict of every tensor by name (batched; int32 for
             integer tensors).

@@ -7,7 +7,7 @@
 * :func:`save` writes a graph back as a ``.tflite`` file.
 * :func:`finetune` (or ``Model.trainable(runtime)`` -> optax -> ``Model.with_weights``):
   fine-tuning in a runtime's exact arithmetic, written back with :func:`save`.
-* :data:`CLI_COMMANDS`: the ``hwjax run`` / ``compare`` / ``finetune`` commands.
+* The ``hwjax run`` / ``compare`` / ``finetune`` commands are :mod:`hwjax.cli`.
 
 The runtimes' integer arithmetic (requantisation, kernels, tables) is :mod:`hwjax.litert`;
 its names are still reachable here (``hwjax.tflite.fully_connected`` ...) with a
@@ -23,6 +23,7 @@ from hwjax.tflite._save import save
 from hwjax.tflite._finetune import (
     FinetuneResult,
     Trainable,
+    accuracy,
     cross_entropy,
     default_loss,
     finetune,
@@ -31,11 +32,9 @@ from hwjax.tflite._finetune import (
     trainable,
     with_weights,
 )
-from hwjax.tflite._cli import COMMANDS as CLI_COMMANDS
 
 __all__ = [
     "CHUNK_BYTES",
-    "CLI_COMMANDS",
     "FinetuneResult",
     "MODEL_RUNTIMES",
     "Model",
@@ -44,6 +43,7 @@ __all__ = [
     "SUPPORTED_OPS",
     "TensorInfo",
     "Trainable",
+    "accuracy",
     "batch_chunk",
     "cross_entropy",
     "default_loss",

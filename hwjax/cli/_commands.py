@@ -1,4 +1,5 @@
-"""The ``hwjax run``, ``hwjax compare`` and ``hwjax finetune`` commands on ``.tflite`` files:
+"""The ``hwjax run``, ``hwjax compare`` and ``hwjax finetune`` commands on model files
+(``.tflite``, ``.onnx``: :data:`hwjax.cli.FORMATS`):
 functions that return data (:func:`read_model`, :func:`read_input`, :func:`read_data`,
 :func:`run_file`, :func:`compare`, :func:`comparison_json`), formatters (:func:`format_run`,
 :func:`format_compare`) and :func:`plot_compare`. The argparse wiring is in
@@ -13,25 +14,41 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from hwjax.cli._formats import FORMATS, format_of, format_of_model
 from hwjax.errors import FormatError, RangeError, ShapeError, UnsupportedOpError
-from hwjax.tflite._model import MODEL_RUNTIMES, Model, load
 
 _INPUT_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
+#: a loaded model of any format (``hwjax.tflite.Model``, ``hwjax.onnx.Model``): ``run(x, *,
+#: runtime, intermediates)``, ``graph``, ``inputs`` / ``outputs`` with ``shape`` and ``dtype``
+Model = Any
+
 
 def read_model(path) -> Model:
-    """The :class:`Model` in ``.tflite`` file ``path``; FormatError (naming the path) for
-    a missing, unreadable or malformed file."""
+    """The model in file ``path`` (its format by suffix: :func:`hwjax.cli.format_of`);
+    FormatError (naming the path) for a missing, unreadable or malformed file."""
+    fmt = format_of(path)
     if not os.path.isfile(path):
         raise FormatError(f"MODEL {str(path)!r}: no such file")
     try:
-        return load(path)
+        return fmt.module.load(path)
     except (FormatError, UnsupportedOpError) as e:
         raise type(e)(f"MODEL {str(path)!r}: {e}") from None
+
+
+def runtimes_of(model: Model) -> tuple[str, ...]:
+    """The runtime names ``model``'s format runs (the first is its default reference)."""
+    return format_of_model(model).runtimes
+
+
+def _check_runtime(runtime, allowed, option: str = "--runtime") -> str:
+    if runtime not in allowed:
+        raise RangeError(f"{option} must be one of {', '.join(allowed)} for this model, got {runtime!r}")
+    return runtime
 
 
 def read_input(path, model: Model) -> np.ndarray:
@@ -39,7 +56,8 @@ def read_input(path, model: Model) -> np.ndarray:
 
     The array has shape ``(batch, *per_example)`` or ``per_example`` (one example: a
     batch axis is added), where ``per_example`` is the file's input shape without its
-    batch-1 axis; an integer dtype; values in the input's int8 / uint8 range. Returns an
+    batch-1 axis; an integer dtype with values in the input's int8 / uint8 range, or finite
+    floats for a float32 input. Returns an
     array of the input's dtype. FormatError for a missing or non-``.npy`` file,
     ShapeError / RangeError for a wrong shape, dtype or values, UnsupportedOpError for a
     model with several inputs.
@@ -61,6 +79,10 @@ def read_input(path, model: Model) -> np.ndarray:
             f"--input {str(path)!r}: shape {tuple(x.shape)}; the model takes (batch, "
             f"{', '.join(map(str, per))}) or ({', '.join(map(str, per))})"
         )
+    if info.dtype == "float32":
+        if not np.issubdtype(x.dtype, np.floating) or not np.all(np.isfinite(x)):
+            raise RangeError(f"--input {str(path)!r}: the model's input is float32; give finite floats, got {x.dtype}")
+        return x.astype(np.float32)
     if not np.issubdtype(x.dtype, np.integer):
         raise ShapeError(f"--input {str(path)!r}: dtype {x.dtype}; the model takes integer ({info.dtype}) values")
     lo, hi = _INPUT_RANGES[info.dtype]
@@ -84,11 +106,12 @@ class RunResult:
     y: np.ndarray
 
 
-def run_file(model_path, input_path, runtime: str = "reference") -> RunResult:
-    """Runs ``.tflite`` file ``model_path`` on the ``.npy`` batch ``input_path``
-    (:func:`read_input`) as ``runtime`` does (:meth:`Model.run`)."""
-    if runtime not in MODEL_RUNTIMES:
-        raise RangeError(f"--runtime must be one of {MODEL_RUNTIMES}, got {runtime!r}")
+def run_file(model_path, input_path, runtime: Optional[str] = None) -> RunResult:
+    """Runs model file ``model_path`` on the ``.npy`` batch ``input_path``
+    (:func:`read_input`) as ``runtime`` does (``Model.run``; default: the format's first
+    runtime)."""
+    fmt = format_of(model_path)
+    runtime = _check_runtime(fmt.reference if runtime is None else runtime, fmt.runtimes)
     model = read_model(model_path)
     x = read_input(input_path, model)
     y = np.asarray(model.run(x, runtime=runtime))
@@ -97,7 +120,9 @@ def run_file(model_path, input_path, runtime: str = "reference") -> RunResult:
 
 def _stats(a: np.ndarray) -> str:
     return (
-        f"{tuple(a.shape)} {a.dtype}, values in [{int(a.min())}, {int(a.max())}]"
+        f"{tuple(a.shape)} {a.dtype}, values in [{a.min():.6g}, {a.max():.6g}]"
+        if a.size and np.issubdtype(a.dtype, np.floating)
+        else f"{tuple(a.shape)} {a.dtype}, values in [{int(a.min())}, {int(a.max())}]"
         if a.size
         else f"{tuple(a.shape)} {a.dtype}"
     )
@@ -116,13 +141,14 @@ def format_run(r: RunResult, output: Optional[str] = None) -> str:
 @dataclass(frozen=True)
 class LayerDiff:
     """How one tensor of one runtime differs from the reference runtime's: ``differ``
-    of ``size`` values differ, by at most ``max_abs`` (0 when none)."""
+    of ``size`` values differ, by at most ``max_abs`` (0 when none; a float for float
+    tensors, whose values are compared bit for bit)."""
 
     tensor: str
     op: str
     size: int
     differ: int
-    max_abs: int
+    max_abs: int | float
 
     @property
     def percent(self) -> float:
@@ -153,32 +179,47 @@ def _tensors(model: Model) -> tuple[tuple[str, str], ...]:
     return tuple((t, n.op) for n in model.graph.nodes for t in n.outputs)
 
 
-def check_runtimes(runtimes, option: str = "--runtimes") -> tuple[str, ...]:
+def check_runtimes(runtimes, option: str = "--runtimes", allowed: Optional[Sequence[str]] = None) -> tuple[str, ...]:
     """``runtimes`` (a sequence of names or one comma-separated string) as a tuple of
-    distinct names from :data:`MODEL_RUNTIMES`; RangeError naming ``option`` otherwise."""
+    distinct names from ``allowed`` (default: ``.tflite``'s runtimes); RangeError naming
+    ``option`` otherwise."""
+    if allowed is None:
+        from hwjax.tflite import MODEL_RUNTIMES as allowed
     if isinstance(runtimes, str):
         runtimes = [r.strip() for r in runtimes.split(",") if r.strip()]
     runtimes = tuple(runtimes)
-    bad = [r for r in runtimes if r not in MODEL_RUNTIMES]
+    bad = [r for r in runtimes if r not in allowed]
     if bad or not runtimes:
-        raise RangeError(f"{option} takes a comma-separated list from {', '.join(MODEL_RUNTIMES)}; got {bad or 'none'}")
+        raise RangeError(
+            f"{option} takes a comma-separated list from {', '.join(allowed)} for this model; got {bad or 'none'}"
+        )
     return tuple(dict.fromkeys(runtimes))
 
 
-def compare(model: Model, x, runtimes: Sequence[str] = MODEL_RUNTIMES, reference: str = "reference") -> Comparison:
+def _as_compared(a) -> np.ndarray:
+    """Integers as int64; floats as float64 (every float32 value exactly)."""
+    a = np.asarray(a)
+    return a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a.astype(np.int64)
+
+
+def compare(model: Model, x, runtimes: Optional[Sequence[str]] = None, reference: Optional[str] = None) -> Comparison:
     """Every node output of ``model`` on batch ``x`` under each of ``runtimes`` (other
-    than ``reference``), compared value by value with ``reference``'s.
+    than ``reference``), compared value by value with ``reference``'s (floats bit for bit:
+    NaNs equal where both are NaN). Defaults: every runtime of the model's format, and its
+    first as the reference.
 
     A runtime whose ops raise UnsupportedOpError gets ``layers=None`` and the error's
     message as ``reason``; the reference must run (its error propagates). A tensor that a
     runtime's graph does not hold with the reference's shape counts as all values differing,
     ``max_abs`` -1.
     """
-    runtimes = check_runtimes(runtimes)
-    check_runtimes([reference], "--reference")
+    allowed = runtimes_of(model)
+    runtimes = check_runtimes(allowed if runtimes is None else runtimes, allowed=allowed)
+    reference = allowed[0] if reference is None else reference
+    check_runtimes([reference], "--reference", allowed)
     _, ref = model.run(x, runtime=reference, intermediates=True)
     tensors = _tensors(model)
-    ref = {t: np.asarray(ref[t], np.int64) for t, _ in tensors}
+    ref = {t: _as_compared(ref[t]) for t, _ in tensors}
     out = []
     for rt in runtimes:
         if rt == reference:
@@ -194,7 +235,15 @@ def compare(model: Model, x, runtimes: Sequence[str] = MODEL_RUNTIMES, reference
             if g is None or tuple(np.shape(g)) != ref[t].shape:
                 layers.append(LayerDiff(t, op, int(ref[t].size), int(ref[t].size), -1))
                 continue
-            d = np.abs(np.asarray(g, np.int64) - ref[t])
+            g = _as_compared(g)
+            if g.dtype == np.float64 or ref[t].dtype == np.float64:
+                g, r = g.astype(np.float64), ref[t].astype(np.float64)
+                same = (g == r) | (np.isnan(g) & np.isnan(r))
+                d = np.where(same, 0.0, np.abs(g - r))
+                d = np.where(np.isnan(d), np.inf, d)
+                layers.append(LayerDiff(t, op, int(d.size), int(np.count_nonzero(~same)), float(d.max(initial=0.0))))
+                continue
+            d = np.abs(g - ref[t])
             layers.append(LayerDiff(t, op, int(d.size), int(np.count_nonzero(d)), int(d.max(initial=0))))
         out.append(RuntimeDiff(rt, tuple(layers)))
     return Comparison(reference, tensors, tuple(out))
@@ -230,7 +279,7 @@ def _count(n: int) -> str:
 def _cell(d: LayerDiff) -> str:
     if d.max_abs < 0:
         return "missing"
-    return "0" if d.differ == 0 else f"{_count(d.differ)} ({_pct(d)}%) \u00b1{d.max_abs}"
+    return "0" if d.differ == 0 else f"{_count(d.differ)} ({_pct(d)}%) \u00b1{d.max_abs:.3g}"
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -381,9 +430,12 @@ def compare_command(args) -> str:
     """``hwjax compare MODEL --input X [--runtimes A,B] [--reference R] [--json F] [--plot P]``:
     the table to print; writes the JSON (:func:`comparison_json`) and the PNG
     (:func:`plot_compare`) when asked."""
-    runtimes = check_runtimes(MODEL_RUNTIMES if getattr(args, "runtimes", None) is None else args.runtimes)
-    reference = getattr(args, "reference", None) or "reference"
-    check_runtimes([reference], "--reference")
+    fmt = format_of(args.model)
+    runtimes = check_runtimes(
+        fmt.runtimes if getattr(args, "runtimes", None) is None else args.runtimes, allowed=fmt.runtimes
+    )
+    reference = getattr(args, "reference", None) or fmt.reference
+    check_runtimes([reference], "--reference", fmt.runtimes)
     model = read_model(args.model)
     x = read_input(args.input, model)
     c = compare(model, x, runtimes, reference)
@@ -461,7 +513,7 @@ class Report(str):
 
 
 def _accuracies(model: Model, x, y, runtimes) -> dict:
-    from hwjax.tflite._finetune import accuracy
+    from hwjax.tflite import accuracy
 
     out = {}
     for rt in runtimes:
@@ -484,12 +536,19 @@ def finetune_command(args) -> Report:
     is 1 when any value differs."""
     import optax
 
-    from hwjax.tflite._finetune import finetune, predict
-    from hwjax.tflite._save import save
+    from hwjax.tflite import finetune, load, predict, save
 
-    if args.runtime not in MODEL_RUNTIMES:
-        raise RangeError(f"--runtime must be one of {MODEL_RUNTIMES}, got {args.runtime!r}")
-    runtimes = check_runtimes(MODEL_RUNTIMES if getattr(args, "runtimes", None) is None else args.runtimes)
+    fmt = format_of(args.model)
+    if not fmt.finetune:
+        raise UnsupportedOpError(
+            f"MODEL {str(args.model)!r}: hwjax finetune takes "
+            f"{', '.join(f.suffix for f in FORMATS.values() if f.finetune)} files, not {fmt.suffix}"
+        )
+    runtime = _check_runtime(args.runtime or fmt.reference, fmt.runtimes)
+    args.runtime = runtime
+    runtimes = check_runtimes(
+        fmt.runtimes if getattr(args, "runtimes", None) is None else args.runtimes, allowed=fmt.runtimes
+    )
     for name in ("epochs", "batch_size"):
         v = getattr(args, name)
         if not isinstance(v, int) or v < 1:
