@@ -4,6 +4,7 @@ Run under user-mode emulation of the CPU (Debian's ``qemu-user``), from the repo
 
     qemu-x86_64 -cpu Haswell .venv/bin/python scripts/onnx_cpu_outputs.py haswell
     qemu-x86_64 -cpu Nehalem .venv/bin/python scripts/onnx_cpu_outputs.py nehalem
+    qemu-x86_64 -cpu Haswell .venv/bin/python scripts/onnx_cpu_outputs.py haswell_x64
 
 ``-cpu Haswell`` is AVX2 + FMA3 without VNNI (the u8 x s8 kernels saturate pairs of products
 to int16), ``-cpu Nehalem`` SSE4.2 only (no FMA: another logistic). Each run writes
@@ -11,7 +12,10 @@ to int16), ``-cpu Nehalem`` SSE4.2 only (no FMA: another logistic). Each run wri
 output (one thread, ORT_ENABLE_ALL). Cases: models built to saturate (uint8 inputs near 255
 against large int8 weights: QLinearConv with odd channel counts, groups, padding, depthwise;
 QLinearMatMul, QGemm, MatMulInteger, ConvInteger), every-code QLinearSigmoid tables, and the
-random QOperator models of tests/randonnx.py.
+random QOperator models of tests/randonnx.py. ``haswell_x64`` sets the session option
+``session.x64quantprecision`` (ONNX Runtime then rewrites int8 weights as uint8 on this CPU)
+and runs the saturating cases, the same QLinearMatMul / MatMulInteger cases in opset 21, and
+quantize_static's u8s8 QDQ models of tests/randonnx.py.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from tests import randonnx as R
 MS = "com.microsoft"
 
 
-def _model(nodes, inits, inputs, output, out_type):
+def _model(nodes, inits, inputs, output, out_type, opset: int = 13):
     g = helper.make_graph(
         nodes,
         "m",
@@ -38,15 +42,16 @@ def _model(nodes, inits, inputs, output, out_type):
         [helper.make_tensor_value_info(output, out_type, None)],
         [numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)])
-    m.ir_version = 8
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
+    m.ir_version = 8 if opset < 21 else 10
     return m.SerializeToString()
 
 
-def saturating_cases(rng):
-    """``(name, model bytes, input)`` of u8 x s8 linear ops whose pairs of products overflow int16."""
+def saturating_cases(rng, opset: int = 13):
+    """``(name, model bytes, input)`` of u8 x s8 linear ops whose pairs of products overflow
+    int16; with ``opset`` 21 the matrix products only (QLinearConv did not change there)."""
     cases = []
-    for i in range(12):
+    for i in range(12 if opset < 21 else 0):
         c = int(rng.choice([1, 3, 4, 5, 8]))
         h, w = int(rng.integers(3, 8)), int(rng.integers(3, 8))
         k = int(rng.choice([1, 2, 3]))
@@ -86,19 +91,19 @@ def saturating_cases(rng):
         az = np.uint8(rng.choice([0, 100]))
         if i % 3 == 0:
             node = helper.make_node("MatMulInteger", ["X", "W", "az", "wz"], ["Y"])
-            model = _model([node], {"W": W, "az": az, "wz": np.int8(0)}, inp, "Y", TensorProto.INT32)
+            model = _model([node], {"W": W, "az": az, "wz": np.int8(0)}, inp, "Y", TensorProto.INT32, opset)
         elif i % 3 == 1:
             inits = {"as": np.float32(0.05), "az": az, "W": W, "ws": np.float32(0.01), "wz": np.int8(0)}
             inits.update({"ys": np.float32(rng.choice([2.0, 9.0])), "yz": np.uint8(128)})
             node = helper.make_node("QLinearMatMul", ["X", "as", "az", "W", "ws", "wz", "ys", "yz"], ["Y"])
-            model = _model([node], inits, inp, "Y", TensorProto.UINT8)
+            model = _model([node], inits, inp, "Y", TensorProto.UINT8, opset)
         else:
             inits = {"as": np.float32(0.05), "az": az, "W": np.ascontiguousarray(W.T), "ws": np.float32(0.01)}
             inits.update({"wz": np.int8(0), "C": np.zeros(n, np.int32), "ys": np.float32(5.0), "yz": np.uint8(128)})
             ins = ["X", "as", "az", "W", "ws", "wz", "C", "ys", "yz"]
             node = helper.make_node("QGemm", ins, ["Y"], domain=MS, transB=1)
-            model = _model([node], inits, inp, "Y", TensorProto.UINT8)
-        cases.append((f"matmul{i}", model, x))
+            model = _model([node], inits, inp, "Y", TensorProto.UINT8, opset)
+        cases.append((f"matmul{i}" if opset < 21 else f"opset21_matmul{i}", model, x))
     return cases
 
 
@@ -125,13 +130,21 @@ def sigmoid_cases(rng):
 
 def main(name: str) -> None:
     rng = np.random.default_rng(2024)
-    cases = saturating_cases(rng) + sigmoid_cases(rng)
-    for seed in range(20):
-        data, x, _ = R.qop_model(seed)
-        cases.append((f"qop{seed}", data, x[:4]))
+    config = {}
+    if name == "haswell_x64":
+        config = {"session.x64quantprecision": "1"}
+        cases = saturating_cases(rng) + saturating_cases(np.random.default_rng(2025), opset=21)
+        for seed in range(6):
+            data, x, _ = R.model(seed, ("QDQ", "uint8", "int8", bool(seed % 2)))
+            cases.append((f"qdq{seed}", data, x[:4] * np.float32(8)))  # large activations: pairs saturate
+    else:
+        cases = saturating_cases(rng) + sigmoid_cases(rng)
+        for seed in range(20):
+            data, x, _ = R.qop_model(seed)
+            cases.append((f"qop{seed}", data, x[:4]))
     out = {}
     for case, data, x in cases:
-        y = R.ort_run(data, x)
+        y = R.ort_run(data, x, config=config)
         out[f"{case}/model"] = np.frombuffer(data, np.uint8)
         out[f"{case}/x"] = x
         out[f"{case}/y"] = y

@@ -255,11 +255,14 @@ def model(seed: int, setting=None):
     return data, x, f"seed {seed} {setting} {ops}"
 
 
-def ort_run(data: bytes, x: np.ndarray, *, optimized_path=None):
-    """ONNX Runtime's CPU output for ``x`` (one thread, ``ORT_ENABLE_ALL``)."""
+def ort_run(data: bytes, x: np.ndarray, *, optimized_path=None, config: dict | None = None):
+    """ONNX Runtime's CPU output for ``x`` (one thread, ``ORT_ENABLE_ALL``; ``config``: session
+    configuration entries, e.g. ``{"session.x64quantprecision": "1"}``)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    for k, v in (config or {}).items():
+        so.add_session_config_entry(k, v)
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -3,8 +3,9 @@
 tests/data/onnx/<name>.npz hold models, inputs and ONNX Runtime's outputs, written by
 scripts/onnx_cpu_outputs.py: ``native`` on an AVX-512 VNNI / AMX machine, ``haswell`` and
 ``nehalem`` under ``qemu-x86_64 -cpu Haswell`` (AVX2 + FMA3, no VNNI) and ``-cpu Nehalem``
-(SSE4.2). Each file is matched bit for bit by the target of its CPU, and the files show that
-the CPUs differ (so the match is not vacuous).
+(SSE4.2), ``haswell_x64`` on Haswell with the session option ``session.x64quantprecision``.
+Each file is matched bit for bit by the target of its CPU, and the files show that the CPUs
+(and the option) differ, so the match is not vacuous.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ pytest.importorskip("onnx")
 
 import hwjax.onnx as ho
 import hwjax.targets as T
+from hwjax.errors import UnsupportedOpError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "onnx")
 CPUS = {"native": "vnni", "haswell": "avx2", "nehalem": "sse"}
@@ -37,14 +39,24 @@ def _bits(a):
     return a.view(np.int32) if a.dtype == np.float32 else a.astype(np.int64)
 
 
-def _check(name, prefixes=None):
-    target = T.get("onnxruntime", cpu=CPUS[name])
+def _check(name, prefixes=None, target=None) -> int:
+    """Runs every stored case of ``name`` (those starting with ``prefixes``) on ``target``
+    (default: the target of its CPU); returns how many ran (hwjax refuses some QDQ models)."""
+    target = target or T.get("onnxruntime", cpu=CPUS[name])
+    ran = 0
     for case, data, x, y in _cases(name):
         if prefixes is not None and not case.startswith(prefixes):
             continue
-        got = np.asarray(ho.load(data).run(x, runtime=target))
+        try:
+            model = ho.load(data)
+        except UnsupportedOpError:
+            assert case.startswith("qdq"), case  # only quantize_static's models may be refused
+            continue
+        got = np.asarray(model.run(x, runtime=target))
         bad = int((_bits(got) != _bits(y)).sum())
         assert bad == 0, f"{name} {case}: {bad} of {y.size} values differ"
+        ran += 1
+    return ran
 
 
 def test_haswell_saturating_sample():
@@ -63,6 +75,27 @@ def test_nehalem_sigmoid_tables():
 def test_stored_cpu_outputs(name):
     """Every stored case (the random QOperator models included) on each CPU."""
     _check(name)
+
+
+def test_x64quantprecision_on_haswell():
+    """``session.x64quantprecision`` on an AVX2 CPU without VNNI: the saturating cases (opset
+    13) and quantize_static's u8s8 QDQ models are exact there, while QLinearMatMul of opset
+    21, which ONNX Runtime's rewrite does not match, still saturates; ``x64quantprecision=True``
+    matches every stored output."""
+    target = T.get("onnxruntime", cpu="avx2", x64quantprecision=True)
+    assert _check("haswell_x64", target=target) >= 20
+    x64 = {c: y for c, _, _, y in _cases("haswell_x64")}
+    plain = {c: y for c, _, _, y in _cases("haswell")}
+    native = {c: y for c, _, _, y in _cases("native")}
+    sat = [c for c in plain if c.startswith(("qlinearconv", "matmul"))]
+    assert all(np.array_equal(x64[c], native[c]) for c in sat)  # exact with the option
+    assert sum(int((x64[c] != plain[c]).sum()) for c in sat) > 0  # and not without it
+    differ = sum(
+        int((np.asarray(ho.load(data).run(x)) != y).sum())
+        for c, data, x, y in _cases("haswell_x64")
+        if c.startswith("opset21")
+    )
+    assert differ > 0  # opset 21: some products still saturate under the option
 
 
 def test_the_cpus_differ():

@@ -53,8 +53,9 @@ def _np_dtype_name(a) -> str:
 
 
 class _Builder:
-    def __init__(self, consts):
+    def __init__(self, consts, opset: int = 13):
         self.consts = consts
+        self.opset = opset  # of the default domain
         self.tensors: dict[str, Tensor] = {}
         self.nodes: list[Node] = []
 
@@ -243,7 +244,8 @@ def _qlinear_conv(b, node):
     params = {"weight": w, "w_scale": ws, "w_zero_point": wz}
     if bias is not None:
         params["bias"] = bias.reshape(-1)
-    b.emit("qlinear_conv", [x.name], node.outputs[:1], {**attrs, "out_dtype": dt}, params, node.name)
+    attrs = {**attrs, "out_dtype": dt, "x64_u8_weights": not node.attrs.get(_NHWC, 0)}
+    b.emit("qlinear_conv", [x.name], node.outputs[:1], attrs, params, node.name)
 
 
 @_converts("ConvInteger")
@@ -278,7 +280,8 @@ def _qlinear_matmul(b, node):
     shape = _matmul_out(b, node, x, w)
     dt = _output(b, node, shape, 6, 7)
     params = {"weight": w, "w_scale": np.broadcast_to(ws, (w.shape[1],)).astype(np.float32), "w_zero_point": wz}
-    b.emit("qlinear_matmul", [x.name], node.outputs[:1], {"features": w.shape[1], "out_dtype": dt}, params, node.name)
+    attrs = {"features": w.shape[1], "out_dtype": dt, "x64_u8_weights": b.opset < 21}  # QLinearMatMul-21: no
+    b.emit("qlinear_matmul", [x.name], node.outputs[:1], attrs, params, node.name)
 
 
 @_converts("QGemm")
@@ -662,9 +665,9 @@ def _dims(vi) -> tuple[list, str]:
 
 
 def parse(data: bytes):
-    """``(nodes, consts, inputs, outputs)`` of an ONNX file's main graph: :class:`ONode` s,
-    initializers (and Constant nodes) as NumPy arrays, and the declared graph inputs and
-    outputs as ``(name, dims, dtype)``."""
+    """``(nodes, consts, inputs, outputs, opset)`` of an ONNX file's main graph: :class:`ONode` s,
+    initializers (and Constant nodes) as NumPy arrays, the declared graph inputs and
+    outputs as ``(name, dims, dtype)``, and the file's opset of the default domain."""
     import onnx
     from onnx import numpy_helper
 
@@ -686,7 +689,8 @@ def parse(data: bytes):
         nodes.append(ONode(n.op_type, list(n.input), list(n.output), attrs, n.domain, n.name or f"{n.op_type}_{i}"))
     ins = [(vi.name, *_dims(vi)) for vi in gr.input if vi.name not in consts]
     outs = [(vi.name, *_dims(vi)) for vi in gr.output]
-    return nodes, consts, ins, outs
+    opset = max([int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")] or [1])
+    return nodes, consts, ins, outs, opset
 
 
 def _topo(nodes: list[ONode], known: set[str]) -> list[ONode]:
@@ -723,6 +727,10 @@ def _fold_dequantize(nodes, consts):
     return rest
 
 
+#: the attribute by which :func:`_channels_first` marks a QLinearConv that ran as ONNX
+#: Runtime's NHWC kernel (not an ONNX attribute: a name ONNX cannot hold)
+_NHWC = "hwjax:nhwc"
+
 _CHANNELS_LAST = ("QLinearConv", "QLinearAveragePool", "QLinearGlobalAveragePool", "NhwcMaxPool")
 
 
@@ -740,6 +748,8 @@ def _channels_first(nodes: list[ONode]) -> list[ONode]:
         xt, yt = f"{x}:nchw:{n.name}", f"{y}:nchw"
         op = "MaxPool" if n.op == "NhwcMaxPool" else n.op
         attrs = {k: v for k, v in n.attrs.items() if k != "channels_last"}
+        if n.op == "QLinearConv":  # ONNX Runtime's x64quantprecision rewrite does not match it
+            attrs[_NHWC] = 1
         domain = "" if op in ("MaxPool", "QLinearConv") else n.domain
         out.append(ONode("Transpose", [x], [xt], {"perm": [0, 3, 1, 2]}, "", xt))
         out.append(ONode(op, [xt, *n.inputs[1:]], [yt, *n.outputs[1:]], attrs, domain, n.name))
@@ -750,7 +760,7 @@ def _channels_first(nodes: list[ONode]) -> list[ONode]:
 def read(data: bytes):
     """``(graph, inputs, outputs)`` of an ONNX int8 model (``data``: the file's bytes) as ONNX
     Runtime's CPU provider runs it at ``ORT_ENABLE_ALL`` (module :mod:`hwjax.onnx._qdq`)."""
-    nodes, consts, ins, outs = parse(data)
+    nodes, consts, ins, outs, opset = parse(data)
     nodes = _topo(nodes, {n for n, _, _ in ins} | set(consts))
     nodes = fuse(nodes, consts, [n for n, _, _ in outs])
     refused = [f"{n.op} {n.name!r}" for n in nodes if n.op in FLOAT_REFUSED and n.domain in ("", "ai.onnx")]
@@ -760,7 +770,7 @@ def read(data: bytes):
             f"hwjax does not reproduce): {', '.join(refused)}"
         )
     nodes = _channels_first(_fold_dequantize(nodes, consts))
-    b = _Builder(consts)
+    b = _Builder(consts, opset)
     in_infos = []
     for name, dims, dtype in ins:
         if not dims or any(d is None for d in dims[1:]) or dims[0] not in (1, None):

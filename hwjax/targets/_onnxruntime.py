@@ -56,17 +56,23 @@ class OnnxRuntime(Target):
     ConvSym kernels of QLinearConv, QLinearMatMul, QGemm and MatMulInteger
     saturate each pair of products to int16 (:func:`hwjax.ort.conv_acc_u8s8_avx2`,
     :func:`hwjax.ort.matmul_acc_u8s8_avx2`); depthwise convolutions, ConvInteger, u8 x u8 and
-    s8 x s8 stay exact; the session option
-    ``session.x64quantprecision`` is not modelled), ``"sse"`` (SSE4.2 only: exact products,
-    the logistic without FMA).
+    s8 x s8 stay exact), ``"sse"`` (SSE4.2 only: exact products, the logistic without FMA).
+
+    ``x64quantprecision``: the session option ``session.x64quantprecision`` is set (``"1"``).
+    On ``"avx2"`` ONNX Runtime then rewrites the int8 weights of the nodes whose
+    ``x64_u8_weights`` attribute is True (QLinearConv, MatMulInteger, QGemm, QLinearMatMul
+    before opset 21) as uint8, and their products are exact; elsewhere it changes nothing.
     """
 
     cpu: str = "vnni"
+    x64quantprecision: bool = False
     name: ClassVar[str] = "onnxruntime"
 
     def __post_init__(self):
         if self.cpu not in CPUS:
             raise RangeError(f"cpu must be one of {CPUS}, got {self.cpu!r}")
+        if not isinstance(self.x64quantprecision, bool):
+            raise RangeError(f"x64quantprecision must be True or False, got {self.x64quantprecision!r}")
 
     @property
     def fma(self) -> bool:
@@ -162,22 +168,25 @@ def _conv_params(target, attrs, portable, q_in, q_out):
     }
 
 
-def _saturates(target, x, w) -> bool:
+def _saturates(target, attrs, x, w) -> bool:
     """Whether the u8 x s8 kernels of ``target``'s CPU saturate pairs of products (AVX2
-    without VNNI)."""
-    return target.cpu == "avx2" and x.dtype == jnp.uint8 and w.dtype == jnp.int8
+    without VNNI), unless ``session.x64quantprecision`` made the node's weights uint8 (u8 x
+    u8 products are exact there). (ONNX Runtime skips that rewrite when every weight lies in
+    [-64, 63]; no pair of products can saturate then, so both give the exact sum.)"""
+    fixed = target.x64quantprecision and bool(attrs.get("x64_u8_weights", True))
+    return target.cpu == "avx2" and x.dtype == jnp.uint8 and w.dtype == jnp.int8 and not fixed
 
 
 def _conv_acc(target, attrs, p, x, *, integer: bool = False):
     """The convolution accumulators; ConvInteger (``integer``) computes exact products on
     AVX2 CPUs too (stored Haswell outputs)."""
     geom = window_geometry(attrs, x.shape)
-    kernel = conv_acc_u8s8_avx2 if _saturates(target, x, p["weight"]) and not integer else conv_acc
+    kernel = conv_acc_u8s8_avx2 if _saturates(target, attrs, x, p["weight"]) and not integer else conv_acc
     return kernel(x, p["weight"], p["x_zp"], p["w_zp"], geom, int(attrs.get("group", 1)))
 
 
-def _matmul_acc(target, p, x):
-    kernel = matmul_acc_u8s8_avx2 if _saturates(target, x, p["weight"]) else matmul_acc
+def _matmul_acc(target, attrs, p, x):
+    kernel = matmul_acc_u8s8_avx2 if _saturates(target, attrs, x, p["weight"]) else matmul_acc
     return kernel(x, p["weight"], p["a_zp"], p["w_zp"])
 
 
@@ -220,13 +229,13 @@ def _qlinear_matmul(target, attrs, p, x, return_acc: bool = False):
     """QLinearMatMul / QGemm: exact accumulators plus the int32 bias, then
     ``MlasRequantizeOutput`` per column."""
     lo, hi = type_range(attrs.get("out_dtype", "uint8"))
-    acc = _matmul_acc(target, p, x) + p["bias"]
+    acc = _matmul_acc(target, attrs, p, x) + p["bias"]
     return no_acc(requantize_output(acc, p["m"], p["y_zp"], lo, hi), return_acc)
 
 
 @_narrow("matmul_integer", params=_matmul_params)
 def _matmul_integer(target, attrs, p, x, return_acc: bool = False):
-    return no_acc(_matmul_acc(target, p, x), return_acc)
+    return no_acc(_matmul_acc(target, attrs, p, x), return_acc)
 
 
 # ------------------------------------------------------------------------ element-wise ops

@@ -11,13 +11,13 @@ op                         inputs  attributes (portable parameters)
 =========================  ======  ============================================================
 ``qlinear_conv``           1       ``features``, ``kernel_size``, ``strides``, ``pads``
                                    ((top, bottom), (left, right)), ``dilations``, ``group``,
-                                   ``out_dtype`` (``weight`` (O, C/group, kh, kw) integer
+                                   ``out_dtype``, ``x64_u8_weights`` (``weight`` (O, C/group, kh, kw) integer
                                    values, ``w_scale``, ``w_zero_point``, ``bias`` int32 (O,))
 ``conv_integer``           1       as ``qlinear_conv`` without ``out_dtype``; int32 output
                                    (``weight``, ``w_zero_point``)
-``qlinear_matmul``         1       ``features``, ``alpha``, ``out_dtype`` (``weight`` (K, N),
+``qlinear_matmul``         1       ``features``, ``alpha``, ``out_dtype``, ``x64_u8_weights`` (``weight`` (K, N),
                                    ``w_scale``, ``w_zero_point``, optional ``bias`` int32 (N,))
-``matmul_integer``         1       ``features`` (``weight`` (K, N), ``w_zero_point``); int32
+``matmul_integer``         1       ``features``, ``x64_u8_weights`` (``weight`` (K, N), ``w_zero_point``); int32
 ``qlinear_binary``         1 or 2  ``fn`` (``"add"``, ``"mul"``), ``const_index``,
                                    ``out_dtype`` (with one input: ``const`` integer values,
                                    ``const_scale``, ``const_zero_point``)
@@ -78,7 +78,14 @@ class QLinearConv(_Window):
     """QLinearConv: per output channel ``o`` and pixel, ``acc = sum (x - x_zp)(w - w_zp[o]) +
     bias[o]`` over the window's taps (exact int32; padding holds ``x_zp``), then requantised
     to the output's quantisation (``out_dtype``). ``group`` splits input and output channels
-    into equal groups; group ``g``'s outputs read group ``g``'s inputs."""
+    into equal groups; group ``g``'s outputs read group ``g``'s inputs.
+
+    ``x64_u8_weights`` (here, on ``qlinear_matmul`` and ``matmul_integer``): whether ONNX
+    Runtime's ``Avx2WeightS8ToU8Transformer`` rewrites the node's int8 weights as uint8
+    (+128) when the session option ``session.x64quantprecision`` is set on an AVX2 CPU
+    without VNNI, so that its products stop saturating. True for QLinearConv, MatMulInteger,
+    QGemm and QLinearMatMul of opsets 10 to 20; False for QLinearMatMul of opset 21 and ONNX
+    Runtime's NHWC QLinearConv (the transformer matches neither)."""
 
     name = "qlinear_conv"
     attrs = {
@@ -89,6 +96,7 @@ class QLinearConv(_Window):
         "dilations": (1, 1),
         "group": 1,
         "out_dtype": "uint8",
+        "x64_u8_weights": True,
     }
     params = ("weight", "w_scale", "w_zero_point", "bias")
     choices = {"out_dtype": INT8_TYPES}
@@ -113,10 +121,11 @@ class ConvInteger(QLinearConv):
 class QLinearMatMul(OpSpec):
     """QLinearMatMul / QGemm with a constant right operand: ``acc[..., n] = sum_k (a[..., k] -
     a_zp)(w[k, n] - w_zp[n]) + bias[n]`` (exact int32), requantised to the output's
-    quantisation with the per-column multiplier ``alpha * s_a * w_scale[n] / s_y``."""
+    quantisation with the per-column multiplier ``alpha * s_a * w_scale[n] / s_y``.
+    ``x64_u8_weights``: as :class:`QLinearConv`'s."""
 
     name = "qlinear_matmul"
-    attrs = {"features": OpSpec.REQUIRED, "alpha": 1.0, "out_dtype": "uint8"}
+    attrs = {"features": OpSpec.REQUIRED, "alpha": 1.0, "out_dtype": "uint8", "x64_u8_weights": True}
     params = ("weight", "w_scale", "w_zero_point", "bias")
     choices = {"out_dtype": INT8_TYPES}
 
@@ -131,7 +140,7 @@ class MatMulInteger(QLinearMatMul):
     zero point ``x_zero_point`` (an int32 output)."""
 
     name = "matmul_integer"
-    attrs = {"features": OpSpec.REQUIRED}
+    attrs = {"features": OpSpec.REQUIRED, "x64_u8_weights": True}
     params = ("weight", "w_zero_point", "x_zero_point")
     choices = {}
 
