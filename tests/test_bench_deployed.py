@@ -36,6 +36,7 @@ def test_main_tiny(capsys):
     assert "hwjax optimized" in out and "litert xnnpack" in out
 
 
+@pytest.mark.slow
 def test_mlperf_tiny(capsys):
     """One MLPerf Tiny model on one runtime: equal to its live LiteRT peer on the timed
     batch, timed against both LiteRT loops and resized batches, and its first result in

@@ -40,7 +40,7 @@ def test_default_cache_folder(tmp_path, extra, expected):
     assert _probe(_PROBE, **extra) == expected.format(tmp=tmp_path)
 
 
-@pytest.mark.parametrize("stored", [True, False])
+@pytest.mark.parametrize("stored", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_second_process_loads_the_program(tmp_path, stored):
     """A second process answers KWS on xs3 from the cache: its traced program stored by
     hwjax (stored_program) and compiled code from JAX's cache; without stored programs,

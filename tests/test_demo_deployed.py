@@ -19,6 +19,7 @@ KERAS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "keras"
 N = 64
 
 
+@pytest.mark.slow
 def test_demo_runs_and_reports_what_litert_computes(tmp_path, capsys):
     z = np.load(os.path.join(KERAS, "digits_cnn.npz"))
     from train._data import digits

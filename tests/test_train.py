@@ -19,6 +19,7 @@ def run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_demo_writes_everything(run):
     res = json.loads((run / "results.json").read_text())
     for k in ("float_acc", "ptq_acc", "hat_acc"):
@@ -28,6 +29,7 @@ def test_demo_writes_everything(run):
     assert any((run / "checkpoints").iterdir())
 
 
+@pytest.mark.slow
 def test_eval_and_export_subcommands(run, tmp_path, capsys):
     assert main(["eval", "--export", str(run / "export")]) == 0
     assert "test accuracy" in capsys.readouterr().out
@@ -101,6 +103,7 @@ def test_cli_rejects_bad_numbers_with_one_line_and_exit_2(args, option, capsys):
     assert len(err) == 1 and option in err[0] and "must be" in err[0], err
 
 
+@pytest.mark.slow
 def test_lut_tables_are_not_derived_on_the_host_inside_training_steps(monkeypatch):
     """XS3 LUT tables come from the host (float64): the trainer derives them once before
     its first step (hwjax.nn.Derived), and the jitted steps reuse them, with the same
