@@ -279,7 +279,8 @@ def _count(n: int) -> str:
 def _cell(d: LayerDiff) -> str:
     if d.max_abs < 0:
         return "missing"
-    return "0" if d.differ == 0 else f"{_count(d.differ)} ({_pct(d)}%) \u00b1{d.max_abs:.3g}"
+    size = f"{d.max_abs:.3g}" if isinstance(d.max_abs, float) else str(d.max_abs)
+    return "0" if d.differ == 0 else f"{_count(d.differ)} ({_pct(d)}%) \u00b1{size}"
 
 
 def _one_line(text: str, limit: int = 160) -> str:
