@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -97,3 +98,13 @@ def test_unknown_suffix_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", str(tmp_path / "m.pb"), "--input", str(tmp_path / "x.npy")])
     assert e.value.code == 2 and ".tflite, .onnx" in capsys.readouterr().err
+
+
+def test_without_the_onnx_package_one_line_names_it(case, capsys, monkeypatch):
+    d, _ = case
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx raises ImportError
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(d / "m.onnx"), "--input", str(d / "x.npy")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "needs the 'onnx' package" in err, err

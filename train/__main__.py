@@ -647,7 +647,7 @@ def run_model_command(args) -> None:
 
     try:
         text = CLI_COMMANDS[args.command](args)
-    except (HwjaxError, OSError) as e:
+    except (HwjaxError, OSError, ImportError) as e:  # ImportError: a format's optional reader
         print(f"hwjax {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         raise SystemExit(2) from None
     print(text)

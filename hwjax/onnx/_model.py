@@ -149,7 +149,8 @@ def load(path_or_bytes) -> Model:
     """Reads an ONNX int8 model (a path or the file's bytes) into a :class:`Model`, with
     ONNX Runtime's QDQ rewrites applied (:mod:`hwjax.onnx`).
 
-    Raises :class:`hwjax.errors.FileError` for a path that is not a readable file,
+    Raises ImportError without the ``onnx`` package, :class:`hwjax.errors.FileError` for a
+    path that is not a readable file,
     :class:`hwjax.errors.FormatError` for bytes that are not a well-formed ONNX model, and
     :class:`hwjax.errors.UnsupportedOpError` naming the first operator (or the groups ONNX
     Runtime runs in float32) outside what hwjax reproduces; no other exception type.
@@ -168,6 +169,12 @@ def load(path_or_bytes) -> Model:
         raise ArgTypeError(f"path_or_bytes: load takes a path or bytes, got {type(path_or_bytes).__name__}")
     if not data:
         raise FormatError("path_or_bytes: the file is empty")
+    try:
+        import onnx  # noqa: F401  (reading only: running needs neither onnx nor ONNX Runtime)
+    except ImportError:
+        raise ImportError(
+            "hwjax.onnx.load needs the 'onnx' package (pip install onnx, or the hwjax 'onnx' extra)"
+        ) from None
     try:
         with evaluated_if_concrete():
             graph, ins, outs = read(data)
