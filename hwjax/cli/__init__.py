@@ -24,7 +24,7 @@ from hwjax.cli._commands import (
     runtimes_of,
     short_name,
 )
-from hwjax.cli._formats import FORMATS, ModelFormat, all_runtimes, format_of, register_format
+from hwjax.cli._formats import FORMATS, ModelFormat, format_of, register_format
 
 __all__ = [
     "COMMANDS",
@@ -33,7 +33,6 @@ __all__ = [
     "LayerDiff",
     "ModelFormat",
     "RuntimeDiff",
-    "all_runtimes",
     "compare",
     "comparison_json",
     "format_compare",

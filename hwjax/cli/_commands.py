@@ -45,6 +45,12 @@ def runtimes_of(model: Model) -> tuple[str, ...]:
     return format_of_model(model).runtimes
 
 
+def _runtimes_option(args, fmt) -> tuple[str, ...]:
+    """``--runtimes`` (default: every runtime of the model file's format), checked."""
+    given = getattr(args, "runtimes", None)
+    return check_runtimes(fmt.runtimes if given is None else given, allowed=fmt.runtimes)
+
+
 def _check_runtime(runtime, allowed, option: str = "--runtime") -> str:
     if runtime not in allowed:
         raise RangeError(f"{option} must be one of {', '.join(allowed)} for this model, got {runtime!r}")
@@ -432,9 +438,7 @@ def compare_command(args) -> str:
     the table to print; writes the JSON (:func:`comparison_json`) and the PNG
     (:func:`plot_compare`) when asked."""
     fmt = format_of(args.model)
-    runtimes = check_runtimes(
-        fmt.runtimes if getattr(args, "runtimes", None) is None else args.runtimes, allowed=fmt.runtimes
-    )
+    runtimes = _runtimes_option(args, fmt)
     reference = getattr(args, "reference", None) or fmt.reference
     check_runtimes([reference], "--reference", fmt.runtimes)
     model = read_model(args.model)
@@ -546,10 +550,7 @@ def finetune_command(args) -> Report:
             f"{', '.join(f.suffix for f in FORMATS.values() if f.finetune)} files, not {fmt.suffix}"
         )
     runtime = _check_runtime(args.runtime or fmt.reference, fmt.runtimes)
-    args.runtime = runtime
-    runtimes = check_runtimes(
-        fmt.runtimes if getattr(args, "runtimes", None) is None else args.runtimes, allowed=fmt.runtimes
-    )
+    runtimes = _runtimes_option(args, fmt)
     for name in ("epochs", "batch_size"):
         v = getattr(args, name)
         if not isinstance(v, int) or v < 1:
@@ -567,7 +568,7 @@ def finetune_command(args) -> Report:
         model,
         x,
         y,
-        runtime=args.runtime,
+        runtime=runtime,
         optimizer=optax.adam(args.lr),
         epochs=args.epochs,
         batch_size=args.batch_size,
@@ -578,12 +579,12 @@ def finetune_command(args) -> Report:
     _write(args.out, "--out", lambda f: f.write(save(r.model)))
     tuned = load(args.out)
     mine = predict(r.trainable, xv)
-    theirs = np.asarray(tuned.run(xv, runtime=args.runtime))
+    theirs = np.asarray(tuned.run(xv, runtime=runtime))
     differ = int(np.count_nonzero(mine.astype(np.int64) != theirs.astype(np.int64)))
     after = _accuracies(tuned, xv, yv, runtimes)
     on = f"{len(xv)} {'validation' if args.validation else 'training'} examples"
     lines = [
-        f"fine-tuned {args.model} in {args.runtime}'s arithmetic: {args.epochs} epoch(s), {r.steps} steps of "
+        f"fine-tuned {args.model} in {runtime}'s arithmetic: {args.epochs} epoch(s), {r.steps} steps of "
         f"{min(args.batch_size, len(x))} examples; mean loss per epoch {', '.join(f'{v:.4f}' for v in r.losses)}",
         f"wrote {args.out}",
         "",
@@ -599,7 +600,7 @@ def finetune_command(args) -> Report:
             lines.append(f"{rt:<{w}}  n/a ({a if isinstance(a, str) else b})")
     lines += [
         "",
-        f"reload check: {args.out} loaded again, run on {args.runtime} over the {on}: {differ} of {mine.size} "
+        f"reload check: {args.out} loaded again, run on {runtime} over the {on}: {differ} of {mine.size} "
         f"output values differ from the trained modules' ({'exact' if differ == 0 else 'FAILED'})",
     ]
     rep = Report("\n".join(lines))

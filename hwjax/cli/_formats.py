@@ -68,12 +68,3 @@ def format_of_model(model) -> ModelFormat:
         if type(model).__module__.startswith(fmt.package + "."):
             return fmt
     raise FormatError(f"model: a Model of {', '.join(f.package for f in FORMATS.values())}, got {type(model).__name__}")
-
-
-def all_runtimes() -> tuple[str, ...]:
-    """Every runtime name of every format whose package imports (``hwjax.onnx`` needs ``onnx``
-    to read files, not to be imported)."""
-    names: list[str] = []
-    for fmt in FORMATS.values():
-        names += [r for r in fmt.runtimes if r not in names]
-    return tuple(names)
