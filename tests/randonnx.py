@@ -657,3 +657,43 @@ def small_cnn(seed: int = 0):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model, (3, 16, 16)
+
+
+def float_groups_model():
+    """A QDQ model with an int8 quantisation that feeds two nodes, so that ONNX Runtime keeps
+    the groups around it in float32 (LeakyRelu, Add; the MaxPool on int8): ``(ONNX bytes,
+    input batch)``. Found at quantize_static seed 75 (s8s8 QDQ)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = {
+        "s": np.float32(0.05),
+        "z8": np.int8(3),
+        "s2": np.float32(0.07),
+        "z2": np.int8(-5),
+        "s3": np.float32(0.11),
+        "s4": np.float32(0.09),
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "s", "z8"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s", "z8"], ["d1"]),
+        helper.make_node("LeakyRelu", ["d1"], ["l"], alpha=0.1),
+        helper.make_node("QuantizeLinear", ["l", "s2", "z2"], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["d2"]),
+        helper.make_node("MaxPool", ["d2"], ["g"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["g", "s4", "z8"], ["q4"]),
+        helper.make_node("DequantizeLinear", ["q4", "s4", "z8"], ["d4"]),
+        helper.make_node("Add", ["d2", "d4"], ["a"]),
+        helper.make_node("QuantizeLinear", ["a", "s3", "z8"], ["q3"]),
+        helper.make_node("DequantizeLinear", ["q3", "s3", "z8"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    x = np.random.default_rng(0).normal(0, 3, (16, 3, 5, 5)).astype(np.float32)
+    return m.SerializeToString(), x

@@ -290,29 +290,7 @@ def test_regression_s8_q_feeding_two_nodes_stays_int8():
     *before* its s8 -> u8 rewrite, so the Q before it keeps int8 and the groups on both sides
     (here LeakyRelu, with a u8 input and an s8 output, the MaxPool and the Add) stay float.
     Rewriting first fused them (64 of 1664 values differed)."""
-    inits = {
-        "s": np.float32(0.05),
-        "z8": np.int8(3),
-        "s2": np.float32(0.07),
-        "z2": np.int8(-5),
-        "s3": np.float32(0.11),
-        "s4": np.float32(0.09),
-    }
-    nodes = [
-        helper.make_node("QuantizeLinear", ["input", "s", "z8"], ["q1"]),
-        helper.make_node("DequantizeLinear", ["q1", "s", "z8"], ["d1"]),
-        helper.make_node("LeakyRelu", ["d1"], ["l"], alpha=0.1),
-        helper.make_node("QuantizeLinear", ["l", "s2", "z2"], ["q2"]),
-        helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["d2"]),
-        helper.make_node("MaxPool", ["d2"], ["g"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("QuantizeLinear", ["g", "s4", "z8"], ["q4"]),
-        helper.make_node("DequantizeLinear", ["q4", "s4", "z8"], ["d4"]),
-        helper.make_node("Add", ["d2", "d4"], ["a"]),
-        helper.make_node("QuantizeLinear", ["a", "s3", "z8"], ["q3"]),
-        helper.make_node("DequantizeLinear", ["q3", "s3", "z8"], ["y"]),
-    ]
-    data = _model(nodes, inits, (3, 5, 5), "y")
-    x = np.random.default_rng(0).normal(0, 3, (16, 3, 5, 5)).astype(np.float32)
+    data, x = R.float_groups_model()
     assert check_model(data, x) == "exact"
     kinds = [n.op for n in ho.load(data).graph.nodes]
     assert kinds.count("onnx_float_unary") == 1 and kinds.count("onnx_float_binary") == 1

@@ -78,7 +78,8 @@ def test_compare_counts_the_cpus_differences(case, capsys):
         (["run", "--runtime", "xs3"], "--runtime"),
         (["compare", "--runtimes", "onnxruntime,reference"], "--runtimes"),
         (["compare", "--reference", "reference"], "--reference"),
-        (["finetune", "--data", "x.npz", "--out", "t.onnx"], ".tflite"),
+        (["finetune", "--data", "x.npz", "--out", "t.tflite"], "--out"),
+        (["finetune", "--data", "x.npz", "--out", "t.onnx", "--runtime", "reference"], "--runtime"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_option(case, capsys, argv, word):

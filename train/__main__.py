@@ -575,10 +575,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _model_args(sub) -> None:
-    """``run``, ``compare`` and ``finetune``: an int8 ``.tflite`` or ``.onnx`` file run (and a
-    ``.tflite`` file fine-tuned) bit-exactly as a runtime does (:mod:`hwjax.cli`)."""
+    """``run``, ``compare`` and ``finetune``: an int8 ``.tflite`` or ``.onnx`` file run and
+    fine-tuned bit-exactly as a runtime does (:mod:`hwjax.cli`)."""
     from hwjax.cli import FORMATS
-    from hwjax.tflite import MODEL_RUNTIMES
 
     per_format = "; ".join(f"{s}: {','.join(f.runtimes)}" for s, f in FORMATS.items())
     r = sub.add_parser(
@@ -612,28 +611,31 @@ def _model_args(sub) -> None:
     c.add_argument("--plot", default=None, metavar="FILE.png", help="per-tensor bar charts of the differences")
     f = sub.add_parser(
         "finetune",
-        help="fine-tune a .tflite model in a runtime's exact arithmetic and write it back",
-        description="Fine-tune MODEL.tflite in --runtime's exact integer arithmetic (optax Adam, cross-entropy "
-        "on the dequantised outputs; the negative log-likelihood after a SOFTMAX), write it to --out, report "
-        "top-1 accuracy of the original and the tuned file under each runtime, and check that the written "
-        "file, loaded again, computes exactly what the trained modules compute (exit 1 if not).",
+        help="fine-tune a .tflite or .onnx model in a runtime's exact arithmetic and write it back",
+        description="Fine-tune MODEL (.tflite or .onnx) in --runtime's exact integer arithmetic (optax Adam, "
+        "cross-entropy on the real-valued outputs; the negative log-likelihood after a .tflite SOFTMAX), write "
+        "it to --out (same format), report top-1 accuracy of the original and the tuned file under each "
+        "runtime, and check that the written file, loaded again, computes exactly what the trained modules "
+        "compute (exit 1 if not).",
     )
-    f.add_argument("model", metavar="MODEL.tflite")
+    f.add_argument("model", metavar="MODEL")
     f.add_argument(
         "--data", required=True, metavar="TRAIN.npz", help="arrays x (inputs as the file takes them), y (int labels)"
     )
     f.add_argument("--validation", default=None, metavar="VAL.npz", help="held-out x, y (default: the training data)")
-    f.add_argument("--runtime", default="reference", choices=MODEL_RUNTIMES)  # .tflite only
+    f.add_argument(
+        "--runtime", default=None, help=f"the runtime to fine-tune for (default: the format's first; {per_format})"
+    )
     f.add_argument("--epochs", type=_POSITIVE, default=1)
     f.add_argument("--batch-size", type=_POSITIVE, default=32)
     f.add_argument("--lr", type=_RATE, default=1e-3, help="Adam learning rate")
     f.add_argument("--seed", type=_COUNT, default=0, help="shuffling seed")
-    f.add_argument("--out", required=True, metavar="TUNED.tflite")
+    f.add_argument("--out", required=True, metavar="TUNED", help="the tuned file (MODEL's suffix)")
     f.add_argument(
         "--runtimes",
-        default=",".join(MODEL_RUNTIMES),
+        default=None,
         metavar="A,B,...",
-        help="runtimes to measure accuracy under (default all)",
+        help="runtimes to measure accuracy under (default: all of the format's)",
     )
     f.add_argument("--quiet", action="store_true", help="no progress bar")
 

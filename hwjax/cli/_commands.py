@@ -518,7 +518,7 @@ class Report(str):
 
 
 def _accuracies(model: Model, x, y, runtimes) -> dict:
-    from hwjax.tflite import accuracy
+    from hwjax.nn import accuracy
 
     out = {}
     for rt in runtimes:
@@ -533,15 +533,14 @@ def finetune_command(args) -> Report:
     """``hwjax finetune MODEL --data TRAIN.npz [--validation VAL.npz] --runtime RT --epochs N
     --batch-size B --lr LR --out TUNED.tflite [--runtimes A,B] [--seed S] [--quiet]``.
 
-    Fine-tunes with :func:`hwjax.tflite.finetune` (Adam at ``--lr``, the default loss), writes
+    Fine-tunes with the format's ``finetune`` (:func:`hwjax.tflite.finetune`,
+    :func:`hwjax.onnx.finetune`; Adam at ``--lr``, the default loss), writes
     the tuned file, and reports top-1 accuracy of the original and the written file under each
     of ``--runtimes`` (default all) on the validation data (the training data without
     ``--validation``), and the reload check: the written file, loaded again, run under
-    ``--runtime`` on those inputs, against the trained modules' output integers. The exit code
-    is 1 when any value differs."""
+    ``--runtime`` on those inputs, against the trained modules' outputs (floats bit for bit).
+    The exit code is 1 when any value differs."""
     import optax
-
-    from hwjax.tflite import finetune, load, predict, save
 
     fmt = format_of(args.model)
     if not fmt.finetune:
@@ -549,6 +548,9 @@ def finetune_command(args) -> Report:
             f"MODEL {str(args.model)!r}: hwjax finetune takes "
             f"{', '.join(f.suffix for f in FORMATS.values() if f.finetune)} files, not {fmt.suffix}"
         )
+    if os.path.splitext(str(args.out))[1].lower() != fmt.suffix:
+        raise FormatError(f"--out {args.out!r}: the tuned model is written as a {fmt.suffix} file; name it so")
+    finetune, load, predict, save = (getattr(fmt.module, n) for n in ("finetune", "load", "predict", "save"))
     runtime = _check_runtime(args.runtime or fmt.reference, fmt.runtimes)
     runtimes = _runtimes_option(args, fmt)
     for name in ("epochs", "batch_size"):
@@ -578,9 +580,9 @@ def finetune_command(args) -> Report:
     )
     _write(args.out, "--out", lambda f: f.write(save(r.model)))
     tuned = load(args.out)
-    mine = predict(r.trainable, xv)
-    theirs = np.asarray(tuned.run(xv, runtime=runtime))
-    differ = int(np.count_nonzero(mine.astype(np.int64) != theirs.astype(np.int64)))
+    mine = _as_compared(predict(r.trainable, xv))
+    theirs = _as_compared(tuned.run(xv, runtime=runtime))
+    differ = int(np.count_nonzero((mine != theirs) & ~(np.isnan(mine) & np.isnan(theirs))))
     after = _accuracies(tuned, xv, yv, runtimes)
     on = f"{len(xv)} {'validation' if args.validation else 'training'} examples"
     lines = [

@@ -19,7 +19,8 @@ class ModelFormat:
       package: the package with ``load(path)`` and the ``Model`` class (imported when first used).
       runtimes_attr: the package's tuple of runtime names ``Model.run`` takes; the first is the
         default ``--runtime`` and ``--reference``.
-      finetune: whether ``hwjax finetune`` takes such files.
+      finetune: whether ``hwjax finetune`` takes such files (the package then has
+        ``finetune``, ``predict`` and ``save`` like :mod:`hwjax.tflite`).
     """
 
     suffix: str
@@ -50,7 +51,7 @@ def register_format(fmt: ModelFormat) -> ModelFormat:
 
 
 register_format(ModelFormat(".tflite", "hwjax.tflite", "MODEL_RUNTIMES", finetune=True))
-register_format(ModelFormat(".onnx", "hwjax.onnx", "RUNTIMES", finetune=False))
+register_format(ModelFormat(".onnx", "hwjax.onnx", "RUNTIMES", finetune=True))
 
 
 def format_of(path) -> ModelFormat:

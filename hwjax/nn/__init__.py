@@ -35,6 +35,8 @@ from hwjax.nn._layers import (
     Reshape,
 )
 from hwjax.nn._tensor_layers import Concat, Mean, Mul, Pad, Softmax
+from hwjax.nn._fit import P_MIN, FinetuneResult, accuracy, cross_entropy, fit, nll, predict
+from hwjax.nn._onnx_layers import OnnxNode, QLinearConv, QLinearMatMul  # (and the other ONNX op kinds' layers)
 from hwjax.nn._qarray import QArray, as_float
 from hwjax.nn._quant import act_qparams, exact_forward, quantize_act, quantize_weights, weight_scales
 
@@ -78,4 +80,14 @@ __all__ = [
     "Mean",
     "Mul",
     "Softmax",
+    "OnnxNode",
+    "P_MIN",
+    "FinetuneResult",
+    "accuracy",
+    "cross_entropy",
+    "fit",
+    "nll",
+    "predict",
+    "QLinearConv",
+    "QLinearMatMul",
 ]

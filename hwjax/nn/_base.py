@@ -289,7 +289,12 @@ class HwLayer(nnx.Module):
         quant = Quant.of(*self.out_qparams()) if self.requantizes else inputs[0].quant
         node = Node(self.kind, tuple(t.name for t in inputs), (name,), attrs, self.portable_params(inputs), name)
         shape = get_op(self.kind).infer(node, inputs)[0]
-        return node, Tensor(name, tuple(shape), "int8", quant)
+        return node, Tensor(name, tuple(shape), self.out_dtype() or inputs[0].dtype, quant)
+
+    def out_dtype(self) -> str | None:
+        """The type of the output tensor :meth:`to_node` writes: ``"int8"`` for requantising
+        layers, None (the input's type) for those that keep their input's quantisation."""
+        return "int8" if self.requantizes else None
 
     def emit(self, graph_nodes: list, tensors: dict, prefix: str, name: str, inputs: list):
         """Appends this layer's node (``prefix + name``) to ``graph_nodes``; returns its

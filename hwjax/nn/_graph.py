@@ -201,7 +201,8 @@ def to_graph(model, input_shape=None):
 
     Returns:
       A graph with one float32 input tensor ``"float_input"``, one node per layer (named
-      by its dotted path, e.g. ``"block.body.conv"``), int8 tensors with the calibrated
+      by its dotted path, e.g. ``"block.body.conv"``; a :class:`GraphModel`'s graph keeps
+      the node and tensor names of the graph it was built from), int8 tensors with the calibrated
       quantisation, and the layers' portable integer parameters: what hardware mode runs
       once :func:`hwjax.graph.lower` applies the target's recipe, bit for bit.
     """
@@ -226,8 +227,29 @@ def to_graph(model, input_shape=None):
     if len(targets) != 1:
         raise ShapeError(f"the model's layers use several targets {sorted(map(repr, targets))}; use one")
     nodes: list = []
-    tensors = {INPUT: Tensor(INPUT, shape, "float32", None)}
-    out = model.emit(nodes, tensors, "", "", [tensors[INPUT]])
+    name = model.graph_inputs[0] if isinstance(model, GraphModel) else INPUT
+    tensors = {name: Tensor(name, shape, "float32", None)}
+    out = model.emit(nodes, tensors, "", "", [tensors[name]])
     if len(tensors) != len(nodes) + 1:
-        raise RangeError(f"layer names collide with the graph input name {INPUT!r}")
-    return Graph(tensors, tuple(nodes), (INPUT,), (out.name,)).validate()
+        raise RangeError(f"layer names collide with the graph input name {name!r}")
+    graph = Graph(tensors, tuple(nodes), (name,), (out.name,))
+    if isinstance(model, GraphModel):  # the imported graph's tensor names (nodes keep theirs)
+        graph = _renamed(graph, {n.outputs[0]: w[2][0] for n, w in zip(nodes, model.wiring)})
+    return graph.validate()
+
+
+def _renamed(graph, names: dict):
+    """``graph`` with its tensors renamed by ``names`` (old -> new; a one-to-one map onto
+    names the graph does not otherwise use)."""
+    from dataclasses import replace
+
+    def r(t: str) -> str:
+        return names.get(t, t)
+
+    return replace(
+        graph,
+        tensors={r(k): replace(t, name=r(k)) for k, t in graph.tensors.items()},
+        nodes=tuple(replace(n, inputs=tuple(map(r, n.inputs)), outputs=tuple(map(r, n.outputs))) for n in graph.nodes),
+        inputs=tuple(map(r, graph.inputs)),
+        outputs=tuple(map(r, graph.outputs)),
+    )

@@ -34,7 +34,6 @@ from hwjax.nn._base import (
 )
 from hwjax.nn._qarray import QArray
 from hwjax.nn._quant import (
-    act_int,
     bias_int,
     clip_int8,
     compute_once,
@@ -47,6 +46,7 @@ from hwjax.core import ConvGeometry, div_rn, evaluated_if_concrete
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.graph import Attrs, Quant, derive_params, geometry
+from hwjax.graph.ops.basic import QUANTIZE_RANGES
 from hwjax.targets import LUT_FUNCTIONS, lut_function
 
 Padding = Union[str, int, Sequence[tuple[int, int]]]
@@ -129,27 +129,43 @@ def _ret(y, stats: LayerStats, return_stats: bool):
 
 
 class Quantize(HwLayer):
-    """Model input: float tensor -> int8 :class:`QArray` (identity in float modes).
+    """Model input: float tensor -> ``dtype`` :class:`QArray` (identity in float modes).
 
-    Hardware mode: ``q = clip(round(x / scale) + zero_point, -128, 127)`` with the
-    scale and zero point of the calibrated input range (float32 arithmetic; exactly
-    what :func:`hwjax.load` models do on float inputs). Gradient: straight-through
-    ``1/scale`` inside the range, 0 where clipped. A :class:`QArray` input passes
-    through unchanged.
+    ``dtype``: ``"int8"`` (default) or ``"uint8"`` (ONNX models), the range ``[lo, hi]`` of
+    the integers. Hardware mode: the target's own float32 -> integer quantisation (the graph
+    op ``quantize``) with the scale and zero point of the calibrated input range: exactly
+    what :func:`hwjax.graph.run` and the loaded models compute on float inputs (for most
+    targets ``clip(round(x / scale) + zero_point, lo, hi)`` with ties to even; LiteRT's
+    reference kernel rounds half away from zero, ONNX Runtime rounds before adding the zero
+    point). Gradient: straight-through ``1/scale`` inside the range, 0 where clipped. A
+    :class:`QArray` input passes through unchanged.
 
     NaN rule: in ``"calibrate"`` and ``"hardware"`` modes a NaN or an infinity in the
     input raises :class:`hwjax.errors.RangeError` ("Quantize input x must be finite")
     when the input is concrete, and under :func:`hwjax.checked` when it is traced
-    (inside ``jit``); traced and unchecked, a NaN quantises as the hardware-mode
-    formula gives it (not meaningful) and would poison a calibrated range. ``"float"``
-    mode is the float model: values pass unchanged.
+    (inside ``jit``); traced and unchecked, a NaN quantises as the target's formula gives
+    it (not meaningful) and would poison a calibrated range. ``"float"`` mode is the float
+    model: values pass unchanged.
     """
 
     kind = "quantize"
     requantizes = True
 
-    def __init__(self, *, target, mode: Mode = "float", learn_scale: bool = False):
+    def __init__(self, *, dtype: str = "int8", target, mode: Mode = "float", learn_scale: bool = False):
+        if dtype not in QUANTIZE_RANGES:
+            raise RangeError(f"Quantize: dtype must be one of {tuple(QUANTIZE_RANGES)}, got {dtype!r}")
+        self.dtype = dtype
         super().__init__(target, mode=mode, learn_scale=learn_scale)
+
+    @classmethod
+    def node_kwargs(cls, node, inputs) -> dict:
+        return {"dtype": node.attrs.get("dtype", "int8")}
+
+    def node_attrs(self, in_shape=None) -> Attrs:
+        return Attrs({"dtype": self.dtype}) if self.dtype != "int8" else Attrs()
+
+    def out_dtype(self) -> str:
+        return self.dtype
 
     def __call__(self, x, *, return_stats: bool = False):
         if isinstance(x, QArray):
@@ -164,12 +180,20 @@ class Quantize(HwLayer):
         if self.mode != "hardware":
             return _ret(x, self.float_stats(x, relu=False), return_stats)
         scale, zp = self.out_qparams()
-        exact = compute_once(lambda v: act_int(v, scale, zp), (sg(x),), zp)
-        q = exact_forward(exact, clip_int8(x / scale + zp.astype(jnp.float32)))
+        lo, hi = QUANTIZE_RANGES[self.dtype]
+        attrs = self.node_attrs()
+
+        def exact(v, s, z):
+            params = self.op_params(attrs, None, [None], Quant.of(s, z))
+            return self.op_run(attrs, params, v).astype(jnp.float32)
+
+        q = exact_forward(
+            compute_once(exact, (sg(x), sg(scale), zp), zp), jnp.clip(x / scale + zp.astype(jnp.float32), lo, hi)
+        )
         stats = None
         if return_stats:  # inputs that quantisation clips (not merely the ones at a bound)
             pre = jnp.round(div_rn(sg(x), scale) + zp.astype(jnp.float32))
-            stats = make_stats(None, relu=False, y_float=pre, bounds=(-128.0, 127.0))
+            stats = make_stats(None, relu=False, y_float=pre, bounds=(float(lo), float(hi)))
         return _ret(QArray(q, scale, zp), stats, return_stats)
 
 
@@ -1065,7 +1089,9 @@ class Requantize(_Unary):
 class Reshape(HwLayer):
     """Row-major reshape of each example to ``shape`` (graph op ``reshape``; the batch axis
     stays). Keeps the quantisation; exact in every mode (hardware mode runs the
-    target's reshape on the integers). Gradient: reshaped back (the identity)."""
+    target's reshape on the integers of a :class:`QArray`; a float array, such as a float
+    tensor of an imported ONNX graph, is reshaped as it is). Gradient: reshaped back (the
+    identity)."""
 
     kind = "reshape"
 
@@ -1088,9 +1114,7 @@ class Reshape(HwLayer):
             raise ShapeError(f"Reshape: cannot reshape examples of shape {tuple(shape[1:])} to {self.shape}")
 
     def __call__(self, x, *, return_stats: bool = False):
-        if not isinstance(x, QArray):
-            if self.mode == "hardware":
-                self._require_q(x)
+        if not isinstance(x, QArray):  # float modes, or a float tensor of an imported graph
             x = V.as_array(x, "Reshape input x")
             self._check(x.shape)
             y = x.reshape(x.shape[0], *self.shape)

@@ -124,7 +124,7 @@ class Concat(HwLayer):
         from hwjax.graph import Node, Tensor, get_op
 
         node = Node(self.kind, tuple(t.name for t in inputs), (name,), self.node_attrs(), None, name)
-        return node, Tensor(name, tuple(get_op(self.kind).infer(node, inputs)[0]), "int8", inputs[0].quant)
+        return node, Tensor(name, tuple(get_op(self.kind).infer(node, inputs)[0]), inputs[0].dtype, inputs[0].quant)
 
     def __call__(self, *xs, return_stats: bool = False):
         if not xs:

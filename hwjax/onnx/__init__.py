@@ -8,6 +8,8 @@
   (:class:`hwjax.targets.OnnxRuntime`, whose ``cpu`` option selects the machine).
 * :func:`save` writes a model's graph back as a QOperator-format ONNX model that ONNX
   Runtime runs to the same bits.
+* :func:`finetune` (or ``Model.trainable(runtime)`` -> optax -> ``Model.with_weights``):
+  fine-tuning in ONNX Runtime's exact arithmetic, written back with :func:`save`.
 
 Reading needs the ``onnx`` package; running does not need ONNX Runtime.
 """
@@ -15,8 +17,21 @@ Reading needs the ``onnx`` package; running does not need ONNX Runtime.
 from hwjax.onnx._model import RUNTIMES, Model, load
 from hwjax.onnx._read import FLOAT_REFUSED, TensorInfo, supported_ops
 from hwjax.onnx._save import save
+from hwjax.onnx._finetune import finetune, predict, trainable, with_weights
 
 #: ONNX operators :func:`load` converts (after the QDQ rewrites)
 SUPPORTED_OPS = supported_ops()
 
-__all__ = ["FLOAT_REFUSED", "Model", "RUNTIMES", "SUPPORTED_OPS", "TensorInfo", "load", "save"]
+__all__ = [
+    "FLOAT_REFUSED",
+    "Model",
+    "RUNTIMES",
+    "SUPPORTED_OPS",
+    "TensorInfo",
+    "finetune",
+    "load",
+    "predict",
+    "save",
+    "trainable",
+    "with_weights",
+]

@@ -63,6 +63,20 @@ class Model:
             self._lowered[t] = lower(self.graph, t)
         return self._lowered[t]
 
+    def trainable(self, runtime="onnxruntime"):
+        """The model as NNX modules whose forward pass is ``runtime``'s arithmetic:
+        :func:`hwjax.onnx.trainable` (a :class:`hwjax.nn.GraphModel`)."""
+        from hwjax.onnx._finetune import trainable
+
+        return trainable(self, runtime)
+
+    def with_weights(self, tuned) -> "Model":
+        """A new model with the weights of ``tuned`` (made by :meth:`trainable` from this
+        model): :func:`hwjax.onnx.with_weights`."""
+        from hwjax.onnx._finetune import with_weights
+
+        return with_weights(self, tuned)
+
     def run(self, x, *, runtime="onnxruntime", intermediates: bool = False):
         """The model's output(s) for every example of ``x``, as ONNX Runtime computes them.
 

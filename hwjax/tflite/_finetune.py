@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import functools
-import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import jax
@@ -22,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 import hwjax.nn as hn
+from hwjax.nn import P_MIN, FinetuneResult, accuracy, cross_entropy, nll  # noqa: F401  (this module's API)
 from hwjax.errors import ArgTypeError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, Node, Tensor
 from hwjax.tflite._model import MODEL_RUNTIMES, Model
@@ -158,57 +157,9 @@ def with_weights(model: Model, tuned: Trainable) -> Model:
 # ---------------------------------------------------------------------------- the loop
 
 
-def cross_entropy(outputs: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean softmax cross-entropy of real-valued ``outputs`` (batch, classes) against integer
-    ``labels`` (batch,): the default loss of a model whose output is not a SOFTMAX."""
-    import optax
-
-    logits = outputs.reshape(outputs.shape[0], -1)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels.astype(jnp.int32)).mean()
-
-
-#: added to the probability :func:`nll` takes the log of (int8 SOFTMAX outputs are multiples of
-#: 1/256, so a label's probability is often exactly 0)
-P_MIN = 1.0 / 512
-
-
-def nll(probabilities: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean negative log-likelihood ``-log(p[label] + P_MIN)`` of ``probabilities``
-    (batch, classes), the real values of a SOFTMAX output: the default loss of a model ending
-    in SOFTMAX (finite, and with a gradient through the SOFTMAX's surrogate, where the label's
-    quantised probability is 0)."""
-    p = probabilities.reshape(probabilities.shape[0], -1)
-    picked = jnp.take_along_axis(p, labels.reshape(-1, 1).astype(jnp.int32), axis=1)[:, 0]
-    return -jnp.log(picked + P_MIN).mean()
-
-
 def default_loss(model: Model) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """:func:`nll` for a model whose last node is a SOFTMAX, else :func:`cross_entropy`."""
     return nll if model.graph.nodes[-1].op == "softmax" else cross_entropy
-
-
-@dataclass
-class FinetuneResult:
-    """What :func:`finetune` returns.
-
-    Attributes:
-      model: the tuned :class:`Model` (:func:`with_weights`), ready for :func:`hwjax.tflite.save`.
-      trainable: the trained :class:`Trainable`.
-      losses: the mean training loss of each epoch.
-      accuracy_before, accuracy_after: top-1 accuracy (argmax of the output integers, ties to
-        the first) of the modules on the validation data (the training data when no validation
-        is given), before the first step and after the last; ``None`` for non-integer labels.
-      val_accuracy: the accuracy after each epoch (same data; empty for non-integer labels).
-      steps: optimizer steps taken.
-    """
-
-    model: Model
-    trainable: Trainable
-    losses: list = field(default_factory=list)
-    accuracy_before: Optional[float] = None
-    accuracy_after: Optional[float] = None
-    val_accuracy: list = field(default_factory=list)
-    steps: int = 0
 
 
 def _as_batch(model: Model, x, name: str) -> np.ndarray:
@@ -230,48 +181,10 @@ def _as_batch(model: Model, x, name: str) -> np.ndarray:
     return x.astype(np.int8)
 
 
-def _as_labels(y, n: int, name: str) -> np.ndarray:
-    y = np.asarray(y)
-    if y.shape[:1] != (n,):
-        raise ShapeError(f"{name} must have {n} rows (one per example), got shape {tuple(y.shape)}")
-    return y
-
-
-def _check_int(value, name: str, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise RangeError(f"{name} must be an int >= {lo}, got {value!r}")
-    return int(value)
-
-
 def predict(tuned: Trainable, x, *, batch_size: int = 256) -> np.ndarray:
     """The output integers ``tuned(x).q`` of a whole batch, as an int8 array, computed in
-    compiled chunks of ``batch_size`` examples (the last chunk padded with copies of the first
-    example, then dropped): one compilation per ``batch_size``."""
-    _check_int(batch_size, "batch_size", 1)
-    x = np.asarray(x)
-    n = len(x)
-    b = min(batch_size, n)
-    fwd = _forward()
-    out = []
-    for i in range(0, n, b):
-        chunk = x[i : i + b]
-        if len(chunk) < b:
-            chunk = np.concatenate([chunk, np.repeat(x[:1], b - len(chunk), axis=0)])
-        out.append(np.asarray(fwd(tuned, chunk)))
-    return np.concatenate(out)[:n].astype(np.int8)
-
-
-@functools.cache
-def _forward():
-    """One jitted forward for every :func:`predict` call: a new ``nnx.jit`` per call traced and
-    compiled the model again each time (about 8 s for a four-layer model on 2 cores)."""
-    return nnx.jit(lambda m, xb: m(xb).q.astype(jnp.int32))
-
-
-def accuracy(outputs: np.ndarray, labels: np.ndarray) -> float:
-    """Fraction of rows whose argmax (first maximum) over the flattened output equals the label."""
-    pred = np.asarray(outputs).reshape(len(outputs), -1).argmax(axis=1)
-    return float(np.mean(pred == np.asarray(labels).reshape(-1)))
+    compiled chunks of ``batch_size`` examples (:func:`hwjax.nn.predict`)."""
+    return hn.predict(tuned, x, batch_size=batch_size).astype(np.int8)
 
 
 def finetune(
@@ -317,75 +230,23 @@ def finetune(
     Returns:
       A :class:`FinetuneResult`; ``result.model`` is the tuned model (:func:`with_weights`).
     """
-    import optax
-
     _check_model(model)
     runtime = _runtime_name(runtime)
-    epochs = _check_int(epochs, "epochs", 1)
-    batch_size = _check_int(batch_size, "batch_size", 1)
-    seed = _check_int(seed, "seed", 0)
     x = _as_batch(model, x, "x")
-    y = _as_labels(y, len(x), "y")
-    if validation is None:
-        xv, yv = x, y
-    else:
-        if not isinstance(validation, (tuple, list)) or len(validation) != 2:
-            raise ArgTypeError("validation must be a pair (x_val, y_val)")
-        xv = _as_batch(model, validation[0], "validation x")
-        yv = _as_labels(validation[1], len(xv), "validation y")
-    if optimizer is None:
-        optimizer = optax.adam(1e-3)
-    if not isinstance(optimizer, optax.GradientTransformation):
-        raise ArgTypeError(f"optimizer must be an optax.GradientTransformation, got {type(optimizer).__name__}")
-    loss = default_loss(model) if loss is None else loss
-    if not callable(loss):
-        raise ArgTypeError(f"loss must be a callable loss(outputs, labels), got {type(loss).__name__}")
-    labelled = np.issubdtype(y.dtype, np.integer) and y.ndim == 1
-
+    if isinstance(validation, (tuple, list)) and len(validation) == 2:
+        validation = (_as_batch(model, validation[0], "validation x"), validation[1])
     tuned = trainable(model, runtime)
-    opt = nnx.Optimizer(tuned, optimizer, wrt=nnx.Param)
-
-    @nnx.jit
-    def step(m, o, xb, yb):
-        value, grads = nnx.value_and_grad(lambda mm: loss(mm(xb).dequantize(), yb))(m)
-        o.update(m, grads)
-        return value
-
-    result = FinetuneResult(model, tuned)
-    eval_batch = min(256, len(xv))
-    if labelled:
-        result.accuracy_before = accuracy(predict(tuned, xv, batch_size=eval_batch), yv)
-    b = min(batch_size, len(x))
-    per_epoch = len(x) // b
-    rng = np.random.default_rng(seed)
-    bar = _bar(epochs * per_epoch, progress)
-    for epoch in range(epochs):
-        order = rng.permutation(len(x))
-        total = 0.0
-        for i in range(per_epoch):
-            idx = order[i * b : (i + 1) * b]
-            total += float(step(tuned, opt, jnp.asarray(x[idx]), jnp.asarray(y[idx])))
-            result.steps += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{total / (i + 1):.4f}")
-        result.losses.append(total / per_epoch)
-        if labelled:
-            result.val_accuracy.append(accuracy(predict(tuned, xv, batch_size=eval_batch), yv))
-            if bar is not None:
-                bar.set_postfix(epoch=epoch + 1, loss=f"{result.losses[-1]:.4f}", acc=f"{result.val_accuracy[-1]:.3f}")
-    if bar is not None:
-        bar.close()
-    result.accuracy_after = result.val_accuracy[-1] if labelled else None
+    result = hn.fit(
+        tuned,
+        x,
+        y,
+        optimizer=optimizer,
+        loss=default_loss(model) if loss is None else loss,
+        epochs=epochs,
+        batch_size=batch_size,
+        validation=validation,
+        seed=seed,
+        progress=progress,
+    )
     result.model = with_weights(model, tuned)
     return result
-
-
-def _bar(total: int, progress: bool):
-    if not progress:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # tqdm is optional (the "train" extra)
-        return None
-    return tqdm(total=total, desc="fine-tuning", unit="step", file=sys.stderr, leave=True)
