@@ -5,6 +5,8 @@ Run under user-mode emulation of the CPU (Debian's ``qemu-user``), from the repo
     qemu-x86_64 -cpu Haswell .venv/bin/python scripts/onnx_cpu_outputs.py haswell
     qemu-x86_64 -cpu Nehalem .venv/bin/python scripts/onnx_cpu_outputs.py nehalem
     qemu-x86_64 -cpu Haswell .venv/bin/python scripts/onnx_cpu_outputs.py haswell_x64
+    qemu-x86_64 -cpu Haswell .venv/bin/python scripts/onnx_cpu_outputs.py haswell_tuned
+    qemu-x86_64 -cpu Nehalem .venv/bin/python scripts/onnx_cpu_outputs.py nehalem_tuned
 
 ``-cpu Haswell`` is AVX2 + FMA3 without VNNI (the u8 x s8 kernels saturate pairs of products
 to int16), ``-cpu Nehalem`` SSE4.2 only (no FMA: another logistic). Each run writes
@@ -15,7 +17,9 @@ QLinearMatMul, QGemm, MatMulInteger, ConvInteger), every-code QLinearSigmoid tab
 random QOperator models of tests/randonnx.py. ``haswell_x64`` sets the session option
 ``session.x64quantprecision`` (ONNX Runtime then rewrites int8 weights as uint8 on this CPU)
 and runs the saturating cases, the same QLinearMatMul / MatMulInteger cases in opset 21, and
-quantize_static's u8s8 QDQ models of tests/randonnx.py.
+quantize_static's u8s8 QDQ models of tests/randonnx.py. ``haswell_tuned`` / ``nehalem_tuned``
+run the models of ``tests/data/onnx/tuned_models.npz`` fine-tuned for that CPU (written natively
+by scripts/onnx_tuned_models.py).
 """
 
 from __future__ import annotations
@@ -131,7 +135,17 @@ def sigmoid_cases(rng):
 def main(name: str) -> None:
     rng = np.random.default_rng(2024)
     config = {}
-    if name == "haswell_x64":
+    if name.endswith("_tuned"):
+        runtime = {"haswell_tuned": "onnxruntime-avx2", "nehalem_tuned": "onnxruntime-sse"}[name]
+        z = np.load(
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "onnx", "tuned_models.npz")
+        )
+        cases = [
+            (k[: -len("/model")], z[k].tobytes(), z[k[: -len("/model")] + "/x"])
+            for k in sorted(z.files)
+            if k.endswith(f"-{runtime}/model")
+        ]
+    elif name == "haswell_x64":
         config = {"session.x64quantprecision": "1"}
         cases = saturating_cases(rng) + saturating_cases(np.random.default_rng(2025), opset=21)
         for seed in range(6):

@@ -108,3 +108,24 @@ def test_the_cpus_differ():
     assert sum(int((runs["native"][c] != runs["haswell"][c]).sum()) for c in sat) > 0
     sig = [c for c in runs["native"] if c.startswith("sigmoid")]
     assert sum(int((runs["haswell"][c] != runs["nehalem"][c]).sum()) for c in sig) > 0
+
+
+TUNED = {"haswell_tuned": "avx2", "nehalem_tuned": "sse"}
+
+
+@pytest.mark.parametrize("name", sorted(TUNED))
+def test_models_finetuned_for_an_older_cpu(name):
+    """Models fine-tuned in an AVX2 / SSE CPU's arithmetic and saved
+    (scripts/onnx_tuned_models.py): ONNX Runtime on that CPU computes exactly the trained
+    modules' outputs, and so does ``Model.run`` on its target. On a VNNI machine the AVX2-tuned
+    files compute other values (the CPU's arithmetic is what was trained in)."""
+    path = os.path.join(DATA, "tuned_models.npz")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent (scripts/onnx_tuned_models.py writes it)")
+    trained = np.load(path)
+    cases = _cases(name)
+    assert _check(name, target=T.get("onnxruntime", cpu=TUNED[name])) == len(cases) == 3
+    for case, _, _, y in cases:
+        assert np.array_equal(_bits(trained[f"{case}/trained"]), _bits(y)), case
+    if TUNED[name] == "avx2":
+        assert sum(int((_bits(ho.load(d).run(x)) != _bits(y)).sum()) for _, d, x, y in cases) > 0

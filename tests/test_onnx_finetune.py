@@ -57,8 +57,9 @@ def test_untrained_modules_compute_model_run(setting):
     for runtime in ("onnxruntime", "onnxruntime-avx2"):
         tuned = m.trainable(runtime)
         expected = _bits(m.run(x, runtime=runtime))
-        assert np.array_equal(_bits(tuned(jnp.asarray(x))), expected), runtime
         assert np.array_equal(_bits(ho.predict(tuned, x, batch_size=8)), expected), runtime  # jitted
+        if runtime == "onnxruntime":  # eager: the layers' host-side paths
+            assert np.array_equal(_bits(tuned(jnp.asarray(x))), expected)
     # written back unchanged: ONNX Runtime computes the same bits
     again = ho.save(m.with_weights(m.trainable()))
     assert np.array_equal(_bits(R.ort_run(again, x)), _bits(m.run(x)))
@@ -84,6 +85,7 @@ def test_untrained_random_models_compute_model_run():
     assert onnx_layers - kinds == {"onnx_concat"}  # (a float Concat: no generator makes one)
 
 
+@pytest.mark.slow  # (make test: the CLI test below makes the same round trip)
 def test_finetune_round_trip_through_onnxruntime():
     data, x = _cnn(R.SETTINGS[1], n=32)
     m = ho.load(data)
@@ -192,3 +194,33 @@ def test_cli_finetune_onnx_end_to_end(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "onnxruntime-sse" in text and "(exact)" in text, text
     assert np.array_equal(_bits(R.ort_run(out.read_bytes(), x)), _bits(ho.load(out).run(x)))
+
+
+def _tuned_round_trip(data: bytes, x: np.ndarray, seed: int) -> tuple[int, int]:
+    """Fine-tunes ``data`` two steps with a large learning rate (weights and biases move far,
+    some to the ends of their ranges), saves it, and returns ``(values ONNX Runtime computes
+    differently from the trained modules, values fine-tuning changed)``."""
+    m = ho.load(data)
+    y = np.random.default_rng(seed).integers(0, 4, len(x))
+    loss = lambda out, yb: jnp.mean((out.reshape(len(out), -1)[:, 0] - yb) ** 2)
+    r = ho.finetune(m, x, y, optimizer=optax.sgd(0.5), loss=loss, batch_size=len(x) // 2, progress=False)
+    mine = _bits(ho.predict(r.trainable, x))
+    return int(np.count_nonzero(_bits(R.ort_run(ho.save(r.model), x)) != mine)), int(
+        np.count_nonzero(mine != _bits(m.run(x)))
+    )
+
+
+#: generator seeds whose models fine-tune (the others hold no quantised op, a float group hwjax
+#: refuses, or MatMulInteger / ConvInteger, which have no layers)
+STATIC_SEEDS = (0, 1, 2, 3, 5, 6, 7, 9, 11, 12, 13, 14, 15)
+QOP_SEEDS = (1, 2, 3, 4, 5, 6, 7, 9, 14)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, seed", [("static", s) for s in STATIC_SEEDS] + [("qop", s) for s in QOP_SEEDS], ids=str)
+def test_finetuned_random_models_round_trip(kind, seed):
+    """The generator's models, fine-tuned two steps with a large step and saved: ONNX Runtime
+    computes the trained modules' outputs, bit for bit."""
+    data, x, desc = R.model(seed, R.SETTINGS[seed % 6]) if kind == "static" else R.qop_model(seed)
+    differ, _ = _tuned_round_trip(data, x, seed)
+    assert differ == 0, desc

@@ -240,8 +240,9 @@ class QLinearAvgPool(OnnxNode):
         total = jax.lax.reduce_window(x, 0.0, jax.lax.add, win, strides, pads)
         if self.attrs.get("count_include_pad", False):
             return total / float(np.prod(geom.kernel))
-        count = jax.lax.reduce_window(jnp.ones_like(x), 0.0, jax.lax.add, win, strides, pads)
-        return total / count
+        # taps inside the image per window: one (H, W) plane (a small constant, not one per value)
+        ones = jnp.ones((1, 1, *x.shape[2:]), x.dtype)
+        return total / jax.lax.reduce_window(ones, 0.0, jax.lax.add, win, strides, pads)
 
 
 class QLinearGlobalAvgPool(OnnxNode):
