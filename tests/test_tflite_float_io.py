@@ -137,3 +137,18 @@ def test_float_input_policy():
     mb.op("FULLY_CONNECTED", [x, w, -1], [y], ("FullyConnectedOptions", {}))
     with pytest.raises(FormatError, match=r"operator #0 \(FULLY_CONNECTED\).*float32"):
         tfl.load(mb.finish([x], [y]))
+
+
+@pytest.mark.parametrize("runtime", ALL)
+def test_trainable_quantize_matches_litert_on_ties(runtime):
+    """The fine-tuning modules of a float-input model quantise its input as the runtime does
+    (the reference kernel rounds ties away from zero, XNNPACK to even): on exact ties and huge
+    values, ``Model.trainable(runtime)`` gives LiteRT's integers."""
+    rng = np.random.default_rng(13)
+    shape = (3, 5)
+    s, zp = np.float32(0.05), 7
+    model = _quantize_model(shape, s, zp)
+    x = _hard_inputs(rng, shape, s, 40)
+    x = np.where(np.abs(x) < 1e6, x, np.float32(-1e6))  # (the layer's float surrogate stays finite)
+    got = np.asarray(tfl.load(model).trainable(runtime)(x).q).astype(np.int64)
+    np.testing.assert_array_equal(got, T.run_litert(model, x, runtime).astype(np.int64))
