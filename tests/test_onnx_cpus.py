@@ -129,3 +129,25 @@ def test_models_finetuned_for_an_older_cpu(name):
         assert np.array_equal(_bits(trained[f"{case}/trained"]), _bits(y)), case
     if TUNED[name] == "avx2":
         assert sum(int((_bits(ho.load(d).run(x)) != _bits(y)).sum()) for _, d, x, y in cases) > 0
+
+
+def test_saved_opset21_matmul_keeps_its_saturation_under_x64quantprecision():
+    """An opset-21 QLinearMatMul, which ``session.x64quantprecision`` does not rewrite, is
+    saved at opset 21 (at 13 ONNX Runtime would rewrite it): the saved file, read again,
+    still computes the outputs ONNX Runtime computed on Haswell with the option."""
+    target = T.get("onnxruntime", cpu="avx2", x64quantprecision=True)
+    ran = 0
+    for case, data, x, y in _cases("haswell_x64"):
+        if not case.startswith("opset21"):
+            continue
+        m = ho.load(data)
+        kept = [n for n in m.graph.nodes if n.op == "qlinear_matmul" and not n.attrs.get("x64_u8_weights", True)]
+        if not kept:
+            continue
+        again = ho.load(ho.save(m))
+        assert [n.attrs.get("x64_u8_weights", True) for n in again.graph.nodes if n.op == "qlinear_matmul"] == [
+            False
+        ] * len(kept)
+        assert np.array_equal(_bits(again.run(x, runtime=target)), _bits(y)), case
+        ran += 1
+    assert ran > 0

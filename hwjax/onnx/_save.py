@@ -100,7 +100,7 @@ def _write_node(w: _Writer, n) -> None:
         if wz.size > 1 or ws.size > 1:
             wz = np.broadcast_to(wz, ws.shape).astype(weight.dtype)
         alpha, bias = float(a.get("alpha", 1.0)), p.get("bias")
-        if alpha == 1.0 and bias is None:  # per-column scales and zero points allowed
+        if _is_plain_matmul(n):  # per-column scales and zero points allowed
             wi = [ins[0], *w.q(ins[0], where), w.init(f"{name}/W", weight), w.init(f"{name}/w_scale", ws)]
             wi += [w.init(f"{name}/w_zero_point", wz), *w.q(outs[0], where)]
             w.node("QLinearMatMul", wi, outs, name)
@@ -167,9 +167,27 @@ def _write_node(w: _Writer, n) -> None:
         raise UnsupportedOpError(f"{where}: hwjax.onnx.save writes the op kinds of hwjax.graph.ops.onnx only")
 
 
+def _opset(graph: Graph) -> int:
+    """The default domain's opset to write: 21 when a QLinearMatMul must stay out of ONNX
+    Runtime's ``session.x64quantprecision`` rewrite (``x64_u8_weights`` False: it was read from
+    an opset-21 file, and the rewrite matches QLinearMatMul of opsets 10 to 20 only), else 13.
+    Every operator written means the same in both."""
+    keep = any(
+        n.op == "qlinear_matmul" and not n.attrs.get("x64_u8_weights", True) and _is_plain_matmul(n)
+        for n in graph.nodes
+    )
+    return 21 if keep else 13
+
+
+def _is_plain_matmul(n) -> bool:
+    """Whether a ``qlinear_matmul`` node is written as QLinearMatMul (not QGemm)."""
+    return float(n.attrs.get("alpha", 1.0)) == 1.0 and (n.params or {}).get("bias") is None
+
+
 def to_bytes(graph: Graph) -> bytes:
-    """The QOperator-format ONNX model of a portable ``graph`` of ONNX op kinds (opset 13 and
-    ``com.microsoft`` 1; the batch axis ``N``)."""
+    """The QOperator-format ONNX model of a portable ``graph`` of ONNX op kinds (opset 13, or
+    21 where a QLinearMatMul needs it (:func:`_opset`), and ``com.microsoft`` 1; the batch axis
+    ``N``)."""
     from onnx import helper
 
     if not isinstance(graph, Graph):
@@ -185,8 +203,9 @@ def to_bytes(graph: Graph) -> bytes:
         return helper.make_tensor_value_info(t, _TYPES[tt.dtype], ["N", *tt.shape])
 
     g = helper.make_graph(w.nodes, "hwjax", [vi(t) for t in graph.inputs], [vi(t) for t in graph.outputs], w.inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(_MS, 1)])
-    m.ir_version = 8
+    opset = _opset(graph)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(_MS, 1)])
+    m.ir_version = 8 if opset < 21 else 10
     m.producer_name = "hwjax"
     return m.SerializeToString()
 
