@@ -261,7 +261,7 @@ _FILE_SECONDS = {
     "test_nn_tflite_layers": 30,
     "test_nvdla_program": 28,
     "test_onnx": 26,
-    "test_onnx_finetune": 90,
+    "test_onnx_finetune": 50,
     "test_finetune": 26,
     "test_bad_input_xs3": 25,
     "test_export": 25,

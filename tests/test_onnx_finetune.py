@@ -29,6 +29,8 @@ from hwjax.errors import ArgTypeError, UnsupportedOpError
 from tests import randonnx as R
 
 U8_SETTINGS = [s for s in R.SETTINGS if s[1] == "uint8"]
+#: the settings make test runs (the others in make test-full): QDQ u8s8, QOperator u8u8
+FAST_SETTINGS = [R.SETTINGS[0], R.SETTINGS[5]]
 
 
 def _bits(a) -> np.ndarray:
@@ -47,7 +49,9 @@ def _cnn(setting, seed: int = 1, n: int = 16):
 @pytest.mark.parametrize(
     "setting",
     [
-        pytest.param(s, id=f"{s[0]}-{s[1]}-{s[2]}-pc{int(s[3])}", marks=[pytest.mark.slow] if s[3] else [])
+        pytest.param(
+            s, id=f"{s[0]}-{s[1]}-{s[2]}-pc{int(s[3])}", marks=[] if s in FAST_SETTINGS else [pytest.mark.slow]
+        )
         for s in U8_SETTINGS
     ],
 )
