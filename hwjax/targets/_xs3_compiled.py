@@ -164,7 +164,12 @@ def _host_otfn_params(kernel, bias, q_in, s_w, q_out):
     return jax.device_put((r["multipliers"].astype(np.int32), r["biases"].astype(np.int32), shifts))
 
 
-def _compiled_params(op: str):
+def _compiled_params(op: str, prune: bool = True):
+    """The parameters of a compiled conv / depthwise / dense node. With ``prune`` and a
+    concrete lowering (the host's), those of the branches :func:`_compiled_run` will not take
+    are left out (xformer's choice is known: ``choice["mode"]``), so its program holds one
+    branch instead of a run-time switch over three (each a whole convolution to compile)."""
+
     def params(target, attrs, portable, q_in, q_out):
         p = xformer_linear_params(op, portable, q_in, q_out)
         choice = host_recipe(
@@ -181,6 +186,12 @@ def _compiled_params(op: str):
             tflm = TFLite._impls[op].params(target, attrs, portable, q_in, q_out)
         except UnsupportedOpError:
             tflm = None
+        if prune and not isinstance(choice["mode"], jax.core.Tracer):
+            mode = int(np.asarray(choice["mode"]))
+            if mode != 2:
+                tflm = None
+            if mode != 1:
+                choice = {"mode": choice["mode"]}
         return {**p, "choice": choice, "tflm": tflm}
 
     return params
@@ -268,14 +279,21 @@ def _compiled_run(op: str):
         def tflm(x):  # mode 2: xformer leaves the builtin op, which TFLM runs
             return TFLite._impls[op].run(target, attrs, p["tflm"], x[:, 0, 0, :] if op == "dense" else x)
 
-        # one branch runs (a conditional, not a select of all three): the mode is the
-        # lowering's, a run-time value when the parameters are traced
-        m = jnp.asarray(c["mode"], _I32)
-        branch = jnp.where(m == 1, 1, 0)
-        branches = [compiled, channelwise]
+        # one branch runs (a conditional, not a select of all of them): the mode is the
+        # lowering's, a run-time value when the parameters are traced; the branches whose
+        # parameters a pruned lowering left out (_compiled_params) are not in the program
+        options = [(0, compiled)]
+        if "multipliers" in c:
+            options.append((1, channelwise))
         if p["tflm"] is not None:
-            branch, branches = jnp.where(m == 2, 2, branch), [*branches, tflm]
-        return no_acc(jax.lax.switch(branch, branches, x_in), return_acc)
+            options.append((2, tflm))
+        if len(options) == 1:
+            return no_acc(compiled(x_in), return_acc)
+        m = jnp.asarray(c["mode"], _I32)
+        branch = jnp.int32(0)
+        for i, (mode, _) in enumerate(options[1:], 1):
+            branch = jnp.where(m == mode, i, branch)
+        return no_acc(jax.lax.switch(branch, [f for _, f in options], x_in), return_acc)
 
     return run
 
@@ -363,7 +381,7 @@ def _avgpool_params(target, attrs, portable, q_in, q_out):
     (:func:`_pool_channels`). Derived here, not in the run, so that a run holds no host
     recipe (a host callback would keep JAX from caching the compiled program on disk)."""
     dw_attrs, dw = xformer_avgpool_as_depthwise(attrs, _POOL_CHANNELS)
-    return _compiled_params("depthwise_conv")(target, dw_attrs, dw, q_in, q_out)
+    return _compiled_params("depthwise_conv", prune=False)(target, dw_attrs, dw, q_in, q_out)
 
 
 def _pool_channels(p, channels: int):
