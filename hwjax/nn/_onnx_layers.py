@@ -28,7 +28,7 @@ from flax import nnx
 from hwjax.core import compute_once, div_rn
 from hwjax.errors import ArgTypeError
 from hwjax.graph import Node, Quant, Tensor, derive_params
-from hwjax.graph.ops.onnx import window_geometry
+from hwjax.graph.ops.onnx import batched_const, window_geometry
 from hwjax.nn._base import HwLayer, Mode, make_stats
 from hwjax.nn._qarray import QArray, as_float
 from hwjax.nn._quant import exact_forward, sg
@@ -52,12 +52,6 @@ def _static_quant(q) -> tuple[float, int] | None:
 
 def _quant(st) -> Quant | None:
     return None if st is None else Quant.of(np.float32(st[0]), np.int32(st[1]))
-
-
-def _batched_const(c, ndim: int) -> jax.Array:
-    """A constant operand's ONNX shape as a batched shape (leading 1s), as the target reads it."""
-    c = jnp.asarray(c)
-    return c.reshape((1,) * max(0, ndim - c.ndim) + c.shape)
 
 
 class OnnxNode(HwLayer):
@@ -168,19 +162,27 @@ class Dequantize(OnnxNode):
         return x
 
 
+def _binary(attrs, xs, const):
+    """``a + b`` or ``a * b`` (``attrs["fn"]``) of the inputs, with the real constant ``const``
+    (a function of nothing, called when the node has one) at ``attrs["const_index"]``."""
+    ci = attrs.get("const_index")
+    if ci is not None:
+        c = batched_const(const(), xs[0].ndim)
+        xs = (c, xs[0]) if ci == 0 else (xs[0], c)
+    return xs[0] + xs[1] if attrs["fn"] == "add" else xs[0] * xs[1]
+
+
 class QLinearBinary(OnnxNode):
     """QLinearAdd / QLinearMul (``attrs["fn"]``), one operand possibly a quantised constant."""
 
     kind = "qlinear_binary"
 
     def real(self, *xs):
-        ci = self.attrs.get("const_index")
-        if ci is not None:
+        def const():
             p = self.portable.get_value()
-            c = (p["const"].astype(jnp.float32) - jnp.float32(p["const_zero_point"])) * p["const_scale"]
-            c = _batched_const(c, xs[0].ndim)
-            xs = (c, xs[0]) if ci == 0 else (xs[0], c)
-        return xs[0] + xs[1] if self.attrs["fn"] == "add" else xs[0] * xs[1]
+            return (p["const"].astype(jnp.float32) - jnp.float32(p["const_zero_point"])) * p["const_scale"]
+
+        return _binary(self.attrs, xs, const)
 
 
 class FloatBinary(OnnxNode):
@@ -189,11 +191,7 @@ class FloatBinary(OnnxNode):
     kind = "onnx_float_binary"
 
     def real(self, *xs):
-        ci = self.attrs.get("const_index")
-        if ci is not None:
-            c = _batched_const(self.portable.get_value()["const"].astype(jnp.float32), xs[0].ndim)
-            xs = (c, xs[0]) if ci == 0 else (xs[0], c)
-        return xs[0] + xs[1] if self.attrs["fn"] == "add" else xs[0] * xs[1]
+        return _binary(self.attrs, xs, lambda: self.portable.get_value()["const"].astype(jnp.float32))
 
 
 def _activation(fn: str, x, attrs):

@@ -17,7 +17,7 @@ import numpy as np
 
 from hwjax.errors import RangeError
 from hwjax.graph import OpImpl, Quant
-from hwjax.graph.ops.onnx import window_geometry
+from hwjax.graph.ops.onnx import batched_const, window_geometry
 from hwjax.ort import (
     avgpool_float,
     conv_acc,
@@ -241,12 +241,6 @@ def _matmul_integer(target, attrs, p, x, return_acc: bool = False):
 # ------------------------------------------------------------------------ element-wise ops
 
 
-def _const_shape(c, x_ndim: int):
-    """A constant's ONNX shape as a broadcastable batched shape (a leading batch axis)."""
-    c = jnp.asarray(c)
-    return c.reshape((1,) * max(0, x_ndim - c.ndim) + c.shape)
-
-
 def _binary_params(target, attrs, portable, q_in, q_out):
     fn, dtype = attrs["fn"], attrs.get("out_dtype", "uint8")
     ci = attrs.get("const_index")
@@ -276,7 +270,7 @@ def _qlinear_binary(target, attrs, p, *xs, return_acc: bool = False):
     lo, _ = type_range(attrs.get("out_dtype", "uint8"))
     ci = attrs.get("const_index")
     if ci is not None:
-        c = _const_shape(p["const"], xs[0].ndim)
+        c = batched_const(p["const"], xs[0].ndim)
         xs = (c, xs[0]) if ci == 0 else (xs[0], c)
     return no_acc(lookup2(xs[0], xs[1], p["table"], lo), return_acc)
 
@@ -291,7 +285,7 @@ def _float_binary_params(target, attrs, portable, q_in, q_out):
 def _float_binary(target, attrs, p, *xs, return_acc: bool = False):
     ci = attrs.get("const_index")
     if ci is not None:
-        c = _const_shape(p["const"], xs[0].ndim)
+        c = batched_const(p["const"], xs[0].ndim)
         xs = (c, xs[0]) if ci == 0 else (xs[0], c)
     return no_acc(float_binary(attrs["fn"], xs[0], xs[1]), return_acc)
 

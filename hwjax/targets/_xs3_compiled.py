@@ -182,16 +182,15 @@ def _compiled_params(op: str, prune: bool = True):
             q_out.scale,
             q_out.zero_point,
         )
-        try:  # the TFLM fallback (check_xformer_lowering refuses layers that need one TFLite cannot run)
-            tflm = TFLite._impls[op].params(target, attrs, portable, q_in, q_out)
-        except UnsupportedOpError:
-            tflm = None
-        if prune and not isinstance(choice["mode"], jax.core.Tracer):
-            mode = int(np.asarray(choice["mode"]))
-            if mode != 2:
-                tflm = None
-            if mode != 1:
-                choice = {"mode": choice["mode"]}
+        mode = None if not prune or isinstance(choice["mode"], jax.core.Tracer) else int(np.asarray(choice["mode"]))
+        tflm = None
+        if mode in (None, 2):
+            try:  # the TFLM fallback (check_xformer_lowering refuses layers that need one TFLite cannot run)
+                tflm = TFLite._impls[op].params(target, attrs, portable, q_in, q_out)
+            except UnsupportedOpError:
+                pass
+        if mode not in (None, 1):
+            choice = {"mode": choice["mode"]}
         return {**p, "choice": choice, "tflm": tflm}
 
     return params

@@ -51,6 +51,15 @@ from hwjax.graph._ops import OpSpec, register_op
 INT8_TYPES = ("int8", "uint8")
 
 
+def batched_const(c, ndim: int):
+    """A constant operand's ONNX shape as a broadcastable batched shape (leading 1s) against an
+    ``ndim``-axis batched input, as the binary op kinds read their ``const``."""
+    import jax.numpy as jnp
+
+    c = jnp.asarray(c)
+    return c.reshape((1,) * max(0, ndim - c.ndim) + c.shape)
+
+
 def window_geometry(attrs, in_shape) -> ConvGeometry:
     """The :class:`hwjax.core.ConvGeometry` of an NCHW window op for a per-example (C, H, W)
     input shape (a batched (B, C, H, W) shape's leading axis is dropped)."""
