@@ -42,8 +42,8 @@ def test_default_cache_folder(tmp_path, extra, expected):
 
 @pytest.mark.parametrize("stored", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_second_process_loads_the_program(tmp_path, stored):
-    """A second process answers KWS on xs3 from the cache: its traced program stored by
-    hwjax (stored_program) and compiled code from JAX's cache; without stored programs,
+    """A second process answers KWS on xs3 from the cache: the compiled executable stored
+    by hwjax (stored_program), neither traced nor compiled again; without stored programs,
     JAX's cache still answers the compile (the xs3 route holds no host callback, and JAX
     caches no program that does)."""
     code = (
@@ -61,16 +61,74 @@ def test_second_process_loads_the_program(tmp_path, stored):
     for r in runs:
         assert r.returncode == 0, r.stderr
     assert runs[0].stdout == runs[1].stdout
-    programs = list((tmp_path / "hwjax-programs").glob("*.jaxexport"))
+    programs = list((tmp_path / "hwjax-programs").glob("*.executable"))
     if stored:
         assert len(programs) == 1
-        assert len(list((tmp_path / "hwjax-programs").glob("*.pickle"))) == 1  # the lowering (stored_value)
-        assert "Persistent compilation cache hit for 'jit_call'" in runs[1].stderr
+        assert not list((tmp_path / "hwjax-programs").glob("*.jaxexport"))  # the compiler made it: no export
+        # the lowering and the passed xformer check (stored_value)
+        assert len(list((tmp_path / "hwjax-programs").glob("*.pickle"))) == 2
+        assert "PERSISTENT COMPILATION CACHE MISS for 'jit__run_file'" in runs[0].stderr
         assert "'jit__run_file'" not in runs[1].stderr  # neither traced nor compiled: loaded
     else:
         assert programs == []
         assert "PERSISTENT COMPILATION CACHE MISS for 'jit__run_file'" in runs[0].stderr
         assert "Persistent compilation cache hit for 'jit__run_file'" in runs[1].stderr
+
+
+def test_stored_program_stores_only_what_the_compiler_made():
+    """stored_program stores the executable the compiler made; where JAX's cache answers
+    the compile instead (an executable that cannot be stored again), the traced program,
+    from which a later call compiles and stores the executable; then it loads that. Every
+    call gives the function's value."""
+    import uuid
+
+    import jax
+    import numpy as np
+
+    from hwjax.core import _stored
+    from hwjax.core._stored import program_folder, stored_program
+
+    folder = program_folder()
+    if folder is None:
+        pytest.skip("no persistent compilation cache in this test session (HWJAX_TEST_JAX_CACHE=0)")
+    c = uuid.uuid4().int % 1000 + 3  # a program no earlier session compiled
+    x = np.arange(6, dtype=np.int32)
+    want = x * c + 1
+    key = ("test_stored_program", c)
+
+    def fn(v):
+        return v * c + 1
+
+    def call_fresh():
+        _stored._LOADED.clear()  # as in a new process
+        thunk = stored_program(fn, (x,), key)
+        assert np.array_equal(np.asarray(thunk()), want)
+        return {p.suffix for p in folder.glob("*") if p.name.startswith(_digest[0])} if _digest else None
+
+    before = {p.name for p in folder.glob("*")}
+    saved = (jax.config.jax_persistent_cache_min_compile_time_secs, jax.config.jax_persistent_cache_min_entry_size_bytes)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # JAX's cache keeps this small program
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    try:
+        _digest = []
+        call_fresh()
+        new = [p for p in folder.glob("*") if p.name not in before]
+        assert [p.suffix for p in new] == [".executable"]  # compiled: its executable stored
+        _digest.append(new[0].stem)
+        new[0].unlink()
+        assert call_fresh() == {".jaxexport"}  # JAX's cache answered: the traced program stored
+        assert call_fresh() == {".jaxexport", ".executable"}  # compiled from it: executable stored
+        compiles = []
+        real = _stored._compile
+        _stored._compile = lambda *a: compiles.append(a) or real(*a)
+        try:
+            call_fresh()  # loaded
+        finally:
+            _stored._compile = real
+        assert compiles == []
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", saved[0])
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", saved[1])
 
 
 def test_stored_value_is_keyed_by_every_input_value():

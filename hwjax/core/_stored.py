@@ -1,17 +1,17 @@
-"""Compiled programs kept between processes: a traced program stored on disk.
+"""Compiled programs kept between processes: a compiled executable stored on disk.
 
 JAX's persistent compilation cache saves the compile, but every new process still traces
 and lowers a model's program before it can look the compile up: a second or two for a
-whole network. :func:`stored_program` keeps the traced program itself
-(:mod:`jax.export`, serialised StableHLO) next to JAX's cache, so a later process
-deserialises it, and JAX's cache answers the compile.
+whole network. :func:`stored_program` keeps the compiled executable itself
+(:mod:`jax.experimental.serialize_executable`) next to JAX's cache, so a later process
+loads it and calls it: no tracing, lowering or compiler-cache lookup.
 
-The stored program is the program the traced function gives: the same StableHLO, so the
-same compiled code and the same bits. It is found again only under the same key: the
-caller's key (what determines the program, e.g. a model file's digest, the runtime and
-options), the arguments' structure, shapes and dtypes, the backend, the versions of
-jax and jaxlib, and a digest of hwjax's own source files (a changed kernel is never
-answered by an old program).
+The stored executable is the one this process compiled: the same code, so the same bits.
+It is found again only under the same key: the caller's key (what determines the
+program, e.g. a model file's digest, the runtime and options), the arguments' structure,
+shapes and dtypes, the backend and its devices, the processor's instruction set,
+``XLA_FLAGS``, the versions of jax and jaxlib, and a digest of hwjax's own source files
+(a changed kernel is never answered by an old program).
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import pickle
+import platform
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import serialize_executable
 
 ENV = "HWJAX_STORED_PROGRAMS"
 SUBFOLDER = "hwjax-programs"
@@ -56,15 +59,22 @@ _LOADED: dict[str, Callable[..., Any]] = {}
 
 
 def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> Optional[Callable[[], Any]]:
-    """``fn(*args)`` through a program stored on disk: returns a thunk giving that value,
-    or None where programs are not stored (:func:`program_folder`) or ``fn`` cannot be
-    exported (the caller then calls ``fn`` itself).
+    """``fn(*args)`` through a compiled program stored on disk: returns a thunk giving that
+    value, or None where programs are not stored (:func:`program_folder`), or ``args`` holds
+    tracers (the caller then calls ``fn`` itself).
 
     ``args``: a pytree of arrays (traced as arguments, never baked into the program);
     ``key``: values whose ``repr`` determines ``fn``'s program beyond the arguments'
     structure (the ``repr`` of their pytree definition: static fields included), shapes and
-    dtypes, e.g. ``fn``'s name and static options. The first call of a key traces and stores the program; later calls, in this
-    process or another, deserialise it (once per process)."""
+    dtypes, e.g. ``fn``'s name and static options. The first call of a key traces and
+    compiles the program and, when the compiler made it, stores the compiled executable
+    (:mod:`jax.experimental.serialize_executable`); later calls, in this process or another
+    on the same kind of processor, load it (once per process): no tracing, lowering or
+    compiler-cache lookup. Where JAX's persistent cache answered the compile instead (its
+    executable cannot be stored again: see :func:`_compile`), the traced program is stored
+    (:mod:`jax.export`), and a later process compiles that, through JAX's cache, storing the
+    executable once the compiler makes it. A program that cannot be serialised (e.g. one
+    with a host callback) is compiled and kept for this process only."""
     folder = program_folder()
     if folder is None:
         return None
@@ -74,13 +84,15 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
     structure = str(treedef)  # the static fields of the arguments' pytree nodes (a graph's ops, attributes, target)
     if "0x" in structure or "..." in structure:
         return None  # an object without a faithful repr (an address, a truncated array): no stable key
-    avals = [jax.ShapeDtypeStruct(np.shape(a), a.dtype if hasattr(a, "dtype") else np.result_type(a)) for a in leaves]
     ident = repr(
         (
             tuple(key),
-            [(a.shape, str(a.dtype)) for a in avals],
+            [(np.shape(a), str(getattr(a, "dtype", np.result_type(a)))) for a in leaves],
             structure,
             jax.default_backend(),
+            [d.device_kind for d in jax.local_devices()],
+            host_processor(),
+            os.environ.get("XLA_FLAGS", ""),  # the compiler's options (an executable depends on them)
             jax.__version__,
             jax.lib.__version__,
             bool(jax.config.jax_enable_x64),
@@ -90,28 +102,121 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
     digest = hashlib.sha256(ident.encode()).hexdigest()
     call = _LOADED.get(digest)
     if call is None:
-        path = folder / f"{digest}.jaxexport"
-        exported = None
-        if path.is_file():
-            try:
-                exported = jax.export.deserialize(bytearray(path.read_bytes()))
-            except Exception:  # a damaged or foreign file: traced and stored again
-                exported = None
-        if exported is None:
-            try:
-                exported = jax.export.export(jax.jit(lambda *xs: fn(*jax.tree.unflatten(treedef, xs))))(*avals)
-                blob = exported.serialize()
-            except Exception:  # not exportable (e.g. a host callback): the caller runs fn
-                return None
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".tmp") as f:
-                    f.write(blob)
-                os.replace(f.name, path)  # atomic: concurrent processes write the same bytes
-            except OSError:
-                pass  # a read-only cache: this process still uses the program it traced
-        call = _LOADED[digest] = jax.jit(exported.call)
+        executable, export = folder / f"{digest}.executable", folder / f"{digest}.jaxexport"
+        call = _load_executable(executable)
+        if call is None:
+            def program(*xs):
+                return fn(*jax.tree.unflatten(treedef, xs))
+
+            # named as fn (a partial's function), as JAX's logs and profiles name programs
+            program.__name__ = getattr(fn, "__name__", getattr(getattr(fn, "func", None), "__name__", "program"))
+            jitted = jax.jit(program)
+            exported = _load_export(export)
+            if exported is not None:  # JAX's cache answered this program before
+                jitted = jax.jit(exported.call)
+            call, fresh = _compile(jitted, leaves)
+            if fresh:
+                _store_executable(call, executable)
+            elif exported is None:
+                # JAX's cache answered, so this executable cannot be stored (_compile): the
+                # traced program is, so that a later process skips tracing and lowering
+                _store_export(jitted, leaves, export)
+        _LOADED[digest] = call
     return lambda: call(*leaves)
+
+
+@functools.lru_cache(maxsize=1)
+def host_processor() -> str:
+    """What a compiled CPU program depends on beyond JAX's versions: the machine type and
+    (on Linux) the processor's instruction-set flags, so that a cache folder shared between
+    machines never hands one a program compiled for another's instructions."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].strip() for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    return hashlib.sha256(f"{platform.machine()} {platform.processor()} {flags}".encode()).hexdigest()
+
+
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+
+
+def _compile(jitted, leaves: list) -> tuple[Any, bool]:
+    """``jitted`` compiled for ``leaves`` (lowered with the arguments themselves, so that the
+    executable takes exactly their types, weak types included), and whether the compiler
+    made it (False: JAX's persistent cache answered).
+
+    Only an executable the compiler made is stored: one that JAX's cache answered was itself
+    deserialised, and serialising it again gives a program that fails when run ("Function
+    ... not found", jax/jaxlib 0.10.2 on CPU); that process uses it, a later one finds the
+    same entry in JAX's cache."""
+    hits: list[str] = []
+
+    def listen(event: str, **_) -> None:
+        if event == _CACHE_HIT:
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        compiled = jitted.lower(*leaves).compile()
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+    return compiled, not hits
+
+
+def _load_executable(path: Path):
+    """The executable stored at ``path``, or None (absent, damaged or foreign: compiled again)."""
+    if not path.is_file():
+        return None
+    try:
+        payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+        # on one device, as it was compiled (a program, not a sharded computation)
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, execution_devices=jax.devices()[:1])
+    except Exception:
+        return None
+
+
+def _load_export(path: Path):
+    """The traced program stored at ``path`` (:mod:`jax.export`), or None."""
+    if not path.is_file():
+        return None
+    try:
+        return jax.export.deserialize(bytearray(path.read_bytes()))
+    except Exception:
+        return None
+
+
+def _store_executable(compiled, path: Path) -> None:
+    """Writes ``compiled`` to ``path``; nothing where it cannot be serialised (e.g. a host
+    callback or hoisted constants: this process keeps it)."""
+    try:
+        blob = pickle.dumps(serialize_executable.serialize(compiled))
+    except Exception:
+        return
+    _write(path, blob)
+
+
+def _store_export(jitted, leaves: list, path: Path) -> None:
+    """Writes ``jitted``'s traced program for ``leaves``' types to ``path``; nothing where
+    it cannot be exported."""
+    try:
+        blob = jax.export.export(jitted)(*leaves).serialize()
+    except Exception:
+        return
+    _write(path, blob)
+
+
+def _write(path: Path, blob: bytes) -> None:
+    """``blob`` to ``path`` atomically (concurrent processes write the same bytes); nothing
+    in a read-only cache (this process still uses its program)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+            f.write(blob)
+        os.replace(f.name, path)
+    except OSError:
+        pass
 
 
 def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> Any:
@@ -125,8 +230,6 @@ def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> An
 
     The file is a pickle, read only from the cache folder, which JAX's persistent cache
     trusts already with compiled code it runs."""
-    import pickle
-
     folder = program_folder()
     leaves, treedef = jax.tree.flatten(inputs)
     structure = str(treedef)

@@ -37,7 +37,15 @@ class Quant:
     @staticmethod
     def of(scale, zero_point, axis: Optional[int] = None) -> "Quant":
         """Quant with ``scale`` as float32 and ``zero_point`` as int32 arrays."""
-        return Quant(jnp.asarray(scale, jnp.float32), jnp.asarray(zero_point, jnp.int32), axis)
+        return Quant(_as_array(scale, np.float32), _as_array(zero_point, np.int32), axis)
+
+
+def _as_array(v, dtype) -> jax.Array:
+    """``v`` as a JAX array of ``dtype``; host values are converted by NumPy first (the same
+    rounding as XLA's conversion), so a model's import runs no device program per shape."""
+    if isinstance(v, jax.Array):
+        return jnp.asarray(v, dtype)
+    return jax.device_put(np.asarray(v, dtype))
 
 
 @jax.tree_util.register_dataclass
