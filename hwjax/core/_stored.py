@@ -12,6 +12,9 @@ program, e.g. a model file's digest, the runtime and options), the arguments' st
 shapes and dtypes, the backend and its devices, the processor's instruction set,
 ``XLA_FLAGS``, the versions of jax and jaxlib, and a digest of hwjax's own source files
 (a changed kernel is never answered by an old program).
+
+The folder is trusted as JAX's persistent cache folder is: both hold compiled code that a
+later process runs.
 """
 
 from __future__ import annotations
