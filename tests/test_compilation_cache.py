@@ -106,7 +106,10 @@ def test_stored_program_stores_only_what_the_compiler_made():
         return {p.suffix for p in folder.glob("*") if p.name.startswith(_digest[0])} if _digest else None
 
     before = {p.name for p in folder.glob("*")}
-    saved = (jax.config.jax_persistent_cache_min_compile_time_secs, jax.config.jax_persistent_cache_min_entry_size_bytes)
+    saved = (
+        jax.config.jax_persistent_cache_min_compile_time_secs,
+        jax.config.jax_persistent_cache_min_entry_size_bytes,
+    )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # JAX's cache keeps this small program
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     try:

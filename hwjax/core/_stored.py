@@ -108,6 +108,7 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
         executable, export = folder / f"{digest}.executable", folder / f"{digest}.jaxexport"
         call = _load_executable(executable)
         if call is None:
+
             def program(*xs):
                 return fn(*jax.tree.unflatten(treedef, xs))
 
@@ -175,7 +176,9 @@ def _load_executable(path: Path):
     try:
         payload, in_tree, out_tree = pickle.loads(path.read_bytes())
         # on one device, as it was compiled (a program, not a sharded computation)
-        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, execution_devices=jax.devices()[:1])
+        return serialize_executable.deserialize_and_load(
+            payload, in_tree, out_tree, execution_devices=jax.devices()[:1]
+        )
     except Exception:
         return None
 
