@@ -386,7 +386,11 @@ def bench_mlperf(
                     ok = not any(ds)
                     note = f"== {tag} (3 processes)" if ok else f"NOT EXACT vs {tag}: {'; '.join(d for d in ds if d)}"
                 exact[f"{rt} first"] = ok
-                hits = f"{warm['hit']} of {warm['compiles']} compilations from the cache"
+                hits = (
+                    f"{warm['hit']} of {warm['compiles']} compilations from the cache"
+                    if warm["compiles"]
+                    else "no program compiled or read from JAX's cache (hwjax's stored executables)"
+                )
                 out(
                     f"  {rt:10s} {cold['run']:8.2f} {fill['run']:7.2f} {warm['run']:6.2f} {cold['import']:6.2f}  "
                     f"{note}; {hits}"
