@@ -159,3 +159,21 @@ def test_stored_value_is_keyed_by_every_input_value():
     assert len(made) == 2  # a made once, then loaded; b (one value differs) made
     assert np.array_equal(np.asarray(again["twice"]), np.asarray(first["twice"]))
     assert np.array_equal(np.asarray(other["twice"]), b * 2)
+
+
+def test_model_run_on_arrays_of_another_device():
+    """Model.run on an input placed on another device than the default one: the caller's
+    program, not a stored executable compiled for the default device (which refused it);
+    the same values."""
+    import jax
+    import numpy as np
+
+    import hwjax.tflite as T
+
+    if len(jax.devices()) < 2:
+        pytest.skip("one device in this test session (the conftest asks XLA for several CPU devices)")
+    m = T.load(str(_MODEL.parent / "ad01_int8.tflite"))
+    x = np.random.default_rng(0).integers(-128, 128, (4, *m.inputs[0].shape[1:])).astype(np.int8)
+    want = np.asarray(m.run(x))
+    got = m.run(jax.device_put(x, jax.devices()[1]))
+    assert np.array_equal(np.asarray(got), want)

@@ -64,7 +64,8 @@ _LOADED: dict[str, Callable[..., Any]] = {}
 def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> Optional[Callable[[], Any]]:
     """``fn(*args)`` through a compiled program stored on disk: returns a thunk giving that
     value, or None where programs are not stored (:func:`program_folder`), or ``args`` holds
-    tracers (the caller then calls ``fn`` itself).
+    tracers or arrays on another device than the default one (the caller then calls ``fn``
+    itself).
 
     ``args``: a pytree of arrays (traced as arguments, never baked into the program);
     ``key``: values whose ``repr`` determines ``fn``'s program beyond the arguments'
@@ -87,6 +88,9 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
     structure = str(treedef)  # the static fields of the arguments' pytree nodes (a graph's ops, attributes, target)
     if "0x" in structure or "..." in structure:
         return None  # an object without a faithful repr (an address, a truncated array): no stable key
+    device = {jax.devices()[0]}
+    if any(isinstance(a, jax.Array) and a.sharding.device_set != device for a in leaves):
+        return None  # arrays placed elsewhere (another device, sharded): the caller's jit places the program
     ident = repr(
         (
             tuple(key),
