@@ -75,11 +75,12 @@ def test_second_process_loads_the_program(tmp_path, stored):
         assert "Persistent compilation cache hit for 'jit__run_file'" in runs[1].stderr
 
 
-def test_stored_program_stores_only_what_the_compiler_made():
+def test_stored_program_stores_only_what_the_compiler_made(tmp_path, monkeypatch):
     """stored_program stores the executable the compiler made; where JAX's cache answers
     the compile instead (an executable that cannot be stored again), the traced program,
     from which a later call compiles and stores the executable; then it loads that. Every
-    call gives the function's value."""
+    call gives the function's value. (Its files go to a folder of its own, so that other
+    test workers' stored programs do not mix in; JAX's cache is the session's.)"""
     import uuid
 
     import jax
@@ -88,9 +89,10 @@ def test_stored_program_stores_only_what_the_compiler_made():
     from hwjax.core import _stored
     from hwjax.core._stored import program_folder, stored_program
 
-    folder = program_folder()
-    if folder is None:
+    if program_folder() is None:
         pytest.skip("no persistent compilation cache in this test session (HWJAX_TEST_JAX_CACHE=0)")
+    folder = tmp_path / "programs"
+    monkeypatch.setattr(_stored, "program_folder", lambda: folder)
     c = uuid.uuid4().int % 1000 + 3  # a program no earlier session compiled
     x = np.arange(6, dtype=np.int32)
     want = x * c + 1
@@ -100,12 +102,12 @@ def test_stored_program_stores_only_what_the_compiler_made():
         return v * c + 1
 
     def call_fresh():
-        _stored._LOADED.clear()  # as in a new process
+        """stored_program as in a new process; the suffixes of the files then stored."""
+        _stored._LOADED.clear()
         thunk = stored_program(fn, (x,), key)
         assert np.array_equal(np.asarray(thunk()), want)
-        return {p.suffix for p in folder.glob("*") if p.name.startswith(_digest[0])} if _digest else None
+        return sorted(p.suffix for p in folder.glob("*"))
 
-    before = {p.name for p in folder.glob("*")}
     saved = (
         jax.config.jax_persistent_cache_min_compile_time_secs,
         jax.config.jax_persistent_cache_min_entry_size_bytes,
@@ -113,21 +115,15 @@ def test_stored_program_stores_only_what_the_compiler_made():
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # JAX's cache keeps this small program
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     try:
-        _digest = []
-        call_fresh()
-        new = [p for p in folder.glob("*") if p.name not in before]
-        assert [p.suffix for p in new] == [".executable"]  # compiled: its executable stored
-        _digest.append(new[0].stem)
-        new[0].unlink()
-        assert call_fresh() == {".jaxexport"}  # JAX's cache answered: the traced program stored
-        assert call_fresh() == {".jaxexport", ".executable"}  # compiled from it: executable stored
+        assert call_fresh() == [".executable"]  # compiled: its executable stored
+        (exe,) = folder.glob("*.executable")
+        exe.unlink()
+        assert call_fresh() == [".jaxexport"]  # JAX's cache answered: the traced program stored
+        assert call_fresh() == [".executable", ".jaxexport"]  # compiled from it: executable stored
         compiles = []
         real = _stored._compile
-        _stored._compile = lambda *a: compiles.append(a) or real(*a)
-        try:
-            call_fresh()  # loaded
-        finally:
-            _stored._compile = real
+        monkeypatch.setattr(_stored, "_compile", lambda *a: compiles.append(a) or real(*a))
+        call_fresh()  # loaded
         assert compiles == []
     finally:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", saved[0])

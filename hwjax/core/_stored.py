@@ -110,25 +110,26 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
     call = _LOADED.get(digest)
     if call is None:
         executable, export = folder / f"{digest}.executable", folder / f"{digest}.jaxexport"
-        call = _load_executable(executable)
+        call = _read(executable, _deserialize_executable)
         if call is None:
-
-            def program(*xs):
-                return fn(*jax.tree.unflatten(treedef, xs))
-
-            # named as fn (a partial's function), as JAX's logs and profiles name programs
-            program.__name__ = getattr(fn, "__name__", getattr(getattr(fn, "func", None), "__name__", "program"))
-            jitted = jax.jit(program)
-            exported = _load_export(export)
+            exported = _read(export, lambda b: jax.export.deserialize(bytearray(b)))
             if exported is not None:  # JAX's cache answered this program before
                 jitted = jax.jit(exported.call)
+            else:
+
+                def program(*xs):
+                    return fn(*jax.tree.unflatten(treedef, xs))
+
+                # named as fn (a partial's function), as JAX's logs and profiles name programs
+                program.__name__ = getattr(fn, "__name__", getattr(getattr(fn, "func", None), "__name__", "program"))
+                jitted = jax.jit(program)
             call, fresh = _compile(jitted, leaves)
-            if fresh:
-                _store_executable(call, executable)
+            if fresh:  # e.g. a host callback or hoisted constants cannot be serialised: not stored
+                _store(executable, lambda: pickle.dumps(serialize_executable.serialize(call)))
             elif exported is None:
                 # JAX's cache answered, so this executable cannot be stored (_compile): the
                 # traced program is, so that a later process skips tracing and lowering
-                _store_export(jitted, leaves, export)
+                _store(export, lambda: jax.export.export(jitted)(*leaves).serialize())
         _LOADED[digest] = call
     return lambda: call(*leaves)
 
@@ -173,53 +174,32 @@ def _compile(jitted, leaves: list) -> tuple[Any, bool]:
     return compiled, not hits
 
 
-def _load_executable(path: Path):
-    """The executable stored at ``path``, or None (absent, damaged or foreign: compiled again)."""
+def _deserialize_executable(blob: bytes):
+    """An executable from :func:`stored_program`'s file, loaded on one device, as it was
+    compiled (a program, not a sharded computation)."""
+    payload, in_tree, out_tree = pickle.loads(blob)
+    return serialize_executable.deserialize_and_load(payload, in_tree, out_tree, execution_devices=jax.devices()[:1])
+
+
+def _read(path: Path, decode: Callable[[bytes], Any]) -> Any:
+    """``decode`` of the bytes stored at ``path``; None where there are none or they do not
+    decode (damaged, or written by other code: the caller makes them again)."""
     if not path.is_file():
         return None
     try:
-        payload, in_tree, out_tree = pickle.loads(path.read_bytes())
-        # on one device, as it was compiled (a program, not a sharded computation)
-        return serialize_executable.deserialize_and_load(
-            payload, in_tree, out_tree, execution_devices=jax.devices()[:1]
-        )
+        return decode(path.read_bytes())
     except Exception:
         return None
 
 
-def _load_export(path: Path):
-    """The traced program stored at ``path`` (:mod:`jax.export`), or None."""
-    if not path.is_file():
-        return None
+def _store(path: Path, serialise: Callable[[], bytes]) -> None:
+    """``serialise()`` written to ``path`` atomically (concurrent processes write the same
+    bytes); nothing where it cannot serialise its value or the cache is read-only (this
+    process keeps what it has)."""
     try:
-        return jax.export.deserialize(bytearray(path.read_bytes()))
-    except Exception:
-        return None
-
-
-def _store_executable(compiled, path: Path) -> None:
-    """Writes ``compiled`` to ``path``; nothing where it cannot be serialised (e.g. a host
-    callback or hoisted constants: this process keeps it)."""
-    try:
-        blob = pickle.dumps(serialize_executable.serialize(compiled))
+        blob = serialise()
     except Exception:
         return
-    _write(path, blob)
-
-
-def _store_export(jitted, leaves: list, path: Path) -> None:
-    """Writes ``jitted``'s traced program for ``leaves``' types to ``path``; nothing where
-    it cannot be exported."""
-    try:
-        blob = jax.export.export(jitted)(*leaves).serialize()
-    except Exception:
-        return
-    _write(path, blob)
-
-
-def _write(path: Path, blob: bytes) -> None:
-    """``blob`` to ``path`` atomically (concurrent processes write the same bytes); nothing
-    in a read-only cache (this process still uses its program)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
@@ -251,22 +231,12 @@ def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> An
         h.update(f"{a.dtype}{a.shape}".encode())
         h.update(np.ascontiguousarray(a).tobytes())
     path = folder / f"{h.hexdigest()}.pickle"
-    if path.is_file():
-        try:
-            value = pickle.loads(path.read_bytes())
-            with jax.ensure_compile_time_eval():  # device arrays, also when loaded inside a trace
-                return jax.tree.map(jax.device_put, value)
-        except Exception:  # damaged, or written by other code: made again
-            pass
+    stored = _read(path, pickle.loads)
+    if stored is not None:
+        with jax.ensure_compile_time_eval():  # device arrays, also when loaded inside a trace
+            return jax.tree.map(jax.device_put, stored)
     value = make()
-    try:
-        blob = pickle.dumps(jax.tree.map(np.asarray, value))
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".tmp") as f:
-            f.write(blob)
-        os.replace(f.name, path)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
-        pass  # not picklable or a read-only cache: this process keeps its value
+    _store(path, lambda: pickle.dumps(jax.tree.map(np.asarray, value)))
     return value
 
 

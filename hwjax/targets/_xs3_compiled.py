@@ -512,11 +512,12 @@ def check_xformer_lowering(graph) -> None:
     with evaluated_if_concrete(graph):  # host checks on concrete values, also inside a trace
         # a graph that passed once is not checked again in a later process (stored_value:
         # keyed by every weight and scale); a failing check stores nothing and raises again
-        stored_value(
-            lambda: (_check_xformer_lowering(graph), np.zeros((), np.int8))[1],
-            graph,
-            ("hwjax.targets.check_xformer_lowering",),
-        )
+
+        def passed():
+            _check_xformer_lowering(graph)
+            return np.zeros((), np.int8)  # a marker: the check passed
+
+        stored_value(passed, graph, ("hwjax.targets.check_xformer_lowering",))
 
 
 def _check_xformer_lowering(graph) -> None:
