@@ -55,18 +55,21 @@ def _concrete(tree) -> bool:
 
 def evaluated_if_concrete(tree=()):
     """A context in which JAX computes on concrete values at once inside a ``jit`` trace
-    (``jax.ensure_compile_time_eval()``), when a program is being traced and no leaf of
-    ``tree`` is traced; else a no-op.
+    (``jax.core.eval_context()``: operations run as they would outside any trace), when a
+    program is being traced and no leaf of ``tree`` is traced; else a no-op.
 
     For host-side work on concrete values (integer parameters derived from concrete
     weights and scales, LUT tables, checks that read values): inside a trace its results
     are constants of the traced program rather than operations in it, they can be read
-    with NumPy, and they can be cached without holding a tracer. Outside a trace it does
-    nothing: the work is eager already, and ``ensure_compile_time_eval`` would evaluate
-    the constant operations inside its jitted helpers one program per operation."""
+    with NumPy, and they can be cached without holding a tracer. Jitted helpers called in
+    it run the programs an eager call compiled (the same cache entries: an eager call
+    followed by ``jax.jit`` compiles them once). ``jax.ensure_compile_time_eval`` would
+    not: it also folds constants while staging, a setting that is part of every program's
+    cache key, so each helper would be traced, lowered and compiled again on first use
+    in a trace. Outside a trace it does nothing: the work is eager already."""
     if not _concrete(tree) or not _staging():
         return contextlib.nullcontext()
-    return jax.ensure_compile_time_eval()
+    return jax.core.eval_context()
 
 
 def _staging() -> bool:

@@ -94,7 +94,7 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
     ident = repr(
         (
             tuple(key),
-            [(np.shape(a), str(getattr(a, "dtype", np.result_type(a)))) for a in leaves],
+            [(np.shape(a), str(a.dtype if hasattr(a, "dtype") else np.result_type(a))) for a in leaves],
             structure,
             jax.default_backend(),
             [d.device_kind for d in jax.local_devices()],

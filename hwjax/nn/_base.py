@@ -317,7 +317,7 @@ class HwLayer(nnx.Module):
         gradient is LSQ's: it flows through every surrogate that uses the scale.
 
         Where that state is concrete (a model closed over by ``jit``), the values are
-        computed at trace time (``jax.ensure_compile_time_eval``) rather than in the
+        computed at trace time (:func:`hwjax.core.evaluated_if_concrete`) rather than in the
         program, so the layers that read them derive their integer parameters on the host
         once per trace."""
         state = [
@@ -325,7 +325,9 @@ class HwLayer(nnx.Module):
             for v in (self.out_range, getattr(self, "out_pin", None), getattr(self, "scale_factor", None))
             if isinstance(v, nnx.Variable)
         ]
-        with evaluated_if_concrete(state):
+        plan = _PLAN.get()
+        planned = () if plan is None else (plan.qparams.get(id(self)), plan.ranged.get(id(self)))
+        with evaluated_if_concrete((state, planned)):  # a plan's values may be traced
             return self._out_qparams()
 
     def _out_qparams(self) -> tuple[jax.Array, jax.Array]:
