@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwjax.core import ConvGeometry, extract_patches, pool_out_hw, window_taps
+from hwjax.core import ConvGeometry, extract_patches, pool_out_hw, window_products_sum, window_taps
+from hwjax.core._geometry import UNROLLED_TAPS
 
 _DN = ("NHWC", "HWIO", "NHWC")
 
@@ -207,6 +208,36 @@ def test_window_taps_are_the_patch_blocks():
     want = py_geometry_patches(x, g, -3)
     for t, tap in enumerate(taps):
         np.testing.assert_array_equal(np.asarray(tap), want[..., t * c : (t + 1) * c])
+
+
+@pytest.mark.parametrize(
+    "hw, g",
+    [
+        ((7, 6), GEOMS[0][2]),  # 3x3, padded: unrolled taps
+        ((7, 6), GEOMS[5][2]),  # a window that crops and runs past the image
+        ((25, 5), ConvGeometry.make((25, 5), (25, 5), (1, 1), "VALID")),  # a whole-image pool: 125 taps
+        ((9, 8), ConvGeometry.make((9, 8), (5, 4), (2, 3), "SAME")),  # 20 taps, padded and strided
+    ],
+)
+def test_window_products_sum_is_the_loop_sum(hw, g):
+    """Both forms (unrolled taps up to UNROLLED_TAPS, here 9; patches summed in one
+    reduction above it, here 20 and 125) against int64 sums of the loop model's patches;
+    8-bit extremes, a batch axis, under jit."""
+    assert 9 <= UNROLLED_TAPS < 20
+    c = 5
+    rng = np.random.default_rng(g.kernel[0] * 31 + g.kernel[1])
+    x = rng.integers(-128, 256, (3, *hw, c)).astype(np.int16)
+    x[0] = 255
+    k = rng.integers(-128, 128, (*g.kernel, c)).astype(np.int16)
+    k[..., 0] = -128
+    pad = -77
+    p = py_geometry_patches(x, g, pad).reshape(3, *g.out_hw, g.kernel[0] * g.kernel[1], c)
+    want = (p * k.reshape(-1, c).astype(np.int64)).sum(axis=-2)
+    assert np.abs(want).max() < 2**31
+    f = jax.jit(lambda x, k, p: window_products_sum(x, k, g, pad_value=p))
+    y = f(x, k, jnp.int16(pad))
+    assert y.dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(y), want)
 
 
 def test_other_dtypes_and_leading_axes():

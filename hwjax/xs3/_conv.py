@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import ConvGeometry, eager_program, extract_patches, mac, window_taps
+from hwjax.core import ConvGeometry, eager_program, extract_patches, mac, window_products_sum, window_taps
 from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.xs3 import _otfn
 from hwjax.core import surrogate as S
@@ -417,8 +417,8 @@ def _depthwise_conv2d(
         # values has |x k| <= 2**14, so after t taps |acc| <= t 2**14 <= 2**31 - 1 and each
         # sat32 is the identity. The plain sum of the products is then the same int32
         # value, and each product is exact in int16 (summed in int32).
-        taps = window_taps(xv.astype(jnp.int16), geom, pad_value=jnp.asarray(pad_value).astype(jnp.int16))
-        acc = sum((tap * k[t // kw, t % kw].astype(jnp.int16)).astype(_I32) for t, tap in enumerate(taps))
+        pad16 = jnp.asarray(pad_value).astype(jnp.int16)
+        acc = window_products_sum(xv.astype(jnp.int16), k.astype(jnp.int16), geom, pad_value=pad16)
         y = _otfn.otfn_int8(acc, mul, bias, initial_shift=initial_shift, final_shr=final_shr, variant=variant)
         return (y, acc) if return_accumulators else y
     taps = window_taps(xv.astype(_I32), geom, pad_value=pad_value)
