@@ -32,6 +32,8 @@ import jax
 import numpy as np
 from jax.experimental import serialize_executable
 
+from hwjax.core._program import evaluated_if_concrete
+
 ENV = "HWJAX_STORED_PROGRAMS"
 SUBFOLDER = "hwjax-programs"
 
@@ -233,7 +235,7 @@ def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> An
     path = folder / f"{h.hexdigest()}.pickle"
     stored = _read(path, pickle.loads)
     if stored is not None:
-        with jax.ensure_compile_time_eval():  # device arrays, also when loaded inside a trace
+        with evaluated_if_concrete():  # device arrays, also when loaded inside a trace
             return jax.tree.map(jax.device_put, stored)
     value = make()
     _store(path, lambda: pickle.dumps(jax.tree.map(np.asarray, value)))
