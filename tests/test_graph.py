@@ -303,3 +303,23 @@ def test_the_hwjax_0_1_target_methods_still_work_with_a_deprecation_warning():
         y, _ = t.conv(x, p, geom)
     attrs = hg.Attrs({"kernel_size": (3, 3), "stride": (1, 1), "padding": geom.padding})
     np.testing.assert_array_equal(np.asarray(y), np.asarray(t.lowering("conv").run(t, attrs, p, x)))
+
+
+def test_barriers_stay_when_the_graph_is_a_constant_of_the_program():
+    """With the graph closed over by the caller's jit (its values constants XLA folds),
+    directly or through jit_run's nested jit, and under vmap, each materialised node still
+    passes through a conditional in the compiled program: the trigger reads the input too
+    (unmapped), so XLA cannot fold the barriers away. The values equal the eager run's."""
+    t = T.XS3()
+    x = jnp.asarray(RNG.uniform(-1, 1, (4, 6, 6, 2)), jnp.float32)
+    g = hg.lower(hn.to_graph(_calibrated(_block_model(t), x), (6, 6, 2)), t)
+    want = np.asarray(hg.run(g, x))
+    programs = {
+        "closed over": jax.jit(lambda v: hg.run(g, v)),
+        "jit_run nested": jax.jit(lambda v: hg.jit_run(g, v)),
+        "vmap": jax.jit(jax.vmap(lambda v: hg.run(g, v))),
+    }
+    for name, f in programs.items():
+        np.testing.assert_array_equal(np.asarray(f(x)), want, err_msg=name)
+        hlo = f.lower(x).compile().as_text()
+        assert hlo.count(" conditional(") >= len(g.nodes) - 2, name

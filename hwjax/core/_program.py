@@ -12,7 +12,7 @@ import numpy as np
 
 
 def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
-    """``fn(*operands)``; under tracing, evaluated in one branch of a ``lax.cond`` whose
+    """``fn(*operands)``; under tracing, its result passed through a ``lax.cond`` whose
     predicate (``(trigger | 1) != 0``: always true, for every value, but only known at run
     time) keeps the compiler from inlining the work into the consumers.
 
@@ -20,33 +20,29 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
     alone, a layer's integer pipeline (or the exact-division chains behind its scales)
     would be recomputed once per kernel tap by the next layer's im2col slices, or
     once per activation by the surrogate's fusions (a 10-20x slowdown on CPU). A
-    conditional's outputs cannot be fused, so the work is done once, on materialised
-    inputs. (A one-trip ``while_loop`` does the same with two more small kernels per use
-    for its counter; the conditional compiles faster.)
+    conditional's operands are materialised and its outputs cannot be fused, so the work
+    is done once, into a buffer the consumers read. Only the result passes through the
+    conditional (its taken branch returns its operand): ``fn`` itself stays outside, so
+    constants among the operands (a model's parameters closed over by ``jit``) are still
+    folded into ``fn``'s work. (A one-trip ``while_loop`` does the same with two more
+    small kernels per use for its counter; the conditional compiles faster.)
 
     ``trigger`` is any runtime int32 scalar (a zero point, a bit pattern); the other
     branch returns zeros and is never taken, whatever the trigger's value. Pass a trigger
     that ``vmap`` does not map (a parameter rather than a data value): a mapped predicate
     turns the conditional into a ``select`` of both branches, and the barrier is gone
-    (the values stay the same). For integer and stop-gradient values. Concrete (eager)
-    operands call ``fn`` directly.
+    (the values stay the same). A concrete trigger lets XLA fold the conditional away:
+    the values are the same, without the barrier. For integer and stop-gradient values.
+    Concrete (eager) operands call ``fn`` directly.
     """
+    y = fn(*operands)
     leaves = jax.tree.leaves((operands, trigger))
     if not any(isinstance(a, jax.core.Tracer) for a in leaves):
-        return fn(*operands)
+        return y
     live = (jnp.asarray(trigger, jnp.int32) | 1) != 0  # always true; unknown to the compiler
-    flat, tree = jax.tree.flatten(operands)
-    taken = []  # fn's result as the taken branch traced it (``lax.cond`` traces that branch first)
-
-    def run(ops):
-        taken.append(fn(*jax.tree.unflatten(tree, ops)))
-        return taken[-1]
-
-    def zeros(ops):  # fn is traced once: the other branch reads the shapes of the taken one
-        like = taken[-1] if taken else jax.eval_shape(run, ops)
-        return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), like)
-
-    return jax.lax.cond(live, run, zeros, flat)
+    flat, tree = jax.tree.flatten(y)
+    zeros = lambda ops: [jnp.zeros(a.shape, a.dtype) for a in ops]
+    return jax.tree.unflatten(tree, jax.lax.cond(live, lambda ops: list(ops), zeros, flat))
 
 
 def _concrete(tree) -> bool:

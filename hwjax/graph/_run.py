@@ -287,12 +287,28 @@ def _direct(fn, operands: tuple, trigger):
 
 
 def _runtime_scalar(graph: Graph, x: jax.Array) -> jax.Array:
-    """An int32 scalar only known at run time (:func:`hwjax.core.compute_once`'s trigger):
-    the bits of the graph's first parameter or quantisation value, which a ``vmap`` over
-    the inputs does not map; the bits of the first input value for a graph without any."""
-    first = next((a for a in jax.tree.leaves(graph) if jnp.size(a)), x)
-    v = jnp.ravel(first)[0]
-    return jax.lax.bitcast_convert_type(v.astype(jnp.float32), jnp.int32)
+    """An int32 scalar only known at run time (:func:`hwjax.core.compute_once`'s trigger),
+    which a ``vmap`` does not map: the bits of the graph's first parameter or quantisation
+    value XOR the bits of the first input value (:func:`_first_bits`). The input makes it
+    a run-time value also where the graph is a constant of the program (closed over by
+    the caller's ``jit``: XLA would fold a trigger made of the graph alone, and with it
+    every barrier; a parameter of a nested ``jit`` is such a constant once inlined)."""
+    first = next((a for a in jax.tree.leaves(graph) if jnp.size(a)), None)
+    bits = _first_bits(jax.lax.stop_gradient(x))
+    return bits if first is None else bits ^ _first_bits(first)
+
+
+@jax.custom_batching.custom_vmap
+def _first_bits(v: jax.Array) -> jax.Array:
+    """The bits of ``v``'s first value as an int32 scalar; under ``vmap``, those of the first
+    example's (not mapped: a mapped trigger would turn the barriers into selects)."""
+    return jax.lax.bitcast_convert_type(jnp.ravel(v)[0].astype(jnp.float32), jnp.int32)
+
+
+@_first_bits.def_vmap
+def _first_bits_rule(axis_size, in_batched, v):
+    del axis_size, in_batched
+    return _first_bits(v), False
 
 
 def jit_run(
