@@ -173,3 +173,33 @@ def test_model_run_on_arrays_of_another_device():
     want = np.asarray(m.run(x))
     got = m.run(jax.device_put(x, jax.devices()[1]))
     assert np.array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_embedded_leaves_are_constants_of_the_program(tmp_path, monkeypatch, stored):
+    """stored_program(embed=...) makes the small leaves of those arguments constants of the
+    program (XLA folds them: a 4-byte shift here) and passes the larger ones; another value
+    of an embedded leaf is another program, with its own value; also where programs are not
+    stored (then kept for the process). Every call gives the function's value."""
+    import jax
+    import numpy as np
+
+    from hwjax.core import _stored
+    from hwjax.core._stored import stored_program
+
+    monkeypatch.setattr(_stored, "program_folder", lambda: tmp_path / "programs" if stored else None)
+    limit = jax.config.jax_embedded_constants_max_bytes
+    x = np.arange(-8, 8, dtype=np.int32)
+    w = np.arange(limit // 4 + 1, dtype=np.int32)  # one element more than what is embedded
+
+    def fn(params, v):
+        return (v >> params["shift"]) + params["w"].sum()
+
+    seen = []
+    real = _stored._compile
+    monkeypatch.setattr(_stored, "_compile", lambda jitted, passed: seen.append(len(passed)) or real(jitted, passed))
+    for shift in (1, 2, 1):
+        params = {"shift": np.int32(shift), "w": w}
+        thunk = stored_program(fn, (params, x), ("test_embedded", str(tmp_path)), embed=(0,))
+        assert np.array_equal(np.asarray(thunk()), (x >> shift) + w.sum())
+    assert seen == [2, 2]  # w and x passed; shift 1 and 2 compiled once each (1 again: the same program)

@@ -63,7 +63,9 @@ def program_folder() -> Optional[Path]:
 _LOADED: dict[str, Callable[..., Any]] = {}
 
 
-def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> Optional[Callable[[], Any]]:
+def stored_program(
+    fn: Callable[..., Any], args: tuple, key: Sequence[Any], *, embed: Sequence[int] = ()
+) -> Optional[Callable[[], Any]]:
     """``fn(*args)`` through a compiled program stored on disk: returns a thunk giving that
     value, or None where programs are not stored (:func:`program_folder`), or ``args`` holds
     tracers or arrays on another device than the default one (the caller then calls ``fn``
@@ -80,13 +82,22 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
     executable cannot be stored again: see :func:`_compile`), the traced program is stored
     (:mod:`jax.export`), and a later process compiles that, through JAX's cache, storing the
     executable once the compiler makes it. A program that cannot be serialised (e.g. one
-    with a host callback) is compiled and kept for this process only."""
+    with a host callback) is compiled and kept for this process only.
+
+    ``embed``: positions in ``args`` whose small leaves (at most
+    ``jax_embedded_constants_max_bytes`` bytes, what a caller's ``jit`` embeds of the
+    arrays it closes over) become constants of the program, their values part of the key,
+    so that XLA folds them (a model's shifts, zero points, branch choices); the other
+    leaves stay arguments. With ``embed``, the program is compiled and kept for this
+    process also where programs are not stored."""
     folder = program_folder()
-    if folder is None:
+    if folder is None and not embed:
         return None
     leaves, treedef = jax.tree.flatten(args)
     if any(isinstance(a, jax.core.Tracer) for a in leaves):
         return None  # inside the caller's own trace: its program, not a stored one
+    constants = _embedded(args, embed)
+    passed = [a for i, a in enumerate(leaves) if i not in constants]
     structure = str(treedef)  # the static fields of the arguments' pytree nodes (a graph's ops, attributes, target)
     if "0x" in structure or "..." in structure:
         return None  # an object without a faithful repr (an address, a truncated array): no stable key
@@ -97,6 +108,7 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
         (
             tuple(key),
             [(np.shape(a), str(a.dtype if hasattr(a, "dtype") else np.result_type(a))) for a in leaves],
+            sorted((i, c.tobytes().hex()) for i, c in constants.items()),
             structure,
             jax.default_backend(),
             [d.device_kind for d in jax.local_devices()],
@@ -111,29 +123,50 @@ def stored_program(fn: Callable[..., Any], args: tuple, key: Sequence[Any]) -> O
     digest = hashlib.sha256(ident.encode()).hexdigest()
     call = _LOADED.get(digest)
     if call is None:
-        executable, export = folder / f"{digest}.executable", folder / f"{digest}.jaxexport"
-        call = _read(executable, _deserialize_executable)
+        executable, export = (
+            (None, None) if folder is None else (folder / f"{digest}.executable", folder / f"{digest}.jaxexport")
+        )
+        call = None if folder is None else _read(executable, _deserialize_executable)
         if call is None:
-            exported = _read(export, lambda b: jax.export.deserialize(bytearray(b)))
+            exported = None if folder is None else _read(export, lambda b: jax.export.deserialize(bytearray(b)))
             if exported is not None:  # JAX's cache answered this program before
                 jitted = jax.jit(exported.call)
             else:
 
                 def program(*xs):
-                    return fn(*jax.tree.unflatten(treedef, xs))
+                    it = iter(xs)
+                    full = [constants[i] if i in constants else next(it) for i in range(len(leaves))]
+                    return fn(*jax.tree.unflatten(treedef, full))
 
                 # named as fn (a partial's function), as JAX's logs and profiles name programs
                 program.__name__ = getattr(fn, "__name__", getattr(getattr(fn, "func", None), "__name__", "program"))
                 jitted = jax.jit(program)
-            call, fresh = _compile(jitted, leaves)
-            if fresh:  # e.g. a host callback or hoisted constants cannot be serialised: not stored
+            call, fresh = _compile(jitted, passed)
+            if folder is None:
+                pass  # kept for this process only
+            elif fresh:  # e.g. a host callback or hoisted constants cannot be serialised: not stored
                 _store(executable, lambda: pickle.dumps(serialize_executable.serialize(call)))
             elif exported is None:
                 # JAX's cache answered, so this executable cannot be stored (_compile): the
                 # traced program is, so that a later process skips tracing and lowering
-                _store(export, lambda: jax.export.export(jitted)(*leaves).serialize())
+                _store(export, lambda: jax.export.export(jitted)(*passed).serialize())
         _LOADED[digest] = call
-    return lambda: call(*leaves)
+    return lambda: call(*passed)
+
+
+def _embedded(args: tuple, embed: Sequence[int]) -> dict[int, np.ndarray]:
+    """``{leaf index: value}`` of the leaves of ``args[i]`` (``i`` in ``embed``) of at most
+    ``jax_embedded_constants_max_bytes`` bytes, as host arrays."""
+    limit = int(jax.config.jax_embedded_constants_max_bytes)
+    out, start = {}, 0
+    for i, a in enumerate(args):
+        sub = jax.tree.leaves(a)
+        if i in embed:
+            for j, v in enumerate(sub):
+                if hasattr(v, "dtype") and np.size(v) * np.dtype(v.dtype).itemsize <= limit:
+                    out[start + j] = np.asarray(v)
+        start += len(sub)
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -242,8 +275,9 @@ def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> An
     return value
 
 
-def call_stored(fn: Callable[..., Any], args: tuple, name: str, **options) -> Any:
+def call_stored(fn: Callable[..., Any], args: tuple, name: str, *, embed: Sequence[int] = (), **options) -> Any:
     """``fn(*args, **options)``, through a program stored on disk (:func:`stored_program`,
-    keyed by ``name`` and the static ``options``) where one can be; ``fn`` itself otherwise."""
-    thunk = stored_program(functools.partial(fn, **options), args, (name, sorted(options.items())))
+    keyed by ``name`` and the static ``options``; ``embed`` as there) where one can be;
+    ``fn`` itself otherwise."""
+    thunk = stored_program(functools.partial(fn, **options), args, (name, sorted(options.items())), embed=embed)
     return thunk() if thunk is not None else fn(*args, **options)

@@ -128,8 +128,10 @@ class Model:
         )
         if intermediates:
             res = _run(g, tuple(arrays), **options)
-        else:  # a later process loads this program from disk instead of tracing it
-            res = call_stored(_run, (g, tuple(arrays)), "hwjax.onnx.Model.run", **options)
+        else:  # a later process loads this program from disk instead of tracing it; the
+            # graph's scalars are constants of the program (XLA folds shifts, zero points,
+            # branch choices), its arrays arguments
+            res = call_stored(_run, (g, tuple(arrays)), "hwjax.onnx.Model.run", embed=(0,), **options)
         out = res[0] if intermediates else res
         y = out[0] if len(out) == 1 else out
         return (y, res[1]) if intermediates else y
