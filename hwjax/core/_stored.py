@@ -269,7 +269,7 @@ def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> An
     stored = _read(path, pickle.loads)
     if stored is not None:
         with evaluated_if_concrete():  # device arrays, also when loaded inside a trace
-            return jax.tree.map(jax.device_put, stored)
+            return jax.device_put(stored)  # one transfer call for every array
     value = make()
     _store(path, lambda: pickle.dumps(jax.tree.map(np.asarray, value)))
     return value

@@ -7,9 +7,10 @@ register themselves when their module is imported below.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -71,10 +72,13 @@ class Model:
         ``xcoreSharedConfig``), which :func:`hwjax.tflite.save` copies.
     """
 
-    def __init__(self, graph: Graph, inputs, outputs, metadata=None):
+    def __init__(self, graph: Graph, inputs, outputs, metadata=None, *, source_digest: Optional[bytes] = None):
         self.graph, self.inputs, self.outputs = graph, tuple(inputs), tuple(outputs)
         self.metadata: dict[str, bytes] = dict(metadata or {})
         self._lowered: dict[Any, Graph] = {}
+        # the SHA-256 of the file this model was read from (load): it determines the graph,
+        # so the stored lowering is keyed by it instead of every array of the graph
+        self._source_digest = source_digest
 
     def __repr__(self):
         return (
@@ -110,9 +114,8 @@ class Model:
         """The graph lowered for ``runtime`` (its integer parameters; cached)."""
         t = self.target(runtime)
         if t not in self._lowered:  # a later process loads the lowering from disk (stored_value)
-            self._lowered[t] = stored_value(
-                lambda: lower(self.graph, t), self.graph, ("hwjax.tflite.Model.lowered", repr(t))
-            )
+            src = self.graph if self._source_digest is None else np.frombuffer(self._source_digest, np.uint8)
+            self._lowered[t] = stored_value(lambda: lower(self.graph, t), src, ("hwjax.tflite.Model.lowered", repr(t)))
         return self._lowered[t]
 
     def trainable(self, runtime: str = "reference"):
@@ -246,7 +249,7 @@ def load(path_or_bytes) -> Model:
         if isinstance(e, (FormatError, UnsupportedOpError, ShapeError)):
             raise
         raise FormatError(f"corrupt TFLite flatbuffer: {type(e).__name__}: {e}") from None
-    return Model(graph, ins, outs, _metadata(data))
+    return Model(graph, ins, outs, _metadata(data), source_digest=hashlib.sha256(data).digest())
 
 
 def _metadata(data: bytes) -> dict[str, bytes]:
