@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import pickle
 import platform
@@ -158,15 +159,16 @@ def _embedded(args: tuple, embed: Sequence[int]) -> dict[int, np.ndarray]:
     """``{leaf index: value}`` of the leaves of ``args[i]`` (``i`` in ``embed``) of at most
     ``jax_embedded_constants_max_bytes`` bytes, as host arrays."""
     limit = int(jax.config.jax_embedded_constants_max_bytes)
-    out, start = {}, 0
+    picked, start = {}, 0
     for i, a in enumerate(args):
         sub = jax.tree.leaves(a)
         if i in embed:
             for j, v in enumerate(sub):
-                if hasattr(v, "dtype") and np.size(v) * np.dtype(v.dtype).itemsize <= limit:
-                    out[start + j] = np.asarray(v)
+                if hasattr(v, "dtype") and math.prod(np.shape(v)) * np.dtype(v.dtype).itemsize <= limit:
+                    picked[start + j] = v
         start += len(sub)
-    return out
+    values = jax.device_get(list(picked.values()))  # one transfer for every device array
+    return {k: np.asarray(v) for k, v in zip(picked, values)}
 
 
 @functools.lru_cache(maxsize=1)
