@@ -76,9 +76,9 @@ class Model:
         self.graph, self.inputs, self.outputs = graph, tuple(inputs), tuple(outputs)
         self.metadata: dict[str, bytes] = dict(metadata or {})
         self._lowered: dict[Any, Graph] = {}
-        # the SHA-256 of the file this model was read from (load): it determines the graph,
+        # the SHA-256 of the file this model was read from (load): it determines this graph,
         # so the stored lowering is keyed by it instead of every array of the graph
-        self._source_digest = source_digest
+        self._source = (graph, source_digest)
 
     def __repr__(self):
         return (
@@ -114,7 +114,8 @@ class Model:
         """The graph lowered for ``runtime`` (its integer parameters; cached)."""
         t = self.target(runtime)
         if t not in self._lowered:  # a later process loads the lowering from disk (stored_value)
-            src = self.graph if self._source_digest is None else np.frombuffer(self._source_digest, np.uint8)
+            graph, digest = self._source
+            src = np.frombuffer(digest, np.uint8) if digest is not None and graph is self.graph else self.graph
             self._lowered[t] = stored_value(lambda: lower(self.graph, t), src, ("hwjax.tflite.Model.lowered", repr(t)))
         return self._lowered[t]
 
