@@ -396,3 +396,25 @@ def test_argument_errors():
         extract_patches(np.zeros((5, 4, 2), np.int8), g, pad_value=0)
     with pytest.raises(TypeError, match="geom must be a ConvGeometry"):
         extract_patches(x, ((5, 5), (3, 3)), pad_value=0)
+
+
+@pytest.mark.parametrize("n_lead, lead", [(1, (17,)), (2, (4, 6)), (1, (5,))])
+def test_map_chunks_is_fn_on_the_whole_batch(n_lead, lead):
+    """map_chunks gives fn's pytree on the whole batch: a remainder chunk (17 = 2 * 8 + 1
+    at an 8-example target), chunks that divide the batch over two leading axes (24 = 3 * 8),
+    and a batch within one chunk."""
+    from hwjax.core import _program
+    from hwjax.core import map_chunks
+
+    x = jnp.arange(np.prod(lead) * 4, dtype=jnp.int32).reshape(*lead, 2, 2)
+
+    def fn(v):
+        return {"s": v.sum(axis=(-2, -1)), "y": v * 3 - 1}
+
+    per_example = _program.CHUNK_BYTES // 8  # a target of 8 examples per chunk
+    got = jax.jit(lambda v: map_chunks(fn, v, n_lead, per_example))(x)
+    want = fn(x)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.shape == w.shape
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

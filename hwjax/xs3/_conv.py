@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import ConvGeometry, eager_program, extract_patches, mac, window_products_sum, window_taps
+from hwjax.core import ConvGeometry, eager_program, extract_patches, mac, map_chunks, window_products_sum, window_taps
 from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.xs3 import _otfn
 from hwjax.core import surrogate as S
@@ -314,18 +314,20 @@ def _conv2d(
     otfn_forward = _otfn.int8_forward(variant, return_stats)
 
     def forward(xv, k, mul, bias, pad, s1, s2):
-        patches = patches_of(xv.astype(jnp.int8), pad_value=pad)
         w = k.astype(jnp.int8).reshape(c_out, -1)
-        acc, acc_clips = (
-            mac(np.zeros((), np.int32), patches, w, chunk=CHUNK, return_clipped=True)
-            if return_stats
-            else (mac(np.zeros((), np.int32), patches, w, chunk=CHUNK), None)
-        )
-        y, clipped, *stats = otfn_forward(acc, mul, bias, s1, s2)
-        extras = (acc,) if return_accumulators else ()
-        if return_stats:
-            extras += ({"acc_saturated": _otfn._count_per_channel(acc_clips > 0), **stats[0]},)
-        return (y, clipped, *extras)
+        if return_stats:  # per-channel counts over the whole batch: one pass
+            patches = patches_of(xv.astype(jnp.int8), pad_value=pad)
+            acc, acc_clips = mac(np.zeros((), np.int32), patches, w, chunk=CHUNK, return_clipped=True)
+            y, clipped, stats = otfn_forward(acc, mul, bias, s1, s2)
+            extras = (acc,) if return_accumulators else ()
+            return (y, clipped, *extras, {"acc_saturated": _otfn._count_per_channel(acc_clips > 0), **stats})
+
+        def one(v):  # examples are independent: chunks of the batch give the same values
+            acc = mac(np.zeros((), np.int32), patches_of(v.astype(jnp.int8), pad_value=pad), w, chunk=CHUNK)
+            return (*otfn_forward(acc, mul, bias, s1, s2), *((acc,) if return_accumulators else ()))
+
+        oh, ow = geom.out_hw
+        return map_chunks(one, xv, xv.ndim - 3, oh * ow * (w.shape[1] + 4 * c_out))
 
     def surrogate(xv, k, mul, bias, pad, s1, s2):
         acc = jnp.matmul(patches_of(xv, pad_value=pad), k.reshape(c_out, -1).T, precision=jax.lax.Precision.HIGHEST)
