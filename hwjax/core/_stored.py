@@ -155,20 +155,38 @@ def stored_program(
     return lambda: call(*passed)
 
 
+#: the last few ``_embedded`` results by the identity of their argument (a model's lowered
+#: graph, passed again on every call): ``{id: (argument, {leaf index: value})}``
+_EMBEDDED: dict[int, tuple[Any, dict[int, np.ndarray]]] = {}
+
+
 def _embedded(args: tuple, embed: Sequence[int]) -> dict[int, np.ndarray]:
     """``{leaf index: value}`` of the leaves of ``args[i]`` (``i`` in ``embed``) of at most
-    ``jax_embedded_constants_max_bytes`` bytes, as host arrays."""
+    ``jax_embedded_constants_max_bytes`` bytes, as host arrays. Read from the device once
+    per argument object whose leaves are all (immutable) JAX arrays, not on every call."""
     limit = int(jax.config.jax_embedded_constants_max_bytes)
-    picked, start = {}, 0
+    out, start = {}, 0
     for i, a in enumerate(args):
         sub = jax.tree.leaves(a)
         if i in embed:
-            for j, v in enumerate(sub):
-                if hasattr(v, "dtype") and math.prod(np.shape(v)) * np.dtype(v.dtype).itemsize <= limit:
-                    picked[start + j] = v
+            hit = _EMBEDDED.get(id(a))
+            if hit is not None and hit[0] is a:
+                values = hit[1]
+            else:
+                picked = {
+                    j: v
+                    for j, v in enumerate(sub)
+                    if hasattr(v, "dtype") and math.prod(np.shape(v)) * np.dtype(v.dtype).itemsize <= limit
+                }
+                got = jax.device_get(list(picked.values()))  # one transfer for every device array
+                values = {j: np.asarray(v) for j, v in zip(picked, got)}
+                if all(isinstance(v, jax.Array) for v in sub):
+                    while len(_EMBEDDED) >= 8:
+                        _EMBEDDED.pop(next(iter(_EMBEDDED)))
+                    _EMBEDDED[id(a)] = (a, values)
+            out.update({start + j: v for j, v in values.items()})
         start += len(sub)
-    values = jax.device_get(list(picked.values()))  # one transfer for every device array
-    return {k: np.asarray(v) for k, v in zip(picked, values)}
+    return out
 
 
 @functools.lru_cache(maxsize=1)
