@@ -371,6 +371,40 @@ def test_exact_forward_is_exact_and_has_the_surrogate_gradient():
     np.testing.assert_array_equal(np.asarray(g), [2.0, 2.0, 2.0])
 
 
+def test_exact_forward_reads_minus_zero_as_zero_and_masks_non_finite_surrogates():
+    # the value and gradient of exact + (s - stop_gradient(s)), where(finite): written out
+    exact = jnp.asarray([-0.0, 0.0, 5.0, -7.0])
+    sur = jnp.asarray([0.1, jnp.inf, jnp.nan, -7.2])
+    y = np.asarray(hn.exact_forward(exact, sur))
+    assert y.tobytes() == np.asarray([0.0, 0.0, 5.0, -7.0], np.float32).tobytes()  # +0.0, bit for bit
+    g_sur = jax.grad(lambda s: jnp.sum(hn.exact_forward(exact, s)))(sur)
+    np.testing.assert_array_equal(np.asarray(g_sur), [1.0, 0.0, 0.0, 1.0])
+    g_exact = jax.grad(lambda e: jnp.sum(3.0 * hn.exact_forward(e, sur)))(exact)  # a float exact's own tangent
+    np.testing.assert_array_equal(np.asarray(g_exact), [3.0, 3.0, 3.0, 3.0])
+    ints = jnp.asarray([1, -2, 0], jnp.int32)  # an integer exact: no tangent of its own
+    g = jax.grad(lambda s: jnp.sum(hn.exact_forward(ints, s)))(jnp.asarray([0.5, 1.5, -0.5]))
+    np.testing.assert_array_equal(np.asarray(g), [1.0, 1.0, 1.0])
+    vm = jax.vmap(hn.exact_forward)(exact[:, None], sur[:, None])
+    assert np.asarray(vm).tobytes() == y[:, None].tobytes()
+
+
+def test_a_hardware_forward_computes_no_float_surrogate():
+    # exact_forward's value ignores the surrogate: a forward-only program holds the integer
+    # pipeline alone (no float convolution or dot), a training step both
+    m = _conv_model(T.XS3())
+    x = jnp.asarray(RNG.uniform(-1, 1, (4, 6, 6, 3)), jnp.float32)
+    hn.set_mode(m, "calibrate")
+    m(x)
+    hn.set_mode(m, "hardware")
+    import re
+
+    float_ops = re.compile(r"= f32\[[^\]]*\]\S* (convolution|dot)\(")
+    forward = jax.jit(lambda v: m(v).q).lower(x).compile().as_text()
+    assert not float_ops.search(forward)
+    grad = jax.jit(jax.grad(lambda v: jnp.sum(m(v).q))).lower(x).compile().as_text()
+    assert float_ops.search(grad)
+
+
 def test_stats_count_saturated_outputs():
     t = T.XS3()
     m = _conv_model(t, act=None)

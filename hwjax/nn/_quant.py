@@ -80,11 +80,15 @@ def _act_qparams(rng: jax.Array, symmetric: bool) -> tuple[jax.Array, jax.Array]
 def exact_forward(exact: jax.Array, surrogate: jax.Array) -> jax.Array:
     """Value of ``exact``, bit for bit; gradient of ``surrogate``.
 
-    Computes ``exact + (surrogate - stop_gradient(surrogate))``. The bracket is
-    exactly ``+0.0`` for every finite ``surrogate`` (``v - v == 0`` in IEEE
-    arithmetic), so the forward value equals ``exact`` exactly (unlike the common
-    ``surrogate + stop_gradient(exact - surrogate)``, which can be off by an ulp).
-    Non-finite surrogate entries contribute 0 (and no gradient).
+    Value: ``exact`` in ``surrogate``'s float dtype, with ``-0.0`` read as ``+0.0``: the
+    value of ``exact + (surrogate - stop_gradient(surrogate))``, whose bracket is exactly
+    ``+0.0`` for every finite ``surrogate`` (``v - v == 0`` in IEEE arithmetic; unlike the
+    common ``surrogate + stop_gradient(exact - surrogate)``, which can be off by an ulp).
+    Gradient (a ``jax.custom_jvp``): the tangent of ``exact`` (when it is a float array)
+    plus that of ``surrogate`` where ``surrogate`` is finite (0 where it is not). The value
+    does not depend on ``surrogate``, so a program that only evaluates the forward pass
+    (no ``grad``) drops the surrogate's computation (XLA removes the unused operand):
+    a hardware-mode forward computes the integer pipeline alone.
 
     ``exact`` and ``surrogate``: arrays of the same shape (ShapeError otherwise);
     ``surrogate`` a float array.
@@ -95,13 +99,25 @@ def exact_forward(exact: jax.Array, surrogate: jax.Array) -> jax.Array:
         raise ArgTypeError(f"surrogate must be a float array (it carries the gradient), got {surrogate.dtype}")
     if exact.shape != surrogate.shape:
         raise ShapeError(f"exact and surrogate must have the same shape, got {exact.shape} and {surrogate.shape}")
-    return _exact_forward(exact, surrogate)
+    return _exact_forward_jit(exact, surrogate)
 
 
-@jax.jit
+@jax.custom_jvp
 def _exact_forward(exact: jax.Array, surrogate: jax.Array) -> jax.Array:
-    d = surrogate - sg(surrogate)
-    return exact.astype(surrogate.dtype) + jnp.where(jnp.isfinite(d), d, 0.0)
+    y = exact.astype(surrogate.dtype)
+    return jnp.where(y == 0, jnp.zeros_like(y), y)  # -0.0 -> +0.0, as exact + (+0.0) gives
+
+
+@_exact_forward.defjvp
+def _exact_forward_jvp(primals, tangents):
+    (exact, surrogate), (d_exact, d_surrogate) = primals, tangents
+    t = jnp.where(jnp.isfinite(surrogate), d_surrogate, jnp.zeros_like(d_surrogate))
+    if jnp.issubdtype(exact.dtype, jnp.floating):  # an integer exact has no tangent (float0)
+        t = t + d_exact.astype(t.dtype)
+    return _exact_forward(exact, surrogate), t
+
+
+_exact_forward_jit = jax.jit(_exact_forward)
 
 
 def act_int(x: jax.Array, scale: jax.Array, zero_point: jax.Array) -> jax.Array:
