@@ -181,14 +181,13 @@ def test_embedded_leaves_are_constants_of_the_program(tmp_path, monkeypatch, sto
     program (XLA folds them: a 4-byte shift here) and passes the larger ones; another value
     of an embedded leaf is another program, with its own value; also where programs are not
     stored (then kept for the process). Every call gives the function's value."""
-    import jax
     import numpy as np
 
     from hwjax.core import _stored
     from hwjax.core._stored import stored_program
 
     monkeypatch.setattr(_stored, "program_folder", lambda: tmp_path / "programs" if stored else None)
-    limit = jax.config.jax_embedded_constants_max_bytes
+    limit = _stored.EMBED_MAX_BYTES
     x = np.arange(-8, 8, dtype=np.int32)
     w = np.arange(limit // 4 + 1, dtype=np.int32)  # one element more than what is embedded
 

@@ -85,11 +85,10 @@ def stored_program(
     executable once the compiler makes it. A program that cannot be serialised (e.g. one
     with a host callback) is compiled and kept for this process only.
 
-    ``embed``: positions in ``args`` whose small leaves (at most
-    ``jax_embedded_constants_max_bytes`` bytes, what a caller's ``jit`` embeds of the
-    arrays it closes over) become constants of the program, their values part of the key,
-    so that XLA folds them (a model's shifts, zero points, branch choices); the other
-    leaves stay arguments. With ``embed``, the program is compiled and kept for this
+    ``embed``: positions in ``args`` whose small leaves (at most :data:`EMBED_MAX_BYTES`)
+    become constants of the program, their values part of the key, so that XLA folds them
+    and what is derived from them (a model's shifts, zero points, branch choices,
+    per-channel requantisation parameters); the other leaves stay arguments. With ``embed``, the program is compiled and kept for this
     process also where programs are not stored."""
     folder = program_folder()
     if folder is None and not embed:
@@ -155,6 +154,16 @@ def stored_program(
     return lambda: call(*passed)
 
 
+#: Bytes up to which a leaf of an ``embed`` argument becomes a constant of the program: a
+#: per-channel vector of up to 256 int32 values. A model's per-channel requantisation
+#: parameters (multipliers, shifts) are arguments of the node's kernel, which derives from
+#: them a handful of per-channel vectors; as arguments, XLA compiles a small kernel for each
+#: derivation (about ten per convolution), as constants it folds them while compiling.
+#: ResNet-8 (MLPerf Tiny, runtime="reference"): 193 -> 124 fused kernels, XLA compile time
+#: 6.8-8.1 -> 5.1-6.9 s (4 fresh processes each, one core); images/s unchanged. (A
+#: caller's ``jit`` embeds up to ``jax_embedded_constants_max_bytes``, 32 bytes.)
+EMBED_MAX_BYTES = 1024
+
 #: the last few ``_embedded`` results by the identity of their argument (a model's lowered
 #: graph, passed again on every call): ``{id: (argument, {leaf index: value})}``
 _EMBEDDED: dict[int, tuple[Any, dict[int, np.ndarray]]] = {}
@@ -162,9 +171,9 @@ _EMBEDDED: dict[int, tuple[Any, dict[int, np.ndarray]]] = {}
 
 def _embedded(args: tuple, embed: Sequence[int]) -> dict[int, np.ndarray]:
     """``{leaf index: value}`` of the leaves of ``args[i]`` (``i`` in ``embed``) of at most
-    ``jax_embedded_constants_max_bytes`` bytes, as host arrays. Read from the device once
+    :data:`EMBED_MAX_BYTES`, as host arrays. Read from the device once
     per argument object whose leaves are all (immutable) JAX arrays, not on every call."""
-    limit = int(jax.config.jax_embedded_constants_max_bytes)
+    limit = EMBED_MAX_BYTES
     out, start = {}, 0
     for i, a in enumerate(args):
         sub = jax.tree.leaves(a)
