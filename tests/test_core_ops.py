@@ -426,6 +426,27 @@ def test_compute_once_is_fn_for_every_trigger(trigger):
         assert {k: np.asarray(v).tolist() for k, v in g.items()} == {k: v.tolist() for k, v in want.items()}
 
 
+def test_compute_once_keeps_its_conditional_and_its_branches_compile_to_nothing():
+    """Under jit the result passes through a conditional that XLA keeps (the barrier), whose
+    two branches only return their operands: no kernel of their own (e.g. no zeros)."""
+    import re
+
+    from hwjax.core import compute_once
+
+    def f(a, t):
+        y = compute_once(lambda v: (v * 3 + 1) >> 2, (a,), t)
+        return y[:-2] + y[1:-1] + y[2:]  # three consumers that would each recompute fn
+
+    a = jnp.arange(1024, dtype=jnp.int32)
+    text = jax.jit(f).lower(a, jnp.int32(0)).compile().as_text()
+    conds = re.findall(r"conditional\(.*branch_computations=\{([^}]*)\}", text)
+    assert len(conds) == 1
+    for name in re.findall(r"%([\w.-]+)", conds[0]):
+        body = re.search(r"^%" + re.escape(name) + r" .*?^}", text, re.S | re.M).group(0)
+        assert "fusion(" not in body and "broadcast(" not in body, body
+    assert np.asarray(jax.jit(f)(a, jnp.int32(0))).tolist() == np.asarray(f(a, jnp.int32(0))).tolist()
+
+
 def test_evaluated_if_concrete_computes_at_once_only_inside_a_trace():
     """Inside a jit trace, work on concrete values under evaluated_if_concrete gives
     concrete arrays (readable with NumPy); work on traced values is traced as before; in an

@@ -28,7 +28,7 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
     small kernels per use for its counter; the conditional compiles faster.)
 
     ``trigger`` is any runtime int32 scalar (a zero point, a bit pattern); the other
-    branch returns zeros and is never taken, whatever the trigger's value. Pass a trigger
+    branch is never taken, whatever the trigger's value, and returns the operands too. Pass a trigger
     that ``vmap`` does not map (a parameter rather than a data value): a mapped predicate
     turns the conditional into a ``select`` of both branches, and the barrier is gone
     (the values stay the same). A concrete trigger lets XLA fold the conditional away:
@@ -41,8 +41,12 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
         return y
     live = (jnp.asarray(trigger, jnp.int32) | 1) != 0  # always true; unknown to the compiler
     flat, tree = jax.tree.flatten(y)
-    zeros = lambda ops: [jnp.zeros(a.shape, a.dtype) for a in ops]
-    return jax.tree.unflatten(tree, jax.lax.cond(live, lambda ops: list(ops), zeros, flat))
+    # both branches return the operands; the other branch through an optimization barrier,
+    # so that XLA sees two different branches and keeps the conditional (identical branches
+    # are folded away), while the barrier itself compiles to nothing (zeros there would be a
+    # kernel of their own per node)
+    other = lambda ops: list(jax.lax.optimization_barrier(list(ops)))
+    return jax.tree.unflatten(tree, jax.lax.cond(live, lambda ops: list(ops), other, flat))
 
 
 #: bytes of a kernel's intermediates (int8 patches, int32 accumulators) per batch chunk
