@@ -202,3 +202,35 @@ def test_embedded_leaves_are_constants_of_the_program(tmp_path, monkeypatch, sto
         thunk = stored_program(fn, (params, x), ("test_embedded", str(tmp_path)), embed=(0,))
         assert np.array_equal(np.asarray(thunk()), (x >> shift) + w.sum())
     assert seen == [2, 2]  # w and x passed; shift 1 and 2 compiled once each (1 again: the same program)
+
+
+def test_stored_programs_compile_with_hwjax_compiler_options(tmp_path, monkeypatch):
+    """stored_program compiles with compiler_options() (on CPU, XLA's classic emitters), part
+    of the program's key; an option this XLA does not know falls back to its defaults."""
+    import jax
+    import numpy as np
+
+    from hwjax.core import _stored
+    from hwjax.core._stored import stored_program
+
+    monkeypatch.setattr(_stored, "program_folder", lambda: tmp_path / "programs")
+    seen = []
+    real = jax.stages.Lowered.compile
+
+    def compile_(self, compiler_options=None, **kw):
+        seen.append(compiler_options)
+        return real(self, compiler_options=compiler_options, **kw)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile_)
+    x = np.arange(12, dtype=np.int32)
+    thunk = stored_program(lambda v: v * 3 + 1, (x,), ("test_options", str(tmp_path)))
+    assert np.asarray(thunk()).tolist() == (x * 3 + 1).tolist()
+    want = {"xla_cpu_use_fusion_emitters": False} if jax.default_backend() == "cpu" else {}
+    assert _stored.compiler_options() == want and seen == [want or None]
+
+    seen.clear()
+    monkeypatch.setattr(_stored, "CPU_COMPILER_OPTIONS", (("xla_no_such_option_anywhere", True),))
+    thunk = stored_program(lambda v: v * 5 - 2, (x,), ("test_options_unknown", str(tmp_path)))
+    assert np.asarray(thunk()).tolist() == (x * 5 - 2).tolist()
+    if jax.default_backend() == "cpu":
+        assert seen == [{"xla_no_such_option_anywhere": True}, None]  # refused, then the defaults
