@@ -131,3 +131,23 @@ def test_the_inputs_cover_the_extremes():
         x = np.load(_path(f"{model}.npz"))["x"]
         assert x.dtype == np.int8 and len(x) == 8, model
         assert (x[0] == -128).all() and (x[1] == 127).all(), model
+
+
+@pytest.mark.parametrize("runtime", ["xs3", "reference"])
+def test_host_lowering_compiles_no_program(monkeypatch, runtime):
+    """Model.lowered on concrete parameters is host work (NumPy recipes, one transfer of the
+    results): no XLA program is compiled for it (each would cost a cold process ~25 ms)."""
+    import jax
+
+    from hwjax.core import _stored
+
+    monkeypatch.setattr(_stored, "program_folder", lambda: None)  # lowered now, not loaded
+    jax.clear_caches()
+    compiles = []
+    listen = lambda event, secs, **_: compiles.append(event) if event.endswith("backend_compile_duration") else None
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        T.load(os.path.join(DATA, "kws_ref_model.tflite")).lowered(runtime)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiles == []

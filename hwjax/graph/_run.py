@@ -127,7 +127,7 @@ def _host_lowered(node: Node, graph: Graph, target):
     q_in = [jax.tree.map(np.asarray, graph.tensors[t].quant) for t in node.inputs]
     q_out = jax.tree.map(np.asarray, graph.tensors[node.outputs[0]].quant)
     p = impl.host_params(target, node.attrs, jax.tree.map(np.asarray, node.params), q_in, q_out)
-    return None if p is None else jax.tree.map(jax.device_put, p)  # host values: transferred, not compiled
+    return None if p is None else jax.device_put(p)  # host values: transferred (one call), not compiled
 
 
 def _lower(graph: Graph, target, skip: tuple[int, ...] = ()) -> Graph:

@@ -88,7 +88,7 @@ def host_recipe(fn, *args):
     """``fn(*numpy args) -> dict of numpy arrays``, on concrete arguments directly, else
     through ``jax.pure_callback`` (the output shapes come from a call on ones)."""
     if _is_concrete(args):
-        return jax.tree.map(jax.device_put, fn(*[np.asarray(a) for a in args]))
+        return jax.device_put(fn(*[np.asarray(a) for a in args]))  # one transfer call
     dummy = fn(*[np.ones(np.shape(a), a.dtype) for a in args])
     spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype), dummy)
     return jax.pure_callback(
@@ -426,7 +426,7 @@ TFLite.implements("requantize", params=_requantize_params)(_requantize_run)
 def _pool_params(target, attrs, portable, q_in, q_out):
     """TFLite pools keep the input's quantisation (the converter writes equal scales and zero
     points); only the int8 range clamps (fused activations are separate ``activation`` nodes)."""
-    return {"act_min": jnp.int32(-128), "act_max": jnp.int32(127)}
+    return {"act_min": np.int32(-128), "act_max": np.int32(127)}
 
 
 def _check_avg(target):

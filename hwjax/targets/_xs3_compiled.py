@@ -172,10 +172,11 @@ def _compiled_params(op: str, prune: bool = True):
 
     def params(target, attrs, portable, q_in, q_out):
         p = xformer_linear_params(op, portable, q_in, q_out)
+        xp = _xp(portable["bias"])
         choice = host_recipe(
             lambda *a: xformer_transform_choice(*a),
             p["kernel"],
-            jnp.pad(jnp.asarray(portable["bias"], _I32), (0, p["kernel"].shape[0] - portable["bias"].shape[0])),
+            xp.pad(xp.asarray(portable["bias"], _I32), (0, p["kernel"].shape[0] - portable["bias"].shape[0])),
             q_in[0].scale,
             q_in[0].zero_point,
             _padded_scales(portable, p["kernel"].shape[0]),
@@ -199,8 +200,15 @@ def _compiled_params(op: str, prune: bool = True):
 def _padded_scales(portable, c_pad: int) -> jax.Array:
     k = portable["kernel"]
     co = k.shape[-1] if k.ndim == 3 else k.shape[0]
-    sw = jnp.broadcast_to(jnp.asarray(portable["w_scale"], jnp.float32), (co,))
-    return jnp.concatenate([sw, jnp.zeros((c_pad - co,), jnp.float32)])
+    xp = _xp(portable["w_scale"])
+    sw = xp.broadcast_to(xp.asarray(portable["w_scale"], np.float32), (co,))
+    return xp.concatenate([sw, xp.zeros((c_pad - co,), np.float32)])
+
+
+def _xp(*arrays):
+    """NumPy for concrete arrays (host lowering: no small program compiled per shape), else
+    ``jax.numpy`` (parameters lowered inside a trace)."""
+    return jnp if any(isinstance(a, jax.core.Tracer) for a in arrays) else np
 
 
 def _compiled_run(op: str):
@@ -361,10 +369,10 @@ def xformer_avgpool_as_depthwise(attrs, channels: int):
         "depth_multiplier": 1,
         "activation": None,
     }
-    portable = {
-        "kernel": jnp.ones((kh, kw, channels), jnp.int8),
-        "bias": jnp.zeros((channels,), _I32),
-        "w_scale": jnp.asarray(np.float32(1.0 / (kh * kw))),
+    portable = {  # host constants (NumPy: no program compiled for them)
+        "kernel": np.ones((kh, kw, channels), np.int8),
+        "bias": np.zeros((channels,), np.int32),
+        "w_scale": np.asarray(np.float32(1.0 / (kh * kw))),
     }
     return dw_attrs, portable
 
