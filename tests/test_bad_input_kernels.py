@@ -425,6 +425,7 @@ CASES = [
         )
     ],
     ("fc_int", "x", dict(x=np.ones((2, 5), I32)), S),
+    *[(f, "wsum", dict(wsum=np.zeros(5, I32)), S) for f in ("fc_int", "conv_int", "depthwise_int")],
     ("conv_int", "geom", dict(geom=None), A),
     ("depthwise_int", "geom", dict(geom=(2, 2)), A),
     ("conv_int", "kernel", dict(kernel=np.ones((3, 2, 2, 5), I32)), S),

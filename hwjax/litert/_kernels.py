@@ -104,10 +104,27 @@ def _dot8(a: jax.Array, b: jax.Array) -> jax.Array:
     return int_dot(a, b.astype(jnp.int8), (((a.ndim - 1,), (1,)), ((), ())))
 
 
-def _folded_bias(kernel2d, bias, zin, c):
-    """``bias + (c - zin) * SUM_i kernel[o, i]`` (int32, wrapping): the zero-point term."""
-    wsum = jnp.sum(kernel2d.astype(_I32), axis=1)
+def _folded_bias(kernel2d, bias, zin, c, wsum=None):
+    """``bias + (c - zin) * SUM_i kernel[o, i]`` (int32, wrapping): the zero-point term.
+    ``wsum``: those sums when the caller has them, else computed here."""
+    wsum = _kernel_sums(kernel2d) if wsum is None else jnp.asarray(wsum, _I32)
     return bias.astype(_I32) + (c - zin) * wsum
+
+
+def _kernel_sums(kernel, xp=jnp):
+    """Per output channel, the sum of the weights of an ``(O, ...)`` integer ``kernel``
+    (fully connected (O, I), conv OHWI: every axis but the first), int32 (exact for int8
+    weights: at most 2**31 / 128 of them). ``xp``: ``jax.numpy`` or NumPy (a lowered graph
+    derives them once on the host, so that a model's program does not compute them on
+    every call). Depthwise kernels: :func:`_depthwise_kernel_sums`."""
+    k = xp.asarray(kernel)
+    return xp.sum(k.reshape(k.shape[0], -1).astype(xp.int32), axis=1, dtype=xp.int32)
+
+
+def _depthwise_kernel_sums(kernel, xp=jnp):
+    """Per channel, the sum of the taps of a depthwise ``(kh, kw, C)`` kernel (int32)."""
+    k = xp.asarray(kernel)
+    return xp.sum(k.reshape(-1, k.shape[-1]).astype(xp.int32), axis=0, dtype=xp.int32)
 
 
 # ------------------------------------------------------------------ internal (params given)
@@ -149,48 +166,59 @@ def _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max,
     return x, kernel, bias
 
 
-def fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max):
-    """x (..., I) int32 holding int8 (or uint8) values, kernel (O, I) int8 values, bias (O,) -> (..., O)."""
+def fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, *, wsum=None):
+    """x (..., I) int32 holding int8 (or uint8) values, kernel (O, I) int8 values, bias (O,) -> (..., O).
+    ``wsum``: the per-output-channel sums of ``kernel`` (int32) where the caller has them (O,), else None."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max)
-    return _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max)
+    _check_wsum(wsum, bias.shape)
+    return _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum)
+
+
+def _check_wsum(wsum, shape) -> None:
+    if wsum is not None and tuple(np.shape(wsum)) != tuple(shape):
+        raise ShapeError(f"wsum must have shape {tuple(shape)} (one sum per output channel), got {np.shape(wsum)}")
 
 
 @eager_program(static_argnames=("requant",))
-def _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max):
+def _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum=None):
     x8, _, c = _int8_operand(x, zin)
-    acc = _dot8(x8, kernel) + _folded_bias(kernel, bias, jnp.asarray(zin, _I32), c)
+    acc = _dot8(x8, kernel) + _folded_bias(kernel, bias, jnp.asarray(zin, _I32), c, wsum)
     return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
 
 
-def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
+def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry, *, wsum=None):
     """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O): int8 im2col patches (padded taps
-    read the input zero point) and one int8 dot."""
+    read the input zero point) and one int8 dot. ``wsum``: :func:`kernel_sums` of
+    ``kernel`` where the caller has them (O,), else None."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom, "conv")
-    return _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom)
+    _check_wsum(wsum, bias.shape)
+    return _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom)
 
 
 @eager_program(static_argnames=("requant", "geom"))
-def _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
+def _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom: ConvGeometry):
     k = kernel.reshape(kernel.shape[0], -1)
 
     def one(x):
         x8, z8, c = _int8_operand(x, zin)
         p = extract_patches(x8, geom, pad_value=z8)
-        acc = _dot8(p, k) + _folded_bias(k, bias, jnp.asarray(zin, _I32), c)
+        acc = _dot8(p, k) + _folded_bias(k, bias, jnp.asarray(zin, _I32), c, wsum)
         return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
 
     oh, ow = geom.out_hw
     return map_chunks(one, x, x.ndim - 3, oh * ow * (k.shape[1] + 4 * k.shape[0]))
 
 
-def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
-    """x (..., H, W, C), kernel (kh, kw, C) -> (..., OH, OW, C)."""
+def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry, *, wsum=None):
+    """x (..., H, W, C), kernel (kh, kw, C) -> (..., OH, OW, C). ``wsum``:
+    the per-channel sums of ``kernel``'s taps (int32) where the caller has them (C,), else None."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom, "depthwise")
-    return _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom)
+    _check_wsum(wsum, bias.shape)
+    return _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom)
 
 
 @eager_program(static_argnames=("requant", "geom"))
-def _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry):
+def _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom: ConvGeometry):
     # The accumulator SUM_t (x_t - zin) k_t + bias, as SUM_t x_t k_t + (bias - zin SUM_t k_t)
     # (padded taps read zin, so both agree on every tap; int32 wrapping, equal modulo 2**32).
     # Each product x_t k_t is exact in int16: x holds int8 or uint8 values (and zin is in
@@ -199,7 +227,8 @@ def _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, ge
     # depthwise layers ran 1.05-1.3x faster than with int32 products.
     k16 = kernel.astype(jnp.int16)
     zin32 = jnp.asarray(zin, _I32)
-    folded = bias.astype(_I32) - zin32 * jnp.sum(kernel.reshape(-1, kernel.shape[-1]).astype(_I32), axis=0)
+    wsum = _depthwise_kernel_sums(kernel) if wsum is None else jnp.asarray(wsum, _I32)
+    folded = bias.astype(_I32) - zin32 * wsum
 
     def one(x):
         acc = folded + window_products_sum(x.astype(jnp.int16), k16, geom, pad_value=zin32.astype(jnp.int16))

@@ -180,8 +180,14 @@ def _linear_params(op):
             return {"rq": rq, "act_min": np.int32(lo), "act_max": np.int32(hi)}
 
         r = host_recipe(recipe, q_in[0].scale, w_scale, q_out.scale, q_out.zero_point)
+        # the kernel's weight sums per output channel (the input zero point's term of the
+        # accumulator), derived once here instead of by the model's program on every call
+        xp = jnp if isinstance(kernel, jax.core.Tracer) else np
+        k = xp.asarray(kernel).astype(xp.int32)
+        k = k.reshape(-1, n_out) if op == "depthwise_conv" else k.reshape(n_out, -1).T
         return {
             "kernel": kernel,
+            "wsum": xp.sum(k, axis=0, dtype=xp.int32),
             "bias": portable["bias"],
             "zin": jnp.asarray(q_in[0].zero_point, jnp.int32),
             "zout": jnp.asarray(q_out.zero_point, jnp.int32),
@@ -195,15 +201,16 @@ def _linear_run(op):
     def run(target, attrs, p, x, return_acc: bool = False):
         requant = target.requant(op)
         args = (p["bias"], p["zin"], p["rq"], requant, p["zout"], p["act_min"], p["act_max"])
+        wsum = p.get("wsum")  # (graphs lowered before it was a parameter: computed in the kernel)
         if op == "dense":
-            y = fc_int(x, p["kernel"], *args)
+            y = fc_int(x, p["kernel"], *args, wsum=wsum)
         elif op == "conv":
-            y = conv_int(x, p["kernel"], *args, geometry(attrs, x.shape))
+            y = conv_int(x, p["kernel"], *args, geometry(attrs, x.shape), wsum=wsum)
         else:
             mult = int(attrs.get("depth_multiplier", 1))
             if mult != 1:  # output channel c * M + m reads input channel c
                 x = jnp.repeat(x, mult, axis=-1)
-            y = depthwise_int(x, p["kernel"], *args, geometry(attrs, x.shape))
+            y = depthwise_int(x, p["kernel"], *args, geometry(attrs, x.shape), wsum=wsum)
         return no_acc(y, return_acc)
 
     return run

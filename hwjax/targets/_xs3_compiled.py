@@ -410,6 +410,7 @@ def _pool_channels(p, channels: int):
             "bias": rep(t["bias"], channels),
             "kernel": rep(t["kernel"], channels, axis=-1),
             "rq": jax.tree.map(lambda a: rep(a, channels), t["rq"]),
+            **({"wsum": rep(t["wsum"], channels)} if "wsum" in t else {}),
         }
     return out
 
