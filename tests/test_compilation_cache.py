@@ -234,3 +234,38 @@ def test_stored_programs_compile_with_hwjax_compiler_options(tmp_path, monkeypat
     assert np.asarray(thunk()).tolist() == (x * 5 - 2).tolist()
     if jax.default_backend() == "cpu":
         assert seen == [{"xla_no_such_option_anywhere": True}, None]  # refused, then the defaults
+
+
+def test_a_program_is_identified_once_per_graph_object(monkeypatch):
+    """stored_program describes an immutable embed argument (every leaf a JAX array) once:
+    called again with the same object and inputs of the same shape, it reuses its key; a new
+    object with other values is described again and runs its own program."""
+    import jax
+    import numpy as np
+
+    from hwjax.core import _stored
+    from hwjax.core._stored import stored_program
+
+    monkeypatch.setattr(_stored, "program_folder", lambda: None)
+    described = []
+    real = _stored._embedded
+    monkeypatch.setattr(_stored, "_embedded", lambda args, embed: described.append(1) or real(args, embed))
+
+    def fn(params, v):
+        return (v >> params["shift"]) * params["w"]
+
+    w = jax.device_put(np.arange(300, dtype=np.int32))  # above the embedding limit: an argument
+    params = {"shift": jax.device_put(np.int32(1)), "w": w}
+    for seed in range(3):
+        x = np.random.default_rng(seed).integers(-100, 100, 300).astype(np.int32)
+        got = stored_program(fn, (params, x), ("test_identified",), embed=(0,))()
+        assert np.asarray(got).tolist() == ((x >> 1) * np.arange(300)).tolist()
+    assert len(described) == 1
+    other = {"shift": jax.device_put(np.int32(2)), "w": w}
+    got = stored_program(fn, (other, x), ("test_identified",), embed=(0,))()
+    assert np.asarray(got).tolist() == ((x >> 2) * np.arange(300)).tolist() and len(described) == 2
+    host = {"shift": np.int32(3), "w": w}  # a NumPy leaf: mutable, described on every call
+    for _ in range(2):
+        got = stored_program(fn, (host, x), ("test_identified",), embed=(0,))()
+        assert np.asarray(got).tolist() == ((x >> 3) * np.arange(300)).tolist()
+    assert len(described) == 4

@@ -96,32 +96,11 @@ def stored_program(
     leaves, treedef = jax.tree.flatten(args)
     if any(isinstance(a, jax.core.Tracer) for a in leaves):
         return None  # inside the caller's own trace: its program, not a stored one
-    constants = _embedded(args, embed)
+    found = _identify(args, leaves, treedef, key, embed)
+    if found is None:
+        return None
+    digest, constants = found
     passed = [a for i, a in enumerate(leaves) if i not in constants]
-    structure = str(treedef)  # the static fields of the arguments' pytree nodes (a graph's ops, attributes, target)
-    if "0x" in structure or "..." in structure:
-        return None  # an object without a faithful repr (an address, a truncated array): no stable key
-    device = {jax.devices()[0]}
-    if any(isinstance(a, jax.Array) and a.sharding.device_set != device for a in leaves):
-        return None  # arrays placed elsewhere (another device, sharded): the caller's jit places the program
-    ident = repr(
-        (
-            tuple(key),
-            [(np.shape(a), str(a.dtype if hasattr(a, "dtype") else np.result_type(a))) for a in leaves],
-            sorted((i, c.tobytes().hex()) for i, c in constants.items()),
-            structure,
-            jax.default_backend(),
-            [d.device_kind for d in jax.local_devices()],
-            host_processor(),
-            os.environ.get("XLA_FLAGS", ""),  # the compiler's options (an executable depends on them)
-            sorted(compiler_options().items()),
-            jax.__version__,
-            jax.lib.__version__,
-            bool(jax.config.jax_enable_x64),
-            source_digest(),
-        )
-    )
-    digest = hashlib.sha256(ident.encode()).hexdigest()
     call = _LOADED.get(digest)
     if call is None:
         executable, export = (
@@ -153,6 +132,74 @@ def stored_program(
                 _store(export, lambda: jax.export.export(jitted)(*passed).serialize())
         _LOADED[digest] = call
     return lambda: call(*passed)
+
+
+#: :func:`_identify`'s results for the calls whose ``embed`` arguments are immutable (every
+#: leaf a JAX array: a model's lowered graph, passed again on every call), by their
+#: identity and the other arguments' shapes: ``{memo key: (embed arguments, result)}``
+_IDENTIFIED: dict[str, tuple[tuple, tuple[str, dict]]] = {}
+
+
+def _identify(args: tuple, leaves: list, treedef, key: Sequence[Any], embed: Sequence[int]):
+    """``(digest, constants)`` of a call of :func:`stored_program`: the program's key (a
+    SHA-256 over everything its executable depends on) and the embedded leaves
+    (:func:`_embedded`); None where the call has no stable key. Remembered for a call whose
+    ``embed`` arguments are the same immutable objects as before and whose other arguments
+    have the same structure, shapes and dtypes (a model run again on another batch of the
+    same shape: no per-call description of every parameter)."""
+    memo = None
+    if embed and all(all(isinstance(v, jax.Array) for v in jax.tree.leaves(args[i])) for i in embed):
+        others = [
+            i if i in embed else (str(jax.tree.structure(a)), _avals(jax.tree.leaves(a))) for i, a in enumerate(args)
+        ]
+        memo = repr((tuple(key), others, bool(jax.config.jax_enable_x64)))
+        hit = _IDENTIFIED.get(memo)
+        if hit is not None and all(h is args[i] for h, i in zip(hit[0], embed)):
+            found = hit[1]
+            if _placed_here([v for i, a in enumerate(args) if i not in embed for v in jax.tree.leaves(a)]):
+                return found
+            return None
+    constants = _embedded(args, embed)
+    structure = str(treedef)  # the static fields of the arguments' pytree nodes (a graph's ops, attributes, target)
+    if "0x" in structure or "..." in structure:
+        return None  # an object without a faithful repr (an address, a truncated array): no stable key
+    if not _placed_here(leaves):
+        return None
+    ident = repr(
+        (
+            tuple(key),
+            _avals(leaves),
+            sorted((i, c.tobytes().hex()) for i, c in constants.items()),
+            structure,
+            jax.default_backend(),
+            [d.device_kind for d in jax.local_devices()],
+            host_processor(),
+            os.environ.get("XLA_FLAGS", ""),  # the compiler's options (an executable depends on them)
+            sorted(compiler_options().items()),
+            jax.__version__,
+            jax.lib.__version__,
+            bool(jax.config.jax_enable_x64),
+            source_digest(),
+        )
+    )
+    found = (hashlib.sha256(ident.encode()).hexdigest(), constants)
+    if memo is not None:
+        while len(_IDENTIFIED) >= 16:
+            _IDENTIFIED.pop(next(iter(_IDENTIFIED)))
+        _IDENTIFIED[memo] = (tuple(args[i] for i in embed), found)
+    return found
+
+
+def _avals(leaves: list) -> list:
+    """Shapes and dtypes of ``leaves`` (arrays or Python scalars)."""
+    return [(np.shape(a), str(a.dtype if hasattr(a, "dtype") else np.result_type(a))) for a in leaves]
+
+
+def _placed_here(leaves: list) -> bool:
+    """False where an array sits elsewhere than on the default device (another device,
+    sharded): the caller's ``jit`` then places the program."""
+    device = {jax.devices()[0]}
+    return not any(isinstance(a, jax.Array) and a.sharding.device_set != device for a in leaves)
 
 
 #: Bytes up to which a leaf of an ``embed`` argument becomes a constant of the program: a
