@@ -111,20 +111,17 @@ def _folded_bias(kernel2d, bias, zin, c, wsum=None):
     return bias.astype(_I32) + (c - zin) * wsum
 
 
-def _kernel_sums(kernel, xp=jnp):
+def _kernel_sums(kernel) -> jax.Array:
     """Per output channel, the sum of the weights of an ``(O, ...)`` integer ``kernel``
     (fully connected (O, I), conv OHWI: every axis but the first), int32 (exact for int8
-    weights: at most 2**31 / 128 of them). ``xp``: ``jax.numpy`` or NumPy (a lowered graph
-    derives them once on the host, so that a model's program does not compute them on
-    every call). Depthwise kernels: :func:`_depthwise_kernel_sums`."""
-    k = xp.asarray(kernel)
-    return xp.sum(k.reshape(k.shape[0], -1).astype(xp.int32), axis=1, dtype=xp.int32)
+    weights: at most 2**31 / 128 of them). A lowered graph passes them instead (the TFLite
+    target derives them once, on the host)."""
+    return jnp.sum(kernel.reshape(kernel.shape[0], -1).astype(_I32), axis=1, dtype=_I32)
 
 
-def _depthwise_kernel_sums(kernel, xp=jnp):
+def _depthwise_kernel_sums(kernel) -> jax.Array:
     """Per channel, the sum of the taps of a depthwise ``(kh, kw, C)`` kernel (int32)."""
-    k = xp.asarray(kernel)
-    return xp.sum(k.reshape(-1, k.shape[-1]).astype(xp.int32), axis=0, dtype=xp.int32)
+    return jnp.sum(kernel.reshape(-1, kernel.shape[-1]).astype(_I32), axis=0, dtype=_I32)
 
 
 # ------------------------------------------------------------------ internal (params given)
@@ -188,8 +185,8 @@ def _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum=None
 
 def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry, *, wsum=None):
     """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O): int8 im2col patches (padded taps
-    read the input zero point) and one int8 dot. ``wsum``: :func:`kernel_sums` of
-    ``kernel`` where the caller has them (O,), else None."""
+    read the input zero point) and one int8 dot. ``wsum``: the per-output-channel sums of
+    ``kernel`` (int32) where the caller has them (O,), else None."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom, "conv")
     _check_wsum(wsum, bias.shape)
     return _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom)
