@@ -137,6 +137,7 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
     "add_int": (T.add_int, dict(x1=X8, x2=X8B, p=ADDP, z1=1, z2=-2, zout=3, act_min=-128, act_max=127)),
     "avgpool_int": (T.avgpool_int, dict(x=XI, geom=POOL, act_min=-128, act_max=127)),
     "maxpool_int": (T.maxpool_int, dict(x=XI, geom=POOL, act_min=-128, act_max=127)),
+    "kernel_sums": (T.kernel_sums, dict(kernel=np.ones((3, 2, 2, 2), I32))),
     "fc_int": (
         T.fc_int,
         dict(
@@ -426,6 +427,8 @@ CASES = [
     ],
     ("fc_int", "x", dict(x=np.ones((2, 5), I32)), S),
     *[(f, "wsum", dict(wsum=np.zeros(5, I32)), S) for f in ("fc_int", "conv_int", "depthwise_int")],
+    ("kernel_sums", "kernel", dict(kernel=np.ones((3, 2), np.float32)), A),
+    ("kernel_sums", "kernel", dict(kernel=np.ones((3, 2), I32), depthwise=True), S),
     ("conv_int", "geom", dict(geom=None), A),
     ("depthwise_int", "geom", dict(geom=(2, 2)), A),
     ("conv_int", "kernel", dict(kernel=np.ones((3, 2, 2, 5), I32)), S),

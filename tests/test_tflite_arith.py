@@ -211,3 +211,20 @@ def test_moved_names_still_reachable_from_hwjax_tflite_with_a_deprecation_warnin
     assert fn is tfl.fully_connected
     with pytest.raises(AttributeError, match="no_such_name"):
         hwjax.tflite.no_such_name
+
+
+def test_kernel_sums_per_output_channel():
+    """kernel_sums: the int8 weights of each output channel added in int32; NumPy in, NumPy
+    out (host lowering), JAX in (also traced), JAX out."""
+    from hwjax.litert import kernel_sums
+
+    rng = np.random.default_rng(3)
+    conv = rng.integers(-128, 128, (5, 3, 3, 7)).astype(np.int8)  # OHWI
+    dw = rng.integers(-128, 128, (3, 3, 6)).astype(np.int8)  # (kh, kw, C)
+    want_conv = [int(conv[o].astype(np.int64).sum()) for o in range(5)]
+    want_dw = [int(dw[..., c].astype(np.int64).sum()) for c in range(6)]
+    host = kernel_sums(conv)
+    assert isinstance(host, np.ndarray) and host.dtype == np.int32 and host.tolist() == want_conv
+    assert kernel_sums(dw, depthwise=True).tolist() == want_dw
+    dev = jax.jit(lambda k: kernel_sums(k, depthwise=True))(jax.device_put(dw))
+    assert isinstance(dev, jax.Array) and dev.tolist() == want_dw

@@ -88,8 +88,9 @@ def stored_program(
     ``embed``: positions in ``args`` whose small leaves (at most :data:`EMBED_MAX_BYTES`)
     become constants of the program, their values part of the key, so that XLA folds them
     and what is derived from them (a model's shifts, zero points, branch choices,
-    per-channel requantisation parameters); the other leaves stay arguments. With ``embed``, the program is compiled and kept for this
-    process also where programs are not stored."""
+    per-channel requantisation parameters); the other leaves stay arguments. With
+    ``embed``, the program is compiled and kept for this process also where programs are
+    not stored."""
     folder = program_folder()
     if folder is None and not embed:
         return None

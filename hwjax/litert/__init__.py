@@ -41,6 +41,7 @@ from hwjax.litert._kernels import (
     depthwise_int,
     fc_int,
     fully_connected,
+    kernel_sums,
     maxpool_int,
 )
 from hwjax.litert._nonlinear import (
@@ -92,6 +93,7 @@ __all__ = [
     "dequantize_lanes",
     "fc_int",
     "fully_connected",
+    "kernel_sums",
     "litert_lut_table",
     "lut_lookup",
     "maxpool_int",

@@ -107,21 +107,28 @@ def _dot8(a: jax.Array, b: jax.Array) -> jax.Array:
 def _folded_bias(kernel2d, bias, zin, c, wsum=None):
     """``bias + (c - zin) * SUM_i kernel[o, i]`` (int32, wrapping): the zero-point term.
     ``wsum``: those sums when the caller has them, else computed here."""
-    wsum = _kernel_sums(kernel2d) if wsum is None else jnp.asarray(wsum, _I32)
+    wsum = kernel_sums(kernel2d) if wsum is None else jnp.asarray(wsum, _I32)
     return bias.astype(_I32) + (c - zin) * wsum
 
 
-def _kernel_sums(kernel) -> jax.Array:
-    """Per output channel, the sum of the weights of an ``(O, ...)`` integer ``kernel``
-    (fully connected (O, I), conv OHWI: every axis but the first), int32 (exact for int8
-    weights: at most 2**31 / 128 of them). A lowered graph passes them instead (the TFLite
-    target derives them once, on the host)."""
-    return jnp.sum(kernel.reshape(kernel.shape[0], -1).astype(_I32), axis=1, dtype=_I32)
+def kernel_sums(kernel, *, depthwise: bool = False):
+    """Per output channel, the sum of an integer ``kernel``'s weights (int32, wrapping): the
+    factor of the input zero point in a layer's accumulator (:func:`fc_int`, :func:`conv_int`,
+    :func:`depthwise_int` take them as ``wsum``).
 
-
-def _depthwise_kernel_sums(kernel) -> jax.Array:
-    """Per channel, the sum of the taps of a depthwise ``(kh, kw, C)`` kernel (int32)."""
-    return jnp.sum(kernel.reshape(-1, kernel.shape[-1]).astype(_I32), axis=0, dtype=_I32)
+    ``kernel``: ``(O, ...)`` (fully connected (O, I), conv OHWI), summed over every axis but
+    the first; with ``depthwise=True`` a ``(kh, kw, C)`` kernel, summed over all but the last.
+    A NumPy kernel gives a NumPy array (host lowering: nothing compiled), a JAX array (or a
+    traced one) a JAX array. ArgTypeError for a non-integer kernel, ShapeError for a
+    depthwise kernel without three axes. No gradient (integers)."""
+    k = kernel if isinstance(kernel, (jax.Array, np.ndarray)) else np.asarray(kernel)
+    if not jnp.issubdtype(k.dtype, jnp.integer):
+        raise ArgTypeError(f"kernel must be an integer array, got dtype {k.dtype}")
+    if (k.ndim != 3) if depthwise else (k.ndim < 1):
+        raise ShapeError(f"kernel must be {'(kh, kw, C)' if depthwise else '(O, ...)'}, got shape {k.shape}")
+    xp = jnp if isinstance(k, jax.Array) else np
+    rows = k.reshape(-1, k.shape[-1]).T if depthwise else k.reshape(k.shape[0], -1)
+    return xp.sum(rows.astype(xp.int32), axis=1, dtype=xp.int32)
 
 
 # ------------------------------------------------------------------ internal (params given)
@@ -165,7 +172,7 @@ def _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max,
 
 def fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, *, wsum=None):
     """x (..., I) int32 holding int8 (or uint8) values, kernel (O, I) int8 values, bias (O,) -> (..., O).
-    ``wsum``: the per-output-channel sums of ``kernel`` (int32) where the caller has them (O,), else None."""
+    ``wsum``: :func:`kernel_sums` of ``kernel`` where the caller has them (O,), else None."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max)
     _check_wsum(wsum, bias.shape)
     return _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum)
@@ -185,8 +192,8 @@ def _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum=None
 
 def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry, *, wsum=None):
     """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O): int8 im2col patches (padded taps
-    read the input zero point) and one int8 dot. ``wsum``: the per-output-channel sums of
-    ``kernel`` (int32) where the caller has them (O,), else None."""
+    read the input zero point) and one int8 dot. ``wsum``: :func:`kernel_sums` of ``kernel``
+    where the caller has them (O,), else None."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom, "conv")
     _check_wsum(wsum, bias.shape)
     return _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom)
@@ -208,7 +215,7 @@ def _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, g
 
 def depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry, *, wsum=None):
     """x (..., H, W, C), kernel (kh, kw, C) -> (..., OH, OW, C). ``wsum``:
-    the per-channel sums of ``kernel``'s taps (int32) where the caller has them (C,), else None."""
+    :func:`kernel_sums` of ``kernel`` (``depthwise=True``) where the caller has them (C,), else None."""
     x, kernel, bias = _check_int_kernel(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom, "depthwise")
     _check_wsum(wsum, bias.shape)
     return _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom)
@@ -224,7 +231,7 @@ def _depthwise_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, ws
     # depthwise layers ran 1.05-1.3x faster than with int32 products.
     k16 = kernel.astype(jnp.int16)
     zin32 = jnp.asarray(zin, _I32)
-    wsum = _depthwise_kernel_sums(kernel) if wsum is None else jnp.asarray(wsum, _I32)
+    wsum = kernel_sums(kernel, depthwise=True) if wsum is None else jnp.asarray(wsum, _I32)
     folded = bias.astype(_I32) - zin32 * wsum
 
     def one(x):

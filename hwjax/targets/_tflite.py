@@ -34,6 +34,7 @@ from hwjax.litert import (
     conv_int,
     depthwise_int,
     fc_int,
+    kernel_sums,
     maxpool_int,
     mbqm_double,
     quantize_multiplier,
@@ -182,12 +183,9 @@ def _linear_params(op):
         r = host_recipe(recipe, q_in[0].scale, w_scale, q_out.scale, q_out.zero_point)
         # the kernel's weight sums per output channel (the input zero point's term of the
         # accumulator), derived once here instead of by the model's program on every call
-        xp = jnp if isinstance(kernel, jax.core.Tracer) else np
-        k = xp.asarray(kernel).astype(xp.int32)
-        k = k.reshape(-1, n_out) if op == "depthwise_conv" else k.reshape(n_out, -1).T
         return {
             "kernel": kernel,
-            "wsum": xp.sum(k, axis=0, dtype=xp.int32),
+            "wsum": kernel_sums(kernel, depthwise=op == "depthwise_conv"),
             "bias": portable["bias"],
             "zin": jnp.asarray(q_in[0].zero_point, jnp.int32),
             "zout": jnp.asarray(q_out.zero_point, jnp.int32),
