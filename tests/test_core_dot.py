@@ -88,6 +88,112 @@ def test_int_dot_rejects_bad_arguments():
         core.int_dot(x8, x8, (((1,), (1,)), ((), ())), route="fast")
 
 
+# ------------------------------------------------ the CPU's 8-bit forms (uint8 x int8, int8 x int8)
+
+#: (x shape, w shape, dimension numbers): plain, batched, contracting first, several free
+#: axes, batch axes out of order
+LAYOUTS = [
+    ((5, 7), (3, 7), (((1,), (1,)), ((), ()))),
+    ((2, 5, 7), (4, 2, 7), (((2,), (2,)), ((0,), (1,)))),
+    ((7, 5), (7, 3), (((0,), (0,)), ((), ()))),
+    ((2, 3, 4, 6), (6, 5), (((3,), (0,)), ((), ()))),
+    ((3, 4, 6, 2), (2, 6, 5), (((2,), (1,)), ((3,), (0,)))),
+    ((2, 3, 5, 4), (3, 4, 5, 2), (((2, 3), (2, 1)), ((1, 0), (0, 3)))),
+]
+
+
+def _wide_model(x, w, dims):
+    """int64 ``dot_general(x, w, dims)`` (an einsum) wrapped to int32, the documented result."""
+    (cx, cw), (bx, bw) = dims
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    xl = [next(letters) for _ in range(x.ndim)]
+    wl = [next(letters) for _ in range(w.ndim)]
+    for i, j in zip(cx + bx, cw + bw):
+        wl[j] = xl[i]
+    out = [xl[i] for i in bx] + [xl[i] for i in range(x.ndim) if i not in cx + bx]
+    out += [wl[j] for j in range(w.ndim) if j not in cw + bw]
+    v = np.einsum(f"{''.join(xl)},{''.join(wl)}->{''.join(out)}", x.astype(np.int64), w.astype(np.int64))
+    return ((v + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+def _draw(rng, dt, shape):
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, shape, endpoint=True).astype(dt)
+
+
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)))
+def test_u8s8_dot_equals_the_integer_model_eager_jit_vmap(layout):
+    xs, ws, dims = LAYOUTS[layout]
+    rng = np.random.default_rng(layout)
+    u, w = _draw(rng, np.uint8, xs), _draw(rng, np.int8, ws)
+    want = _wide_model(u, w, dims)
+    f = lambda a, b: core.u8s8_dot(a, b, dims)
+    for got in (f(jnp.asarray(u), jnp.asarray(w)), jax.jit(f)(u, w)):
+        assert got.dtype == jnp.int32
+        np.testing.assert_array_equal(np.asarray(got), want)
+    u2, w2 = np.stack([u, 255 - u]), np.stack([w, -1 - w])
+    want2 = np.stack([want, _wide_model(255 - u, -1 - w, dims)])
+    np.testing.assert_array_equal(np.asarray(jax.vmap(f)(u2, w2)), want2)  # both mapped
+    np.testing.assert_array_equal(
+        np.asarray(jax.vmap(f, in_axes=(1, None))(np.moveaxis(u2, 0, 1), w)),
+        np.stack([want, _wide_model(255 - u, w, dims)]),
+    )  # x mapped, not first
+    np.testing.assert_array_equal(
+        np.asarray(jax.vmap(f, in_axes=(None, -1))(u, np.moveaxis(w2, 0, -1))),
+        np.stack([want, _wide_model(u, -1 - w, dims)]),
+    )  # w mapped, last
+
+
+def test_u8s8_dot_extremes_wrap_like_int32():
+    # 255 * -128 summed 70000 times leaves int32: no 16-bit saturation (vpmaddubsw) and
+    # int32 wrapping as documented
+    k, dims = 70_000, (((1,), (1,)), ((), ()))
+    for xv, wv in ((255, -128), (255, 127), (0, -128), (1, -1)):
+        u, w = np.full((2, k), xv, np.uint8), np.full((3, k), wv, np.int8)
+        got = np.asarray(core.u8s8_dot(jnp.asarray(u), jnp.asarray(w), dims))
+        np.testing.assert_array_equal(got, np.full((2, 3), (xv * wv * k + 2**31) % 2**32 - 2**31, np.int32))
+    with pytest.raises(ArgTypeError, match="uint8 and an int8"):
+        core.u8s8_dot(jnp.zeros((2, 2), jnp.int8), jnp.zeros((2, 2), jnp.int8), dims)
+
+
+@pytest.mark.parametrize("lhs", [np.uint8, np.int8])
+@pytest.mark.parametrize("xdt", [np.int8, np.uint8])
+def test_int_dot_cpu_8bit_forms_are_exact(monkeypatch, lhs, xdt):
+    """Each CPU form (the left operand moved to uint8 or to int8, its top bit flipped and
+    the right operand's sums corrected) on every layout, extremes included."""
+    import hwjax.core._dot as D
+
+    monkeypatch.setattr(D, "lhs8_dtype", lambda: np.dtype(lhs))
+    rng = np.random.default_rng(7)
+    for xs, ws, dims in LAYOUTS:
+        x, w = _draw(rng, xdt, xs), _draw(rng, np.int8, ws)
+        x.flat[0], w.flat[0] = np.iinfo(xdt).min, -128
+        want = _wide_model(x, w, dims)
+        f = jax.jit(lambda a, b, dims=dims: core.int_dot(a, b, dims, route="int"))
+        np.testing.assert_array_equal(np.asarray(f(x, w)), want)
+        got = jax.vmap(lambda a, dims=dims: core.int_dot(a, w, dims, route="int"))(np.stack([x, x]))
+        np.testing.assert_array_equal(np.asarray(got), np.stack([want, want]))
+    k = 70_000  # the correction wraps with the sums
+    x, w = np.full((1, k), np.iinfo(xdt).max, xdt), np.full((2, k), -128, np.int8)
+    got = core.int_dot(x, w, (((1,), (1,)), ((), ())), route="int")
+    np.testing.assert_array_equal(np.asarray(got), _wide_model(x, w, (((1,), (1,)), ((), ()))))
+
+
+def test_lhs8_dtype_and_the_dot_xla_sees():
+    dt = core.lhs8_dtype()
+    assert dt in (np.dtype(np.uint8), np.dtype(np.int8))
+    if jax.default_backend() != "cpu":
+        assert dt == np.int8
+        return
+    text = (
+        jax.jit(lambda a, b: core.int_dot(a, b, (((1,), (1,)), ((), ()))))
+        .lower(jnp.zeros((4, 8), jnp.int8), jnp.zeros((3, 8), jnp.int8))
+        .as_text()
+    )
+    dot = [line for line in text.splitlines() if "dot_general" in line]
+    assert len(dot) == 1 and ("xui8>" in dot[0]) == (dt == np.uint8) and "xi32>, tensor" not in dot[0], dot
+
+
 def _fp16_models(x):
     """numpy's correctly rounded conversion, and toward zero derived from it."""
     with np.errstate(all="ignore"):

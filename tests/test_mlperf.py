@@ -133,8 +133,11 @@ def test_the_inputs_cover_the_extremes():
         assert (x[0] == -128).all() and (x[1] == 127).all(), model
 
 
-@pytest.mark.parametrize("runtime", ["xs3", "reference"])
-def test_host_lowering_compiles_no_program(monkeypatch, runtime):
+@pytest.mark.parametrize(
+    "model, runtime",
+    [("kws_ref_model", "xs3"), ("kws_ref_model", "reference"), ("vww_96_int8", "xs3")],  # VWW: ops left to TFLite
+)
+def test_host_lowering_compiles_no_program(monkeypatch, model, runtime):
     """Model.lowered on concrete parameters is host work (NumPy recipes, one transfer of the
     results): no XLA program is compiled for it (each would cost a cold process ~25 ms)."""
     import jax
@@ -147,7 +150,7 @@ def test_host_lowering_compiles_no_program(monkeypatch, runtime):
     listen = lambda event, secs, **_: compiles.append(event) if event.endswith("backend_compile_duration") else None
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
-        T.load(os.path.join(DATA, "kws_ref_model.tflite")).lowered(runtime)
+        T.load(os.path.join(DATA, f"{model}.tflite")).lowered(runtime)
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []

@@ -8,7 +8,7 @@ from hwjax.core import _surrogate as surrogate  # the surrogate-gradient mechani
 from hwjax.core import _validate as validate  # argument validators shared by every package
 from hwjax.core import _wide as wide
 from hwjax.core._checked import checked
-from hwjax.core._dot import int_dot
+from hwjax.core._dot import int_dot, lhs8_dtype, u8s8_dot
 from hwjax.core._float import div_rn, mul_rn, quantize_affine, to_float16
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_products_sum, window_taps
 from hwjax.core._mac import mac, mac_reference
@@ -48,6 +48,8 @@ __all__ = [
     "fixed_mul",
     "int_bounds",
     "int_dot",
+    "lhs8_dtype",
+    "u8s8_dot",
     "mac",
     "mac_reference",
     "mul_rn",

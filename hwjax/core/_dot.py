@@ -14,6 +14,22 @@ that the way a dot is made exact on each backend is decided here and nowhere els
   and exact in float32 whatever the summation order; the pieces are added in int32.
 * ``route="auto"``: ``"float"`` on GPU, ``"int"`` elsewhere.
 
+On CPU the integer route hands XLA its fastest 8-bit form. XLA:CPU runs an int8 x int8
+dot in YNNPACK's AVX-512 kernels (sign-extended products) and, on a CPU with VNNI
+instructions, a uint8 x int8 dot in its VNNI kernels (``vpdpbusd``): 2.2x faster on one
+Zen 4 core (a 262144 x 144 by 144 x 16 dot: 65 -> 140 GMAC/s). JAX promotes mixed operand
+types before a dot, so hwjax emits the uint8 x int8 dot itself (:func:`u8s8_dot`). An
+8-bit left operand of the other type is moved there exactly: flipping the top bit of an
+int8 ``v`` gives the uint8 ``v + 128`` (and back), so
+
+    ``SUM_k x_k w_k = SUM_k (x_k + 128) w_k - 128 SUM_k w_k``
+
+term for term in the integers, hence also modulo ``2**32`` in int32 arithmetic (the
+correction is the right operand's sum over the contracted axes; a uint8 ``x`` moved to
+int8 adds it instead). Either dot is XLA's exact integer dot with int32 results; no 16-bit
+intermediate (``vpmaddubsw`` saturates) is involved, and the tests check the extremes
+(``255 * -128`` summed over large ``K``) against NumPy's int64 products.
+
 Every route gives the same int32 result: the exact sum, wrapped modulo ``2**32`` where
 it does not fit int32 (callers prove or document that it fits).
 """
@@ -22,8 +38,16 @@ from __future__ import annotations
 
 from typing import Literal, Sequence
 
+import functools
+import platform
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from jax.extend.core import Primitive
+from jax.extend.mlir.dialects import stablehlo
+from jax.interpreters import batching, mlir
 
 from hwjax.core import _validate as V
 from hwjax.core._program import eager_program
@@ -56,8 +80,11 @@ def exact_dot(x: jax.Array, w: jax.Array, dims: DimensionNumbers, route: str, pr
     """
     (cx, cw), _ = dims
     if route == "int" or prod_bits > FLOAT_PROD_BITS or len(cx) != 1:
-        if jax.default_backend() == "gpu":
+        backend = jax.default_backend()
+        if backend == "gpu":
             x, w = x.astype(_I32), w.astype(_I32)
+        elif backend == "cpu" and w.dtype == jnp.int8 and x.dtype in (jnp.int8, jnp.uint8):
+            return _cpu_dot8(x, w, dims)
         return jax.lax.dot_general(x, w, dims, preferred_element_type=_I32)
     ax, aw = cx[0] % x.ndim, cw[0] % w.ndim
     k = x.shape[ax]
@@ -69,6 +96,139 @@ def exact_dot(x: jax.Array, w: jax.Array, dims: DimensionNumbers, route: str, pr
         part = jax.lax.dot_general(xs, ws, dims, precision=jax.lax.Precision.HIGHEST).astype(_I32)
         out = part if out is None else out + part
     return out
+
+
+def lhs8_dtype() -> np.dtype:
+    """The 8-bit type of a dot's left operand that the default backend multiplies fastest
+    with an int8 right operand: uint8 on a CPU with VNNI instructions (x86 ``avx512_vnni``
+    or ``avx_vnni``), else int8. :func:`int_dot` moves an 8-bit left operand to this type
+    itself (exactly, see the module docstring); a caller that has its operand in hand
+    before im2col can produce it in this type and save that pass over the patches."""
+    return np.dtype(np.uint8) if jax.default_backend() == "cpu" and _cpu_has_vnni() else np.dtype(np.int8)
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_has_vnni() -> bool:
+    """Whether this x86 CPU has VNNI (``/proc/cpuinfo`` flags; False where unreadable)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_vnni", "avx_vnni"})
+    except OSError:
+        pass
+    return False
+
+
+def _cpu_dot8(x: jax.Array, w: jax.Array, dims) -> jax.Array:
+    """The CPU integer dot of an 8-bit ``x`` and an int8 ``w`` with ``x`` in
+    :func:`lhs8_dtype` (its top bit flipped and the right operand's sums corrected when it
+    comes in the other type; see the module docstring)."""
+    want = lhs8_dtype()
+    if x.dtype == want:
+        return u8s8_dot(x, w, dims) if want == jnp.uint8 else _plain_dot(x, w, dims)
+    flipped = jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(x, jnp.uint8) ^ np.uint8(0x80), want)
+    out = u8s8_dot(flipped, w, dims) if want == jnp.uint8 else _plain_dot(flipped, w, dims)
+    # uint8 -> int8 subtracted 128 from every x: add 128 * SUM w back (int8 -> uint8: remove it)
+    corr = _contracted_sums(w, dims) * (128 if want == jnp.int8 else -128)
+    return out + _to_output(corr, out.shape, dims, x.ndim)
+
+
+def _plain_dot(x, w, dims):
+    return jax.lax.dot_general(x, w, dims, preferred_element_type=_I32)
+
+
+def _contracted_sums(w: jax.Array, dims) -> jax.Array:
+    """``w`` summed (int32, wrapping) over its contracted axes; its batch axes first (in
+    ``dims``' order), then its free axes in order: the layout of ``w``'s part of the result."""
+    (_, cw), (_, bw) = dims
+    cw = tuple(a % w.ndim for a in cw)
+    bw = tuple(a % w.ndim for a in bw)
+    free = tuple(a for a in range(w.ndim) if a not in cw and a not in bw)
+    s = jnp.sum(w.astype(_I32), axis=cw, dtype=_I32)  # remaining axes keep w's order
+    kept = [a for a in range(w.ndim) if a not in cw]
+    return jnp.transpose(s, [kept.index(a) for a in bw + free])
+
+
+def _to_output(corr: jax.Array, shape, dims, x_ndim: int) -> jax.Array:
+    """``corr`` (``w``'s batch then free axes) broadcast to a dot's result ``shape``
+    (batch axes, ``x``'s free axes, ``w``'s free axes)."""
+    (cx, _), (bx, _) = dims
+    nb, nxf = len(bx), x_ndim - len(cx) - len(bx)
+    n_wf = corr.ndim - nb
+    return jax.lax.broadcast_in_dim(corr, shape, tuple(range(nb)) + tuple(range(nb + nxf, nb + nxf + n_wf)))
+
+
+# ------------------------------------------------------------- the uint8 x int8 dot
+
+
+def u8s8_dot(u: jax.Array, w: jax.Array, dims: DimensionNumbers) -> jax.Array:
+    """Exact int32 ``dot_general(u, w, dims)`` of a uint8 ``u`` and an int8 ``w``, emitted
+    as one HLO dot with these operand types (``jax.lax.dot_general`` would widen both to a
+    common type first, which XLA:CPU runs 10-25x slower). Every product is in
+    ``[-32640, 32385]`` and the sums are exact int32 (wrapping modulo ``2**32``). Works
+    under ``jit`` and ``vmap``; no gradient (integers). Meant for the CPU, where XLA runs it
+    in YNNPACK's VNNI kernels (:func:`lhs8_dtype`)."""
+    if u.dtype != jnp.uint8 or w.dtype != jnp.int8:
+        raise ArgTypeError(f"u8s8_dot takes a uint8 and an int8 array, got {u.dtype} and {w.dtype}")
+    (cx, cw), (bx, bw) = dims
+    norm = lambda t, n: tuple(int(a) % n for a in t)
+    dims = ((norm(cx, u.ndim), norm(cw, w.ndim)), (norm(bx, u.ndim), norm(bw, w.ndim)))
+    return _u8s8_p.bind(u, w, numbers=dims)
+
+
+def _u8s8_shape(u_shape, w_shape, dims) -> tuple[int, ...]:
+    (cx, cw), (bx, bw) = dims
+    free = lambda shape, used: tuple(d for i, d in enumerate(shape) if i not in used)
+    return tuple(u_shape[i] for i in bx) + free(u_shape, cx + bx) + free(w_shape, cw + bw)
+
+
+def _u8s8_abstract(u, w, *, numbers):
+    return jax.core.ShapedArray(_u8s8_shape(u.shape, w.shape, numbers), jnp.int32)
+
+
+def _u8s8_lowering(ctx, u, w, *, numbers):
+    (cx, cw), (bx, bw) = numbers
+    numbers = stablehlo.DotDimensionNumbers.get(
+        lhs_batching_dimensions=list(bx),
+        rhs_batching_dimensions=list(bw),
+        lhs_contracting_dimensions=list(cx),
+        rhs_contracting_dimensions=list(cw),
+    )
+    return [stablehlo.dot_general(mlir.aval_to_ir_type(ctx.module_context, ctx.avals_out[0]), u, w, numbers)]
+
+
+@functools.lru_cache(maxsize=None)
+def _u8s8_jit(dims):
+    return jax.jit(lambda u, w: _u8s8_p.bind(u, w, numbers=dims))
+
+
+def _u8s8_batch(args, axes, *, numbers):
+    """vmap: a mapped axis of both operands becomes a new leading batch axis; of one
+    operand, its first free axis (the result's axis at that place)."""
+    (u, w), (au, aw) = args, axes
+    (cx, cw), (bx, bw) = numbers
+    up = lambda t: tuple(a + 1 for a in t)
+    if au is not None and aw is not None:
+        u, w = jnp.moveaxis(u, au, 0), jnp.moveaxis(w, aw, 0)
+        new = ((up(cx), up(cw)), ((0,) + up(bx), (0,) + up(bw)))
+        return _u8s8_p.bind(u, w, numbers=new), 0
+    if au is not None:
+        u = jnp.moveaxis(u, au, 0)
+        return _u8s8_p.bind(u, w, numbers=((up(cx), cw), (up(bx), bw))), len(bx)
+    w = jnp.moveaxis(w, aw, 0)
+    n_uf = u.ndim - len(cx) - len(bx)
+    return _u8s8_p.bind(u, w, numbers=((cx, up(cw)), (bx, up(bw)))), len(bx) + n_uf
+
+
+_u8s8_p = Primitive("hwjax_u8s8_dot")
+_u8s8_p.def_impl(lambda u, w, *, numbers: _u8s8_jit(numbers)(u, w))  # eager: one compiled program per dims
+_u8s8_p.def_abstract_eval(_u8s8_abstract)
+mlir.register_lowering(_u8s8_p, _u8s8_lowering)
+batching.primitive_batchers[_u8s8_p] = _u8s8_batch
 
 
 def int_dot(x, w, dimension_numbers: DimensionNumbers, *, route: Route = "auto") -> jax.Array:
@@ -124,4 +284,4 @@ def _int_dot(x, w, *, dims, route: str, prod_bits: int) -> jax.Array:
     return exact_dot(x, w, dims, route, prod_bits)
 
 
-__all__ = ["int_dot", "default_route", "exact_dot", "F32_EXACT", "FLOAT_PROD_BITS"]
+__all__ = ["int_dot", "default_route", "exact_dot", "lhs8_dtype", "u8s8_dot", "F32_EXACT", "FLOAT_PROD_BITS"]

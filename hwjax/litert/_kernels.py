@@ -6,10 +6,10 @@ Public kernels take the tensors' quantisation as concrete numbers (the recipe ru
 the host in float64, as TFLite's does); the arrays may be traced (``jit``, ``vmap``).
 The accumulators are exact int32 dots (:func:`hwjax.core.int_dot`: an integer dot on
 CPU, exact float32 pieces on GPU): no rounding float matmul anywhere. Fully connected and convolution run their dot
-on int8 operands (the activations shifted into int8, the input zero point folded into
-the bias, see :func:`_int8_operand`), which XLA runs several times faster than an int32
-dot and which is exact for every input (int8 x int8 products summed in int32, wrapping
-as the runtime's int32 accumulator does).
+on 8-bit operands (the activations shifted into the backend's fastest 8-bit type, uint8
+or int8, and the input zero point folded into the bias, see :func:`_int8_operand`), which
+XLA runs several times faster than an int32 dot and which is exact for every input
+(8-bit products summed in int32, wrapping as the runtime's int32 accumulator does).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from hwjax.core import (
     eager_program,
     extract_patches,
     int_dot,
+    lhs8_dtype,
     map_chunks,
     window_products_sum,
     window_taps,
@@ -79,12 +80,15 @@ def _int_input(x, name: str, lo: int = -128, hi: int = 127) -> jax.Array:
 
 
 def _int8_operand(x, zin):
-    """``(x - c, zin - c, c)`` with the first two as int8 and ``c`` an int32 scalar: 0 when
-    ``x`` holds int8 values and ``zin <= 127``, 128 otherwise (``x`` then holds uint8 values,
-    as a uint8 tensor's zero point and values are in [0, 255]).
+    """``(x - c, zin - c, c)`` with the first two as 8-bit operands of :func:`_dot8` and
+    ``c`` an int32 scalar. The operands' type is :func:`hwjax.core.lhs8_dtype` (what the
+    backend's dot runs fastest: uint8 on a CPU with VNNI, else int8). For int8: ``c`` is 0
+    when ``x`` holds int8 values and ``zin <= 127``, 128 otherwise (``x`` then holds uint8
+    values, as a uint8 tensor's zero point and values are in [0, 255]); for uint8, ``c`` is
+    that minus 128, so that ``x - c`` is in [0, 255].
 
     ``SUM_i (x_i - zin) w_i = SUM_i (x_i - c) w_i + (c - zin) SUM_i w_i`` exactly (also
-    modulo 2**32), so a dot on the int8 operand plus a per-channel correction folded into
+    modulo 2**32), so a dot on the 8-bit operand plus a per-channel correction folded into
     the bias gives the runtime's int32 accumulator bit for bit, for every input.
     """
     x = jnp.asarray(x)
@@ -96,11 +100,14 @@ def _int8_operand(x, zin):
     else:
         top = jnp.maximum(jnp.max(x.astype(_I32), initial=-128), zin)
         c = jnp.where(top > 127, 128, 0).astype(_I32)
-    return (x.astype(_I32) - c).astype(jnp.int8), (zin - c).astype(jnp.int8), c
+    dt = lhs8_dtype()
+    if dt == jnp.uint8:
+        c = c - 128
+    return (x.astype(_I32) - c).astype(dt), (zin - c).astype(dt), c
 
 
 def _dot8(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Exact int32 ``a @ b.T`` over the last axes of int8 ``a`` and ``b`` (int32 accumulation)."""
+    """Exact int32 ``a @ b.T`` over the last axes of 8-bit ``a`` and int8-valued ``b`` (int32 accumulation)."""
     return int_dot(a, b.astype(jnp.int8), (((a.ndim - 1,), (1,)), ((), ())))
 
 

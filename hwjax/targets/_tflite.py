@@ -185,7 +185,7 @@ def _linear_params(op):
         # accumulator), derived once here instead of by the model's program on every call
         return {
             "kernel": kernel,
-            "wsum": kernel_sums(kernel, depthwise=op == "depthwise_conv"),
+            "wsum": kernel_sums(_host(kernel), depthwise=op == "depthwise_conv"),
             "bias": portable["bias"],
             "zin": jnp.asarray(q_in[0].zero_point, jnp.int32),
             "zout": jnp.asarray(q_out.zero_point, jnp.int32),
@@ -193,6 +193,11 @@ def _linear_params(op):
         }
 
     return params
+
+
+def _host(a):
+    """A concrete array as NumPy (host work compiles nothing); a traced one as it is."""
+    return a if isinstance(a, jax.core.Tracer) else np.asarray(a)
 
 
 def _linear_run(op):
