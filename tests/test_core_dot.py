@@ -190,8 +190,8 @@ def test_lhs8_dtype_and_the_dot_xla_sees():
         .lower(jnp.zeros((4, 8), jnp.int8), jnp.zeros((3, 8), jnp.int8))
         .as_text()
     )
-    dot = [line for line in text.splitlines() if "dot_general" in line]
-    assert len(dot) == 1 and ("xui8>" in dot[0]) == (dt == np.uint8) and "xi32>, tensor" not in dot[0], dot
+    dots = [line for line in text.splitlines() if "dot_general" in line]
+    assert dots and all(("xui8>" in d) == (dt == np.uint8) and "xi32>, tensor" not in d for d in dots), dots
 
 
 def _fp16_models(x):

@@ -22,11 +22,11 @@ types before a dot, so hwjax emits the uint8 x int8 dot itself (:func:`u8s8_dot`
 8-bit left operand of the other type is moved there exactly: flipping the top bit of an
 int8 ``v`` gives the uint8 ``v + 128`` (and back), so
 
-    ``SUM_k x_k w_k = SUM_k (x_k + 128) w_k - 128 SUM_k w_k``
+    ``SUM_k x_k w_k = SUM_k (x_k + 128) w_k - SUM_k 128 w_k``
 
 term for term in the integers, hence also modulo ``2**32`` in int32 arithmetic (the
-correction is the right operand's sum over the contracted axes; a uint8 ``x`` moved to
-int8 adds it instead). Either dot is XLA's exact integer dot with int32 results; no 16-bit
+second sum is a dot of its own, a left operand of 128s; a uint8 ``x`` moved to int8
+takes off a dot of -128s instead). Either dot is XLA's exact integer dot with int32 results; no 16-bit
 intermediate (``vpmaddubsw`` saturates) is involved, and the tests check the extremes
 (``255 * -128`` summed over large ``K``) against NumPy's int64 products.
 
@@ -125,41 +125,26 @@ def _cpu_has_vnni() -> bool:
 
 def _cpu_dot8(x: jax.Array, w: jax.Array, dims) -> jax.Array:
     """The CPU integer dot of an 8-bit ``x`` and an int8 ``w`` with ``x`` in
-    :func:`lhs8_dtype` (its top bit flipped and the right operand's sums corrected when it
-    comes in the other type; see the module docstring)."""
+    :func:`lhs8_dtype` (its top bit flipped and the offset's dot taken off when it comes in
+    the other type; see the module docstring)."""
     want = lhs8_dtype()
+    dot = u8s8_dot if want == jnp.uint8 else _plain_dot
     if x.dtype == want:
-        return u8s8_dot(x, w, dims) if want == jnp.uint8 else _plain_dot(x, w, dims)
+        return dot(x, w, dims)
+    # flipping the top bit adds 128 to an int8 (to uint8) or subtracts it from a uint8 (to
+    # int8): x = flipped - f with f = 128 or -128, so dot(x, w) = dot(flipped, w) - dot(f, w)
+    # term for term. The offset's dot has a left operand of f's with x's free axes of size
+    # 1 (f * SUM w, broadcast over them): a second library dot, not reduction kernels.
     flipped = jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(x, jnp.uint8) ^ np.uint8(0x80), want)
-    out = u8s8_dot(flipped, w, dims) if want == jnp.uint8 else _plain_dot(flipped, w, dims)
-    # uint8 -> int8 subtracted 128 from every x: add 128 * SUM w back (int8 -> uint8: remove it)
-    corr = _contracted_sums(w, dims) * (128 if want == jnp.int8 else -128)
-    return out + _to_output(corr, out.shape, dims, x.ndim)
+    (cx, _), (bx, _) = dims
+    kept = {a % x.ndim for a in cx + bx}
+    ones = tuple(d if i in kept else 1 for i, d in enumerate(x.shape))
+    offset = jnp.full(ones, 128 if want == jnp.uint8 else -128, want)
+    return dot(flipped, w, dims) - dot(offset, w, dims)
 
 
 def _plain_dot(x, w, dims):
     return jax.lax.dot_general(x, w, dims, preferred_element_type=_I32)
-
-
-def _contracted_sums(w: jax.Array, dims) -> jax.Array:
-    """``w`` summed (int32, wrapping) over its contracted axes; its batch axes first (in
-    ``dims``' order), then its free axes in order: the layout of ``w``'s part of the result."""
-    (_, cw), (_, bw) = dims
-    cw = tuple(a % w.ndim for a in cw)
-    bw = tuple(a % w.ndim for a in bw)
-    free = tuple(a for a in range(w.ndim) if a not in cw and a not in bw)
-    s = jnp.sum(w.astype(_I32), axis=cw, dtype=_I32)  # remaining axes keep w's order
-    kept = [a for a in range(w.ndim) if a not in cw]
-    return jnp.transpose(s, [kept.index(a) for a in bw + free])
-
-
-def _to_output(corr: jax.Array, shape, dims, x_ndim: int) -> jax.Array:
-    """``corr`` (``w``'s batch then free axes) broadcast to a dot's result ``shape``
-    (batch axes, ``x``'s free axes, ``w``'s free axes)."""
-    (cx, _), (bx, _) = dims
-    nb, nxf = len(bx), x_ndim - len(cx) - len(bx)
-    n_wf = corr.ndim - nb
-    return jax.lax.broadcast_in_dim(corr, shape, tuple(range(nb)) + tuple(range(nb + nxf, nb + nxf + n_wf)))
 
 
 # ------------------------------------------------------------- the uint8 x int8 dot
