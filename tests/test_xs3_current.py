@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hwjax import errors as xs3_errors
 from hwjax import xs3
 from tests.conftest import golden_path
 from tests.test_xs3_vpu import m_vlashr, m_vlmul, m_vlsat, sat
@@ -246,6 +247,33 @@ def test_generic_conv_golden_all_variants(convs, case):
         assert y.dtype == jnp.int8 and y.shape == tuple(c["Y_shape"])
         np.testing.assert_array_equal(np.asarray(acc).ravel(), c["acc32"])
         np.testing.assert_array_equal(np.asarray(y).ravel(), c[f"Y_{variant}"], err_msg=variant)
+
+
+@pytest.mark.parametrize("lhs", [np.uint8, np.int8])
+def test_conv_dot_forms_and_kernel_sums_keep_the_golden_accumulators(convs, monkeypatch, lhs):
+    """The unclipped convolution is one dot on the backend's 8-bit operand (uint8: the
+    values + 128, less 128 * the kernel sums); both forms, with the sums given or derived,
+    give the golden accumulators; extremes (-128 everywhere, pad -128) against the model."""
+    import hwjax.xs3._conv as C
+
+    monkeypatch.setattr(C, "lhs8_dtype", lambda: np.dtype(lhs))
+    for case in ("generic_conv_p", "generic_conv_q", "generic_conv_r"):
+        c = convs[case]
+        x, k, mul, bias, kw = _conv_args(c)
+        sums = k.reshape(k.shape[0], -1).astype(np.int32).sum(axis=1)
+        for ks in (None, sums):
+            _, acc = xs3.conv2d(x, k, mul, bias, return_accumulators=True, kernel_sums=ks, **kw)
+            np.testing.assert_array_equal(np.asarray(acc).ravel(), c["acc32"], err_msg=f"{case} {ks is None}")
+        if lhs == np.uint8:  # the sums given are the ones used: one too many takes 128 off
+            _, acc = xs3.conv2d(x, k, mul, bias, return_accumulators=True, kernel_sums=sums + 1, **kw)
+            np.testing.assert_array_equal(np.asarray(acc).ravel(), np.asarray(c["acc32"]) - 128)
+    x, k = np.full((5, 5, 8), -128, np.int8), np.full((3, 3, 3, 8), -128, np.int8)
+    kw = dict(initial_shift=0, final_shr=0, stride=(1, 1), pad_top_left=(1, 1), pad_value=-128, out_shape=(5, 5))
+    _, acc = xs3.conv2d(x, k, np.ones(3, np.int16), np.zeros(3, np.int16), return_accumulators=True, **kw)
+    want = m_conv_acc(x, k, (1, 1), (1, 1), -128, (5, 5)).astype(np.int64)
+    np.testing.assert_array_equal(np.asarray(acc), want)
+    with pytest.raises(xs3_errors.ShapeError, match="kernel_sums"):
+        xs3.conv2d(x, k, np.ones(3, np.int16), np.zeros(3, np.int16), kernel_sums=np.zeros(4, np.int32), **kw)
 
 
 def test_conv_accumulators_match_model(convs):

@@ -62,7 +62,9 @@ class XS3ConvParams:
 
     ``kernel``: int8 (C_out, kh, kw, C_in) (depthwise: (C, kh, kw)); ``multipliers``,
     ``biases``: int16-valued (C_out,) output-transform vectors; ``initial_shift``,
-    ``final_shr``: int32 scalars; ``pad_value``: the input zero point read for padded taps.
+    ``final_shr``: int32 scalars; ``pad_value``: the input zero point read for padded taps;
+    ``kernel_sums``: conv / dense, the kernel's int32 sums per output channel (derived at
+    lowering, see :func:`hwjax.xs3.conv2d`), None for depthwise or where not derived.
     """
 
     kernel: jax.Array
@@ -71,6 +73,18 @@ class XS3ConvParams:
     initial_shift: jax.Array
     final_shr: jax.Array
     pad_value: jax.Array
+    kernel_sums: jax.Array | None = None
+
+
+def conv_kernel_sums(kernel, op: str):
+    """conv / dense: the (C_out,) int32 sums of each output channel's kernel values, on the
+    host for a concrete kernel (:func:`hwjax.xs3.conv2d`'s ``kernel_sums``); depthwise:
+    None (its taps are no dot)."""
+    if op == "depthwise_conv":
+        return None
+    k = kernel if isinstance(kernel, jax.core.Tracer) else np.asarray(kernel)
+    xp = jnp if isinstance(k, jax.core.Tracer) else np
+    return xp.sum(k.reshape(k.shape[0], -1).astype(xp.int32), axis=1, dtype=xp.int32)
 
 
 @dataclass(frozen=True)
@@ -129,8 +143,16 @@ def _xs3_linear_params_many(target, requests) -> list[XS3ConvParams]:
             )
         )
     return [
-        XS3ConvParams(k.astype(jnp.int8), mul, bias, shifts[0], shifts[1], jnp.asarray(layer[3], jnp.int32))
-        for k, layer, (mul, bias, shifts) in zip(kernels, layers, otfn_params_many(layers))
+        XS3ConvParams(
+            k.astype(jnp.int8),
+            mul,
+            bias,
+            shifts[0],
+            shifts[1],
+            jnp.asarray(layer[3], jnp.int32),
+            conv_kernel_sums(k, op),
+        )
+        for (op, *_), k, layer, (mul, bias, shifts) in zip(requests, kernels, layers, otfn_params_many(layers))
     ]
 
 
@@ -152,6 +174,7 @@ def _xs3_linear_host_params(op: str):
             np.int32(r["initial_shift"]),
             np.int32(r["final_shr"]),
             np.int32(q_in[0].zero_point),
+            conv_kernel_sums(k, op),
         )
 
     return host_params
@@ -209,7 +232,15 @@ def _xs3_linear_run(op: str):
             y, clipped = out if return_acc else (out, None)
             n_clipped = None if clipped is None else (clipped > 0)
         else:
-            out = xs3.conv2d(x8, params.kernel, params.multipliers, params.biases, return_stats=return_acc, **common)
+            out = xs3.conv2d(
+                x8,
+                params.kernel,
+                params.multipliers,
+                params.biases,
+                return_stats=return_acc,
+                kernel_sums=params.kernel_sums,
+                **common,
+            )
             y, stats = out if return_acc else (out, None)
             n_clipped = None if stats is None else stats["acc_saturated"]
         y = _from_4d(y.astype(jnp.int32), op)
@@ -274,6 +305,7 @@ def _xs3_linear_load(op: str):
             jnp.int32(meta["initial_shift"]),
             jnp.int32(meta["final_shr"]),
             jnp.int32(meta["pad_value"]),
+            conv_kernel_sums(k, op),
         )
 
     return load

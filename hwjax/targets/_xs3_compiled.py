@@ -22,7 +22,7 @@ from hwjax.errors import ArgTypeError, UnsupportedOpError
 from hwjax.graph import PRE_ACTIVATION, geometry
 from hwjax.targets._base import no_acc, register
 from hwjax.targets._tflite import TFLite, host_recipe
-from hwjax.targets._xs3 import xformer_host_otfn
+from hwjax.targets._xs3 import conv_kernel_sums, xformer_host_otfn
 from hwjax.litert import activation_range
 from hwjax.targets._xformer import (
     ERR_THRESHOLD,
@@ -149,9 +149,18 @@ def _xformer_linear_params(op: str, portable, q_in, q_out, xp=jnp) -> dict:
         )
     )
     zin, zout = (xp.asarray(q.zero_point).astype(xp.int32) for q in (q_in[0], q_out))
+    sums = conv_kernel_sums(kp, op)  # conv / dense: derived here once, not by the model's program
     if xp is np:  # host values: transferred, not compiled
-        kp, zin, zout = jax.device_put((kp, zin, zout))
-    return {"kernel": kp, "multipliers": mul, "biases": bias, "shifts": shifts, "zin": zin, "zout": zout}
+        kp, zin, zout, sums = jax.device_put((kp, zin, zout, sums))
+    return {
+        "kernel": kp,
+        "multipliers": mul,
+        "biases": bias,
+        "shifts": shifts,
+        "zin": zin,
+        "zout": zout,
+        "kernel_sums": sums,
+    }
 
 
 def _host_otfn_params(kernel, bias, q_in, s_w, q_out):
@@ -264,7 +273,15 @@ def _compiled_run(op: str):
             if x.shape[-1] == 3:  # XC_pad_3_to_4 (the 4th channel meets zero weights)
                 x = jnp.concatenate([x, jnp.broadcast_to(p["zin"], (*x.shape[:-1], 1)).astype(x.dtype)], axis=-1)
                 kk = jnp.concatenate([kk, jnp.zeros((*kk.shape[:-1], 1), kk.dtype)], axis=-1)
-            return xs3.conv2d(x, kk, p["multipliers"], p["biases"], return_accumulators=True, **common)
+            return xs3.conv2d(
+                x,
+                kk,
+                p["multipliers"],
+                p["biases"],
+                return_accumulators=True,
+                kernel_sums=p.get("kernel_sums"),  # the 4th channel's zero weights add nothing
+                **common,
+            )
 
         def finish(y):
             y = y[..., :co].astype(_I32)

@@ -26,7 +26,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.core import validate as V
-from hwjax.core import ConvGeometry, eager_program, extract_patches, mac, map_chunks, window_products_sum, window_taps
+from hwjax.core import (
+    ConvGeometry,
+    eager_program,
+    extract_patches,
+    int_dot,
+    lhs8_dtype,
+    mac,
+    map_chunks,
+    window_products_sum,
+    window_taps,
+)
 from hwjax.errors import ArgTypeError, ShapeError
 from hwjax.xs3 import _otfn
 from hwjax.core import surrogate as S
@@ -219,6 +229,7 @@ def conv2d(
     return_accumulators: bool = False,
     return_stats: bool = False,
     saturation_grad: SaturationGrad = "zero",
+    kernel_sums=None,
 ):
     """Current-API int8 convolution: im2col + ``mat_mul_generic_int8`` + ``otfn_int8``.
 
@@ -248,6 +259,11 @@ def conv2d(
         at least one chunk step clipped: :func:`hwjax.core.mac`'s ``return_clipped``
         > 0) and the output-transform counts of :func:`otfn_int8`.
       saturation_grad: ``"zero"`` (default) or ``"pass"``; see Gradient.
+      kernel_sums: optional (C_out,) int32 sums of each output channel's kernel values,
+        where the caller has them (a model's lowering computes them once on the host);
+        else the program computes them. They only enter where the chunked sums cannot
+        clip, which makes them one exact dot: on a CPU with VNNI that dot runs on the
+        patches + 128 as uint8, less 128 * ``kernel_sums``. ShapeError for another shape.
 
     Returns:
       ``y`` int8 (..., OH, OW, C_out) (the float dtype when an input is float; equal
@@ -276,6 +292,8 @@ def conv2d(
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=True, channels=c_out)
     geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, out_shape[:2], dilation)
+    if kernel_sums is not None and tuple(np.shape(kernel_sums)) != (c_out,):
+        raise ShapeError(f"kernel_sums must have shape ({c_out},), one per output channel, got {np.shape(kernel_sums)}")
     return _conv2d(
         xv,
         k,
@@ -284,6 +302,7 @@ def conv2d(
         pad_value,
         initial_shift,
         final_shr,
+        kernel_sums,
         geom=geom,
         variant=variant,
         return_accumulators=return_accumulators,
@@ -301,6 +320,7 @@ def _conv2d(
     pad_value,
     initial_shift,
     final_shr,
+    kernel_sums,
     *,
     geom,
     variant,
@@ -322,8 +342,23 @@ def _conv2d(
             extras = (acc,) if return_accumulators else ()
             return (y, clipped, *extras, {"acc_saturated": _otfn._count_per_channel(acc_clips > 0), **stats})
 
+        unclipped = w.shape[1] * 2**14 <= ACC_MAX  # no prefix of 8-bit products can clip
+        if unclipped:
+            # the chunked saturating sums never clip, so they are one exact dot: on the
+            # backend's fastest 8-bit operand (uint8: the values + 128, the patches' pad
+            # too), less 128 * SUM w, which gives SUM x w exactly (it fits int32)
+            lhs = lhs8_dtype()
+            off = 128 if lhs == np.uint8 else 0
+            sums = jnp.sum(w.astype(_I32), axis=1, dtype=_I32) if kernel_sums is None else kernel_sums
+            taken = off * jnp.asarray(sums, _I32) if off else 0
+
         def one(v):  # examples are independent: chunks of the batch give the same values
-            acc = mac(np.zeros((), np.int32), patches_of(v.astype(jnp.int8), pad_value=pad), w, chunk=CHUNK)
+            if unclipped:
+                u = (v.astype(_I32) + off).astype(lhs)
+                p = patches_of(u, pad_value=(jnp.asarray(pad, _I32) + off).astype(lhs))
+                acc = int_dot(p, w, (((p.ndim - 1,), (1,)), ((), ()))) - taken
+            else:
+                acc = mac(np.zeros((), np.int32), patches_of(v.astype(jnp.int8), pad_value=pad), w, chunk=CHUNK)
             return (*otfn_forward(acc, mul, bias, s1, s2), *((acc,) if return_accumulators else ()))
 
         oh, ow = geom.out_hw
