@@ -20,7 +20,7 @@ from hwjax import xs3
 from hwjax.core import evaluated_if_concrete, stored_value
 from hwjax.errors import ArgTypeError, UnsupportedOpError
 from hwjax.graph import PRE_ACTIVATION, geometry
-from hwjax.targets._base import no_acc, register
+from hwjax.targets._base import no_acc, pytree, register, static
 from hwjax.targets._tflite import TFLite, host_recipe
 from hwjax.targets._xs3 import conv_kernel_sums, xformer_host_otfn
 from hwjax.litert import activation_range
@@ -173,11 +173,21 @@ def _host_otfn_params(kernel, bias, q_in, s_w, q_out):
     return jax.device_put((r["multipliers"].astype(np.int32), r["biases"].astype(np.int32), shifts))
 
 
+@pytree
+@dataclass(frozen=True)
+class KnownMode:
+    """xformer's choice for a compiled layer (0: its output transform, 1: the per-channel
+    one, 2: the builtin op under TFLM), known at lowering: a static part of the
+    parameters' structure (no leaf), so the traced program holds that branch only."""
+
+    mode: int = static()
+
+
 def _compiled_params(op: str, prune: bool = True):
     """The parameters of a compiled conv / depthwise / dense node. With ``prune`` and a
     concrete lowering (the host's), those of the branches :func:`_compiled_run` will not take
-    are left out (xformer's choice is known: ``choice["mode"]``), so its program holds one
-    branch instead of a run-time switch over three (each a whole convolution to compile)."""
+    are left out and the choice is kept as :class:`KnownMode`, so its program holds the one
+    branch instead of a run-time switch (each branch a whole convolution to compile)."""
 
     def params(target, attrs, portable, q_in, q_out):
         p = xformer_linear_params(op, portable, q_in, q_out)
@@ -201,6 +211,8 @@ def _compiled_params(op: str, prune: bool = True):
                 pass
         if mode not in (None, 1):
             choice = {"mode": choice["mode"]}
+        if mode is not None:
+            choice = {**choice, "known": KnownMode(mode)}
         return {**p, "choice": choice, "tflm": tflm}
 
     return params
@@ -313,6 +325,9 @@ def _compiled_run(op: str):
             options.append((2, tflm))
         if len(options) == 1:
             return no_acc(compiled(x_in), return_acc)
+        known = c.get("known")
+        if isinstance(known, KnownMode):  # xformer's choice known at lowering: that branch only
+            return no_acc(next((f for m, f in options if m == known.mode), compiled)(x_in), return_acc)
         m = jnp.asarray(c["mode"], _I32)
         branch = jnp.int32(0)
         for i, (mode, _) in enumerate(options[1:], 1):
