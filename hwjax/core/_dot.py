@@ -50,7 +50,7 @@ from jax.extend.mlir.dialects import stablehlo
 from jax.interpreters import batching, mlir
 
 from hwjax.core import _validate as V
-from hwjax.core._program import eager_program
+from hwjax.core._program import cpu_flags, eager_program
 from hwjax.core._ops import magnitude_bits
 from hwjax.errors import ArgTypeError, ShapeError
 
@@ -107,20 +107,12 @@ def lhs8_dtype() -> np.dtype:
     return np.dtype(np.uint8) if jax.default_backend() == "cpu" and _cpu_has_vnni() else np.dtype(np.int8)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=1)
 def _cpu_has_vnni() -> bool:
-    """Whether this x86 CPU has VNNI (``/proc/cpuinfo`` flags; False where unreadable)."""
+    """Whether this x86 CPU has VNNI (its Linux flags; False where unreadable)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_vnni", "avx_vnni"})
-    except OSError:
-        pass
-    return False
+    return bool(set(cpu_flags().split()) & {"avx512_vnni", "avx_vnni"})
 
 
 def _cpu_dot8(x: jax.Array, w: jax.Array, dims) -> jax.Array:

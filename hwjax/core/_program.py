@@ -126,3 +126,14 @@ def eager_program(fn: Callable[..., Any] | None = None, *, static_argnames: Sequ
         return jitted(*args, **kwargs) if _concrete((args, kwargs)) else fn(*args, **kwargs)
 
     return call
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> str:
+    """The processor's instruction-set flags as Linux lists them (``/proc/cpuinfo``'s first
+    ``flags`` or ``Features`` line, space-separated); empty where unreadable."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ""

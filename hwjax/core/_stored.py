@@ -33,7 +33,7 @@ import jax
 import numpy as np
 from jax.experimental import serialize_executable
 
-from hwjax.core._program import evaluated_if_concrete
+from hwjax.core._program import cpu_flags, evaluated_if_concrete
 
 ENV = "HWJAX_STORED_PROGRAMS"
 SUBFOLDER = "hwjax-programs"
@@ -252,13 +252,7 @@ def host_processor() -> str:
     """What a compiled CPU program depends on beyond JAX's versions: the machine type and
     (on Linux) the processor's instruction-set flags, so that a cache folder shared between
     machines never hands one a program compiled for another's instructions."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            flags = next((line.split(":", 1)[1].strip() for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        pass
-    return hashlib.sha256(f"{platform.machine()} {platform.processor()} {flags}".encode()).hexdigest()
+    return hashlib.sha256(f"{platform.machine()} {platform.processor()} {cpu_flags()}".encode()).hexdigest()
 
 
 _CACHE_HIT = "/jax/compilation_cache/cache_hits"
