@@ -132,12 +132,14 @@ def _output_clipped(t: jax.Array) -> jax.Array:
 
 def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, variant: Variant) -> dict:
     """Steps 2–5 of §4.1 (shared by every int8 transform), with their clip flags."""
+    # each saturating step as its exact result saturated (what vlmul / vlashr compute on
+    # int32 lanes), so that the exact result serves the value and its clip flag alike
     p = vpu.vlmul_raw(t, mul, mode=16, variant=variant)
-    t_mul = vpu.vlmul(t, mul, mode=16, variant=variant)
+    t_mul = vpu._sat_clipped(p, 16)[0]
     t_add = vpu.vladd(t_mul, bias, mode=16, variant=variant)
     shr = jnp.asarray(final_shr, _I32)
-    t_fin = vpu.vlashr(t_add, shr, mode=16, variant=variant)
     raw_fin = vpu.vlashr_raw(t_add, shr, mode=16, variant=variant)
+    t_fin = vpu._sat_clipped(raw_fin, 16)[0]
     return {
         "after_vlmul": t_mul,
         "after_vladd": t_add,
@@ -155,12 +157,11 @@ def _initial_int8(acc: jax.Array, initial_shift: jax.Array, variant: Variant) ->
     ``min(initial_shift, 0)`` (a saturating left shift; by 0 it changes nothing, so
     the assembly's branch on the sign of ``initial_shift`` needs no branch here)."""
     s1 = jnp.asarray(initial_shift, _I32)
-    s = jnp.maximum(s1, 0)
-    raw = vpu.vlsat_raw(acc, s, variant=variant)
-    t = vpu.vlsat(acc, s, mode=16, variant=variant)
+    s = jnp.maximum(s1, 0)  # in [0, 16]: VLSAT's shift as read, no shift >= 32
+    t, clip1 = vpu._sat_clipped(vpu.vlsat_raw(acc, s, variant=variant), 16)  # vlsat, symmetric
     shr = jnp.minimum(s1, 0)
-    t2 = vpu.vlashr(t, shr, mode=16, variant=variant)
-    clipped = (raw != t) | (vpu.vlashr_raw(t, shr, mode=16, variant=variant) != t2)
+    t2, clip2 = vpu._sat_clipped(vpu.vlashr_raw(t, shr, mode=16, variant=variant), 16)  # vlashr
+    clipped = clip1 | clip2
     return {"after_vlsat": t, "after_initial_vlashr": t2, "initial_clipped": clipped}
 
 
