@@ -154,3 +154,24 @@ def test_host_lowering_compiles_no_program(monkeypatch, model, runtime):
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []
+
+
+@pytest.mark.parametrize("runtime", ["reference", "xs3"])
+def test_the_models_dots_take_the_backends_fast_operand(runtime):
+    """Every dot of a conv model's program takes its activations in the backend's fast
+    8-bit type (``hwjax.core.lhs8_dtype``: uint8 x int8 on a CPU with VNNI, which XLA runs
+    in YNNPACK's VNNI kernels) and none is widened to int16 or int32: the speed of the
+    MLPerf models rests on it (BENCHMARKS.md)."""
+    import jax
+
+    from hwjax.core import lhs8_dtype
+
+    m = T.load(_path("pretrainedResnet_quant.tflite"))
+    x = np.load(_path("pretrainedResnet_quant.npz"))["x"]
+    text = jax.jit(lambda a: m.run(a, runtime=runtime)).lower(x).as_text()
+    dots = [line for line in text.splitlines() if "dot_general" in line and "tensor<" in line]
+    lhs = "ui8" if lhs8_dtype() == np.uint8 else "i8"
+    assert len(dots) >= 9  # eight convolutions and the dense layer, at least
+    for d in dots:
+        operands = d.split(":", 1)[1].split("->")[0]
+        assert f"x{lhs}>" in operands and "xi16>" not in operands and "xi32>, tensor" not in operands, d
