@@ -539,3 +539,35 @@ def test_kernel_arguments_are_checked():
         type_range("int16")
     with pytest.raises(HwjaxError, match="fn"):
         lut_table("tanh", 0.1, 0, "uint8", 0.1, 0, "uint8")
+
+
+@pytest.mark.parametrize("xt, wt", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8"), ("int8", "uint8")])
+def test_conv_and_matmul_accumulators_equal_the_integer_model(xt, wt):
+    """conv_acc (one group: one 8-bit dot, the zero-point terms added exactly) and matmul_acc
+    against int64 sums of (x - x_zp)(w - w_zp), padding reading x_zp: every data and weight
+    type, scalar and per-channel weight zero points, the types' extremes included."""
+    import jax
+    import jax.numpy as jnp
+
+    from hwjax.core import ConvGeometry
+    from hwjax.ort import conv_acc, matmul_acc
+
+    rng = np.random.default_rng(len(xt) * 7 + len(wt))
+    lo = {"uint8": 0, "int8": -128}
+    x = rng.integers(lo[xt], lo[xt] + 256, (2, 5, 6, 7))
+    w = rng.integers(lo[wt], lo[wt] + 256, (4, 5, 3, 3))
+    x[0], w[0] = lo[xt], lo[wt] + 255  # extremes: every product at its largest magnitude
+    g = ConvGeometry.make((6, 7), (3, 3), (1, 1), 1)
+    for xz, wz in ((lo[xt] + 255, lo[wt]), (lo[xt] + 3, rng.integers(lo[wt], lo[wt] + 256, 4))):
+        xp = np.pad(x - xz, ((0, 0), (0, 0), (1, 1), (1, 1)))  # padded taps read x_zp
+        wd = w - np.reshape(wz, (-1, 1, 1, 1))
+        want = np.zeros((2, 4, 6, 7), np.int64)
+        for i in range(3):
+            for j in range(3):
+                want += np.einsum("bchw,oc->bohw", xp[:, :, i : i + 6, j : j + 7], wd[:, :, i, j])
+        got = jax.jit(lambda a, b: conv_acc(a, b, xz, wz, g, 1))(jnp.asarray(x, jnp.int32), jnp.asarray(w, jnp.int32))
+        np.testing.assert_array_equal(np.asarray(got), want)
+        a, b = x.reshape(-1, 42)[:, :9], w.reshape(4, -1)[:, :9].T
+        want_mm = (a - xz).astype(np.int64) @ (b - np.reshape(wz, (1, -1))).astype(np.int64)
+        got_mm = matmul_acc(jnp.asarray(a, jnp.int32), jnp.asarray(b, jnp.int32), xz, wz)
+        np.testing.assert_array_equal(np.asarray(got_mm), want_mm)

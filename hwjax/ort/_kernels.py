@@ -60,6 +60,8 @@ def conv_acc(x, w, x_zp, w_zp, geom: ConvGeometry, group: int):
     _check_conv(x, w, w_zp, geom, group)
     b, c = x.shape[0], x.shape[1]
     o = w.shape[0]
+    if group == 1:
+        return _conv_acc_8bit(x, w, x_zp, w_zp, geom)
     cg, og = c // group, o // group
     xd = (x - jnp.asarray(x_zp, jnp.int32)).astype(jnp.int16).transpose(0, 2, 3, 1)  # NHWC, |v| <= 255
     wz = jnp.asarray(w_zp, jnp.int32)
@@ -72,6 +74,53 @@ def conv_acc(x, w, x_zp, w_zp, geom: ConvGeometry, group: int):
     wg = wd.reshape(group, og, cg, kh * kw).transpose(0, 3, 2, 1)
     acc = int_dot(patches, wg, (((3, 5), (1, 2)), ((4,), (0,))))  # (group, B, OH, OW, og)
     return acc.transpose(1, 0, 4, 2, 3).reshape(b, o, oh, ow)
+
+
+def _conv_acc_8bit(x, w, x_zp, w_zp, geom: ConvGeometry):
+    """:func:`conv_acc` of one group as one dot on 8-bit operands (:func:`_zp_dot`): the
+    im2col patches of ``x`` shifted into uint8 (padded taps read the shifted ``x_zp``) and
+    the weights shifted into int8, rows in (kh, kw, c) order."""
+    c, o = x.shape[1], w.shape[0]
+    kh, kw = geom.kernel
+    u, uz = _to_u8(x, x_zp)
+    patches = extract_patches(u.transpose(0, 2, 3, 1), geom, pad_value=uz.astype(jnp.uint8))  # (B, OH, OW, K)
+    v, vz = _to_s8(w, w_zp)
+    acc = _zp_dot(patches, v.transpose(0, 2, 3, 1).reshape(o, kh * kw * c), uz, vz)  # (B, OH, OW, O)
+    return acc.transpose(0, 3, 1, 2)
+
+
+def _to_u8(x, zp):
+    """``(x - a, zp - a)``: 8-bit data (int32 values of a uint8 or int8 tensor) and its
+    zero point shifted into [0, 255], as uint8 and int32 (``a`` = -128 when either is
+    negative, i.e. int8 data, else 0)."""
+    zp = jnp.asarray(zp, jnp.int32)
+    a = jnp.where(jnp.minimum(jnp.min(x), jnp.min(zp)) < 0, -128, 0).astype(jnp.int32)
+    return (x.astype(jnp.int32) - a).astype(jnp.uint8), zp - a
+
+
+def _to_s8(w, zp):
+    """``(w - b, zp - b)``: 8-bit weights and their zero point(s) shifted into [-128, 127],
+    as int8 and int32 (``b`` = 128 when a weight exceeds 127, i.e. uint8 weights, else 0)."""
+    zp = jnp.asarray(zp, jnp.int32)
+    b = jnp.where(jnp.max(w) > 127, 128, 0).astype(jnp.int32)
+    return (w.astype(jnp.int32) - b).astype(jnp.int8), zp - b
+
+
+def _zp_dot(u, v, uz, vz):
+    """``SUM_k (u[..., k] - uz)(v[n, k] - vz[n])`` (int32, exact modulo ``2**32``) for uint8
+    ``u`` (..., K) and int8 rows ``v`` (N, K), ``uz`` a scalar and ``vz`` a scalar or (N,),
+    as one 8-bit dot (which XLA:CPU runs in a library kernel; an int16 one it does not)::
+
+        SUM (u - uz)(v - vz) = SUM u v - uz SUM v - vz SUM u + K uz vz
+
+    term for term. ``SUM u`` comes out of the same dot, as a last row of ones in ``v``."""
+    k = u.shape[-1]
+    rows = jnp.concatenate([v, jnp.ones((1, k), jnp.int8)])
+    r = int_dot(u, rows, (((u.ndim - 1,), (1,)), ((), ())))  # (..., N + 1)
+    suv, su = r[..., :-1], r[..., -1:]
+    sv = jnp.sum(v.astype(jnp.int32), axis=1, dtype=jnp.int32)
+    vz = jnp.reshape(vz, (-1,))
+    return suv - uz * sv - su * vz + k * uz * vz
 
 
 def _check_int(v, name: str):
@@ -110,9 +159,9 @@ def matmul_acc(a, b, a_zp, b_zp):
     """QLinearMatMul / MatMulInteger accumulators ``sum_k (a - a_zp)(b - b_zp)``, exact int32:
     ``a`` (B, ..., K) int32 values, ``b`` (K, N) int32 values, ``b_zp`` a scalar or (N,)."""
     _check_matmul(a, b, b_zp)
-    ad = (a - jnp.asarray(a_zp, jnp.int32)).astype(jnp.int16)
-    bd = (b - jnp.asarray(b_zp, jnp.int32)).astype(jnp.int16)
-    return int_dot(ad, bd, (((ad.ndim - 1,), (0,)), ((), ())))
+    u, uz = _to_u8(a, a_zp)
+    v, vz = _to_s8(b, b_zp)
+    return _zp_dot(u, v.T, uz, vz)
 
 
 def lookup(x, table, lo: int):
