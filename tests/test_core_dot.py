@@ -154,6 +154,10 @@ def test_u8s8_dot_extremes_wrap_like_int32():
         np.testing.assert_array_equal(got, np.full((2, 3), (xv * wv * k + 2**31) % 2**32 - 2**31, np.int32))
     with pytest.raises(ArgTypeError, match="uint8 and an int8"):
         core.u8s8_dot(jnp.zeros((2, 2), jnp.int8), jnp.zeros((2, 2), jnp.int8), dims)
+    with pytest.raises(ShapeError, match="different sizes: u"):
+        core.u8s8_dot(jnp.zeros((2, 3), jnp.uint8), jnp.zeros((2, 2), jnp.int8), dims)
+    with pytest.raises(ShapeError, match="outside u"):
+        core.u8s8_dot(jnp.zeros((2, 2), jnp.uint8), jnp.zeros((2, 2), jnp.int8), (((2,), (1,)), ((), ())))
 
 
 @pytest.mark.parametrize("lhs", [np.uint8, np.int8])

@@ -151,8 +151,8 @@ def u8s8_dot(u: jax.Array, w: jax.Array, dims: DimensionNumbers) -> jax.Array:
     in YNNPACK's VNNI kernels (:func:`lhs8_dtype`)."""
     if u.dtype != jnp.uint8 or w.dtype != jnp.int8:
         raise ArgTypeError(f"u8s8_dot takes a uint8 and an int8 array, got {u.dtype} and {w.dtype}")
-    (cx, cw), (bx, bw) = dims
-    norm = lambda t, n: tuple(int(a) % n for a in t)
+    (cx, cw), (bx, bw) = _checked_dims(u, w, dims, "u")
+    norm = lambda t, n: tuple(a % n for a in t)
     dims = ((norm(cx, u.ndim), norm(cw, w.ndim)), (norm(bx, u.ndim), norm(bw, w.ndim)))
     return _u8s8_p.bind(u, w, numbers=dims)
 
@@ -238,6 +238,13 @@ def int_dot(x, w, dimension_numbers: DimensionNumbers, *, route: Route = "auto")
             raise ArgTypeError(f"{name} must be an int8, uint8, int16, uint16 or int32 array, got {a.dtype}")
         bits.append(magnitude_bits(a.dtype))
     x, w = ops
+    (cx, cw), (bx, bw) = _checked_dims(x, w, dimension_numbers, "x")
+    return _int_dot(x, w, dims=((cx, cw), (bx, bw)), route=default_route(route), prod_bits=bits[0] + bits[1])
+
+
+def _checked_dims(x, w, dimension_numbers, x_name: str):
+    """``dimension_numbers`` as tuples of ints, checked against the operands' shapes
+    (ShapeError naming the operands ``x_name`` and ``w``)."""
     try:
         (cx, cw), (bx, bw) = dimension_numbers
         cx, cw, bx, bw = (tuple(int(i) for i in t) for t in (cx, cw, bx, bw))
@@ -245,14 +252,14 @@ def int_dot(x, w, dimension_numbers: DimensionNumbers, *, route: Route = "auto")
         raise ShapeError(
             f"dimension_numbers must be ((x_contract, w_contract), (x_batch, w_batch)), got {dimension_numbers!r}"
         ) from None
-    for axes, a, name in ((cx + bx, x, "x"), (cw + bw, w, "w")):
+    for axes, a, name in ((cx + bx, x, x_name), (cw + bw, w, "w")):
         if any(not -a.ndim <= i < a.ndim for i in axes):
             raise ShapeError(f"dimension_numbers name axes {axes} outside {name}'s {a.ndim} dimensions")
     if len(cx) != len(cw) or len(bx) != len(bw) or [x.shape[i] for i in cx + bx] != [w.shape[i] for i in cw + bw]:
         raise ShapeError(
-            f"dimension_numbers {dimension_numbers!r} pair axes of different sizes: x {x.shape}, w {w.shape}"
+            f"dimension_numbers {dimension_numbers!r} pair axes of different sizes: {x_name} {x.shape}, w {w.shape}"
         )
-    return _int_dot(x, w, dims=((cx, cw), (bx, bw)), route=default_route(route), prod_bits=bits[0] + bits[1])
+    return (cx, cw), (bx, bw)
 
 
 @eager_program(static_argnames=("dims", "route", "prod_bits"))
