@@ -239,3 +239,18 @@ def test_to_float16_edges_vmap_and_grad():
         core.to_float16(np.int32([1]))
     with pytest.raises(ValueError, match="rounding"):
         core.to_float16(np.float32([1]), rounding="up")
+
+
+def test_rows_times_a_matrix_is_a_plain_2d_dot():
+    """An 8-bit CPU dot of rows (..., K) with a matrix is emitted as one 2-D dot: with a
+    (32, 1, 1, 128) left operand XLA:CPU transposed the right one and, single-threaded,
+    kept the dot out of its library, widened to int32 (ad01 on xs3: 3x the compile time)."""
+    x, w = jnp.zeros((32, 1, 1, 128), jnp.int8), jnp.zeros((64, 128), jnp.int8)
+    f = jax.jit(lambda a, b: core.int_dot(a, b, (((3,), (1,)), ((), ()))))
+    if jax.default_backend() == "cpu":
+        dots = [line for line in f.lower(x, w).as_text().splitlines() if "dot_general" in line]
+        assert any("tensor<32x128x" in d for d in dots) and not any("x1x1x" in d for d in dots), dots
+    rng = np.random.default_rng(3)
+    xv, wv = rng.integers(-128, 128, (5, 2, 3, 7)).astype(np.int8), rng.integers(-128, 128, (4, 7)).astype(np.int8)
+    want = np.einsum("abck,nk->abcn", xv.astype(np.int64), wv.astype(np.int64))
+    np.testing.assert_array_equal(np.asarray(f(xv, wv)), want)

@@ -119,6 +119,13 @@ def _cpu_dot8(x: jax.Array, w: jax.Array, dims) -> jax.Array:
     """The CPU integer dot of an 8-bit ``x`` and an int8 ``w`` with ``x`` in
     :func:`lhs8_dtype` (its top bit flipped and the offset's dot taken off when it comes in
     the other type; see the module docstring)."""
+    (cx, cw), (bx, _) = dims
+    if not bx and len(cx) == 1 and cx[0] % x.ndim == x.ndim - 1 and x.ndim > 2:
+        # rows times a matrix: as a plain 2-D dot, which XLA:CPU hands its library whatever
+        # the layouts (a (32, 1, 1, 128) left operand made it transpose the right one and
+        # keep the dot, widened to int32, when single-threaded)
+        out = _cpu_dot8(x.reshape(-1, x.shape[-1]), w, (((1,), cw), ((), ())))
+        return out.reshape(*x.shape[:-1], *out.shape[1:])
     want = lhs8_dtype()
     dot = u8s8_dot if want == jnp.uint8 else _plain_dot
     if x.dtype == want:
@@ -128,7 +135,6 @@ def _cpu_dot8(x: jax.Array, w: jax.Array, dims) -> jax.Array:
     # term for term. The offset's dot has a left operand of f's with x's free axes of size
     # 1 (f * SUM w, broadcast over them): a second library dot, not reduction kernels.
     flipped = jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(x, jnp.uint8) ^ np.uint8(0x80), want)
-    (cx, _), (bx, _) = dims
     kept = {a % x.ndim for a in cx + bx}
     ones = tuple(d if i in kept else 1 for i, d in enumerate(x.shape))
     offset = jnp.full(ones, 128 if want == jnp.uint8 else -128, want)
