@@ -73,6 +73,12 @@ def pytree(cls):
     return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
 
 
+def host_array(a):
+    """A concrete array as NumPy (host work at lowering compiles nothing); a traced one as
+    it is."""
+    return a if isinstance(a, jax.core.Tracer) else np.asarray(a)
+
+
 def static():
     return dataclasses.field(metadata={"static": True})
 

@@ -23,7 +23,7 @@ from hwjax.errors import RangeError, UnsupportedOpError
 from hwjax.graph import OpImpl, Quant, geometry, pool_geometry
 from hwjax.graph.ops.basic import QUANTIZE_RANGES
 from hwjax.graph.ops.tflite import padded_pool_geometry
-from hwjax.targets._base import Target, no_acc, register
+from hwjax.targets._base import Target, host_array, no_acc, register
 from hwjax.litert import (
     activation_range,
     add_int,
@@ -185,7 +185,7 @@ def _linear_params(op):
         # accumulator), derived once here instead of by the model's program on every call
         return {
             "kernel": kernel,
-            "wsum": kernel_sums(_host(kernel), depthwise=op == "depthwise_conv"),
+            "wsum": kernel_sums(host_array(kernel), depthwise=op == "depthwise_conv"),
             "bias": portable["bias"],
             "zin": jnp.asarray(q_in[0].zero_point, jnp.int32),
             "zout": jnp.asarray(q_out.zero_point, jnp.int32),
@@ -193,11 +193,6 @@ def _linear_params(op):
         }
 
     return params
-
-
-def _host(a):
-    """A concrete array as NumPy (host work compiles nothing); a traced one as it is."""
-    return a if isinstance(a, jax.core.Tracer) else np.asarray(a)
 
 
 def _linear_run(op):

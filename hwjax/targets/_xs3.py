@@ -21,7 +21,8 @@ from hwjax.core import div_rn
 from hwjax.core import validate as V
 from hwjax.errors import FormatError, RangeError, UnsupportedOpError
 from hwjax.graph import geometry
-from hwjax.targets._base import Target, float_exponent, lut_table, no_acc, pytree, register
+from hwjax.litert import kernel_sums
+from hwjax.targets._base import Target, float_exponent, host_array, lut_table, no_acc, pytree, register
 from hwjax.xs3 import otfn_params_many
 
 
@@ -80,11 +81,7 @@ def conv_kernel_sums(kernel, op: str):
     """conv / dense: the (C_out,) int32 sums of each output channel's kernel values, on the
     host for a concrete kernel (:func:`hwjax.xs3.conv2d`'s ``kernel_sums``); depthwise:
     None (its taps are no dot)."""
-    if op == "depthwise_conv":
-        return None
-    k = kernel if isinstance(kernel, jax.core.Tracer) else np.asarray(kernel)
-    xp = jnp if isinstance(k, jax.core.Tracer) else np
-    return xp.sum(k.reshape(k.shape[0], -1).astype(xp.int32), axis=1, dtype=xp.int32)
+    return None if op == "depthwise_conv" else kernel_sums(host_array(kernel))
 
 
 @dataclass(frozen=True)
