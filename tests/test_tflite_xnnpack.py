@@ -21,6 +21,7 @@ from hwjax.errors import UnsupportedOpError
 from hwjax.targets import TFLite
 from hwjax.tflite import testing as T
 from hwjax.litert import _xnnpack as X
+from hwjax.litert._arith import rdbpot32, srdhm32
 
 RUNTIMES = ("reference", "optimized", "xnnpack")
 B = 72  # examples per batch
@@ -327,7 +328,8 @@ def test_xnnpack_params():
 
 def test_int32_primitives_exact():
     """The int32 forms of SRDHM (multiplier >= 0), RoundingDivideByPOT and the half-up
-    rounding shift equal their definitions evaluated with Python integers."""
+    rounding shift that the NEON/XNNPACK kernels use equal their definitions evaluated
+    with Python integers."""
     rng = np.random.default_rng(5)
     a = np.concatenate(
         [
@@ -344,12 +346,12 @@ def test_int32_primitives_exact():
         ]
     ).astype(np.int32)
     want = [(int(x) * int(y) + 2**30) >> 31 for x, y in zip(a, b)]
-    assert np.asarray(X._srdhm(jnp.asarray(a), jnp.asarray(b))).tolist() == want
+    assert np.asarray(srdhm32(jnp.asarray(a), jnp.asarray(b))).tolist() == want
     for e in (0, 1, 2, 7, 15, 30, 31):
         half = (1 << e) >> 1
         away = [(abs(int(x)) + half) >> e if x >= 0 else -((abs(int(x)) + half) >> e) for x in a]
         up = [(int(x) + half) >> e for x in a]
-        assert np.asarray(X._rdbpot(jnp.asarray(a), e)).tolist() == away, e
+        assert np.asarray(rdbpot32(jnp.asarray(a), e)).tolist() == away, e
         assert np.asarray(X._shift_right_half_up(jnp.asarray(a), e)).tolist() == up, e
 
 

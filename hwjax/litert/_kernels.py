@@ -31,7 +31,6 @@ from hwjax.core import (
 from hwjax.core import validate as V
 from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
-from hwjax.gemmlowp import rounding_divide_by_pot, shift_left, srdhm
 from hwjax.litert._arith import (
     INT32_MAX,
     INT32_MIN,
@@ -46,8 +45,10 @@ from hwjax.litert._arith import (
     check_zero_point,
     params_used,
     quantize_multiplier,
+    rdbpot32,
     requant_params,
     requantize,
+    srdhm32,
 )
 
 _I32 = jnp.int32
@@ -314,8 +315,8 @@ def add_params(s1, s2, s_out) -> dict[str, np.ndarray]:
 
 
 def _mbqm_small(x, m, e):
-    """``MultiplyByQuantizedMultiplierSmallerThanOneExp`` (double-rounding build)."""
-    return rounding_divide_by_pot(srdhm(x, m), jnp.maximum(-e, 0))
+    """``MultiplyByQuantizedMultiplierSmallerThanOneExp`` (double-rounding build), ``-31 <= e``."""
+    return rdbpot32(srdhm32(x, m), jnp.maximum(-e, 0))
 
 
 ADD_KEYS = ("m1", "e1", "m2", "e2", "mo", "eo")
@@ -335,7 +336,8 @@ def add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
     x1, x2 = check_add_operands(x1, x2)
     check_params(p, "p", ADD_KEYS)
     for k in ADD_KEYS:
-        check_int_array(p[k], f"p['{k}']", INT32_MIN, INT32_MAX)
+        lo, hi = (-31, 31) if k.startswith("e") else (INT32_MIN, INT32_MAX)
+        check_int_array(p[k], f"p['{k}']", lo, hi)
     for v, n in ((z1, "z1"), (z2, "z2"), (zout, "zout")):
         check_zero_point(v, n)
     check_act_range(act_min, act_max)
@@ -348,7 +350,7 @@ def _add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
     b = _mbqm_small((x2 - z2) * (1 << 20), p["m2"], p["e2"])
     s = a + b
     ls = jnp.maximum(p["eo"], 0)
-    v = rounding_divide_by_pot(srdhm(shift_left(s, ls, overflow="wrap"), p["mo"]), jnp.maximum(-p["eo"], 0))
+    v = rdbpot32(srdhm32(s << ls, p["mo"]), jnp.maximum(-p["eo"], 0))  # the left shift wraps
     return jnp.clip(jnp.clip(v, -(2**30), 2**30) + zout, act_min, act_max)
 
 

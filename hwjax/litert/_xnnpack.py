@@ -45,6 +45,8 @@ from hwjax.litert._arith import (
     activation_range,
     params_used,
     quantize_multiplier,
+    rdbpot32,
+    srdhm32,
 )
 from hwjax.litert._kernels import ADD_KEYS, add_params, check_add_operands
 
@@ -86,34 +88,6 @@ def xnn_qs8_quantize(value: float, scale, zero_point) -> int:
     v = np.float32(np.float32(value) / _f32(scale))
     v = np.float32(v + np.float32(int(zero_point)))
     return int(np.rint(np.minimum(np.maximum(v, np.float32(-128.0)), np.float32(127.0))))
-
-
-def _srdhm(a, b):
-    """gemmlowp ``SaturatingRoundingDoublingHighMul`` (NEON ``VQRDMULH``) for int32 ``a`` and
-    a multiplier ``0 <= b < 2**31``: ``floor((a b + 2**30) / 2**31)`` (equal to
-    :func:`hwjax.gemmlowp.srdhm`, whose only saturating pair ``a = b = -2**31`` cannot
-    occur), in int32 operations only. With ``a = 2**16 ah + al``, ``b = 2**16 bh + bl``
-    (``al, bl`` in ``[0, 2**16)``) and the cross products ``c1 = ah bl``, ``c2 = al bh``
-    (each within int32) written ``ci = 2**15 hi_i + lo_i``::
-
-        result = 2 ah bh + hi_1 + hi_2 + floor((lo_1 + lo_2 + floor(al bl / 2**16) + 2**14) / 2**15)
-
-    (dropping the low 16 bits of ``al bl`` cannot change the floor: the rest of the
-    numerator is a multiple of ``2**16``); ``al bl`` is formed as uint32. The int32 sums wrap
-    modulo ``2**32`` and the exact result lies in int32, so the result is exact."""
-    ah, al = a >> 16, a & 0xFFFF
-    bh, bl = b >> 16, b & 0xFFFF
-    c1, c2 = ah * bl, al * bh
-    low = jnp.right_shift(al.astype(jnp.uint32) * bl.astype(jnp.uint32), jnp.uint32(16)).astype(_I32)
-    return 2 * (ah * bh) + (c1 >> 15) + (c2 >> 15) + (((c1 & 0x7FFF) + (c2 & 0x7FFF) + low + (1 << 14)) >> 15)
-
-
-def _rdbpot(x, e):
-    """gemmlowp ``RoundingDivideByPOT``: ``x / 2**e`` rounded to nearest, ties away from zero
-    (``0 <= e <= 31``), as :func:`hwjax.gemmlowp.rounding_divide_by_pot`."""
-    e = jnp.asarray(e, _I32)
-    mask = (jnp.int32(1) << e) - 1
-    return (x >> e) + ((x & mask) > (mask >> 1) + (x < 0).astype(_I32)).astype(_I32)
 
 
 def _shift_right_half_up(x, n):
@@ -214,16 +188,16 @@ def neon_add_int(x1, x2, p, z1, z2, zout, act_min, act_max):
     d1, d2 = x1 - z1, x2 - z2
 
     def vec():
-        t1 = _srdhm(_vshl(d1, 20 + p["e1"]), p["m1"])
-        t2 = _srdhm(_vshl(d2, 20 + p["e2"]), p["m2"])
-        o = _rdbpot(_srdhm(t1 + t2, p["mo"]), -p["eo"])
+        t1 = srdhm32(_vshl(d1, 20 + p["e1"]), p["m1"])
+        t2 = srdhm32(_vshl(d2, 20 + p["e2"]), p["m2"])
+        o = rdbpot32(srdhm32(t1 + t2, p["mo"]), -p["eo"])
         o16 = ((o + 0x8000) & 0xFFFF) - 0x8000
         return jnp.clip(((o16 + zout + 0x8000) & 0xFFFF) - 0x8000, -128, 127)
 
     def tail():  # reference_integer_ops::Add (MultiplyByQuantizedMultiplierSmallerThanOneExp)
-        u1 = _rdbpot(_srdhm(d1 << 20, p["m1"]), -p["e1"])
-        u2 = _rdbpot(_srdhm(d2 << 20, p["m2"]), -p["e2"])
-        return jnp.clip(_rdbpot(_srdhm(u1 + u2, p["mo"]), -p["eo"]), -(2**30), 2**30) + zout
+        u1 = rdbpot32(srdhm32(d1 << 20, p["m1"]), -p["e1"])
+        u2 = rdbpot32(srdhm32(d2 << 20, p["m2"]), -p["e2"])
+        return jnp.clip(rdbpot32(srdhm32(u1 + u2, p["mo"]), -p["eo"]), -(2**30), 2**30) + zout
 
     return jnp.clip(_by_lanes(x1.shape[1:], vec, tail), act_min, act_max)
 
@@ -267,9 +241,9 @@ def neon_requantize_int(x, m, e, zin, zout):
     reference ``MultiplyByQuantizedMultiplier`` (ties away from zero).
     """
     d = x - zin
-    t = _srdhm(d << jnp.maximum(e, 0), m)
+    t = srdhm32(d << jnp.maximum(e, 0), m)
     rs = jnp.maximum(-e, 0)
-    v = _by_lanes(x.shape[1:], lambda: _shift_right_half_up(t, rs), lambda: _rdbpot(t, rs))
+    v = _by_lanes(x.shape[1:], lambda: _shift_right_half_up(t, rs), lambda: rdbpot32(t, rs))
     return jnp.clip(jnp.clip(v, -(2**30), 2**30) + zout, -128, 127)
 
 
