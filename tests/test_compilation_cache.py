@@ -205,7 +205,8 @@ def test_embedded_leaves_are_constants_of_the_program(tmp_path, monkeypatch, sto
 
 
 def test_stored_programs_compile_with_hwjax_compiler_options(tmp_path, monkeypatch):
-    """stored_program compiles with compiler_options() (on CPU, XLA's classic emitters), part
+    """stored_program compiles with compiler_options() (on CPU, XLA's classic emitters at
+    LLVM level 1), part
     of the program's key; an option this XLA does not know falls back to its defaults."""
     import jax
     import numpy as np
@@ -225,7 +226,11 @@ def test_stored_programs_compile_with_hwjax_compiler_options(tmp_path, monkeypat
     x = np.arange(12, dtype=np.int32)
     thunk = stored_program(lambda v: v * 3 + 1, (x,), ("test_options", str(tmp_path)))
     assert np.asarray(thunk()).tolist() == (x * 3 + 1).tolist()
-    want = {"xla_cpu_use_fusion_emitters": False} if jax.default_backend() == "cpu" else {}
+    want = (
+        {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+        if jax.default_backend() == "cpu"
+        else {}
+    )
     assert _stored.compiler_options() == want and seen == [want or None]
 
     seen.clear()
