@@ -163,14 +163,24 @@ def _saturate_jit(x, lo, hi, saturation_grad: str):
 
 
 def _round_shift_int32(x: jax.Array, s: jax.Array, rounding: str) -> jax.Array:
-    """``round(x / 2**s)`` for int32 ``x`` and ``s >= 0`` (any size), without overflow."""
+    """``round(x / 2**s)`` for int32 ``x`` and ``s >= 0`` (any size), without overflow.
+
+    The floor quotient ``q = x >> min(s, 31)`` (exact: bits above 31 are sign bits) plus the
+    increment of ``rounding``, formed from only what that mode reads: none for ``"floor"``;
+    the rounding bit ``s - 1`` for ``"half_up"`` (``floor(x / 2**s + 1/2) = q + bit``, the
+    bit being 1 exactly when the remainder reaches ``2**(s-1)``); the rounding bit, the
+    bits below it and the sign or parity for the others."""
     q = x >> jnp.minimum(s, 31)
+    if rounding == "floor":
+        return q
     shifted = s >= 1
     n = s - 1  # index of the rounding bit; bits above 31 are sign bits
-    rb = ((x >> jnp.clip(n, 0, 31)) & 1) == 1
+    rb = (((x >> jnp.clip(n, 0, 31)) & 1) == 1) & shifted
+    if rounding == "half_up":
+        return q + rb.astype(_I32)
     mask = jnp.where(n >= 32, _U32(0xFFFFFFFF), (_U32(1) << jnp.clip(n, 0, 31).astype(_U32)) - _U32(1))
     sticky = (jax.lax.bitcast_convert_type(x, _U32) & mask) != 0
-    inc = _wide.round_increment(rounding, x < 0, rb & shifted, sticky, (q & 1) == 1, shifted)
+    inc = _wide.round_increment(rounding, x < 0, rb, sticky, (q & 1) == 1, shifted)
     return q + inc.astype(_I32)
 
 

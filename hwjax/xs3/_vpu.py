@@ -188,8 +188,10 @@ def _sat_sum32(a: jax.Array, b: jax.Array, bits: int) -> tuple[jax.Array, jax.Ar
 
 
 def _sat_clipped(raw: jax.Array, bits: int, symmetric: bool = True) -> tuple[jax.Array, jax.Array]:
-    """``(saturate(raw, bits), clipped)`` for an exact int32 ``raw``."""
-    y = saturate(raw, bits, symmetric=symmetric)
+    """``(saturate(raw, bits), clipped)`` for an exact int32 ``raw`` (the clamp itself: the
+    bounds are static)."""
+    hi = 2 ** (bits - 1) - 1
+    y = jnp.clip(raw, -hi if symmetric else -hi - 1, hi)
     return y, y != raw
 
 
@@ -716,7 +718,14 @@ def vlmul_raw(x: jax.Array, m: jax.Array, *, mode: int, variant: Variant) -> jax
     """VLMUL's rounded (``v2021``: floored) ``x*m / 2**k`` before ``sat_b`` (int32; no
     checks). Exact in 8/16-bit mode; already ``sat32`` in 32-bit mode."""
     dt = _LANE_DTYPE[mode]
-    return fixed_mul(x.astype(dt), m.astype(dt), _VLMUL_FRAC[mode], rounding=_vlmul_rounding(variant), bits=32)
+    x, m = x.astype(dt), m.astype(dt)
+    if mode == 32:
+        return fixed_mul(x, m, _VLMUL_FRAC[mode], rounding=_vlmul_rounding(variant), bits=32)
+    # 8/16-bit lanes: |x m| <= 2**(2b-2) <= 2**30 is exact in int32 and so is the rounding
+    # add (2**(k-1) <= 2**13), so the int32 expression is the exact rounded quotient
+    k = _VLMUL_FRAC[mode]
+    p = x.astype(_I32) * m.astype(_I32)
+    return (p if variant == "v2021" else p + (1 << (k - 1))) >> k
 
 
 # ------------------------------------------------------------------- §2.6–2.8 VDEPTH*
