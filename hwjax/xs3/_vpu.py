@@ -635,11 +635,17 @@ def _left_overflow(x: jax.Array, shr: jax.Array, b: int) -> jax.Array:
 
 
 def vlashr_raw(x: jax.Array, shr: jax.Array, *, mode: int, variant: Variant) -> jax.Array:
-    """VLASHR before the final ``sat_b`` (int32; no checks). Exact in 8/16-bit mode;
-    in 32-bit mode left shifts are already clamped to the int32 range."""
+    """VLASHR before the final ``sat_b`` (int32; no checks). ``x`` holds b-bit lane values
+    (``|x| <= 2**(b-1)``). Exact in 8/16-bit mode; in 32-bit mode left shifts are already
+    clamped to the int32 range."""
     b = mode
     capped = jnp.clip(shr, -(b - 1), b - 1)
-    floor = shift_right(x, capped, rounding="floor", allow_left=True)
+    if b < 32:
+        # b-bit lanes (|x| <= 2**(b-1)) shifted left by at most b - 1: |x 2**k| <= 2**30,
+        # exact in int32, so the saturating left shift of shift_right never saturates
+        floor = jnp.where(capped >= 0, x >> jnp.maximum(capped, 0), x << jnp.maximum(-capped, 0))
+    else:
+        floor = shift_right(x, capped, rounding="floor", allow_left=True)
     if variant == "hardware":
         return floor
     left = _left_wrapped(x, jnp.maximum(-shr, 0), zero_extend=(b == 32))
