@@ -52,19 +52,29 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
 #: bytes of a kernel's intermediates (int8 patches, int32 accumulators) per batch chunk
 CHUNK_BYTES = 1 << 20
 
+#: batches of at most this many examples run in one pass, without a loop over chunks
+#: (:func:`map_chunks`; ``Model.run``'s chunks of the whole graph): a loop is compiled
+#: once per program, and at this size it does not pay for itself. Measured on the MLPerf
+#: Tiny models (one AMD EPYC core, LiteRT reference arithmetic): a batch of 32 in one pass
+#: ran 0.83x (ResNet-large), 0.91x (ResNet-8), 1.0x (ad01, str_ww), 1.0-1.08x (KWS) and
+#: 1.09-1.14x (VWW) as fast as in chunks, and VWW's program compiled about 0.5 s sooner;
+#: at 64 examples one pass ran 0.50x (ResNet-large) and 0.63x (ResNet-8).
+ONE_PASS_EXAMPLES = 32
+
 
 def map_chunks(fn: Callable[[jax.Array], Any], x: jax.Array, n_lead: int, per_example_bytes: int) -> Any:
     """``fn(x)`` for ``x`` with ``n_lead`` leading batch axes, computed on chunks of examples
     (``jax.lax.map``) so that each chunk's intermediates stay near :data:`CHUNK_BYTES` (in
     cache): one 3x3 conv (16x16x32 -> 32) at batch 1024 ran 1.7x faster, a depthwise 2.4x,
-    than in one pass over the whole batch (2-core VM). ``fn`` maps an array of examples to a
-    pytree of arrays whose leading axis is the examples; it must treat examples
+    than in one pass over the whole batch (2-core VM). Batches of at most
+    :data:`ONE_PASS_EXAMPLES` examples run in one pass. ``fn`` maps an array of examples to
+    a pytree of arrays whose leading axis is the examples; it must treat examples
     independently, so the result is the same. ``per_example_bytes``: the intermediates'
     size per example."""
     lead, rest = x.shape[:n_lead], x.shape[n_lead:]
     n = int(np.prod(lead, dtype=np.int64))
     target = max(1, CHUNK_BYTES // max(1, per_example_bytes))
-    if n_lead == 0 or n <= target:
+    if n_lead == 0 or n <= max(target, ONE_PASS_EXAMPLES):
         return fn(x)
     chunk = next((d for d in range(target, max(1, target // 2) - 1, -1) if n % d == 0), target)
     xf = x.reshape(n, *rest)

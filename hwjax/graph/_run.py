@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import compute_once, evaluated_if_concrete
+from hwjax.core import ONE_PASS_EXAMPLES, compute_once, evaluated_if_concrete
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError
 from hwjax.graph._ir import INT_DTYPES, Graph, Node
@@ -323,7 +323,8 @@ def jit_run(
     """:func:`run` under ``jax.jit``: compiled once per graph structure, target and input
     shapes (the parameters are traced, so new parameter values reuse the program).
 
-    ``chunk``: when the batch is larger, run it as consecutive chunks of ``chunk``
+    ``chunk``: when the batch is larger, and larger than
+    :data:`hwjax.core.ONE_PASS_EXAMPLES`, run it as consecutive chunks of ``chunk``
     examples (``jax.lax.map`` in the same program; the last chunk padded, the padding
     dropped). Same values (every example is computed independently); on CPU it keeps
     each node's buffers cache-sized instead of mapping fresh memory per call for large
@@ -360,7 +361,7 @@ def _jit_run(
         raise ShapeError("jit_run: chunk cannot be combined with intermediates or return_stats")
     xs, single = _batched(graph, inputs)
     n = xs[0].shape[0]
-    if single or n <= chunk:
+    if single or n <= max(chunk, ONE_PASS_EXAMPLES):
         return run(graph, inputs, target)
     m = -(-n // chunk)
     parts = tuple(
