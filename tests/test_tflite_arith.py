@@ -174,16 +174,19 @@ DOUBLE_ROUNDED = [
 ]
 
 
-def test_r2_float64_requant_is_exact_integer_arithmetic():
-    """R2 (LiteRT's reference FULLY_CONNECTED: ``round(acc * (double)eff)``) runs in
-    32-bit integer arithmetic on the device, equal to the float64 model everywhere:
-    random accumulators and multipliers, int32 extremes, exact ties and the cases where
-    the float64 rounding itself decides."""
+@pytest.mark.parametrize("form", ["_r2", "_r2_float64", "_r2_int32"])
+def test_r2_float64_requant_is_exact(form):
+    """R2 (LiteRT's reference FULLY_CONNECTED: ``round(acc * (double)eff)``), as it runs
+    (``_r2``: float64 HLO on CPU/GPU) and in both of its forms (float64 HLO; 32-bit integer
+    arithmetic, the other platforms'), equals the float64 model everywhere: random
+    accumulators and multipliers, int32 extremes, exact ties and the cases where the
+    float64 rounding itself decides."""
     from fractions import Fraction
 
-    from hwjax.litert._arith import _float64_bits, _r2
+    from hwjax.litert import _arith
+    from hwjax.litert._arith import _float64_bits
 
-    f = jax.jit(_r2)
+    f = jax.jit(getattr(_arith, form))
     rng = np.random.default_rng(11)
     for eff in [*10.0 ** rng.uniform(-9, 2, 12), 0.5, 0.375 * 2.0**-20, 3.0, 1e-300, 0.0]:
         acc = np.concatenate(
@@ -201,6 +204,26 @@ def test_r2_float64_requant_is_exact_integer_arithmetic():
     for sign in (1, -1):
         got = np.asarray(f(jnp.asarray(sign * acc), jnp.asarray(hi), jnp.asarray(lo)))
         np.testing.assert_array_equal(got, [_r2_host(sign * a, e) for a, e in DOUBLE_ROUNDED])
+
+
+def test_r2_runs_in_float64_on_cpu_also_under_vmap_and_eagerly():
+    """On CPU the R2 program multiplies in float64 (without jax_enable_x64); under vmap
+    and eagerly it gives the float64 model's values."""
+    from hwjax.litert._arith import _float64_bits, _r2, _r2_float64
+
+    acc = np.array([[7, -7, 2**31 - 1, -(2**31)], [5, -5, 3, 0]], np.int32)
+    effs = np.array([0.5, 1.5, 1e-3, 2.0])
+    hi, lo = _float64_bits(effs)
+    want = np.stack([_r2_host(acc[:, j], effs[j]) for j in range(4)], axis=1)
+    text = jax.jit(_r2).lower(acc, hi, lo).as_text()
+    if jax.default_backend() == "cpu":
+        assert "f64" in text and "round_nearest_afz" in text, text[:2000]
+    np.testing.assert_array_equal(np.asarray(jax.jit(_r2)(acc, hi, lo)), want)
+    np.testing.assert_array_equal(np.asarray(_r2_float64(acc, hi, lo)), want)  # eager
+    by_row = jax.vmap(lambda a: _r2(a, hi, lo))(acc)
+    by_column = jax.vmap(lambda a, h, l: _r2(a, h, l), in_axes=(1, 0, 0), out_axes=1)(acc, hi, lo)
+    np.testing.assert_array_equal(np.asarray(by_row), want)
+    np.testing.assert_array_equal(np.asarray(by_column), want)
 
 
 def test_moved_names_still_reachable_from_hwjax_tflite_with_a_deprecation_warning():
