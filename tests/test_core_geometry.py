@@ -398,13 +398,16 @@ def test_argument_errors():
         extract_patches(x, ((5, 5), (3, 3)), pad_value=0)
 
 
-@pytest.mark.parametrize("n_lead, lead", [(1, (41,)), (2, (4, 12)), (1, (5,)), (1, (32,))])
-def test_map_chunks_is_fn_on_the_whole_batch(n_lead, lead):
-    """map_chunks gives fn's pytree on the whole batch: a remainder chunk (41 = 5 * 8 + 1
-    at an 8-example target), chunks that divide the batch over two leading axes (48 = 6 * 8),
-    a batch within one chunk and one of ONE_PASS_EXAMPLES (one pass)."""
+@pytest.mark.parametrize("n_lead, lead", [(1, (17,)), (2, (4, 6)), (1, (5,))])
+@pytest.mark.parametrize("whole", [False, True])
+def test_map_chunks_is_fn_on_the_whole_batch(n_lead, lead, whole):
+    """map_chunks gives fn's pytree on the whole batch: a remainder chunk (17 = 2 * 8 + 1
+    at an 8-example target), chunks that divide the batch over two leading axes (24 = 3 * 8),
+    and a batch within one chunk; in one_pass() the same values without a loop."""
+    import contextlib
+
     from hwjax.core import _program
-    from hwjax.core import map_chunks
+    from hwjax.core import map_chunks, one_pass
 
     x = jnp.arange(np.prod(lead) * 4, dtype=jnp.int32).reshape(*lead, 2, 2)
 
@@ -412,9 +415,10 @@ def test_map_chunks_is_fn_on_the_whole_batch(n_lead, lead):
         return {"s": v.sum(axis=(-2, -1)), "y": v * 3 - 1}
 
     per_example = _program.CHUNK_BYTES // 8  # a target of 8 examples per chunk
-    got = jax.jit(lambda v: map_chunks(fn, v, n_lead, per_example))(x)
-    looped = "scan" in str(jax.make_jaxpr(lambda v: map_chunks(fn, v, n_lead, per_example))(x))
-    assert looped == (np.prod(lead) > max(8, _program.ONE_PASS_EXAMPLES))
+    with one_pass() if whole else contextlib.nullcontext():
+        got = jax.jit(lambda v: map_chunks(fn, v, n_lead, per_example))(x)
+        looped = "scan" in str(jax.make_jaxpr(lambda v: map_chunks(fn, v, n_lead, per_example))(x))
+    assert looped == (np.prod(lead) > 8 and not whole)
     want = fn(x)
     assert jax.tree.structure(got) == jax.tree.structure(want)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):

@@ -251,6 +251,16 @@ def test_large_batches_run_in_chunks_with_the_same_bits(cases):
     np.testing.assert_array_equal(
         np.asarray(hg.jit_run(g, xb.astype(np.int32), chunk=16)), np.asarray(hg.jit_run(g, xb.astype(np.int32)))
     )
+    # at most ONE_PASS_EXAMPLES examples: one pass, no loop over examples (the graph's
+    # chunks or a kernel's; the loops left are those of one example, e.g. over the taps of
+    # a window); more: the graph's chunk loop
+    from hwjax.core import ONE_PASS_EXAMPLES
+
+    def loops(n):
+        v = xb[:n].astype(np.int32)
+        return str(jax.make_jaxpr(lambda a: hg.jit_run(g, a, chunk=8))(v)).count("scan[")
+
+    assert loops(ONE_PASS_EXAMPLES) == loops(1) < loops(ONE_PASS_EXAMPLES + 1)
     # the int8 batch is read as int32 chunk by chunk, not first copied whole into int32
     m = tfl.load(data)
     jaxpr = jax.make_jaxpr(lambda v: m.run(v, runtime="reference"))(xb).jaxpr

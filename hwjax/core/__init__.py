@@ -12,7 +12,14 @@ from hwjax.core._dot import int_dot, lhs8_dtype, u8s8_dot
 from hwjax.core._float import div_rn, mul_rn, quantize_affine, to_float16
 from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_products_sum, window_taps
 from hwjax.core._mac import mac, mac_reference
-from hwjax.core._program import ONE_PASS_EXAMPLES, compute_once, eager_program, evaluated_if_concrete, map_chunks
+from hwjax.core._program import (
+    ONE_PASS_EXAMPLES,
+    compute_once,
+    eager_program,
+    evaluated_if_concrete,
+    map_chunks,
+    one_pass,
+)
 from hwjax.core._stored import call_stored, stored_program, stored_value
 from hwjax.core._surrogate import SaturationGrad
 from hwjax.core._ops import (
@@ -34,6 +41,7 @@ __all__ = [
     "evaluated_if_concrete",
     "map_chunks",
     "ONE_PASS_EXAMPLES",
+    "one_pass",
     "call_stored",
     "stored_program",
     "stored_value",

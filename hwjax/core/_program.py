@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 from typing import Any, Callable, Sequence
 
@@ -53,28 +54,45 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
 CHUNK_BYTES = 1 << 20
 
 #: batches of at most this many examples run in one pass, without a loop over chunks
-#: (:func:`map_chunks`; ``Model.run``'s chunks of the whole graph): a loop is compiled
-#: once per program, and at this size it does not pay for itself. Measured on the MLPerf
-#: Tiny models (one AMD EPYC core, LiteRT reference arithmetic): a batch of 32 in one pass
-#: ran 0.83x (ResNet-large), 0.91x (ResNet-8), 1.0x (ad01, str_ww), 1.0-1.08x (KWS) and
-#: 1.09-1.14x (VWW) as fast as in chunks, and VWW's program compiled about 0.5 s sooner;
-#: at 64 examples one pass ran 0.50x (ResNet-large) and 0.63x (ResNet-8).
+#: (``jit_run(chunk=...)`` and ``Model.run`` trace such a batch under :func:`one_pass`): a
+#: loop is compiled once per program, and at this size it does not pay for itself.
+#: Measured on the MLPerf Tiny models (one AMD EPYC core, LiteRT reference arithmetic): a
+#: batch of 32 in one pass ran 0.83x (ResNet-large), 0.91x (ResNet-8), 1.0x (ad01,
+#: str_ww), 1.0-1.08x (KWS) and 1.09-1.14x (VWW) as fast as in chunks, and VWW's program
+#: compiled about 0.5 s sooner; at 64 examples one pass ran 0.50x (ResNet-large) and
+#: 0.63x (ResNet-8).
 ONE_PASS_EXAMPLES = 32
+
+_ONE_PASS = contextvars.ContextVar("hwjax_one_pass", default=False)
+
+
+@contextlib.contextmanager
+def one_pass():
+    """A context in which :func:`map_chunks` runs every batch in one pass (what is traced
+    in it has no loop over chunks of examples). Only speed and compile time depend on it,
+    never a value. The graph runner uses it for batches of at most
+    :data:`ONE_PASS_EXAMPLES`; inside its own chunks of a larger batch the kernels keep
+    chunking (ResNet-8's first convolutions ran 1.4x faster at batch 256 in 4-example
+    chunks inside the graph's 8-example ones than in one pass over each 8)."""
+    token = _ONE_PASS.set(True)
+    try:
+        yield
+    finally:
+        _ONE_PASS.reset(token)
 
 
 def map_chunks(fn: Callable[[jax.Array], Any], x: jax.Array, n_lead: int, per_example_bytes: int) -> Any:
     """``fn(x)`` for ``x`` with ``n_lead`` leading batch axes, computed on chunks of examples
     (``jax.lax.map``) so that each chunk's intermediates stay near :data:`CHUNK_BYTES` (in
     cache): one 3x3 conv (16x16x32 -> 32) at batch 1024 ran 1.7x faster, a depthwise 2.4x,
-    than in one pass over the whole batch (2-core VM). Batches of at most
-    :data:`ONE_PASS_EXAMPLES` examples run in one pass. ``fn`` maps an array of examples to
-    a pytree of arrays whose leading axis is the examples; it must treat examples
-    independently, so the result is the same. ``per_example_bytes``: the intermediates'
-    size per example."""
+    than in one pass over the whole batch (2-core VM). In :func:`one_pass` it runs ``fn``
+    on the whole batch. ``fn`` maps an array of examples to a pytree of arrays whose
+    leading axis is the examples; it must treat examples independently, so the result is
+    the same. ``per_example_bytes``: the intermediates' size per example."""
     lead, rest = x.shape[:n_lead], x.shape[n_lead:]
     n = int(np.prod(lead, dtype=np.int64))
     target = max(1, CHUNK_BYTES // max(1, per_example_bytes))
-    if n_lead == 0 or n <= max(target, ONE_PASS_EXAMPLES):
+    if n_lead == 0 or n <= target or _ONE_PASS.get():
         return fn(x)
     chunk = next((d for d in range(target, max(1, target // 2) - 1, -1) if n % d == 0), target)
     xf = x.reshape(n, *rest)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import ONE_PASS_EXAMPLES, compute_once, evaluated_if_concrete
+from hwjax.core import ONE_PASS_EXAMPLES, compute_once, evaluated_if_concrete, one_pass
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FormatError, RangeError, ShapeError
 from hwjax.graph._ir import INT_DTYPES, Graph, Node
@@ -326,9 +326,11 @@ def jit_run(
     ``chunk``: when the batch is larger, and larger than
     :data:`hwjax.core.ONE_PASS_EXAMPLES`, run it as consecutive chunks of ``chunk``
     examples (``jax.lax.map`` in the same program; the last chunk padded, the padding
-    dropped). Same values (every example is computed independently); on CPU it keeps
-    each node's buffers cache-sized instead of mapping fresh memory per call for large
-    batches. Not with ``intermediates`` or ``return_stats``.
+    dropped); a batch of at most ``ONE_PASS_EXAMPLES`` runs in one pass, its kernels too
+    (:func:`hwjax.core.one_pass`). Same values (every example is computed
+    independently); on CPU it keeps each node's buffers cache-sized instead of mapping
+    fresh memory per call for large batches. Not with ``intermediates`` or
+    ``return_stats``.
     """
     _check_graph(graph)
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
@@ -361,7 +363,10 @@ def _jit_run(
         raise ShapeError("jit_run: chunk cannot be combined with intermediates or return_stats")
     xs, single = _batched(graph, inputs)
     n = xs[0].shape[0]
-    if single or n <= max(chunk, ONE_PASS_EXAMPLES):
+    if n <= ONE_PASS_EXAMPLES:
+        with one_pass():
+            return run(graph, inputs, target)
+    if single or n <= chunk:
         return run(graph, inputs, target)
     m = -(-n // chunk)
     parts = tuple(
