@@ -14,6 +14,7 @@ quantisations at zero point -128) is refused on the original.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -82,3 +83,48 @@ def test_what_cannot_be_told_from_a_dropped_activation_is_refused():
     d = _data(REFUSED[0])
     with pytest.raises(UnsupportedOpError, match="relu6 with output zero point -128 that is not fused"):
         T.load(os.path.join(DATA, f"{REFUSED[0]}.tflite")).run(d["x"], runtime="xs3")
+
+
+def _model_error(m, beta, amin, amax, qp) -> float:
+    """lib_nn's high-precision error of a channel-wise transform, one accumulator at a
+    time in Python integers: each step of the 64-bit emulation saturated to 2**16 (2**8
+    for the last), against C's round of ``acc m + beta`` clamped to int8."""
+
+    def sat(v, bits):
+        return max(-(1 << bits), min((1 << bits) - 1, v))
+
+    def shr(v, s, bits=16):
+        return sat((v + (1 << (s - 1))) >> s if s > 0 else v << -s, bits)
+
+    worst = 0.0
+    for c in range(len(m)):
+        errors = []
+        for acc in range(int(amin[c]), int(amax[c]) + 1):
+            t = shr(acc, int(qp["shifts"][c]))
+            t = sat((t * int(qp["multipliers"][c]) + (1 << 13)) >> 14, 16)
+            t = sat(t + int(qp["biases"][c]), 16)
+            t = sat(shr(shr(t, int(qp["final_shr"])), 8), 8)
+            v = float(acc) * float(m[c]) + float(beta[c])
+            r = math.floor(abs(v) + 0.5)
+            expected = max(-128, min(127, int(math.copysign(r, v)) if r else 0))
+            errors.append(abs(expected - t))
+        if errors:
+            worst = max(worst, sum(errors) / len(errors))
+    return worst
+
+
+def test_channelwise_error_is_the_per_accumulator_model():
+    """xformer's channel-wise error estimate (which decides between the channel-wise
+    transform and the TFLM op) equals the model evaluated one accumulator at a time;
+    empty ranges count nothing."""
+    import hwjax.targets._xformer as X
+
+    rng = np.random.default_rng(3)
+    for _ in range(6):
+        c = int(rng.integers(1, 7))
+        m = rng.uniform(1e-4, 3e-2, c)
+        beta = rng.uniform(-60, 60, c)
+        amin = rng.integers(-700, 0, c)
+        amax = amin + rng.integers(-3, 900, c)
+        qp = X.channelwise_params(m, beta, amin, amax)
+        assert X.channelwise_error(m, beta, amin, amax, qp) == _model_error(m, beta, amin, amax, qp)
