@@ -70,10 +70,11 @@ _ONE_PASS = contextvars.ContextVar("hwjax_one_pass", default=False)
 def one_pass():
     """A context in which :func:`map_chunks` runs every batch in one pass (what is traced
     in it has no loop over chunks of examples). Only speed and compile time depend on it,
-    never a value. The graph runner uses it for batches of at most
-    :data:`ONE_PASS_EXAMPLES`; inside its own chunks of a larger batch the kernels keep
-    chunking (ResNet-8's first convolutions ran 1.4x faster at batch 256 in 4-example
-    chunks inside the graph's 8-example ones than in one pass over each 8)."""
+    never a value (a jitted helper whose trace JAX cached outside the context keeps its
+    chunks). The graph runner uses it for batches of at most :data:`ONE_PASS_EXAMPLES`;
+    inside its own chunks of a larger batch the kernels keep chunking: ResNet-8 at batch
+    256 ran 1.4x faster with its first convolutions in 4-example chunks inside the
+    graph's 8-example ones than with one pass over each 8."""
     token = _ONE_PASS.set(True)
     try:
         yield
