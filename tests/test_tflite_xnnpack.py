@@ -21,7 +21,7 @@ from hwjax.errors import UnsupportedOpError
 from hwjax.targets import TFLite
 from hwjax.tflite import testing as T
 from hwjax.litert import _xnnpack as X
-from hwjax.litert._arith import rdbpot32, srdhm32
+from hwjax.litert._arith import rdbpot32, shift_half_up32, srdhm32
 
 RUNTIMES = ("reference", "optimized", "xnnpack")
 B = 72  # examples per batch
@@ -352,7 +352,7 @@ def test_int32_primitives_exact():
         away = [(abs(int(x)) + half) >> e if x >= 0 else -((abs(int(x)) + half) >> e) for x in a]
         up = [(int(x) + half) >> e for x in a]
         assert np.asarray(rdbpot32(jnp.asarray(a), e)).tolist() == away, e
-        assert np.asarray(X._shift_right_half_up(jnp.asarray(a), e)).tolist() == up, e
+        assert np.asarray(shift_half_up32(jnp.asarray(a), e)).tolist() == up, e
 
 
 def test_add_relu6_at_a_rounding_tie():

@@ -341,9 +341,11 @@ def rdbpot32(x, e) -> jax.Array:
     return (x >> e) + ((x & mask) > threshold).astype(_I32)
 
 
-def _shift_half_up32(x, e):
+def shift_half_up32(x, e):
     """``floor(x / 2**e + 1/2)`` for int32 ``x`` and ``e >= 0`` (any size), without overflow:
-    the floor quotient plus bit ``e - 1`` (a sign bit when ``e > 32``)."""
+    the floor quotient plus bit ``e - 1`` (a sign bit when ``e > 32``). Ties toward +inf:
+    ruy's and NEON ``VRSHL``'s rounding shift."""
+    x, e = jnp.asarray(x, _I32), jnp.asarray(e, _I32)
     q = x >> jnp.minimum(e, 31)
     rb = (x >> jnp.clip(e - 1, 0, 31)) & (e > 0).astype(_I32)
     return q + rb
@@ -366,7 +368,7 @@ def _ruy(x, m, s):
     (the exact quotient, which is what ruy's overflow guard returns at the top)."""
     ls = jnp.clip(s, 0, 31)
     rs = jnp.maximum(-s, 0)
-    return _shift_half_up32(srdhm32(x << ls, m), rs)
+    return shift_half_up32(srdhm32(x << ls, m), rs)
 
 
 def _float64_bits(eff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -46,6 +46,7 @@ from hwjax.litert._arith import (
     params_used,
     quantize_multiplier,
     rdbpot32,
+    shift_half_up32,
     srdhm32,
 )
 from hwjax.litert._kernels import ADD_KEYS, add_params, check_add_operands
@@ -88,13 +89,6 @@ def xnn_qs8_quantize(value: float, scale, zero_point) -> int:
     v = np.float32(np.float32(value) / _f32(scale))
     v = np.float32(v + np.float32(int(zero_point)))
     return int(np.rint(np.minimum(np.maximum(v, np.float32(-128.0)), np.float32(127.0))))
-
-
-def _shift_right_half_up(x, n):
-    """``floor(x / 2**n + 1/2)`` (ties toward +inf: NEON ``VRSHL`` by ``-n``), int32 ``x``,
-    ``0 <= n <= 31``: the floor quotient plus bit ``n - 1`` of ``x``."""
-    n = jnp.asarray(n, _I32)
-    return (x >> n) + ((x >> jnp.maximum(n - 1, 0)) & (n > 0).astype(_I32))
 
 
 def _vshl(x, n):
@@ -243,7 +237,7 @@ def neon_requantize_int(x, m, e, zin, zout):
     d = x - zin
     t = srdhm32(d << jnp.maximum(e, 0), m)
     rs = jnp.maximum(-e, 0)
-    v = _by_lanes(x.shape[1:], lambda: _shift_right_half_up(t, rs), lambda: rdbpot32(t, rs))
+    v = _by_lanes(x.shape[1:], lambda: shift_half_up32(t, rs), lambda: rdbpot32(t, rs))
     return jnp.clip(jnp.clip(v, -(2**30), 2**30) + zout, -128, 127)
 
 
