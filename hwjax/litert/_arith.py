@@ -379,11 +379,16 @@ def _float64_bits(eff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _r2(acc, hi, lo):
     """R2, ``round_half_away(fl64(acc * eff))`` as int32, -2**31 where it leaves int32:
     float64 arithmetic in the program on CPU and GPU (:func:`_r2_float64`), the 32-bit
-    integer emulation (:func:`_r2_int32`) on other platforms. The same values."""
-    acc = jnp.asarray(acc, _I32)
-    hi, lo = (jnp.broadcast_to(jnp.asarray(v, jnp.uint32), acc.shape) for v in (hi, lo))
+    integer emulation (:func:`_r2_int32`) on other platforms. The same values (each form
+    broadcasts ``hi``, ``lo`` to ``acc``'s shape itself)."""
     return jax.lax.platform_dependent(
-        acc, hi, lo, cpu=_r2_float64, cuda=_r2_float64, rocm=_r2_float64, default=_r2_int32
+        jnp.asarray(acc, _I32),
+        jnp.asarray(hi, jnp.uint32),
+        jnp.asarray(lo, jnp.uint32),
+        cpu=_r2_float64,
+        cuda=_r2_float64,
+        rocm=_r2_float64,
+        default=_r2_int32,
     )
 
 
