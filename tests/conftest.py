@@ -9,6 +9,7 @@ and the seconds they took, then the tests and the functions with the most of the
 from __future__ import annotations
 
 import collections
+import copy
 import functools
 import gc
 import os
@@ -56,6 +57,7 @@ else:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
@@ -115,6 +117,20 @@ def golden_path(*parts: str) -> Path:
     if not p.exists():
         pytest.skip(f"golden vectors not found at {p} (set HWJAX_GOLDEN to the golden folder)")
     return p
+
+
+_RNG_STATES: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def _module_rng_from_its_start(request):
+    """A test module's shared ``RNG`` (a NumPy Generator) starts every test where it stood
+    before the module's first test, so a test draws the same inputs whichever tests of its
+    module ran before it in its process (pytest-xdist hands a worker a varying subset)."""
+    rng = getattr(request.module, "RNG", None)
+    if isinstance(rng, np.random.Generator):
+        state = _RNG_STATES.setdefault(request.module.__name__, copy.deepcopy(rng.bit_generator.state))
+        rng.bit_generator.state = copy.deepcopy(state)
 
 
 @pytest.fixture
