@@ -116,7 +116,7 @@ def _model_error(m, beta, amin, amax, qp) -> float:
 def test_channelwise_error_is_the_per_accumulator_model():
     """xformer's channel-wise error estimate (which decides between the channel-wise
     transform and the TFLM op) equals the model evaluated one accumulator at a time;
-    empty ranges count nothing."""
+    empty ranges count nothing; stopping early above a threshold tells the same side of it."""
     import hwjax.targets._xformer as X
 
     rng = np.random.default_rng(3)
@@ -127,4 +127,8 @@ def test_channelwise_error_is_the_per_accumulator_model():
         amin = rng.integers(-700, 0, c)
         amax = amin + rng.integers(-3, 900, c)
         qp = X.channelwise_params(m, beta, amin, amax)
-        assert X.channelwise_error(m, beta, amin, amax, qp) == _model_error(m, beta, amin, amax, qp)
+        full = _model_error(m, beta, amin, amax, qp)
+        assert X.channelwise_error(m, beta, amin, amax, qp) == full
+        for stop in (0.0, full / 2, full, 0.25):  # early exit: the same side of the threshold
+            early = X.channelwise_error(m, beta, amin, amax, qp, stop_above=stop)
+            assert (early > stop) == (full > stop) and early <= full

@@ -135,12 +135,19 @@ def _shr(v, s, bits=16):
     return _sat((v + (1 << (s - 1))) >> s, bits) if s > 0 else _sat(v << -s, bits)
 
 
-def channelwise_error(m, beta, amin, amax, qp) -> float:
+def channelwise_error(m, beta, amin, amax, qp, stop_above: float | None = None) -> float:
     """lib_nn's high-precision error of a channel-wise transform: the largest, over the
     channels, mean ``|round(accu m + beta) clamped - emulated output|`` over every accumulator
-    in the channel's range (its emulation: 64-bit steps with (2**16)-wide saturation)."""
+    in the channel's range (its emulation: 64-bit steps with (2**16)-wide saturation).
+
+    With ``stop_above``, returns as soon as one channel's error exceeds it: that channel's
+    error, a value above ``stop_above`` and at most the full result (the comparison with a
+    threshold is all the caller needs). Channels are visited coarsest first (largest
+    ``m * 2**shift``: the most accumulator rounding per output step), which only changes
+    how soon such a channel is met, not the result."""
     worst = 0.0
-    for c in range(m.size):
+    order = np.argsort(-(np.asarray(m, np.float64) * np.exp2(np.asarray(qp["shifts"], np.float64))), kind="stable")
+    for c in order:
         acc = np.arange(int(amin[c]), int(amax[c]) + 1, dtype=np.int64)
         if not acc.size:
             continue
@@ -152,6 +159,8 @@ def channelwise_error(m, beta, amin, amax, qp) -> float:
         v = acc.astype(np.float64) * m[c] + beta[c]
         expected = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -128, 127)  # C round
         worst = max(worst, float(np.abs(expected - t).sum()) / acc.size)
+        if stop_above is not None and worst > stop_above:
+            break
     return worst
 
 
@@ -188,7 +197,7 @@ def _transform_choice(weights, bias_q, s_in, z_in, s_w, s_out, z_out, threshold=
     if 2.0 ** -(A + M - VLMUL_SHR - 8 + 7) <= threshold:
         return {"mode": np.int32(0), **cw}
     qp = channelwise_params(m, beta, amin, amax)
-    if channelwise_error(m, beta, amin, amax, qp) <= threshold:
+    if channelwise_error(m, beta, amin, amax, qp, stop_above=threshold) <= threshold:
         return {"mode": np.int32(1), **qp}
     return {"mode": np.int32(2), **cw}
 
