@@ -183,6 +183,17 @@ class KnownMode:
     mode: int = static()
 
 
+@pytree
+@dataclass(frozen=True)
+class KnownShifts:
+    """A compiled layer's ``(initial_shift, final_shr)``, known at lowering: static, so
+    that its program traces only the form of each shift step these values need
+    (:func:`hwjax.xs3.conv2d` takes them as ints)."""
+
+    initial_shift: int = static()
+    final_shr: int = static()
+
+
 def _compiled_params(op: str, prune: bool = True):
     """The parameters of a compiled conv / depthwise / dense node. With ``prune`` and a
     concrete lowering (the host's), those of the branches :func:`_compiled_run` will not take
@@ -213,6 +224,8 @@ def _compiled_params(op: str, prune: bool = True):
             choice = {"mode": choice["mode"]}
         if mode is not None:
             choice = {**choice, "known": KnownMode(mode)}
+        if not isinstance(p["shifts"], jax.core.Tracer):  # a concrete lowering: static shifts
+            p = {**p, "shifts": KnownShifts(*(int(v) for v in np.asarray(p["shifts"])))}
         return {**p, "choice": choice, "tflm": tflm}
 
     return params
@@ -256,9 +269,11 @@ def _compiled_run(op: str):
             geom = geometry(attrs, x.shape)
         pad_tl = (0, 0) if geom is None else (geom.padding[0][0], geom.padding[1][0])
         out_hw = (1, 1) if geom is None else geom.out_hw
+        shifts = p["shifts"]
+        known = isinstance(shifts, KnownShifts)
         common = dict(
-            initial_shift=p["shifts"][0],
-            final_shr=p["shifts"][1],
+            initial_shift=shifts.initial_shift if known else shifts[0],
+            final_shr=shifts.final_shr if known else shifts[1],
             stride=(1, 1) if geom is None else geom.stride,
             pad_top_left=pad_tl,
             pad_value=p["zin"],

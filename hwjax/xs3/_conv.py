@@ -368,8 +368,8 @@ def _conv2d(
         acc = jnp.matmul(patches_of(xv, pad_value=pad), k.reshape(c_out, -1).T, precision=jax.lax.Precision.HIGHEST)
         return _otfn.int8_surrogate(acc, mul, bias, s1, s2)
 
-    return S.call(
-        forward, surrogate, xv, k, mul, bias, pad_value, initial_shift, final_shr, saturation_grad=saturation_grad
+    return _otfn.call_with_shifts(
+        forward, surrogate, (xv, k, mul, bias, pad_value), (initial_shift, final_shr), saturation_grad=saturation_grad
     )
 
 

@@ -35,7 +35,7 @@ from hwjax.core import surrogate as S
 from hwjax.errors import ArgTypeError, RangeError, ShapeError
 from hwjax.xs3 import _bso
 from hwjax.xs3 import _vpu as vpu
-from hwjax.core import SaturationGrad, evaluated_if_concrete
+from hwjax.core import SaturationGrad, eager_program, evaluated_if_concrete
 from hwjax.xs3._vpu import Variant
 
 _I32 = jnp.int32
@@ -50,18 +50,21 @@ STAT_KEYS = ("initial_clipped", "mul_clipped", "bias_clipped", "final_clipped", 
 # ----------------------------------------------------------------------- validation
 
 
-def _shift(value, lo: int, hi: int, name: str) -> jax.Array:
+def _shift(value, lo: int, hi: int, name: str) -> jax.Array | np.int32:
     """A per-op shift as an int32 scalar (:func:`hwjax.core._validate.int_scalar`): a
     concrete value must lie in ``[lo, hi]``, the range the assembly supports; a traced
     one (hardware-aware training derives shifts inside ``jit``) cannot be checked, and
     the result is what the VPU instructions compute with it (they define every shift).
     """
     try:
-        return V.int_scalar(value, lo, hi, name)
+        checked = V.int_scalar(value, lo, hi, name)
     except ValueError:
         raise RangeError(
             f"{name}={value} is outside the supported range [{lo}, {hi}] of the XS3 otfn_int8 assembly (spec §4.1)"
         ) from None
+    # a concrete shift stays a NumPy scalar: known while a caller's program is traced, it
+    # selects the one form of each VPU step it needs (vpu.static_shift)
+    return checked if isinstance(value, jax.core.Tracer) else np.int32(np.asarray(value))
 
 
 def _acc32(acc, name: str = "acc", *, float_ok: bool = False) -> jax.Array:
@@ -137,7 +140,7 @@ def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, v
     p = vpu.vlmul_raw(t, mul, mode=16, variant=variant)
     t_mul = vpu._sat_clipped(p, 16)[0]
     t_add = vpu.vladd(t_mul, bias, mode=16, variant=variant)
-    shr = jnp.asarray(final_shr, _I32)
+    shr = final_shr if vpu.static_shift(final_shr) is not None else jnp.asarray(final_shr, _I32)
     raw_fin = vpu.vlashr_raw(t_add, shr, mode=16, variant=variant)
     t_fin = vpu._sat_clipped(raw_fin, 16)[0]
     return {
@@ -156,6 +159,13 @@ def _initial_int8(acc: jax.Array, initial_shift: jax.Array, variant: Variant) ->
     """Step 1 of §4.1: VLSAT16 by ``max(initial_shift, 0)``, then VLASHR16 by
     ``min(initial_shift, 0)`` (a saturating left shift; by 0 it changes nothing, so
     the assembly's branch on the sign of ``initial_shift`` needs no branch here)."""
+    known = vpu.static_shift(initial_shift)
+    if known is not None:  # one of the two steps shifts; the other is the identity
+        t, clip1 = vpu._sat_clipped(vpu.vlsat_raw(acc, max(known, 0), variant=variant), 16)
+        if known >= 0:
+            return {"after_vlsat": t, "after_initial_vlashr": t, "initial_clipped": clip1}
+        t2, clip2 = vpu._sat_clipped(vpu.vlashr_raw(t, known, mode=16, variant=variant), 16)
+        return {"after_vlsat": t, "after_initial_vlashr": t2, "initial_clipped": clip1 | clip2}
     s1 = jnp.asarray(initial_shift, _I32)
     s = jnp.maximum(s1, 0)  # in [0, 16]: VLSAT's shift as read, no shift >= 32
     t, clip1 = vpu._sat_clipped(vpu.vlsat_raw(acc, s, variant=variant), 16)  # vlsat, symmetric
@@ -335,19 +345,30 @@ def otfn_int8(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("variant", "return_stats", "saturation_grad"))
+@eager_program(static_argnames=("variant", "return_stats", "saturation_grad"))
 def _otfn_int8_impl(acc, multipliers, biases, initial_shift, final_shr, *, variant, return_stats, saturation_grad):
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=True)
-    return S.call(
+    return call_with_shifts(
         int8_forward(variant, return_stats),
         int8_surrogate,
-        a,
-        mul,
-        bias,
-        initial_shift,
-        final_shr,
+        (a, mul, bias),
+        (initial_shift, final_shr),
         saturation_grad=saturation_grad,
+    )
+
+
+def call_with_shifts(forward, surrogate, args: tuple, shifts: tuple, *, saturation_grad: SaturationGrad):
+    """``S.call(forward, surrogate, *args, *shifts)``, the shifts being the functions' last
+    arguments. Where every shift is known while tracing (:func:`hwjax.xs3._vpu.static_shift`:
+    a model's lowering passes its layers' shifts as NumPy integers), they are closed over
+    as Python ints instead, so each VPU step traces only the form its shift needs; the
+    values are the same either way."""
+    known = tuple(vpu.static_shift(s) for s in shifts)
+    if any(k is None for k in known):
+        return S.call(forward, surrogate, *args, *shifts, saturation_grad=saturation_grad)
+    return S.call(
+        lambda *a: forward(*a, *known), lambda *a: surrogate(*a, *known), *args, saturation_grad=saturation_grad
     )
 
 

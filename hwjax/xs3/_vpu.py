@@ -440,19 +440,6 @@ def _vlsat_shift_16(shift) -> jax.Array:
     return s & 0xFFFF
 
 
-def _rshr_or_floor(acc: jax.Array, s: jax.Array) -> jax.Array:
-    """hardware R: ``rshr(acc, s)`` exactly for s <= 31, ``acc >> s`` (0/-1) for s >= 32."""
-    rounded = shift_right(acc, jnp.minimum(s, 31), rounding="half_up")
-    return jnp.where(s >= 32, acc >> 31, rounded)
-
-
-def _rshr_wrapped(acc: jax.Array, s: jax.Array) -> jax.Array:
-    """host/v2021 R for 1 <= s <= 31: ``wrap32(acc + 2**(s-1)) >> s``; s = 0: ``acc``."""
-    sc = jnp.clip(s, 1, 31)
-    r = (acc + (_I32(1) << (sc - 1))) >> sc  # int32 add wraps like the C model
-    return jnp.where(s == 0, acc, r)
-
-
 def vlsat(
     acc: AccLike,
     shift,
@@ -503,6 +490,7 @@ def vlsat(
     else:
         a = _checked(acc, "acc", -(2**31), 2**31 - 1, float_ok=True)
         s = _checked(shift, "shift", -(2**15), 2**16 - 1)
+        V.check_broadcast(a, "acc", s, "shift")
         if variant != "hardware" and V.is_concrete(s) and np.any((np.asarray(s).astype(np.int64) & 0xFFFF) >= 32):
             warnings.warn(
                 f"VLSAT shifts >= 32 are undefined in the {variant!r} model (spec §2.3);"
@@ -541,16 +529,51 @@ def _vlsat_impl(acc, shift, *, mode, variant, symmetric, saturation_grad):
     return S.call(forward, lambda a, s: a * S.exp2(-s, a), a, s, saturation_grad=saturation_grad)
 
 
+def static_shift(s) -> int | None:
+    """A shift's value where it is known while tracing (a Python or NumPy integer, a 0-d
+    NumPy array, a concrete array), else None (a traced shift). The raw forms below trace
+    only the form a known shift needs; a traced shift gets the form for every shift (the
+    same values)."""
+    if isinstance(s, jax.core.Tracer) or isinstance(s, (bool, np.bool_)) or np.ndim(s) != 0:
+        return None
+    try:
+        v = np.asarray(s)
+    except Exception:
+        return None
+    return int(v) if np.issubdtype(v.dtype, np.integer) else None
+
+
 def vlsat_raw(acc: jax.Array, s: jax.Array, *, variant: Variant) -> jax.Array:
     """The rounding shift R of 8/16-bit VLSAT before saturation (int32; no checks).
 
     ``acc`` int32, ``s`` the unsigned shift in [0, 65535]. ``vlsat`` is
     ``saturate(vlsat_raw(...), mode)``; comparing the two tells where VLSAT clipped.
+
+    One int32 expression per variant, each exact without a wider type: with
+    ``k = min(s, 31)`` and ``live = 1 <= s <= 31`` (a rounding bit exists),
+
+    * ``hardware``: ``(acc >> k) + bit``, ``bit`` the rounding bit ``s - 1`` of ``acc``
+      where ``live`` (``floor(acc / 2**s + 1/2)`` is the floor quotient plus that bit, and
+      ``acc >> 31`` for s >= 32);
+    * ``host``/``v2021``: ``(acc + half) >> k`` with the int32 add wrapping as in the C
+      model, ``half = 2**(s-1)`` where ``live``, else 0 (``acc`` at s = 0, ``acc >> 31``
+      at s >= 32).
     """
-    hard = _rshr_or_floor(acc, s)
+    known = static_shift(s)
+    if known is not None and 0 <= known <= 0xFFFF:  # the same expressions with the shift known
+        if known == 0:
+            return acc
+        if known >= 32:
+            return acc >> 31
+        if variant == "hardware":
+            return (acc >> known) + ((acc >> (known - 1)) & 1)
+        return (acc + _I32(1 << (known - 1))) >> known
+    k = jnp.minimum(s, 31)
+    live = (s >= 1) & (s <= 31)
+    below = jnp.clip(s - 1, 0, 30)
     if variant == "hardware":
-        return hard
-    return jnp.where(s >= 32, hard, _rshr_wrapped(acc, s))
+        return (acc >> k) + ((acc >> below) & live.astype(_I32))
+    return (acc + jnp.where(live, _I32(1) << below, _I32(0))) >> k
 
 
 # -------------------------------------------------------------------------- §2.4 VLASHR
@@ -639,21 +662,36 @@ def vlashr_raw(x: jax.Array, shr: jax.Array, *, mode: int, variant: Variant) -> 
     (``|x| <= 2**(b-1)``). Exact in 8/16-bit mode; in 32-bit mode left shifts are already
     clamped to the int32 range."""
     b = mode
+    known = static_shift(shr)
+    if b < 32 and known is not None:  # the same expressions with the shift known
+        if known < 0 and variant != "hardware":  # wrapping left shift (0 from 32 on)
+            return x << (-known) if known > -32 else jnp.zeros_like(x)
+        if known < 0:
+            return x << min(-known, b - 1)
+        if variant == "host" and 1 <= known <= b - 2:
+            return (x + _I32(1 << (known - 1))) >> known
+        return x >> min(known, b - 1) if known else x
+    if b < 32 and variant != "hardware":  # left shifts wrap; shr >= 0 as below
+        left = _left_wrapped(x, jnp.maximum(-shr, 0), zero_extend=False)
+        if variant == "host":
+            # 1 <= shr <= b-2: (x + 2**(shr-1)) >> shr (|x| <= 2**(b-1) <= 2**15: no
+            # wrap); x at 0; shr >= b-1: the floor x >> (b-1)
+            live = (shr >= 1) & (shr <= b - 2)
+            half = jnp.where(live, _I32(1) << jnp.clip(shr - 1, 0, b - 3), _I32(0))
+            return jnp.where(shr < 0, left, (x + half) >> jnp.clip(shr, 0, b - 1))
+        return jnp.where(shr < 0, left, x >> jnp.clip(shr, 0, b - 1))  # v2021: floors
     capped = jnp.clip(shr, -(b - 1), b - 1)
-    if b < 32:
+    if b < 32:  # hardware
         # b-bit lanes (|x| <= 2**(b-1)) shifted left by at most b - 1: |x 2**k| <= 2**30,
         # exact in int32, so the saturating left shift of shift_right never saturates
-        floor = jnp.where(capped >= 0, x >> jnp.maximum(capped, 0), x << jnp.maximum(-capped, 0))
-    else:
-        floor = shift_right(x, capped, rounding="floor", allow_left=True)
+        return jnp.where(capped >= 0, x >> jnp.maximum(capped, 0), x << jnp.maximum(-capped, 0))
+    floor = shift_right(x, capped, rounding="floor", allow_left=True)
     if variant == "hardware":
         return floor
-    left = _left_wrapped(x, jnp.maximum(-shr, 0), zero_extend=(b == 32))
-    if variant == "host":
+    left = _left_wrapped(x, jnp.maximum(-shr, 0), zero_extend=True)
+    if variant == "host":  # 32-bit host: also the zero-extended left path at shr = 0 (its bug)
         rounded = shift_right(x, jnp.clip(shr, 0, b - 1), rounding="half_up")
-        right = jnp.where(shr >= b - 1, floor, rounded)
-        buggy_zero = b == 32  # the 32-bit host model also zero-extends at shr = 0
-        return jnp.where((shr < 0) | ((shr == 0) & buggy_zero), left, right)
+        return jnp.where(shr <= 0, left, jnp.where(shr >= b - 1, floor, rounded))
     return jnp.where(shr < 0, left, floor)
 
 
@@ -799,7 +837,10 @@ def _narrow(x: jax.Array, shift: int, bits: int, saturation_grad: str) -> jax.Ar
     """``sat_bits(rshr(x, shift))`` (VDEPTH8/16), differentiable for float ``x``."""
 
     def forward(x):
-        return _sat_clipped(shift_right(x.astype(_I32), shift, rounding="half_up"), bits)
+        # round half up by a static 1 <= shift <= 31: the floor quotient plus the rounding
+        # bit, exact in int32 (shift_right's general form serves a traced shift)
+        x = x.astype(_I32)
+        return _sat_clipped((x >> shift) + ((x >> (shift - 1)) & 1), bits)
 
     return S.call(forward, lambda x: x * 2.0**-shift, x, saturation_grad=saturation_grad)
 
