@@ -72,6 +72,29 @@ REGRESSIONS = {
     },
     # seed 21: LOGISTIC on an input of scale 170.7 (xformer makes it an XC_lookup; hwjax's
     # own compilation of the original raised OverflowError computing the table)
+    # seed 55: a DEPTHWISE_CONV_2D with channel multiplier 3, which xformer writes as an
+    # XC_conv2d_v2 depthwise of 8 -> 24 channels; hwjax refuses both files (it read the
+    # converted one as malformed)
+    "regress_depthwise_multiplier": {
+        "seed": 55,
+        "input": {"shape": [1, 4, 4, 8], "scale": 0.15801043808460236, "zp": -2},
+        "ops": [
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [0],
+                "mult": 3,
+                "kernel": [3, 1],
+                "stride": [2, 1],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 55001, "max": 127, "scale": 0.015625, "per_channel": True, "spread": 2.0},
+                "bias": {"seed": 55002, "max": 1597},
+                "act": "RELU6",
+                "out": [0.0235294122248888, -128],
+            }
+        ],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -482,6 +482,19 @@ def test_xs3_regression(name, key):
     assert outcome == "exact", f"{name} {key}: {outcome}: {detail}"
 
 
+def test_xs3_depthwise_channel_multiplier_is_refused_on_both_files():
+    """xformer writes a depthwise convolution with a channel multiplier as an XC depthwise
+    whose output has more channels than its input (the host interpreter's outputs differ
+    from TFLM's on 862 of 1536 values): hwjax refuses it, on the converted file as an
+    unsupported operator rather than a malformed file (seed 55)."""
+    name = "regress_depthwise_multiplier"
+    if not os.path.exists(os.path.join(XS3_DATA, f"{name}.npz")):
+        pytest.skip(f"{name}.npz not in {XS3_DATA} (scripts/randgraph_xs3_testdata.py)")
+    out = check_xs3(name)
+    assert out["xs3-converted"][0] == "hwjax-refused" and "channel multiplier 3 (8 -> 24" in out["xs3-converted"][1]
+    assert out["xs3-original"][0] == "hwjax-refused" and "depth_multiplier 3" in out["xs3-original"][1]
+
+
 def test_fully_connected_over_several_rows_is_written_back_with_keep_num_dims():
     """A FULLY_CONNECTED with keep_num_dims over H x W rows is one ``dense`` node over the last
     axis; hwjax.tflite.save writes it back with keep_num_dims, and LiteRT runs the saved file

@@ -242,6 +242,11 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
         else:
             agg = _struct(op, opts, "a", "5i")
             kh, kw = agg[1] + 1, agg[2] + 1
+            if CO != C and CO % C == 0 and agg[0] == kh * kw * 16:  # what xformer makes of a multiplier
+                raise UnsupportedOpError(
+                    f"{where}: a depthwise convolution with channel multiplier {CO // C} ({C} -> {CO} "
+                    "channels) is not supported"
+                )
             if CO != C or agg[0] != kh * kw * 16:
                 raise FormatError(f"{where}: depthwise params {agg} for {C} -> {CO} channels")
             dc = _exact_div(op, agg[3], C, "horizontal dilation")
