@@ -95,6 +95,14 @@ REGRESSIONS = {
         ],
         "output": 1,
     },
+    # seed 271: MEAN whose float32 value is a tie (a sum of 140 at scale fl32(1/56): 2.5):
+    # XC_mean rounds it away from zero (3), XNNPACK to even (2)
+    "regress_mean_tie_away": {
+        "seed": 271,
+        "input": {"shape": [1, 7, 8, 7], "scale": 0.013678213581442833, "zp": 0},
+        "ops": [{"op": "MEAN", "in": [0], "axes": [1, 2], "keep_dims": True, "out": None}],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

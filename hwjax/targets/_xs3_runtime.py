@@ -184,8 +184,9 @@ def _xc_add(target, attrs, p, x1, x2, return_acc: bool = False):
 @XS3Runtime.implements("xc_mean", params=_stored)
 def _xc_mean(target, attrs, p, x, return_acc: bool = False):
     """Float32 mean (deployed.md §2): ``S`` the exact int32 sum over the reduced axis, then
-    ``clamp(rint(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)`` (each float32 operation
-    rounded; an optimisation barrier keeps the product from fusing into an FMA)."""
+    ``clamp(round(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)`` (each float32 operation
+    rounded; an optimisation barrier keeps the product from fusing into an FMA; ``round``
+    ties away from zero: :func:`mean_f32`)."""
     y = mean_f32(
         x,
         attrs["outer"],
@@ -200,14 +201,17 @@ def _xc_mean(target, attrs, p, x, return_acc: bool = False):
 
 def mean_f32(x, outer: int, n: int, inner: int, zi, zo, scale) -> jax.Array:
     """lib_nn's float32 mean of ``x`` (B, ...) viewed as (B, outer, n, inner) over axis 2:
-    ``clamp(rint(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)``, ``S`` the int32 sum, ``rint``
-    ties to even; ``zi``, ``zo``, ``scale`` float32 values (traced or not). Returns int32
-    (B, outer, inner)."""
+    ``clamp(round(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)``, ``S`` the int32 sum,
+    ``round`` C's ``roundf``: ties away from zero (XNNPACK's MEAN, otherwise the same
+    formula, ties to even: a sum of 140 at scale fl32(1/56) gives 2.5, 3 on xcore.ai and 2
+    in XNNPACK; tests/data/randgraph_xs3/regress_mean_tie_away); ``zi``, ``zo``, ``scale``
+    float32 values (traced or not). Returns int32 (B, outer, inner)."""
     s = x.astype(_I32).reshape(x.shape[0], outer, n, inner).sum(axis=2, dtype=_I32)
     f32 = jnp.float32
     centred = s.astype(f32) - jnp.asarray(zi, f32) * f32(n)  # exact: |values| < 2**24
     prod = jax.lax.optimization_barrier(centred * jnp.asarray(scale, f32))
-    return jnp.clip(jnp.round(prod + jnp.asarray(zo, f32)), -128, 127).astype(_I32)
+    v = jax.lax.round(prod + jnp.asarray(zo, f32), jax.lax.RoundingMethod.AWAY_FROM_ZERO)  # exact
+    return jnp.clip(v, -128, 127).astype(_I32)
 
 
 @XS3Runtime.implements("xc_maxpool2d", params=_stored)
