@@ -103,6 +103,64 @@ REGRESSIONS = {
         "ops": [{"op": "MEAN", "in": [0], "axes": [1, 2], "keep_dims": True, "out": None}],
         "output": 1,
     },
+    # seed 309: a FULLY_CONNECTED over a flattened 4x8x8 input, which xformer writes as a
+    # direct (1x1, 256 input channels) XC_conv2d_v2 on the input read as one pixel; the
+    # reader took its 8 channels and refused the file as malformed
+    "regress_fc_direct_over_flattened_input": {
+        "seed": 309,
+        "input": {"shape": [1, 1, 11, 8], "scale": 0.05259808525443077, "zp": 0},
+        "ops": [
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [0],
+                "mult": 1,
+                "kernel": [2, 5],
+                "stride": [2, 2],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 309001, "max": 20, "scale": 0.03074788674712181, "per_channel": True, "spread": 0.5},
+                "bias": {"seed": 309002, "max": 1438},
+                "act": "NONE",
+                "out": [0.19554255902767181, -30],
+            },
+            {"op": "PAD", "in": [1], "pads": [[0, 0], [1, 2], [0, 2], [0, 0]], "out": None},
+            {"op": "RESHAPE", "in": [2], "to": "flat", "out": None},
+            {
+                "op": "FULLY_CONNECTED",
+                "in": [3],
+                "units": 31,
+                "keep_num_dims": False,
+                "w": {"seed": 309003, "max": 127, "scale": 0.07468527555465698, "per_channel": False, "spread": 0.0},
+                "bias": {"seed": 309004, "max": 14759},
+                "act": "RELU",
+                "out": [6.038784980773926, -128],
+            },
+        ],
+        "output": 4,
+    },
+    # seed 375: a CONV_2D followed by a RESHAPE, which xformer writes into the reshaped
+    # (1, 1, 1, 560) tensor; the reader refused its output shape as malformed
+    "regress_conv_into_reshaped_output": {
+        "seed": 375,
+        "input": {"shape": [1, 10, 7, 8], "scale": 0.006864147260785103, "zp": 46},
+        "ops": [
+            {
+                "op": "CONV_2D",
+                "in": [0],
+                "out_ch": 8,
+                "kernel": [1, 7],
+                "stride": [1, 1],
+                "dilation": [2, 2],
+                "padding": "SAME",
+                "w": {"seed": 375001, "max": 127, "scale": 0.044393349438905716, "per_channel": True, "spread": 2.0},
+                "bias": {"seed": 375002, "max": 40769},
+                "act": "RELU",
+                "out": [0.214003324508667, -128],
+            },
+            {"op": "RESHAPE", "in": [1], "to": "4d", "out": None},
+        ],
+        "output": 2,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -473,6 +473,12 @@ XS3_CASES = [
     # 3 on xcore.ai (2 in XNNPACK, whose MEAN is otherwise the same formula; seed 271)
     ("regress_mean_tie_away", "xs3-converted", None),
     ("regress_mean_tie_away", "xs3-original", None),
+    # xformer reads a fully connected layer's flattened input as one pixel with a direct
+    # kernel when its size is a multiple of 32 (seed 309), and writes a conv followed by a
+    # RESHAPE into the reshaped tensor (seed 375; the original's dilated conv is refused)
+    ("regress_fc_direct_over_flattened_input", "xs3-converted", None),
+    ("regress_fc_direct_over_flattened_input", "xs3-original", None),
+    ("regress_conv_into_reshaped_output", "xs3-converted", None),
 ]
 
 

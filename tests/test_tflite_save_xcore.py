@@ -1,6 +1,7 @@
 """hwjax.tflite.save on xformer-compiled files: every XC custom operator is written back.
 
-For every ``*.xc.tflite`` under tests/data/{xformer,xformer_act,keras_mcu}: load, save,
+For every ``*.xc.tflite`` under tests/data/{xformer,xformer_act,keras_mcu} (and two random-graph
+regressions of tests/data/randgraph_xs3): load, save,
 load again; the reloaded graph has the same nodes (op kinds, attributes, parameters),
 and its xs3 run on the stored inputs equals the stored outputs of xmos-ai-tools 1.4.2's
 host interpreter (``y_xs3``) exactly. The written custom options and blobs are also
@@ -25,6 +26,12 @@ from hwjax.tflite._xcore import F32, flex_dumps, flex_loads
 
 DATA = Path(__file__).resolve().parent / "data"
 FILES = sorted(p for d in ("xformer", "xformer_act", "keras_mcu") for p in (DATA / d).glob("*.xc.tflite"))
+# and the random-graph regressions whose XC_conv2d_v2 reads its input as one pixel with a
+# direct kernel, or writes into a reshaped tensor
+FILES += [
+    DATA / "randgraph_xs3" / f"{name}.xc.tflite"
+    for name in ("regress_fc_direct_over_flattened_input", "regress_conv_into_reshaped_output")
+]
 IDS = [f"{p.parent.name}/{p.name[: -len('.xc.tflite')]}" for p in FILES]
 XC_KINDS = {
     "xc_conv2d",

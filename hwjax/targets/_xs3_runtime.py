@@ -21,6 +21,7 @@ import numpy as np
 
 from hwjax import xs3
 from hwjax.errors import RangeError
+from hwjax.graph.ops.xcore import xc_conv2d_out_hw
 from hwjax.targets._base import Target, no_acc, register
 from hwjax.targets._tflite import TFLite
 
@@ -82,8 +83,7 @@ def _shaped(y: jax.Array, attrs) -> jax.Array:
 def _xc_conv2d(target, attrs, p, x, return_acc: bool = False):
     """VALID convolution: ``hwjax.xs3.conv2d`` (direct and indirect kernels accumulate the
     same 32-byte chunks of the patch) or ``hwjax.xs3.depthwise_conv2d``, then otfn_int8."""
-    out = tuple(attrs["out_shape"])
-    ohw = (1, 1) if len(out) == 1 else out[:2]
+    ohw = xc_conv2d_out_hw(attrs["in_shape"], attrs["kernel_size"], attrs["stride"], attrs["dilation"])
     x = x.reshape(x.shape[0], *attrs["in_shape"])  # fully connected: the input as one pixel
     common = dict(
         initial_shift=attrs["initial_shift"],

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax.errors import ArgTypeError, FormatError, UnsupportedOpError
+from hwjax.graph.ops.xcore import xc_conv2d_out_hw
 from hwjax.tflite._import import Builder, OpContext, converts
 from hwjax.xs3 import deserialise_output_transform, reorder_kernel_weights_inverse
 
@@ -212,10 +213,26 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
         mp = _struct(op, opts, "mp", "4i")
         if mp[2] == mp[3] == 0 and mp[1] == H * W * C and (H, W) != (1, 1):
             hwc = (H, W, C) = (1, 1, H * W * C)
+    if (
+        kind == "direct"
+        and OH == OW == 1
+        and (H, W) != (1, 1)
+        and isinstance(opts["a"], bytes)
+        and len(opts["a"]) >= 24
+    ):
+        # the same with the direct kernel (H*W*C a multiple of 32): a 1x1 kernel over
+        # H*W*C / 32 input channel groups
+        agg = _struct(op, opts, "a", "6i")
+        if agg[1] == agg[2] == 0 and (H * W * C) % 32 == 0 and agg[3] == H * W * C // 32 - 1:
+            hwc = (H, W, C) = (1, 1, H * W * C)
     if transform == "group":  # otfn_int8_params_t
         n_out, initial_shift, final_shr = _struct(op, opts, "o", "ihh")
     else:  # otfn_int8_channelwise_params_t
         (n_out, final_shr), initial_shift = _struct(op, opts, "o", "ih"), 0
+    size = int(np.prod(out_shape))
+    flat = n_out != CO and n_out > 0 and size % n_out == 0
+    if flat:  # xformer wrote the conv into a reshaped tensor (a RESHAPE after it): (OH, OW) below
+        CO = n_out
     if n_out != CO:
         raise FormatError(f"{where}: the output transform is for {n_out} channels, the output has {CO}")
     row = W * C
@@ -253,7 +270,12 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
             dr = _exact_div(op, agg[4] + kw * C * dc, row, "vertical dilation")
             if (dr, dc) != (1, 1):
                 raise UnsupportedOpError(f"{where}: depthwise dilation {(dr, dc)} is not supported")
-    if (OH, OW) != ((H - dr * (kh - 1) - 1) // sr + 1, (W - dc * (kw - 1) - 1) // sc + 1):
+    valid = xc_conv2d_out_hw((H, W, C), (kh, kw), (sr, sc), (dr, dc))
+    if flat:
+        OH, OW = valid
+        if OH < 1 or OW < 1 or OH * OW * CO != size:
+            raise FormatError(f"{where}: an output of shape {out_shape} is not {OH}x{OW}x{CO} values")
+    if (OH, OW) != valid:
         raise FormatError(
             f"{where}: a {kh}x{kw} kernel, strides {(sr, sc)}, dilation {(dr, dc)} on "
             f"{(H, W)} does not give the {(OH, OW)} output"
@@ -698,8 +720,10 @@ def _write_conv2d(b: FileBuilder, node) -> None:
     kh, kw = _pair(a["kernel_size"])
     sr, sc = _pair(a["stride"])
     dr, dc = _pair(a["dilation"])
-    out_shape = tuple(int(v) for v in a["out_shape"])
-    OH, OW, CO = (1, 1, out_shape[0]) if len(out_shape) == 1 else out_shape
+    OH, OW = xc_conv2d_out_hw((H, W, C), (kh, kw), (sr, sc), (dr, dc))
+    if "multipliers" not in node.params:
+        raise FormatError(f"{where(node)}: parameter 'multipliers' is missing")
+    CO = int(np.size(node.params["multipliers"]))  # out_shape may hold the output reshaped
     row = W * C
     if kind == "indirect":  # im_to_col_valid + mat_mul: lib_nn's ImToColValid params
         copied = _round32(C)

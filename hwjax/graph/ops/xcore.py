@@ -88,6 +88,14 @@ class XcConv2d(_XcOp):
     choices = {"kernel_type": ("direct", "indirect", "depthwise"), "transform": ("group", "channelwise")}
 
 
+def xc_conv2d_out_hw(in_shape, kernel_size, stride, dilation) -> tuple[int, int]:
+    """The (OH, OW) of ``xc_conv2d``'s VALID windows: ``(H - d (k - 1) - 1) // s + 1`` per
+    axis. The node's ``out_shape`` is the file's tensor, which may hold the (OH, OW, C_out)
+    values reshaped (xformer writes a conv followed by a RESHAPE into the reshaped tensor)."""
+    (h, w, _), (kh, kw), (sr, sc), (dr, dc) = in_shape, kernel_size, stride, dilation
+    return (h - dr * (kh - 1) - 1) // sr + 1, (w - dc * (kw - 1) - 1) // sc + 1
+
+
 class XcPad(_XcOp):
     """``XC_pad`` on the bytes of an example: ``start`` pad bytes, then ``copies + 1``
     blocks of ``length`` input bytes separated by ``pad`` pad bytes, then ``end`` pad
