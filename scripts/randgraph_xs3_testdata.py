@@ -29,7 +29,10 @@ which is what ``xmos_ai_tools.xformer.convert`` runs with default options, here 
 limit) and attach run in hwjax's venv (``ai-edge-litert``'s flatbuffer schema); ``run_one``
 runs per graph in the xmos venv's interpreter, in its own process (it may abort).
 
-``--only NAME[,NAME]`` remakes just those entries (the others' files stay).
+``--only NAME[,NAME]`` remakes just those entries (the others' files stay). ``--seeds A:B``
+makes seeds A..B-1 instead of the sample and the regressions: a probe, written where
+``RANDGRAPH_XS3_OUT`` says (not into the stored data); check it with
+``HWJAX_RANDGRAPH_XS3_DATA=<that folder> .venv/bin/python -m pytest -m slow tests/test_random_graphs.py -k xs3``.
 """
 
 from __future__ import annotations
@@ -170,12 +173,14 @@ REGRESSIONS = {
 }
 
 
-def entries() -> dict:
+def entries(seeds=None) -> dict:
+    """The sample and the regressions; with ``seeds``, those seeds only (a probe)."""
     sys.path.insert(0, ROOT)
     from tests import randgraph as rg
 
-    out = {f"seed{s}": rg.generate(s) for s in SEEDS}
-    out.update(REGRESSIONS)
+    out = {f"seed{s}": rg.generate(s) for s in (SEEDS if seeds is None else seeds)}
+    if seeds is None:
+        out.update(REGRESSIONS)
     return out
 
 
@@ -265,9 +270,11 @@ def run_one(work: str, name: str) -> None:
     print(f"{name}: xs3 differs from TFLM on {int(np.sum(y_xs3 != y_tflm))} of {y_xs3.size} outputs")
 
 
-def main(xmos_python: str, only=None) -> None:
+def main(xmos_python: str, only=None, seeds=None) -> None:
     me = os.path.abspath(__file__)
-    specs = entries()
+    if seeds is not None and os.path.abspath(OUT) == os.path.join(ROOT, "tests", "data", "randgraph_xs3"):
+        sys.exit("--seeds writes a probe: set RANDGRAPH_XS3_OUT to another folder")
+    specs = entries(seeds)
     if only:
         specs = {k: v for k, v in specs.items() if k in only}
     refused_path = os.path.join(OUT, "refused.txt")
@@ -300,14 +307,21 @@ def main(xmos_python: str, only=None) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    only = None
+    only = seeds = None
     if "--only" in args:
         i = args.index("--only")
         only = set(args[i + 1].split(","))
         del args[i : i + 2]
+    if "--seeds" in args:
+        i = args.index("--seeds")
+        lo, hi = (int(v) for v in args[i + 1].split(":"))
+        seeds = list(range(lo, hi))
+        del args[i : i + 2]
     if len(args) == 3 and args[0] == "run_one":
         run_one(args[1], args[2])
     elif len(args) <= 1:
-        main(args[0] if args else os.path.join(ROOT, ".venv-xmos", "bin", "python"), only)
+        main(args[0] if args else os.path.join(ROOT, ".venv-xmos", "bin", "python"), only, seeds)
     else:
-        sys.exit("usage: randgraph_xs3_testdata.py [XMOS_PYTHON] [--only NAME,...]  (see the module docstring)")
+        sys.exit(
+            "usage: randgraph_xs3_testdata.py [XMOS_PYTHON] [--only NAME,...] [--seeds A:B]  (see the module docstring)"
+        )

@@ -211,7 +211,11 @@ def _reason(detail: str) -> str:
 # ------------------------------------------------------------------- xcore.ai (xs3)
 #: random graphs converted by xformer, with the xmos host interpreter's outputs (made by
 #: scripts/randgraph_xs3_testdata.py; the stored files are used, not regenerated)
-XS3_DATA = os.path.join(os.path.dirname(__file__), "data", "randgraph_xs3")
+#: (``HWJAX_RANDGRAPH_XS3_DATA`` points the xs3 tests at a probe of other seeds made by that
+#: script's ``--seeds``)
+XS3_DATA = os.environ.get("HWJAX_RANDGRAPH_XS3_DATA") or os.path.join(
+    os.path.dirname(__file__), "data", "randgraph_xs3"
+)
 XS3_SEEDS = (
     sorted(int(f[4:-4]) for f in os.listdir(XS3_DATA) if f.startswith("seed") and f.endswith(".npz"))
     if os.path.isdir(XS3_DATA)
