@@ -475,10 +475,12 @@ XS3_CASES = [
     ("regress_mean_tie_away", "xs3-original", None),
     # xformer reads a fully connected layer's flattened input as one pixel with a direct
     # kernel when its size is a multiple of 32 (seed 309), and writes a conv followed by a
-    # RESHAPE into the reshaped tensor (seed 375; the original's dilated conv is refused)
+    # RESHAPE into the reshaped tensor (seed 375, whose conv is dilated: (2, 2), which hwjax's
+    # compilation of the original passes to hwjax.xs3.conv2d)
     ("regress_fc_direct_over_flattened_input", "xs3-converted", None),
     ("regress_fc_direct_over_flattened_input", "xs3-original", None),
     ("regress_conv_into_reshaped_output", "xs3-converted", None),
+    ("regress_conv_into_reshaped_output", "xs3-original", None),
 ]
 
 

@@ -247,7 +247,8 @@ def _xp(*arrays):
 
 def _compiled_run(op: str):
     def run(target, attrs, p, x, return_acc: bool = False):
-        if tuple(attrs.get("dilation", (1, 1))) != (1, 1) or attrs.get("depth_multiplier", 1) != 1:
+        dilated = tuple(attrs.get("dilation", (1, 1))) != (1, 1)
+        if (dilated and op != "conv") or attrs.get("depth_multiplier", 1) != 1:
             from hwjax.errors import UnsupportedOpError
 
             raise UnsupportedOpError(
@@ -305,6 +306,7 @@ def _compiled_run(op: str):
                 kk,
                 p["multipliers"],
                 p["biases"],
+                dilation=(1, 1) if geom is None else geom.dilation,
                 return_accumulators=True,
                 kernel_sums=p.get("kernel_sums"),  # the 4th channel's zero weights add nothing
                 **common,
