@@ -481,6 +481,9 @@ XS3_CASES = [
     ("regress_fc_direct_over_flattened_input", "xs3-original", None),
     ("regress_conv_into_reshaped_output", "xs3-converted", None),
     ("regress_conv_into_reshaped_output", "xs3-original", None),
+    # XC_softmax's exp table overflows to inf at a large input scale: the entry reads 0 (NaN)
+    ("regress_softmax_exp_overflow", "xs3-converted", None),
+    ("regress_softmax_exp_overflow", "xs3-original", None),
 ]
 
 
