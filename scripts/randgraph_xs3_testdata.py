@@ -173,6 +173,42 @@ REGRESSIONS = {
         "ops": [{"op": "SOFTMAX", "in": [0], "beta": 1.0, "out": [0.00390625, -128]}],
         "output": 1,
     },
+    # seed 561: an ADD of a tensor at scale 1578 to one at 0.54, for which xformer stores the
+    # XC_add shift -3 (the reader refused it as out of range); VLSAT reads it as 65533
+    "regress_add_negative_shift": {
+        "seed": 561,
+        "input": {"shape": [1, 9, 3, 5], "scale": 0.5372229814529419, "zp": -128},
+        "ops": [
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [0],
+                "mult": 1,
+                "kernel": [3, 1],
+                "stride": [1, 1],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 561001, "max": 3, "scale": 0.0035330664832144976, "per_channel": True, "spread": 4.0},
+                "bias": {"seed": 561002, "max": 67108864},
+                "act": "NONE",
+                "out": [1577.7127685546875, -16],
+            },
+            {"op": "ADD", "in": [0, 1], "act": "RELU6", "out": [0.0235294122248888, -128]},
+            {
+                "op": "CONV_2D",
+                "in": [2],
+                "out_ch": 3,
+                "kernel": [7, 3],
+                "stride": [2, 2],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 561003, "max": 127, "scale": 0.004258887376636267, "per_channel": True, "spread": 2.0},
+                "bias": {"seed": 561004, "max": 236360},
+                "act": "RELU_N1_TO_1",
+                "out": [0.007843137718737125, 0],
+            },
+        ],
+        "output": 3,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

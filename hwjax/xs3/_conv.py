@@ -485,8 +485,13 @@ def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant 
 
     Args:
       x0, x1: int8 values, same shape (integer arrays).
-      multiplier0, multiplier1: int16 scalars; bias: int32 scalar; shift: VLSAT shift
-        (integer scalars; concrete values are range-checked, traced ones accepted).
+      multiplier0, multiplier1: int16 scalars; bias: int32 scalar; shift: VLSAT shift,
+        the 16-bit memory element as int16 or uint16 value, read unsigned as VLSAT reads it
+        (xformer may store a negative shift: -3 is 65533, a shift >= 32, which gives
+        ``acc >> 31``; the C model's tail would shift by a negative amount, undefined, and
+        the host interpreter agrees with VLSAT on the one such file seen,
+        tests/data/randgraph_xs3/regress_add_negative_shift). Integer scalars; concrete
+        values are range-checked, traced ones accepted.
       variant: ``"hardware"``, ``"host"`` or ``"v2021"``.
 
     Returns:
@@ -498,7 +503,7 @@ def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant 
     m0 = V.int_scalar(multiplier0, -(2**15), 2**15 - 1, "multiplier0")
     m1 = V.int_scalar(multiplier1, -(2**15), 2**15 - 1, "multiplier1")
     b = V.int_scalar(bias, -(2**31), 2**31 - 1, "bias")
-    s = V.int_scalar(shift, 0, 2**15 - 1, "shift")
+    s = V.int_scalar(shift, -(2**15), 2**16 - 1, "shift")
     return _add_int8(a0, a1, m0, m1, b, s, variant=variant)
 
 
