@@ -209,6 +209,24 @@ REGRESSIONS = {
         ],
         "output": 3,
     },
+    # seed 447: a MAX_POOL_2D with a fused RELU6 at zero point 0, which xformer makes an
+    # XC_maxpool2d and drops the activation (hwjax's compilation of the original clamped)
+    "regress_maxpool_fused_relu6": {
+        "seed": 447,
+        "input": {"shape": [1, 6, 6, 16], "scale": 0.49543601274490356, "zp": 0},
+        "ops": [
+            {
+                "op": "MAX_POOL_2D",
+                "in": [0],
+                "kernel": [2, 3],
+                "stride": [2, 3],
+                "padding": "VALID",
+                "act": "RELU6",
+                "out": None,
+            }
+        ],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -487,6 +487,7 @@ XS3_CASES = [
     # an XC_add whose stored shift is negative: VLSAT reads the 16-bit element unsigned
     ("regress_add_negative_shift", "xs3-converted", None),
     ("regress_add_negative_shift", "xs3-original", None),
+    ("regress_maxpool_fused_relu6", "xs3-converted", None),
 ]
 
 
@@ -500,17 +501,27 @@ def test_xs3_regression(name, key):
     assert outcome == "exact", f"{name} {key}: {outcome}: {detail}"
 
 
-def test_xs3_depthwise_channel_multiplier_is_refused_on_both_files():
-    """xformer writes a depthwise convolution with a channel multiplier as an XC depthwise
-    whose output has more channels than its input (the host interpreter's outputs differ
-    from TFLM's on 862 of 1536 values): hwjax refuses it, on the converted file as an
-    unsupported operator rather than a malformed file (seed 55)."""
-    name = "regress_depthwise_multiplier"
+#: random graphs hwjax refuses on a route (``(name, key, what the message says)``): xformer
+#: computes something hwjax does not emulate, which used to give wrong values or a misleading
+#: error
+XS3_REFUSED = [
+    # xformer writes a depthwise convolution with a channel multiplier as an XC depthwise
+    # whose output has more channels than its input (the host interpreter's outputs differ
+    # from TFLM's on 862 of 1536 values; seed 55): refused as unsupported, not as malformed
+    ("regress_depthwise_multiplier", "xs3-converted", "channel multiplier 3 (8 -> 24"),
+    ("regress_depthwise_multiplier", "xs3-original", "depth_multiplier 3"),
+    # xformer made this MAX_POOL_2D an XC_maxpool2d and dropped its fused RELU6 (seed 447);
+    # the converted file runs exactly
+    ("regress_maxpool_fused_relu6", "xs3-original", "relu6 fused into a MAX_POOL_2D"),
+]
+
+
+@pytest.mark.parametrize("name,key,says", XS3_REFUSED, ids=[f"{n}-{k}" for n, k, _ in XS3_REFUSED])
+def test_xs3_refused(name, key, says):
     if not os.path.exists(os.path.join(XS3_DATA, f"{name}.npz")):
         pytest.skip(f"{name}.npz not in {XS3_DATA} (scripts/randgraph_xs3_testdata.py)")
-    out = check_xs3(name)
-    assert out["xs3-converted"][0] == "hwjax-refused" and "channel multiplier 3 (8 -> 24" in out["xs3-converted"][1]
-    assert out["xs3-original"][0] == "hwjax-refused" and "depth_multiplier 3" in out["xs3-original"][1]
+    outcome, detail = check_xs3(name)[key]
+    assert outcome == "hwjax-refused" and says in detail, f"{name} {key}: {outcome}: {detail}"
 
 
 def test_fully_connected_over_several_rows_is_written_back_with_keep_num_dims():

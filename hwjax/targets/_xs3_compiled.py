@@ -700,6 +700,17 @@ def _check_activations(graph, xc_linear: set) -> None:
                 "otherwise)"
             )
         if (
+            src.endswith(PRE_ACTIVATION)
+            and src in producer
+            and producer[src].op == "maxpool"
+            and activation_range(fn, q_out.scale, q_out.zero_point) != (-128, 127)
+        ):
+            raise UnsupportedOpError(
+                f"node {node.name!r}: a {fn} fused into a MAX_POOL_2D is not compiled as xformer "
+                "does (xformer 1.4.2 dropped a fused RELU6 where it made the pool an "
+                "XC_maxpool2d; when it does is not emulated)"
+            )
+        if (
             fn == "relu"
             and src in producer
             and producer[src].op == "conv"
