@@ -227,6 +227,40 @@ REGRESSIONS = {
         ],
         "output": 1,
     },
+    # seed 942: a FULLY_CONNECTED with per-channel scales that xformer leaves to TFLM, as the
+    # 1x1 CONV_2D it rewrote it into (per-channel scales applied); hwjax ran xmos' TFLM
+    # FULLY_CONNECTED, which applies the first scale to every channel
+    "regress_fc_left_to_tflm": {
+        "seed": 942,
+        "input": {"shape": [1, 10, 1, 9], "scale": 0.0021813660860061646, "zp": 69},
+        "ops": [
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [0],
+                "mult": 1,
+                "kernel": [1, 3],
+                "stride": [3, 3],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 942001, "max": 3, "scale": 0.046070344746112823, "per_channel": True, "spread": 0.5},
+                "bias": {"seed": 942002, "max": 36},
+                "act": "RELU6",
+                "out": [0.0235294122248888, -128],
+            },
+            {"op": "RESHAPE", "in": [1], "to": "flat", "out": None},
+            {
+                "op": "FULLY_CONNECTED",
+                "in": [2],
+                "units": 16,
+                "keep_num_dims": False,
+                "w": {"seed": 942003, "max": 3, "scale": 0.02685575559735298, "per_channel": True, "spread": 1.0},
+                "bias": {"seed": 942004, "max": 7},
+                "act": "NONE",
+                "out": [0.0001220703125, 68],
+            },
+        ],
+        "output": 3,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

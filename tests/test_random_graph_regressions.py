@@ -488,6 +488,9 @@ XS3_CASES = [
     ("regress_add_negative_shift", "xs3-converted", None),
     ("regress_add_negative_shift", "xs3-original", None),
     ("regress_maxpool_fused_relu6", "xs3-converted", None),
+    # a FULLY_CONNECTED that xformer leaves to TFLM runs as TFLM's 1x1 CONV_2D (seed 942)
+    ("regress_fc_left_to_tflm", "xs3-converted", None),
+    ("regress_fc_left_to_tflm", "xs3-original", None),
 ]
 
 

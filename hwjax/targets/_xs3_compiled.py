@@ -19,7 +19,7 @@ import numpy as np
 from hwjax import xs3
 from hwjax.core import evaluated_if_concrete, stored_value
 from hwjax.errors import ArgTypeError, UnsupportedOpError
-from hwjax.graph import PRE_ACTIVATION, geometry
+from hwjax.graph import PRE_ACTIVATION, Attrs, geometry
 from hwjax.targets._base import no_acc, pytree, register, static
 from hwjax.targets._tflite import TFLite, host_recipe
 from hwjax.targets._xs3 import conv_kernel_sums, xformer_host_otfn
@@ -194,6 +194,26 @@ class KnownShifts:
     final_shr: int = static()
 
 
+def _tflm_builtin(op: str, attrs, portable) -> tuple:
+    """``(op, attrs, portable)`` of the builtin that TFLM runs where xformer leaves a layer
+    unconverted: the layer itself, except that a FULLY_CONNECTED is a 1x1 CONV_2D by then
+    (xformer rewrites every FULLY_CONNECTED as one first: no converted file seen holds a
+    FULLY_CONNECTED, and TFLM's CONV_2D applies each channel's scale where xmos' TFLM
+    FULLY_CONNECTED takes the first; tests/data/randgraph_xs3/regress_fc_left_to_tflm)."""
+    if op != "dense":
+        return op, attrs, portable
+    conv = Attrs(
+        {
+            "features": attrs["features"],
+            "kernel_size": (1, 1),
+            "stride": (1, 1),
+            "padding": ((0, 0), (0, 0)),
+            "activation": attrs.get("activation"),
+        }
+    )
+    return "conv", conv, {**portable, "kernel": portable["kernel"][:, None, None, :]}
+
+
 def _compiled_params(op: str, prune: bool = True):
     """The parameters of a compiled conv / depthwise / dense node. With ``prune`` and a
     concrete lowering (the host's), those of the branches :func:`_compiled_run` will not take
@@ -217,7 +237,8 @@ def _compiled_params(op: str, prune: bool = True):
         tflm = None
         if mode in (None, 2):
             try:  # the TFLM fallback (check_xformer_lowering refuses layers that need one TFLite cannot run)
-                tflm = TFLite._impls[op].params(target, attrs, portable, q_in, q_out)
+                b_op, b_attrs, b_portable = _tflm_builtin(op, attrs, portable)
+                tflm = TFLite._impls[b_op].params(target, b_attrs, b_portable, q_in, q_out)
             except UnsupportedOpError:
                 pass
         if mode not in (None, 1):
@@ -329,8 +350,10 @@ def _compiled_run(op: str):
                 )
             )
 
-        def tflm(x):  # mode 2: xformer leaves the builtin op, which TFLM runs
-            return TFLite._impls[op].run(target, attrs, p["tflm"], x[:, 0, 0, :] if op == "dense" else x)
+        def tflm(x):  # mode 2: xformer leaves the builtin op, which TFLM runs (dense: a 1x1 conv)
+            b_op, b_attrs, _ = _tflm_builtin(op, attrs, {"kernel": k})
+            y = TFLite._impls[b_op].run(target, b_attrs, p["tflm"], x)
+            return y[:, 0, 0, :] if op == "dense" else y
 
         # one branch runs (a conditional, not a select of all of them): the mode is the
         # lowering's, a run-time value when the parameters are traced; the branches whose
@@ -662,8 +685,9 @@ def _check_xformer_lowering(graph) -> None:
                 np.asarray(graph.tensors[node.outputs[0]].quant.zero_point),
             )
             if int(choice["mode"]) == 2:  # xformer leaves the TFLM op: TFLite must run it
-                TFLite("tflm").lowering(node.op).params(
-                    TFLite("tflm"), node.attrs, node.params, q_in, graph.tensors[node.outputs[0]].quant
+                b_op, b_attrs, b_portable = _tflm_builtin(node.op, node.attrs, node.params)
+                TFLite("tflm").lowering(b_op).params(
+                    TFLite("tflm"), b_attrs, b_portable, q_in, graph.tensors[node.outputs[0]].quant
                 )
             else:
                 xc_linear.add(node.outputs[0])
