@@ -261,6 +261,26 @@ REGRESSIONS = {
         ],
         "output": 3,
     },
+    # seed 1148: a MEAN whose float32 product 88.5 plus the zero point -110 is the tie -21.5
+    # (-22 on the host interpreter); XLA:CPU had contracted the product and the addition
+    # into one fused multiply-add despite an optimisation barrier: -21.499997, -21
+    "regress_mean_product_rounded": {
+        "seed": 1148,
+        "input": {"shape": [1, 11, 4, 7], "scale": 0.23787222802639008, "zp": -110},
+        "ops": [
+            {"op": "MEAN", "in": [0], "axes": [1, 2], "keep_dims": True, "out": None},
+            {
+                "op": "MAX_POOL_2D",
+                "in": [1],
+                "kernel": [1, 3],
+                "stride": [1, 2],
+                "padding": "SAME",
+                "act": "NONE",
+                "out": None,
+            },
+        ],
+        "output": 2,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax import xs3
+from hwjax.core import mul_rn
 from hwjax.errors import RangeError
 from hwjax.graph.ops.xcore import xc_conv2d_out_hw
 from hwjax.targets._base import Target, no_acc, register
@@ -185,7 +186,7 @@ def _xc_add(target, attrs, p, x1, x2, return_acc: bool = False):
 def _xc_mean(target, attrs, p, x, return_acc: bool = False):
     """Float32 mean (deployed.md §2): ``S`` the exact int32 sum over the reduced axis, then
     ``clamp(round(fl32(fl32(S - zi*n) * scale) + zo), -128, 127)`` (each float32 operation
-    rounded; an optimisation barrier keeps the product from fusing into an FMA; ``round``
+    rounded: the product by :func:`hwjax.core.mul_rn`, never fused into an FMA; ``round``
     ties away from zero: :func:`mean_f32`)."""
     y = mean_f32(
         x,
@@ -209,7 +210,10 @@ def mean_f32(x, outer: int, n: int, inner: int, zi, zo, scale) -> jax.Array:
     s = x.astype(_I32).reshape(x.shape[0], outer, n, inner).sum(axis=2, dtype=_I32)
     f32 = jnp.float32
     centred = s.astype(f32) - jnp.asarray(zi, f32) * f32(n)  # exact: |values| < 2**24
-    prod = jax.lax.optimization_barrier(centred * jnp.asarray(scale, f32))
+    # the product rounded before the addition in any program (an optimisation barrier does
+    # not keep XLA:CPU from contracting them into a fused multiply-add: seed 1148 of the
+    # random-graph probe, 88.5 - 110 = -21.5 rounding to -22, gave -21.499997 and -21)
+    prod = mul_rn(centred, jnp.asarray(scale, f32))
     v = jax.lax.round(prod + jnp.asarray(zo, f32), jax.lax.RoundingMethod.AWAY_FROM_ZERO)  # exact
     return jnp.clip(v, -128, 127).astype(_I32)
 
@@ -258,14 +262,14 @@ def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
     streaming-wakeword models). The table is not shifted by the row's maximum: where an
     entry overflows to inf (a large input scale), the sum is inf, ``inv`` 0 and that entry's
     product NaN, which reads 0 (the others -128; observed on the host interpreter:
-    tests/data/randgraph_xs3/regress_softmax_exp_overflow). Optimisation barriers keep each
-    float32 operation rounded on its own."""
+    tests/data/randgraph_xs3/regress_softmax_exp_overflow). The product is
+    :func:`hwjax.core.mul_rn`: rounded on its own whatever XLA contracts it with."""
     f32 = jnp.float32
     e = jnp.take(jnp.asarray(p["table"], f32), _per_example(x).astype(_I32) + 128, axis=0)
     total = jax.lax.fori_loop(1, e.shape[1], lambda i, t: t + e[:, i], e[:, 0])  # in order, no reassociation
-    inv = jax.lax.optimization_barrier(f32(1.0) / total)
-    inv = jax.lax.optimization_barrier(inv * f32(256.0))
-    prod = jax.lax.optimization_barrier(e * inv[:, None])
+    inv = f32(1.0) / total
+    inv = inv * f32(256.0)  # exact (a power of two)
+    prod = mul_rn(e, inv[:, None])  # rounded once, whatever XLA contracts it with
     t = jnp.trunc(prod)  # roundf: half away from zero (prod - t is exact)
     r = t + jnp.where(jnp.abs(prod - t) >= f32(0.5), jnp.sign(prod), f32(0))
     y = jnp.clip(r.astype(_I32) - 128, -128, 127)  # r in [0, 256]: only 256 saturates
