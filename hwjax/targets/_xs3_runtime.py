@@ -262,16 +262,18 @@ def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
     streaming-wakeword models). The table is not shifted by the row's maximum: where an
     entry overflows to inf (a large input scale), the sum is inf, ``inv`` 0 and that entry's
     product NaN, which reads 0 (the others -128; observed on the host interpreter:
-    tests/data/randgraph_xs3/regress_softmax_exp_overflow). The product is
-    :func:`hwjax.core.mul_rn`: rounded on its own whatever XLA contracts it with."""
+    tests/data/randgraph_xs3/regress_softmax_exp_overflow). The product feeds no addition,
+    so XLA has nothing to contract it with into a fused multiply-add."""
     f32 = jnp.float32
     e = jnp.take(jnp.asarray(p["table"], f32), _per_example(x).astype(_I32) + 128, axis=0)
     total = jax.lax.fori_loop(1, e.shape[1], lambda i, t: t + e[:, i], e[:, 0])  # in order, no reassociation
     inv = f32(1.0) / total
     inv = inv * f32(256.0)  # exact (a power of two)
-    prod = mul_rn(e, inv[:, None])  # rounded once, whatever XLA contracts it with
-    t = jnp.trunc(prod)  # roundf: half away from zero (prod - t is exact)
-    r = t + jnp.where(jnp.abs(prod - t) >= f32(0.5), jnp.sign(prod), f32(0))
+    # roundf of the product (>= 0, or NaN): its floor, plus 1 from t + 1/2 on; the product
+    # only feeds the floor and comparisons, so no addition can be contracted with it
+    prod = e * inv[:, None]
+    t = jnp.floor(prod)
+    r = t + (prod >= t + f32(0.5)).astype(f32)
     y = jnp.clip(r.astype(_I32) - 128, -128, 127)  # r in [0, 256]: only 256 saturates
     y = jnp.where(jnp.isnan(prod), 0, y)  # an overflowed entry: inf * 0
     return no_acc(_shaped(y, attrs), return_acc)
