@@ -281,6 +281,78 @@ REGRESSIONS = {
         ],
         "output": 2,
     },
+    # seed 1964 minimised: an ADD of a per-channel constant, which xformer writes as an
+    # XC_broadcast of the constant into an XC_add (hwjax did not read XC_broadcast, and
+    # refused the ADD's constant operand on the original route)
+    "regress_add_const_broadcast": {
+        "seed": 1964,
+        "input": {"shape": [1, 1, 9, 7], "scale": 0.48118624091148376, "zp": 19},
+        "ops": [
+            {
+                "op": "ADD",
+                "in": [0],
+                "const": {"shape": "1c", "seed": 1964001, "scale": 1.0916012525558472, "zp": 124},
+                "act": "NONE",
+                "out": [1.3258113861083984, 118],
+            }
+        ],
+        "output": 1,
+    },
+    # seed 1979 minimised: an ADD of a constant of the input's shape: an XC_add with a
+    # constant tensor as its second operand (read as unsupported before)
+    "regress_add_const_full_shape": {
+        "seed": 1979,
+        "input": {"shape": [1, 116], "scale": 0.0078125, "zp": 0},
+        "ops": [
+            {
+                "op": "ADD",
+                "in": [0],
+                "const": {"shape": "c", "seed": 1979001, "scale": 0.006374194752424955, "zp": 88},
+                "act": "NONE",
+                "out": [0.016611579805612564, 25],
+            }
+        ],
+        "output": 1,
+    },
+    # seed 1978 minimised: a MUL by a per-channel constant (XC_broadcast into XC_mul)
+    "regress_mul_const_broadcast": {
+        "seed": 1978,
+        "input": {"shape": [1, 3, 5, 17], "scale": 0.16955429315567017, "zp": -27},
+        "ops": [
+            {
+                "op": "MUL",
+                "in": [0],
+                "const": {"shape": "c", "seed": 1978003, "scale": 0.005759266670793295, "zp": 0},
+                "act": "NONE",
+                "out": [0.06240803003311157, -9],
+            }
+        ],
+        "output": 1,
+    },
+    # a MUL by a scalar constant: an XC_broadcast of one byte (lib_tflite_micro's memset path)
+    "regress_mul_const_scalar": {
+        "seed": 3001,
+        "input": {"shape": [1, 4, 4, 3], "scale": 0.05, "zp": 3},
+        "ops": [
+            {
+                "op": "MUL",
+                "in": [0],
+                "const": {"shape": "scalar", "seed": 3001001, "scale": 0.02, "zp": -5},
+                "act": "NONE",
+                "out": [0.04, -2],
+            }
+        ],
+        "output": 1,
+    },
+    # seed 1316: a SOFTMAX over the rows of a 4-D tensor, which xformer writes as an
+    # XC_batched_softmax of the (1, 10, 5) reshaped input (lib_nn's softmax_single per row;
+    # at input scale 0.9 it differs from TFLM's SOFTMAX on 207 of 400 values)
+    "regress_softmax_batched": {
+        "seed": 1316,
+        "input": {"shape": [1, 5, 2, 5], "scale": 0.9001082181930542, "zp": -128},
+        "ops": [{"op": "SOFTMAX", "in": [0], "beta": 1.0, "out": [0.00390625, -128]}],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

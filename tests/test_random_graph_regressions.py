@@ -488,6 +488,24 @@ XS3_CASES = [
     ("regress_add_negative_shift", "xs3-converted", None),
     ("regress_add_negative_shift", "xs3-original", None),
     ("regress_maxpool_fused_relu6", "xs3-converted", None),
+    # ADD / MUL with a constant: xformer writes XC_broadcast (a per-channel or scalar constant
+    # repeated to the input's shape) into XC_add / XC_mul, or an XC_add with a constant
+    # tensor of the input's shape; hwjax folds the broadcast at import and compiles the
+    # original's add_const / mul_const the same way (seeds 1964, 1979, 1978)
+    *(
+        (name, key, None)
+        for name in (
+            "regress_add_const_broadcast",
+            "regress_add_const_full_shape",
+            "regress_mul_const_broadcast",
+            "regress_mul_const_scalar",
+        )
+        for key in ("xs3-converted", "xs3-original")
+    ),
+    # SOFTMAX over several rows: xformer's XC_batched_softmax, lib_nn's softmax_single per row
+    # (seed 66)
+    ("regress_softmax_batched", "xs3-converted", None),
+    ("regress_softmax_batched", "xs3-original", None),
     # a FULLY_CONNECTED that xformer leaves to TFLM runs as TFLM's 1x1 CONV_2D (seed 942)
     ("regress_fc_left_to_tflm", "xs3-converted", None),
     ("regress_fc_left_to_tflm", "xs3-original", None),

@@ -303,3 +303,59 @@ def test_add_and_mean_options_equal_xformers():
             }
         else:
             assert float(xformer_mean_scale(q[0].scale, q[1].scale, node.attrs["count"])) == xc.attrs["scale"]
+
+
+def _tensor(i, shape, data=None):
+    from hwjax.tflite._import import _FileTensor
+
+    return _FileTensor(i, f"t{i}", tuple(shape), "int8", data, np.float32([0.5]), np.int64([3]), 0)
+
+
+def test_xc_broadcast_of_a_constant_is_folded():
+    """lib_tflite_micro's XC_broadcast repeats each of ``b`` blocks of ``s`` bytes ``n``
+    times: folded at import into the constant its consumer (XC_add / XC_mul) reads."""
+    import flatbuffers.flexbuffers as fx
+
+    from hwjax.tflite._import import Builder, OpContext
+    from hwjax.tflite._xcore import _broadcast
+
+    src = np.int8([[1, -2, 3], [4, 5, -6]])
+    b = Builder([_tensor(0, (2, 3), src), _tensor(1, (1, 2, 4, 3))])
+    opts = bytes(fx.Dumps({"b": 2, "n": 4, "s": 3, "v": False}))
+    _broadcast(b, OpContext("CUSTOM(XC_broadcast)", 0, None, opts, (0,), (1,)))
+    want = np.repeat(src[:, None, :], 4, axis=1).reshape(1, 2, 4, 3)
+    assert b.is_const(1) and np.array_equal(b.const(1, "here", "operand").data, want)
+    with pytest.raises(UnsupportedOpError, match="as a data input"):
+        b.act(1, "here")
+
+    bad = bytes(fx.Dumps({"b": 2, "n": 3, "s": 3}))  # 18 bytes for an output of 24
+    with pytest.raises(FormatError, match=r"2 blocks of 3 bytes repeated 3 times"):
+        _broadcast(
+            Builder([_tensor(0, (2, 3), src), _tensor(1, (1, 2, 4, 3))]),
+            OpContext("CUSTOM(XC_broadcast)", 0, None, bad, (0,), (1,)),
+        )
+    computed = Builder([_tensor(0, (1, 2, 3)), _tensor(1, (1, 2, 4, 3))])
+    with pytest.raises(UnsupportedOpError, match="of a computed tensor"):
+        _broadcast(computed, OpContext("CUSTOM(XC_broadcast)", 0, None, opts, (0,), (1,)))
+
+
+def test_xc_add_with_a_constant_operand_is_one_input_and_a_parameter():
+    import flatbuffers.flexbuffers as fx
+
+    from hwjax.graph import Graph
+    from hwjax.tflite._import import Builder, OpContext
+    from hwjax.tflite._xcore import _add
+
+    c = np.arange(-6, 6, dtype=np.int8).reshape(1, 12)
+    b = Builder([_tensor(0, (1, 3, 4)), _tensor(1, (1, 12), c), _tensor(2, (1, 3, 4))])
+    opts = bytes(fx.Dumps({"m1": 1, "m2": 1, "bias": 0, "shift": 1}))
+    _add(b, OpContext("CUSTOM(XC_add)", 0, None, opts, (1, 0), (2,)))
+    (node,) = b.nodes
+    assert node.inputs == ("t0",) and node.attrs["const_index"] == 0
+    assert np.array_equal(node.params["value"], c.reshape(3, 4)) and float(node.params["scale"]) == 0.5
+    Graph(b.tensors, b.nodes, ("t0",), ("t2",))  # a valid node
+    with pytest.raises(UnsupportedOpError, match="both operands are constants"):
+        _add(
+            Builder([_tensor(0, (1, 12), c), _tensor(1, (1, 12), c), _tensor(2, (1, 12))]),
+            OpContext("CUSTOM(XC_add)", 0, None, opts, (0, 1), (2,)),
+        )

@@ -99,10 +99,16 @@ class OpSpec:
             raise KeyError(f"attribute {key!r} is required")
         return default
 
+    def arity(self, node) -> int:
+        """How many input tensors ``node`` takes (:attr:`num_inputs` unless an op kind's
+        attributes change it)."""
+        return self.num_inputs
+
     def check(self, node, ins: Sequence) -> None:
         """Validates the node's arity and attribute names (ValueError naming the problem)."""
-        if len(node.inputs) != self.num_inputs:
-            raise RangeError(f"takes {self.num_inputs} inputs, got {len(node.inputs)}")
+        n = self.arity(node)
+        if len(node.inputs) != n:
+            raise RangeError(f"takes {n} inputs, got {len(node.inputs)}")
         unknown = set(node.attrs) - set(self.attrs)
         if unknown:
             raise RangeError(f"unknown attributes {sorted(unknown)}; {self.name} takes {sorted(self.attrs)}")

@@ -21,6 +21,7 @@ from hwjax.core import evaluated_if_concrete, stored_value
 from hwjax.errors import ArgTypeError, UnsupportedOpError
 from hwjax.graph import PRE_ACTIVATION, Attrs, geometry
 from hwjax.targets._base import no_acc, pytree, register, static
+from hwjax.graph import Quant
 from hwjax.targets._tflite import TFLite, host_recipe
 from hwjax.targets._xs3 import conv_kernel_sums, xformer_host_otfn
 from hwjax.litert import activation_range
@@ -56,6 +57,8 @@ COMPILED_OPS = (
     "mul",
     "concat",
     "avgpool",
+    "add_const",
+    "mul_const",
 )
 
 
@@ -427,6 +430,34 @@ def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     return no_acc(y, return_acc)
 
 
+def _const_quants(attrs, portable, q_in):
+    """The operands' quantisations of an ``add_const`` / ``mul_const`` in the file's order."""
+    q_const = Quant.of(portable["scale"], portable["zero_point"])
+    return [q_const, q_in[0]] if attrs.get("const_first") else [q_in[0], q_const]
+
+
+def _const_operands(attrs, p, x):
+    """``(x1, x2)``: ``x`` and the constant ``p["value"]`` broadcast to its shape (xformer's
+    ``XC_broadcast``), in the file's operand order."""
+    v = jnp.asarray(p["value"]).astype(x.dtype)
+    v = jnp.broadcast_to(v.reshape((1,) * (x.ndim - v.ndim) + v.shape), x.shape)
+    return (v, x) if attrs.get("const_first") else (x, v)
+
+
+def _add_const_params(target, attrs, portable, q_in, q_out):
+    return {
+        **_add_params(target, attrs, portable, _const_quants(attrs, portable, q_in), q_out),
+        "value": portable["value"],
+    }
+
+
+@XS3Compiled.implements("add_const", params=_add_const_params, host_params=_add_const_params)
+def _add_const(target, attrs, p, x, return_acc: bool = False):
+    """ADD with a constant as xformer compiles it: the constant broadcast to the input's
+    shape (``XC_broadcast``, or a constant of that shape), then ``XC_add`` as for ``add``."""
+    return _add(target, attrs, p, *_const_operands(attrs, p, x), return_acc=return_acc)
+
+
 def xformer_avgpool_as_depthwise(attrs, channels: int):
     """The DEPTHWISE_CONV_2D xformer puts in place of an AVERAGE_POOL_2D
     (``ReplaceAvgPoolWithConv2D``): every weight 1 with scale ``float32(1 / (kh kw))``,
@@ -551,9 +582,10 @@ def _softmax_params(target, attrs, portable, q_in, q_out):
 
 @XS3Compiled.implements("softmax", params=_softmax_params, host_params=_softmax_params)
 def _softmax(target, attrs, p, x, return_acc: bool = False):
-    """SOFTMAX (beta 1, one row, output 1/256 - 128; :func:`check_xformer_lowering`) as
-    ``XC_softmax``."""
-    y = _xc_softmax(target, {"out_shape": x.shape[1:]}, p, x)
+    """SOFTMAX (beta 1, output 1/256 - 128; :func:`check_xformer_lowering`) over the last
+    axis as ``XC_softmax`` (one row) or ``XC_batched_softmax`` (several: xformer reshapes
+    the input to (1, rows, n)), the same arithmetic on every row."""
+    y = _xc_softmax(target, {"out_shape": x.shape[1:], "row_size": x.shape[-1]}, p, x)
     return no_acc(y, return_acc)
 
 
@@ -574,6 +606,20 @@ def _mul(target, attrs, p, x1, x2, return_acc: bool = False):
     """TFLite MUL (same shapes, no fused activation) as ``XC_mul`` (:func:`xformer_mul_params`)."""
     y = _xc_mul(target, {**p, "out_shape": x1.shape[1:]}, None, x1, x2)
     return no_acc(y, return_acc)
+
+
+def _mul_const_params(target, attrs, portable, q_in, q_out):
+    return {
+        **_mul_params(target, attrs, portable, _const_quants(attrs, portable, q_in), q_out),
+        "value": portable["value"],
+    }
+
+
+@XS3Compiled.implements("mul_const", params=_mul_const_params, host_params=_mul_const_params)
+def _mul_const(target, attrs, p, x, return_acc: bool = False):
+    """MUL by a constant as xformer compiles it: the constant broadcast to the input's shape,
+    then ``XC_mul`` as for ``mul``."""
+    return _mul(target, attrs, p, *_const_operands(attrs, p, x), return_acc=return_acc)
 
 
 def check_xformer_lowering(graph) -> None:
@@ -609,7 +655,7 @@ def _check_xformer_lowering(graph) -> None:
                 f"compiled as xformer does yet (supported: {list(COMPILED_OPS)}); convert the "
                 "model with xformer and load its output instead"
             )
-        if node.op == "add" and node.attrs.get("activation") not in (None, "relu"):
+        if node.op in ("add", "add_const") and node.attrs.get("activation") not in (None, "relu"):
             raise UnsupportedOpError(
                 f"node {node.name!r}: ADD with a fused {node.attrs['activation']} is not compiled yet"
             )
@@ -622,7 +668,7 @@ def _check_xformer_lowering(graph) -> None:
         q_out = graph.tensors[node.outputs[0]].quant if node.outputs[0] in graph.tensors else None
         if node.op == "lut" and node.attrs["fn"] not in ("tanh", "sigmoid"):
             raise UnsupportedOpError(f"node {node.name!r}: lut {node.attrs['fn']!r} is not compiled as xformer does")
-        if node.op in ("lut", "softmax", "mul", "concat", "avgpool", "activation") and any(
+        if node.op in ("lut", "softmax", "mul", "mul_const", "add_const", "concat", "avgpool", "activation") and any(
             graph.tensors[t].dtype != "int8" for t in (*node.inputs, *node.outputs)
         ):
             raise UnsupportedOpError(f"node {node.name!r} ({node.op}): only int8 tensors are compiled as xformer does")
@@ -630,17 +676,16 @@ def _check_xformer_lowering(graph) -> None:
             shape = graph.tensors[node.inputs[0]].shape
             if (
                 float(node.attrs.get("beta", 1.0)) != 1.0
-                or len(shape) != 1
                 or float(np.asarray(q_out.scale)) != 1 / 256
                 or int(np.asarray(q_out.zero_point)) != -128
             ):
                 raise UnsupportedOpError(
-                    f"node {node.name!r}: only a SOFTMAX with beta 1 over one row (a (1, n) "
-                    "tensor) with output quantisation 1/256, -128 becomes XC_softmax; xformer "
-                    f"keeps this one (beta {node.attrs.get('beta', 1.0)}, shape {shape}) as a "
-                    "TFLM op or a batched XC op, which is not implemented here"
+                    f"node {node.name!r}: only a SOFTMAX with beta 1 and output quantisation "
+                    "1/256, -128 becomes XC_softmax / XC_batched_softmax; xformer keeps this one "
+                    f"(beta {node.attrs.get('beta', 1.0)}, shape {shape}) as a TFLM op, which is "
+                    "not implemented here"
                 )
-        if node.op == "mul":
+        if node.op in ("mul", "mul_const"):
             shapes = [graph.tensors[t].shape for t in (*node.inputs, *node.outputs)]
             if node.attrs.get("activation") is not None or len(set(shapes)) != 1:
                 raise UnsupportedOpError(
@@ -760,5 +805,7 @@ XS3Compiled.native = XS3Runtime.native | {
     "softmax",
     "mul",
     "avgpool",
+    "add_const",
+    "mul_const",
 }
 register("xs3-xformer", XS3Compiled)

@@ -167,9 +167,22 @@ def _xc_lookup(target, attrs, p, x, return_acc: bool = False):
     return no_acc(_shaped(y, attrs), return_acc)
 
 
+def binary_operands(attrs, p, xs) -> tuple[jax.Array, jax.Array]:
+    """The two operands of an ``xc_add`` / ``xc_mul`` node: its two inputs, or its input
+    and the constant ``p["value"]`` (the same for every example) in the place
+    ``attrs["const_index"]``."""
+    k = attrs.get("const_index")
+    if k is None:
+        return tuple(xs)
+    (x,) = xs
+    c = jnp.broadcast_to(jnp.asarray(p["value"]).astype(x.dtype), x.shape)
+    return (c, x) if k == 0 else (x, c)
+
+
 @XS3Runtime.implements("xc_add", params=_stored)
-def _xc_add(target, attrs, p, x1, x2, return_acc: bool = False):
+def _xc_add(target, attrs, p, *xs, return_acc: bool = False):
     """``add_elementwise`` (xs3.md §6.4) through :func:`hwjax.xs3.add_int8`."""
+    x1, x2 = binary_operands(attrs, p, xs)
     y = xs3.add_int8(
         x1,
         x2,
@@ -236,9 +249,10 @@ def _xc_concat(target, attrs, p, *xs, return_acc: bool = False):
 
 
 @XS3Runtime.implements("xc_mul", params=_stored)
-def _xc_mul(target, attrs, p, x1, x2, return_acc: bool = False):
+def _xc_mul(target, attrs, p, *xs, return_acc: bool = False):
     """lib_nn's ``mul_elementwise_ref`` (the host build's kernel), in int32 (no step can
     overflow: ``|acc| <= 2**16``, ``|scalar * v| < 2**31``)."""
+    x1, x2 = binary_operands(attrs, p, xs)
     z1, z2 = (jnp.asarray(attrs[k], _I32) for k in ("in1_zero_point", "in2_zero_point"))
     a, c = x1.astype(_I32), x2.astype(_I32)
     acc = z2 * a + z1 * c + a * c + z1 * z2 + a + c + z1 + z2
@@ -253,7 +267,8 @@ def _xc_mul(target, attrs, p, x1, x2, return_acc: bool = False):
 
 @XS3Runtime.implements("xc_softmax", params=_stored)
 def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
-    """lib_nn's float32 softmax over every value of an example, as lib_tflite_micro runs it
+    """lib_nn's float32 softmax over every value of an example (with ``row_size``, over each
+    row of that many values: ``XC_batched_softmax``), as lib_tflite_micro runs it
     with one thread (xformer's default ``--xcore-thread-count=1``; more threads would sum
     in parts): the sum in element order (one rounding per addition), ``inv = fl32(1 / S)
     * 256``, then ``roundf(fl32(e * inv)) - 128`` with ``roundf`` ties away from zero and
@@ -265,7 +280,10 @@ def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
     tests/data/randgraph_xs3/regress_softmax_exp_overflow). The product feeds no addition,
     so XLA has nothing to contract it with into a fused multiply-add."""
     f32 = jnp.float32
-    e = jnp.take(jnp.asarray(p["table"], f32), _per_example(x).astype(_I32) + 128, axis=0)
+    rows = _per_example(x)
+    if attrs.get("row_size") is not None:  # XC_batched_softmax: every row on its own
+        rows = rows.reshape(-1, attrs["row_size"])
+    e = jnp.take(jnp.asarray(p["table"], f32), rows.astype(_I32) + 128, axis=0)
     total = jax.lax.fori_loop(1, e.shape[1], lambda i, t: t + e[:, i], e[:, 0])  # in order, no reassociation
     inv = f32(1.0) / total
     inv = inv * f32(256.0)  # exact (a power of two)
@@ -276,7 +294,7 @@ def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
     r = t + (prod >= t + f32(0.5)).astype(f32)
     y = jnp.clip(r.astype(_I32) - 128, -128, 127)  # r in [0, 256]: only 256 saturates
     y = jnp.where(jnp.isnan(prod), 0, y)  # an overflowed entry: inf * 0
-    return no_acc(_shaped(y, attrs), return_acc)
+    return no_acc(_shaped(y.reshape(x.shape[0], -1), attrs), return_acc)
 
 
 XS3Runtime.native = frozenset(XS3Runtime._impls) - frozenset(TFLite._impls) | {"reshape"}

@@ -175,7 +175,7 @@ def _add(b: Builder, op: OpContext) -> None:
     if len(ins) != 2:
         raise FormatError(f"{where}: takes 2 inputs, got {len(ins)}")
     fused, separate = _split_act(op.activation(0))
-    consts = [b.ft[i].data is not None for i in ins]
+    consts = [b.is_const(i) for i in ins]
     if all(consts):
         raise UnsupportedOpError(f"{where}: an ADD of two constants is not supported")
     if any(consts):

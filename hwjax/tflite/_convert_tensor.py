@@ -30,7 +30,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.errors import FormatError, RangeError, UnsupportedOpError
+from hwjax.errors import FormatError, UnsupportedOpError
 from hwjax.graph import Node, Tensor
 from hwjax.tflite import _save as S
 from hwjax.tflite._import import Builder, OpContext, converts, same_quant
@@ -290,7 +290,7 @@ def _mul(b: Builder, op: OpContext) -> None:
     act = op.activation(0)
     _int8_act(b, o, where)
     to = b.ft[o]
-    consts = [b.ft[i].data is not None for i in ins]
+    consts = [b.is_const(i) for i in ins]
     if all(consts):
         raise UnsupportedOpError(f"{where}: a MUL of two constants is not supported")
     if any(consts):
@@ -436,15 +436,7 @@ def _write_mul_const(b: "S.FileBuilder", node: Node) -> None:
     equal shape where ``value`` has the example's shape (its element-wise kernels);
     a ``value`` with fewer axes is written as it is (a broadcast). Either way the
     converter reads back the same ``value``."""
-    value = S.integer_param(node, "value", np.shape((node.params or {}).get("value")))
-    scale = np.asarray(S.param(node, "scale", ()), np.float32)
-    zero_point = S.integer_param(node, "zero_point", ())
-    if not (np.isfinite(scale) and scale > 0):
-        raise RangeError(f"{S.where(node)}: parameter 'scale' must be positive and finite, got {scale}")
-    if value.ndim == len(b.graph.tensor(node.outputs[0]).shape):
-        value = value[None]
-    c = b.const(f"{node.name}/operand", value, "int8", scale.reshape(1), zero_point.reshape(1))
-    _write_mul_op(b, node, [b.tensor(node.inputs[0]), c])
+    _write_mul_op(b, node, [b.tensor(node.inputs[0]), S.constant_operand(b, node)])
 
 
 @S.writes("dequantize")

@@ -245,8 +245,13 @@ class Builder:
 
     def fold(self, i: int, value) -> None:
         """Records the import-time value of computed tensor ``i`` (an int32 shape
-        computation); :meth:`const` then returns it like a constant tensor."""
+        computation, or an int8 constant that an op copies, e.g. ``XC_broadcast``);
+        :meth:`const` then returns it like a constant tensor."""
         self.folded[i] = np.asarray(value, np.int32)
+
+    def is_const(self, i: int) -> bool:
+        """Whether tensor ``i`` is a constant of the file or folded at import (:meth:`fold`)."""
+        return i >= 0 and (self.ft[i].data is not None or i in self.folded)
 
     # -- tensors
     def act(self, i: int, where: str) -> str:
@@ -254,7 +259,7 @@ class Builder:
         if i < 0:
             raise FormatError(f"{where}: a required tensor is missing (index {i})")
         t = self.ft[i]
-        if t.data is not None:
+        if self.is_const(i):
             raise UnsupportedOpError(f"{where}: a constant tensor {t.name!r} as a data input is not supported")
         if t.dtype == "float32":
             raise FormatError(

@@ -327,6 +327,22 @@ def integer_param(node: Node, key: str, shape) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def constant_operand(b: FileBuilder, node: Node) -> int:
+    """The int8 constant tensor of a node's constant operand: the parameter ``value``
+    quantised per tensor by ``scale`` (positive, finite) and ``zero_point``. A ``value``
+    with as many axes as an example is written with the batch axis prepended (shape
+    ``(1, *value.shape)``), as the reader drops it; one with fewer axes as it is (a
+    broadcast)."""
+    value = integer_param(node, "value", np.shape((node.params or {}).get("value")))
+    scale = np.asarray(param(node, "scale", ()), np.float32)
+    zero_point = integer_param(node, "zero_point", ())
+    if not (np.isfinite(scale) and scale > 0):
+        raise RangeError(f"{where(node)}: parameter 'scale' must be positive and finite, got {scale}")
+    if value.ndim == len(b.graph.tensor(node.outputs[0]).shape):
+        value = value[None]
+    return b.const(f"{node.name}/operand", value, "int8", scale.reshape(1), zero_point.reshape(1))
+
+
 def weight_scales(node: Node, n: int, per_tensor_if_equal: bool) -> np.ndarray:
     """``w_scale`` of a linear node: (1,) or (n,) positive finite float32 values. With
     ``per_tensor_if_equal`` n equal values are written as one per-tensor scale."""
@@ -483,14 +499,7 @@ def _add_const(b: FileBuilder, node: Node) -> None:
     """``add_const`` -> ADD of the input and an int8 constant (``value`` quantised per tensor
     by ``scale``, ``zero_point``), in the operand order the node records. A ``value`` with as
     many axes as an example gets the batch axis prepended, as the reader drops it."""
-    value = integer_param(node, "value", np.shape((node.params or {}).get("value")))
-    scale = np.asarray(param(node, "scale", ()), np.float32)
-    zero_point = integer_param(node, "zero_point", ())
-    if not (np.isfinite(scale) and scale > 0):
-        raise RangeError(f"{where(node)}: parameter 'scale' must be positive and finite, got {scale}")
-    if value.ndim == len(b.graph.tensor(node.outputs[0]).shape):
-        value = value[None]
-    c = b.const(f"{node.name}/operand", value, "int8", scale.reshape(1), zero_point.reshape(1))
+    c = constant_operand(b, node)
     ins = [c, b.tensor(node.inputs[0])] if node.attrs.get("const_first") else [b.tensor(node.inputs[0]), c]
     out, act = b.output(node)
     b.op("ADD", ins, [out], ("AddOptions", {"fusedActivationFunction": act}), version=2)

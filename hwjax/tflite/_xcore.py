@@ -422,19 +422,84 @@ def _lookup(b: Builder, op: OpContext) -> None:
 def _add(b: Builder, op: OpContext) -> None:
     where, o = op.where, op.one_output()
     opts = _options(op, ("m1", "m2", "bias", "shift"))
-    if len(op.inputs) != 2:
-        raise FormatError(f"{where}: takes 2 inputs, got {len(op.inputs)}")
-    x1, x2 = b.act(op.inputs[0], where), b.act(op.inputs[1], where)
-    if b.tensors[x1].shape != b.tensors[x2].shape:
-        raise UnsupportedOpError(f"{where}: inputs {b.tensors[x1].shape} and {b.tensors[x2].shape} differ")
+    xs, k, params = _binary_operands(b, op, same_shape=True)
     attrs = {
         "multiplier1": _int_option(op, opts, "m1"),
         "multiplier2": _int_option(op, opts, "m2"),
         "bias": _int_option(op, opts, "bias"),
         "shift": _int_option(op, opts, "shift"),
         "out_shape": _out_shape(b, o),
+        "const_index": k,
     }
-    b.node("xc_add", (x1, x2), o, attrs, None, None, where)
+    b.node("xc_add", xs, o, attrs, params, None, where)
+
+
+def _binary_operands(b: Builder, op: OpContext, *, same_shape: bool):
+    """The operands of ``XC_add`` / ``XC_mul``: ``(inputs, const_index, params)``, two
+    activations (``const_index`` None, no params) or one activation and a constant of the
+    file (a constant tensor, or the import-time value of an ``XC_broadcast``), which
+    becomes the parameters ``value`` (int8, the activation's shape), ``scale`` and
+    ``zero_point``. Every operand must hold the output's number of values (the kernels
+    are element-wise, no broadcasting); ``same_shape``: also the same shape."""
+    where, o = op.where, op.one_output()
+    if len(op.inputs) != 2:
+        raise FormatError(f"{where}: takes 2 inputs, got {len(op.inputs)}")
+    n = int(np.prod(_out_shape(b, o)))
+    consts = [b.is_const(i) for i in op.inputs]
+    if all(consts):
+        raise UnsupportedOpError(f"{where}: both operands are constants")
+    if b.ft[o].dtype != "int8" or any(b.ft[i].dtype != "int8" for i in op.inputs):
+        raise UnsupportedOpError(f"{where}: only int8 tensors are supported")
+    if not any(consts):
+        xs = tuple(b.act(i, where) for i in op.inputs)
+        shapes = [b.tensors[x].shape for x in xs]
+        if (same_shape and shapes[0] != shapes[1]) or any(int(np.prod(s)) != n for s in shapes):
+            raise UnsupportedOpError(
+                f"{where}: inputs {shapes[0]} and {shapes[1]} do not both have the output's {n} values "
+                f"{'in one shape ' if same_shape else ''}(no broadcasting)"
+            )
+        return xs, None, None
+    k = consts.index(True)
+    x = b.act(op.inputs[1 - k], where)
+    t = b.const(op.inputs[k], where, "constant operand")
+    shape = b.tensors[x].shape
+    if t.scale is None or t.scale.size != 1 or int(np.prod(t.shape)) != n or int(np.prod(shape)) != n:
+        raise UnsupportedOpError(
+            f"{where}: a constant operand {t.name!r} of shape {t.shape} (quantised per tensor, the "
+            f"output's {n} values) is needed for input {shape}"
+        )
+    params = {
+        "value": jnp.asarray(np.asarray(t.data).astype(np.int8).reshape(shape)),
+        "scale": jnp.float32(t.scale[0]),
+        "zero_point": jnp.int32(t.zero_point[0]),
+    }
+    return (x,), k, params
+
+
+@converts("CUSTOM(XC_broadcast)")
+def _broadcast(b: Builder, op: OpContext) -> None:
+    """``XC_broadcast`` of a constant (xformer's ``broadcast_to`` of an ADD's or MUL's
+    constant operand): folded at import. The kernel repeats each of ``b`` blocks of ``s``
+    input bytes ``n`` times (lib_tflite_micro ``xcore_broadcast.cc``); the folded tensor
+    then feeds ``XC_add`` / ``XC_mul`` as a constant operand."""
+    where, o = op.where, op.one_output()
+    opts = _options(op, ("b", "n", "s"), ("v",))
+    blocks, copies, size = (_int_option(op, opts, k) for k in ("b", "n", "s"))
+    if len(op.inputs) != 1:
+        raise FormatError(f"{where}: takes 1 input, got {len(op.inputs)}")
+    if not b.is_const(op.inputs[0]):
+        raise UnsupportedOpError(f"{where}: XC_broadcast of a computed tensor is not supported (only of a constant)")
+    t = b.const(op.inputs[0], where, "broadcast input")
+    out = b.ft[o]
+    if t.dtype != "int8" or out.dtype != "int8":
+        raise UnsupportedOpError(f"{where}: only int8 tensors are supported")
+    src = np.asarray(t.data).reshape(-1)
+    if min(blocks, copies, size) < 1 or blocks * size != src.size or blocks * copies * size != int(np.prod(out.shape)):
+        raise FormatError(
+            f"{where}: {blocks} blocks of {size} bytes repeated {copies} times do not map input "
+            f"{t.shape} to output {out.shape}"
+        )
+    b.fold(o, np.repeat(src.reshape(blocks, 1, size), copies, axis=1).reshape(out.shape))
 
 
 @converts("CUSTOM(XC_mean)")
@@ -530,21 +595,11 @@ def _concat(b: Builder, op: OpContext) -> None:
 def _mul(b: Builder, op: OpContext) -> None:
     where, o = op.where, op.one_output()
     opts = _options(op, ("mp",))
-    if len(op.inputs) != 2:
-        raise FormatError(f"{where}: takes 2 inputs, got {len(op.inputs)}")
     z1, z2, bias, scalar, shr = _struct(op, opts, "mp", "bbhhh")
-    x1, x2 = b.act(op.inputs[0], where), b.act(op.inputs[1], where)
-    n = int(np.prod(_out_shape(b, o)))
-    if int(np.prod(b.tensors[x1].shape)) != n or int(np.prod(b.tensors[x2].shape)) != n:
-        raise UnsupportedOpError(
-            f"{where}: inputs {b.tensors[x1].shape} and {b.tensors[x2].shape} do not both have "
-            f"the output's {n} values (no broadcasting)"
-        )
-    if b.ft[o].dtype != "int8" or any(b.ft[i].dtype != "int8" for i in op.inputs):
-        raise UnsupportedOpError(f"{where}: only int8 tensors are supported")
+    xs, k, params = _binary_operands(b, op, same_shape=False)
     b.node(
         "xc_mul",
-        (x1, x2),
+        xs,
         o,
         {
             "in1_zero_point": z1,
@@ -553,15 +608,19 @@ def _mul(b: Builder, op: OpContext) -> None:
             "scalar": scalar,
             "vlashr_shr": shr,
             "out_shape": _out_shape(b, o),
+            "const_index": k,
         },
-        None,
+        params,
         None,
         where,
     )
 
 
-@converts("CUSTOM(XC_softmax)")
+@converts("CUSTOM(XC_softmax)", "CUSTOM(XC_batched_softmax)")
 def _softmax(b: Builder, op: OpContext) -> None:
+    """``XC_softmax`` over all the values of an example; ``XC_batched_softmax`` over each row
+    of a (1, rows, n) tensor (lib_tflite_micro's kernel takes the rows from the second-last
+    axis and their length from the last: other ranks are refused)."""
     where, o = op.where, op.one_output()
     if op.custom:
         opts = flex_loads(op.custom)
@@ -578,7 +637,15 @@ def _softmax(b: Builder, op: OpContext) -> None:
     if b.ft[o].dtype != "int8" or b.ft[op.inputs[0]].dtype != "int8":
         raise UnsupportedOpError(f"{where}: only int8 -> int8 softmax is supported")
     table = np.asarray(t.data, np.float32).reshape(256)
-    b.node("xc_softmax", (x,), o, {"out_shape": _out_shape(b, o)}, {"table": jnp.asarray(table)}, None, where)
+    attrs = {"out_shape": _out_shape(b, o)}
+    if op.name == "CUSTOM(XC_batched_softmax)":
+        shape = b.tensors[x].shape
+        if len(shape) != 2 or _out_shape(b, o) != shape:
+            raise UnsupportedOpError(
+                f"{where}: a batched softmax of {shape} -> {_out_shape(b, o)}: only (rows, n) -> (rows, n) examples"
+            )
+        attrs["row_size"] = int(shape[1])
+    b.node("xc_softmax", (x,), o, attrs, {"table": jnp.asarray(table)}, None, where)
 
 
 # ------------------------------------------------------------------ the writer side
@@ -591,7 +658,7 @@ def _softmax(b: Builder, op: OpContext) -> None:
 # xformer file the graph does not keep are written as a single-threaded deployment
 # (one kernel region covering the whole output) with freshly sized scratch tensors.
 
-from hwjax.tflite._save import FileBuilder, integer_param, where, writes  # noqa: E402
+from hwjax.tflite._save import FileBuilder, constant_operand, integer_param, where, writes  # noqa: E402
 from hwjax.xs3 import reorder_kernel_weights, serialise_output_transform  # noqa: E402
 
 
@@ -823,12 +890,19 @@ def _write_lookup(b: FileBuilder, node) -> None:
 def _write_add(b: FileBuilder, node) -> None:
     a = node.attrs
     opts = {"m1": int(a["multiplier1"]), "m2": int(a["multiplier2"]), "bias": int(a["bias"]), "shift": int(a["shift"])}
-    b.op(
-        "CUSTOM(XC_add)",
-        [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])],
-        [b.tensor(node.outputs[0])],
-        custom_options=flex_dumps(opts),
-    )
+    b.op("CUSTOM(XC_add)", _binary_inputs(b, node), [b.tensor(node.outputs[0])], custom_options=flex_dumps(opts))
+
+
+def _binary_inputs(b: FileBuilder, node) -> list[int]:
+    """The two input tensors of an ``xc_add`` / ``xc_mul`` node: its inputs, or its input and
+    its constant operand (an int8 tensor of the file, in the place ``const_index``)."""
+    k = node.attrs.get("const_index")
+    if k is None:
+        return [b.tensor(i) for i in node.inputs]
+    c = constant_operand(b, node)
+    ins = [b.tensor(node.inputs[0])]
+    ins.insert(int(k), c)
+    return ins
 
 
 @writes("xc_mean")
@@ -885,12 +959,7 @@ def _write_mul(b: FileBuilder, node) -> None:
     mp = struct.pack(
         "<bbhhh", *(int(a[k]) for k in ("in1_zero_point", "in2_zero_point", "bias", "scalar", "vlashr_shr"))
     )
-    b.op(
-        "CUSTOM(XC_mul)",
-        [b.tensor(node.inputs[0]), b.tensor(node.inputs[1])],
-        [b.tensor(node.outputs[0])],
-        custom_options=flex_dumps({"mp": mp}),
-    )
+    b.op("CUSTOM(XC_mul)", _binary_inputs(b, node), [b.tensor(node.outputs[0])], custom_options=flex_dumps({"mp": mp}))
 
 
 @writes("xc_softmax")
@@ -900,4 +969,13 @@ def _write_softmax(b: FileBuilder, node) -> None:
     except (KeyError, TypeError, ValueError):
         raise FormatError(f"{where(node)}: parameter 'table' must hold 256 float32 values") from None
     t = b.const(f"{node.name}/table", table, "float32")
-    b.op("CUSTOM(XC_softmax)", [b.tensor(node.inputs[0]), t], [b.tensor(node.outputs[0])], custom_options=b"")
+    code = "CUSTOM(XC_softmax)"
+    if node.attrs.get("row_size") is not None:
+        shape = tuple(b.graph.tensor(node.inputs[0]).shape)
+        if len(shape) != 2 or shape[1] != node.attrs["row_size"]:
+            raise UnsupportedOpError(
+                f"{where(node)}: XC_batched_softmax runs over the rows of a (rows, n) example; the input "
+                f"is {shape} with row_size {node.attrs['row_size']}"
+            )
+        code = "CUSTOM(XC_batched_softmax)"
+    b.op(code, [b.tensor(node.inputs[0]), t], [b.tensor(node.outputs[0])], custom_options=b"")

@@ -23,16 +23,23 @@ op                  inputs   attributes (parameters)
 ``xc_pad_1_to_4``   1        ``value`` (int8), ``out_shape``
 ``xc_slice``        1        ``start``, ``stride``, ``length``, ``copies``, ``out_shape``
 ``xc_lookup``       1        ``out_shape`` (``table`` int32 (256,): output per input byte)
-``xc_add``          2        ``multiplier1``, ``multiplier2``, ``bias``, ``shift``,
-                             ``out_shape``
+``xc_add``          2 (1)    ``multiplier1``, ``multiplier2``, ``bias``, ``shift``,
+                             ``out_shape``, ``const_index`` (see below)
 ``xc_mean``         1        ``outer``, ``reduced``, ``inner``, ``in_zero_point``,
                              ``out_zero_point``, ``scale`` (float32 values), ``out_shape``
 ``xc_maxpool2d``    1        ``window``, ``stride``, ``out_shape``
 ``xc_concat``       1+       ``copies``, ``sizes``, ``out_shape``
-``xc_mul``          2        ``in1_zero_point``, ``in2_zero_point``, ``bias``,
-                             ``scalar``, ``vlashr_shr``, ``out_shape``
-``xc_softmax``      1        ``out_shape`` (``table`` float32 (256,))
+``xc_mul``          2 (1)    ``in1_zero_point``, ``in2_zero_point``, ``bias``,
+                             ``scalar``, ``vlashr_shr``, ``out_shape``, ``const_index``
+``xc_softmax``      1        ``out_shape``, ``row_size`` (``table`` float32 (256,))
 ==================  =======  ===========================================================
+
+``xc_add`` and ``xc_mul`` read two operands of one shape. One of them may be a constant
+of the file (xformer's ``XC_broadcast`` of a constant, folded at import, or a constant
+tensor): the node then has one input, ``const_index`` says which operand (0 or 1) the
+constant is, and its parameters hold it as ``value`` (int8, the input's shape) with its
+quantisation ``scale`` and ``zero_point`` (kept for writing the file; the kernels read
+only the values).
 """
 
 from __future__ import annotations
@@ -155,17 +162,43 @@ class XcLookup(_ElementwiseXcOp):
     params = ("table",)
 
 
-class XcAdd(_ElementwiseXcOp):
+class _BinaryXcOp(_ElementwiseXcOp):
+    """An element-wise XC op of two operands, one of which may be a constant parameter
+    (``const_index`` 0 or 1: the constant's place; None: two inputs)."""
+
+    num_inputs = 2
+    params = ("value", "scale", "zero_point")
+    choices = {"const_index": (None, 0, 1)}
+
+    def arity(self, node) -> int:
+        return 2 if node.attrs.get("const_index") is None else 1
+
+    def check(self, node, ins):
+        super().check(node, ins)
+        k = self.attr(node, "const_index")
+        if k is not None and "value" not in (node.params or {}):
+            raise RangeError("a constant operand (const_index) needs the parameter 'value'")
+
+    def infer(self, node, ins):
+        out = super().infer(node, ins)
+        if node.attrs.get("const_index") is not None:
+            value = node.params["value"]
+            if tuple(value.shape) != tuple(ins[0].shape):
+                raise ShapeError(f"constant operand of shape {tuple(value.shape)} for input {tuple(ins[0].shape)}")
+        return out
+
+
+class XcAdd(_BinaryXcOp):
     """``XC_add`` (lib_nn ``add_elementwise``, xs3.md §6.4)."""
 
     name = "xc_add"
-    num_inputs = 2
     attrs = {
         "multiplier1": OpSpec.REQUIRED,
         "multiplier2": OpSpec.REQUIRED,
         "bias": OpSpec.REQUIRED,
         "shift": OpSpec.REQUIRED,
         "out_shape": OpSpec.REQUIRED,
+        "const_index": None,
     }
 
 
@@ -224,7 +257,7 @@ class XcConcat(_XcOp):
         return super().infer(node, ins)
 
 
-class XcMul(_ElementwiseXcOp):
+class XcMul(_BinaryXcOp):
     """``XC_mul`` (lib_nn ``mul_elementwise``, the reference C of the host build):
     ``acc = (x1 - z1)(x2 - z2) - 1`` with ``z = -zp - 1`` from the stored int8 fields,
     ``v = (acc + 1) >> 1``, ``v = (scalar*v + 2**13) >> 14``, ``v = sat16(v + bias)``
@@ -232,7 +265,6 @@ class XcMul(_ElementwiseXcOp):
     ``y = clamp((v + 128) >> 8, -128, 127)``; arithmetic shifts."""
 
     name = "xc_mul"
-    num_inputs = 2
     attrs = {
         "in1_zero_point": OpSpec.REQUIRED,
         "in2_zero_point": OpSpec.REQUIRED,
@@ -240,6 +272,7 @@ class XcMul(_ElementwiseXcOp):
         "scalar": OpSpec.REQUIRED,
         "vlashr_shr": OpSpec.REQUIRED,
         "out_shape": OpSpec.REQUIRED,
+        "const_index": None,
     }
 
 
@@ -248,11 +281,20 @@ class XcSoftmax(_ElementwiseXcOp):
     all the values of an example, in float32: ``e_i = table[x_i + 128]``,
     ``S = (...(e_0 + e_1) + ...) + e_{n-1}`` in order, ``inv = fl32(1 / S) * 256``,
     ``y_i = sat8(roundf(fl32(e_i * inv)) - 128)`` (``roundf``: ties away from zero; the
-    conversion to int8 saturates, so 256 gives 127)."""
+    conversion to int8 saturates, so 256 gives 127). With ``row_size``,
+    ``XC_batched_softmax`` (lib_nn ``softmax_single`` per row): the same over each run of
+    ``row_size`` consecutive values."""
 
     name = "xc_softmax"
-    attrs = {"out_shape": OpSpec.REQUIRED}
+    attrs = {"out_shape": OpSpec.REQUIRED, "row_size": None}
     params = ("table",)
+
+    def infer(self, node, ins):
+        out = super().infer(node, ins)
+        r = node.attrs.get("row_size")
+        if r is not None and (not isinstance(r, int) or r < 1 or math.prod(out[0]) % r):
+            raise ShapeError(f"row_size {r!r} does not divide the {math.prod(out[0])} values of an example")
+        return out
 
 
 for _spec in (XcConcat(), XcMul(), XcSoftmax()):
