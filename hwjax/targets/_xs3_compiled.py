@@ -411,11 +411,24 @@ def _add_params(target, attrs, portable, q_in, q_out):
         q_out.scale,
         q_out.zero_point,
     )
-    if attrs.get("activation") == "relu":  # the separate XC_lookup xformer puts after the XC_add
-        p["table"] = host_recipe(
-            lambda s, z: {"t": xformer_lut_table("relu", s, z, s, z)}, q_out.scale, q_out.zero_point
-        )["t"]
-    return p
+    return {**p, **_activation_table(attrs, q_out)}
+
+
+def _activation_table(attrs, q_out) -> dict:
+    """``{"table": ...}`` for a fused RELU / RELU6: the separate ``XC_lookup`` xformer puts
+    after an ``XC_add`` / ``XC_mul`` (the table of :func:`xformer_lut_table` between equal
+    quantisations, the output's); ``{}`` without an activation."""
+    act = attrs.get("activation")
+    if act is None:
+        return {}
+    return {
+        "table": host_recipe(lambda s, z: {"t": xformer_lut_table(act, s, z, s, z)}, q_out.scale, q_out.zero_point)["t"]
+    }
+
+
+def _looked_up(p, y):
+    """``y`` through the fused activation's ``XC_lookup`` table, where there is one."""
+    return jnp.take(p["table"], y & 0xFF, axis=0) if "table" in p else y
 
 
 @XS3Compiled.implements("add", params=_add_params, host_params=_add_params)
@@ -425,9 +438,7 @@ def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     y = xs3.add_int8(
         x1, x2, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"], variant=target.variant
     ).astype(_I32)
-    if "table" in p:
-        y = jnp.take(p["table"], y & 0xFF, axis=0)
-    return no_acc(y, return_acc)
+    return no_acc(_looked_up(p, y), return_acc)
 
 
 def _const_quants(attrs, portable, q_in):
@@ -590,7 +601,7 @@ def _softmax(target, attrs, p, x, return_acc: bool = False):
 
 
 def _mul_params(target, attrs, portable, q_in, q_out):
-    return host_recipe(
+    p = host_recipe(
         xformer_mul_params,
         q_in[0].scale,
         q_in[0].zero_point,
@@ -599,13 +610,15 @@ def _mul_params(target, attrs, portable, q_in, q_out):
         q_out.scale,
         q_out.zero_point,
     )
+    return {**p, **_activation_table(attrs, q_out)}
 
 
 @XS3Compiled.implements("mul", params=_mul_params, host_params=_mul_params)
 def _mul(target, attrs, p, x1, x2, return_acc: bool = False):
-    """TFLite MUL (same shapes, no fused activation) as ``XC_mul`` (:func:`xformer_mul_params`)."""
+    """TFLite MUL (same shapes) as ``XC_mul`` (:func:`xformer_mul_params`); a fused RELU or
+    RELU6 as xformer's ``XC_lookup`` after it."""
     y = _xc_mul(target, {**p, "out_shape": x1.shape[1:]}, None, x1, x2)
-    return no_acc(y, return_acc)
+    return no_acc(_looked_up(p, y), return_acc)
 
 
 def _mul_const_params(target, attrs, portable, q_in, q_out):
@@ -687,10 +700,10 @@ def _check_xformer_lowering(graph) -> None:
                 )
         if node.op in ("mul", "mul_const"):
             shapes = [graph.tensors[t].shape for t in (*node.inputs, *node.outputs)]
-            if node.attrs.get("activation") is not None or len(set(shapes)) != 1:
+            if node.attrs.get("activation") not in (None, "relu", "relu6") or len(set(shapes)) != 1:
                 raise UnsupportedOpError(
                     f"node {node.name!r}: only MUL of same-shape inputs {shapes} without a fused "
-                    "activation is compiled as XC_mul"
+                    "activation or with a fused RELU / RELU6 is compiled as XC_mul (and XC_lookup)"
                 )
         if node.op == "concat":
             qs = {
