@@ -353,6 +353,44 @@ REGRESSIONS = {
         "ops": [{"op": "SOFTMAX", "in": [0], "beta": 1.0, "out": [0.00390625, -128]}],
         "output": 1,
     },
+    # seed 1956 minimised: a MUL by a constant with a fused RELU6, and seed 49: a MUL of two
+    # tensors with a fused RELU; xformer writes an XC_mul and an XC_lookup of the activation
+    # after it (hwjax refused a fused activation on MUL on the original route)
+    "regress_mul_const_fused_relu6": {
+        "seed": 1956,
+        "input": {"shape": [1, 81], "scale": 0.5998943448066711, "zp": -128},
+        "ops": [
+            {
+                "op": "MUL",
+                "in": [0],
+                "const": {"shape": "c", "seed": 1956001, "scale": 0.009099120274186134, "zp": -59},
+                "act": "RELU6",
+                "out": [0.0235294122248888, -128],
+            }
+        ],
+        "output": 1,
+    },
+    "regress_mul_fused_relu": {
+        "seed": 49,
+        "input": {"shape": [1, 2, 6, 16], "scale": 0.24776089191436768, "zp": -128},
+        "ops": [
+            {
+                "op": "CONV_2D",
+                "in": [0],
+                "out_ch": 16,
+                "kernel": [1, 3],
+                "stride": [1, 1],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 49001, "max": 127, "scale": 0.015625, "per_channel": False, "spread": 0.0},
+                "bias": {"seed": 49002, "max": 150314},
+                "act": "NONE",
+                "out": [16.0, -25],
+            },
+            {"op": "MUL", "in": [0, 1], "act": "RELU", "out": [151.31167602539062, -128]},
+        ],
+        "output": 2,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},
