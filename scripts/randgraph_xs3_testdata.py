@@ -391,6 +391,60 @@ REGRESSIONS = {
         ],
         "output": 2,
     },
+    # seeds 83 and 125 minimised: an AVERAGE_POOL_2D with SAME padding, which xformer writes
+    # as an XC_pad holding the input zero point and the depthwise replacement over VALID
+    # windows (an XC_conv2d_v2 for 4 channels, a builtin DEPTHWISE_CONV_2D for 7): the padded
+    # taps count in the divisor, where TFLite's average counts the in-image taps only
+    "regress_avgpool_same_4ch": {
+        "seed": 83,
+        "input": {"shape": [1, 1, 6, 4], "scale": 1.328236699104309, "zp": -85},
+        "ops": [
+            {
+                "op": "AVERAGE_POOL_2D",
+                "in": [0],
+                "kernel": [3, 4],
+                "stride": [2, 3],
+                "padding": "SAME",
+                "act": "NONE",
+                "out": None,
+            }
+        ],
+        "output": 1,
+    },
+    "regress_avgpool_same_7ch": {
+        "seed": 125,
+        "input": {"shape": [1, 3, 3, 7], "scale": 0.2637295, "zp": -103},
+        "ops": [
+            {
+                "op": "AVERAGE_POOL_2D",
+                "in": [0],
+                "kernel": [2, 2],
+                "stride": [2, 1],
+                "padding": "SAME",
+                "act": "NONE",
+                "out": None,
+            }
+        ],
+        "output": 1,
+    },
+    # seed 90 minimised: a MAX_POOL_2D with SAME padding: an XC_pad of -128 and an
+    # XC_maxpool2d (the values of TFLite's max pool over the in-image taps)
+    "regress_maxpool_same": {
+        "seed": 90,
+        "input": {"shape": [1, 4, 7, 7], "scale": 0.15374415, "zp": -128},
+        "ops": [
+            {
+                "op": "MAX_POOL_2D",
+                "in": [0],
+                "kernel": [4, 4],
+                "stride": [1, 2],
+                "padding": "SAME",
+                "act": "NONE",
+                "out": None,
+            }
+        ],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

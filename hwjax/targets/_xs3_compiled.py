@@ -59,6 +59,7 @@ COMPILED_OPS = (
     "avgpool",
     "add_const",
     "mul_const",
+    "pool",
 )
 
 
@@ -554,6 +555,29 @@ def _lut_params(target, attrs, portable, q_in, q_out):
 
 XS3Compiled.implements("avgpool", params=_avgpool_params, host_params=_avgpool_params)(_avgpool_run)
 
+_TFLM_POOL = TFLite._impls["pool"]
+
+
+def _pool_params(target, attrs, portable, q_in, q_out):
+    if attrs["fn"] == "max":
+        return _TFLM_POOL.params(target, attrs, portable, q_in, q_out)
+    return {**_avgpool_params(target, attrs, portable, q_in, q_out), "zin": np.int8(np.asarray(q_in[0].zero_point))}
+
+
+@XS3Compiled.implements("pool", params=_pool_params, host_params=_pool_params)
+def _pool(target, attrs, p, x, return_acc: bool = False):
+    """A pool with padding (SAME) as xformer compiles it: an ``XC_pad`` of the input, then
+    the pool over VALID windows. An average pool's padding holds the input zero point, so
+    the padded taps count in the divisor (:func:`_avgpool_run`; TFLite counts the in-image
+    taps only). A max pool's holds -128, which no tap exceeds: TFLite's max pool over the
+    in-image taps, run as TFLM runs it (its fused activation is refused,
+    :func:`check_xformer_lowering`)."""
+    if attrs["fn"] == "max":
+        return _TFLM_POOL.run(target, attrs, p, x, return_acc=return_acc)
+    (top, bottom), (left, right) = attrs["padding"]
+    xp = jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=p["zin"].astype(x.dtype))
+    return _avgpool_run(target, {"window": attrs["window"], "strides": attrs["strides"]}, p, xp, return_acc)
+
 
 _TFLM_ACTIVATION = XS3Compiled._impls["activation"]
 
@@ -718,7 +742,7 @@ def _check_xformer_lowering(graph) -> None:
                 )
     xc_linear = set()  # outputs of the linear ops (and average pools) that become XC_conv2d_v2
     for node in graph.nodes:
-        if node.op == "avgpool":  # xformer's depthwise replacement
+        if node.op == "avgpool" or (node.op == "pool" and node.attrs["fn"] == "avg"):  # xformer's depthwise
             dw_attrs, dw = xformer_avgpool_as_depthwise(node.attrs, graph.tensors[node.inputs[0]].shape[-1])
             node = node.replace(op="depthwise_conv", attrs=dw_attrs, params=dw)
         if node.op in ("conv", "depthwise_conv", "dense"):
@@ -784,7 +808,7 @@ def _check_activations(graph, xc_linear: set) -> None:
         if (
             src.endswith(PRE_ACTIVATION)
             and src in producer
-            and producer[src].op == "maxpool"
+            and (producer[src].op == "maxpool" or producer[src].op == "pool" and producer[src].attrs["fn"] == "max")
             and activation_range(fn, q_out.scale, q_out.zero_point) != (-128, 127)
         ):
             raise UnsupportedOpError(
