@@ -445,6 +445,43 @@ REGRESSIONS = {
         ],
         "output": 1,
     },
+    # seed 581: an XC_add with shift 0 over 45 values: lib_nn's C code for the last 13 (the
+    # count mod 16) rounds with 1 << -1, which x86 computes as 1 << 31, flipping the sign
+    # (127 for -128 and the reverse); its dilated depthwise convolutions also run exactly
+    "regress_add_shift_zero_tail": {
+        "seed": 581,
+        "input": {"shape": [1, 1, 5, 9], "scale": 0.049397919327020645, "zp": -128},
+        "ops": [
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [0],
+                "mult": 1,
+                "kernel": [3, 1],
+                "stride": [1, 1],
+                "dilation": [3, 2],
+                "padding": "SAME",
+                "w": {"seed": 581001, "max": 20, "scale": 0.030020814388990402, "per_channel": True, "spread": 1.0},
+                "bias": {"seed": 581002, "max": 7024},
+                "act": "NONE",
+                "out": [0.2343408763408661, -8],
+            },
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [1],
+                "mult": 1,
+                "kernel": [1, 3],
+                "stride": [1, 1],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 581003, "max": 20, "scale": 0.0033901461865752935, "per_channel": False, "spread": 0.0},
+                "bias": {"seed": 581004, "max": 67108864},
+                "act": "RELU",
+                "out": [314.5195007324219, -128],
+            },
+            {"op": "ADD", "in": [1, 2], "act": "RELU6", "out": [0.0235294122248888, -128]},
+        ],
+        "output": 3,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

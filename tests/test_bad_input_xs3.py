@@ -125,6 +125,10 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
         dict(reordered=REORD, kernel_shape=(2, 2, 2, 3)),
     ),
     "add_int8": (xs3.add_int8, dict(x0=V8, x1=V8R, multiplier0=300, multiplier1=-200, bias=1000, shift=4)),
+    "add_elementwise_int8": (
+        xs3.add_elementwise_int8,
+        dict(x0=V8, x1=V8R, multiplier0=300, multiplier1=-200, bias=1000, shift=4, variant="host"),
+    ),
     # ---- BSO
     "make_bso": (
         xs3.make_bso,
@@ -371,6 +375,12 @@ CASES = [
     ("add_int8", "shift", dict(shift=None), A),
     ("add_int8", "variant", dict(variant="fast"), R),
     ("add_int8", "x0", dict(x0=_f(V8)), A),
+    ("add_elementwise_int8", "x0", dict(x0=_with(V8, 0, 200)), R),
+    ("add_elementwise_int8", "x1", dict(x1=np.ones(5, I32)), S),
+    ("add_elementwise_int8", "multiplier0", dict(multiplier0=40000), R),
+    ("add_elementwise_int8", "bias", dict(bias=2**40), R),
+    ("add_elementwise_int8", "shift", dict(shift=2**16), R),
+    ("add_elementwise_int8", "variant", dict(variant="fast"), R),
     # ---- BSO
     *[
         ("make_bso", arg, {arg: v}, k)

@@ -516,6 +516,10 @@ XS3_CASES = [
         for name in ("regress_avgpool_same_4ch", "regress_avgpool_same_7ch", "regress_maxpool_same")
         for key in ("xs3-converted", "xs3-original")
     ),
+    # XC_add with shift 0 over 45 values: the C code of the last 13 flips the sign (seed 581;
+    # also two dilated depthwise convolutions, read and compiled with their dilation)
+    ("regress_add_shift_zero_tail", "xs3-converted", None),
+    ("regress_add_shift_zero_tail", "xs3-original", None),
     # SOFTMAX over several rows: xformer's XC_batched_softmax, lib_nn's softmax_single per row
     # (seed 1316, input scale 0.9)
     ("regress_softmax_batched", "xs3-converted", None),

@@ -717,3 +717,32 @@ def test_otfn_binary_matches_a_python_model():
     np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="multiple of 16"):
         xs3.otfn_binary(acc[:, :20], thr[:20])
+
+
+def test_add_elementwise_int8_tail_is_lib_nns_c_code():
+    """One add_elementwise call over a row of N values: full 16-lane groups through VLSAT,
+    on the host the last N % 16 through lib_nn's C code in wrapping int32, whose rounding
+    term at shift 0 is 1 << -1 = 1 << 31 on x86 (the sign flips; seed 581 of the xs3 probe)."""
+    rng = np.random.default_rng(5)
+    x0, x1 = (rng.integers(-128, 128, (3, 45)).astype(np.int8) for _ in range(2))
+    args = dict(multiplier0=10, multiplier1=13367, bias=1710938)
+
+    def c_code(shift):  # lib_nn's C tail written out in NumPy (int64, wrapped to int32)
+        acc = args["bias"] + x0.astype(np.int64) * args["multiplier0"] + x1.astype(np.int64) * args["multiplier1"]
+        wrap = lambda v: (v + 2**31) % 2**32 - 2**31
+        rnd = -(2**31) if shift == 0 else 2 ** (shift - 1)
+        return np.clip(wrap(wrap(acc) + rnd) >> shift, -128, 127)
+
+    for shift in (0, 1, 7, 20):
+        vpu = np.asarray(xs3.add_int8(x0, x1, shift=shift, variant="host", **args))
+        got = np.asarray(xs3.add_elementwise_int8(x0, x1, shift=shift, variant="host", **args))
+        np.testing.assert_array_equal(got[:, :32], vpu[:, :32])
+        np.testing.assert_array_equal(got[:, 32:], c_code(shift)[:, 32:])
+        hw = np.asarray(xs3.add_elementwise_int8(x0, x1, shift=shift, variant="hardware", **args))
+        np.testing.assert_array_equal(hw, np.asarray(xs3.add_int8(x0, x1, shift=shift, variant="hardware", **args)))
+    at_zero = np.asarray(xs3.add_elementwise_int8(x0, x1, shift=0, variant="host", **args))[:, 32:]
+    vlsat = np.asarray(xs3.add_int8(x0, x1, shift=0, variant="host", **args))[:, 32:]
+    assert np.all((at_zero == 127) == (vlsat == -128))  # every tail value flipped sign
+    eager = np.asarray(xs3.add_elementwise_int8(x0, x1, shift=0, variant="host", **args))
+    jitted = jax.jit(lambda a, b: xs3.add_elementwise_int8(a, b, shift=0, variant="host", **args))
+    np.testing.assert_array_equal(np.asarray(jitted(x0, x1)), eager)

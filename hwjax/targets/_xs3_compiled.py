@@ -272,13 +272,13 @@ def _xp(*arrays):
 
 def _compiled_run(op: str):
     def run(target, attrs, p, x, return_acc: bool = False):
-        dilated = tuple(attrs.get("dilation", (1, 1))) != (1, 1)
-        if (dilated and op != "conv") or attrs.get("depth_multiplier", 1) != 1:
+        if attrs.get("depth_multiplier", 1) != 1:
             from hwjax.errors import UnsupportedOpError
 
             raise UnsupportedOpError(
-                f"target {target!r}: {op} with dilation {attrs.get('dilation', (1, 1))}, "
-                f"depth_multiplier {attrs.get('depth_multiplier', 1)}: only (1, 1), 1 supported"
+                f"target {target!r}: {op} with depth_multiplier {attrs.get('depth_multiplier', 1)}: only 1 is "
+                "supported (xformer 1.4.2 writes a multiplier's depthwise with one channel's weights per input "
+                "channel, whose outputs the host interpreter computes differently from TFLM)"
             )
         if op == "dense" and x.ndim != 2:
             from hwjax.errors import UnsupportedOpError
@@ -319,6 +319,7 @@ def _compiled_run(op: str):
                     jnp.moveaxis(k[..., 0], 0, -1),
                     p["multipliers"],
                     p["biases"],
+                    dilation=geom.dilation,
                     return_accumulators=True,
                     **common,
                 )
@@ -436,10 +437,11 @@ def _looked_up(p, y):
 def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     """TFLite ADD as ``XC_add``; a fused RELU as xformer's ``XC_lookup`` after it (the
     table of :func:`xformer_lut_table` between equal quantisations: ``max(v, z_out)``)."""
-    y = xs3.add_int8(
-        x1, x2, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"], variant=target.variant
+    flat = [x.reshape(x.shape[0], -1) for x in (x1, x2)]  # one call over an example's values
+    y = xs3.add_elementwise_int8(
+        *flat, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"], variant=target.variant
     ).astype(_I32)
-    return no_acc(_looked_up(p, y), return_acc)
+    return no_acc(_looked_up(p, y).reshape(x1.shape), return_acc)
 
 
 def _const_quants(attrs, portable, q_in):

@@ -96,7 +96,15 @@ def _xc_conv2d(target, attrs, p, x, return_acc: bool = False):
         variant=target.variant,
     )
     if attrs["kernel_type"] == "depthwise":
-        y, acc = xs3.depthwise_conv2d(x, p["kernel"], p["multipliers"], p["biases"], return_accumulators=True, **common)
+        y, acc = xs3.depthwise_conv2d(
+            x,
+            p["kernel"],
+            p["multipliers"],
+            p["biases"],
+            dilation=attrs["dilation"],
+            return_accumulators=True,
+            **common,
+        )
     else:
         y, acc = xs3.conv2d(
             x,
@@ -181,9 +189,10 @@ def binary_operands(attrs, p, xs) -> tuple[jax.Array, jax.Array]:
 
 @XS3Runtime.implements("xc_add", params=_stored)
 def _xc_add(target, attrs, p, *xs, return_acc: bool = False):
-    """``add_elementwise`` (xs3.md §6.4) through :func:`hwjax.xs3.add_int8`."""
-    x1, x2 = binary_operands(attrs, p, xs)
-    y = xs3.add_int8(
+    """``add_elementwise`` (xs3.md §6.4) over an example's values, one call:
+    :func:`hwjax.xs3.add_elementwise_int8`."""
+    x1, x2 = (_per_example(x) for x in binary_operands(attrs, p, xs))
+    y = xs3.add_elementwise_int8(
         x1,
         x2,
         multiplier0=attrs["multiplier1"],

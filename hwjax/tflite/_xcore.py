@@ -268,8 +268,6 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
                 raise FormatError(f"{where}: depthwise params {agg} for {C} -> {CO} channels")
             dc = _exact_div(op, agg[3], C, "horizontal dilation")
             dr = _exact_div(op, agg[4] + kw * C * dc, row, "vertical dilation")
-            if (dr, dc) != (1, 1):
-                raise UnsupportedOpError(f"{where}: depthwise dilation {(dr, dc)} is not supported")
     valid = xc_conv2d_out_hw((H, W, C), (kh, kw), (sr, sc), (dr, dc))
     if flat:
         OH, OW = valid

@@ -36,6 +36,7 @@ from hwjax.xs3._otfn import (
 )
 from hwjax.xs3._params import otfn_params, otfn_params_many
 from hwjax.xs3._conv import (
+    add_elementwise_int8,
     add_int8,
     conv2d,
     depthwise_conv2d,

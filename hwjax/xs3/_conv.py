@@ -391,13 +391,14 @@ def depthwise_conv2d(
     variant: Variant = "hardware",
     return_accumulators: bool = False,
     return_clipped: bool = False,
+    dilation: Sequence[int] = (1, 1),
 ):
     """Current-API depthwise convolution: ``mat_mul_dw_direct`` (§5.4) + ``otfn_int8``.
 
     Per output pixel and channel c: ``acc = 0``; for every kernel tap (i, j) in
     row-major (kh, kw) order, ``acc = sat32(acc + x[r, s, c] * k[i, j, c])`` (one
-    VLMACC per tap, :func:`hwjax.xs3.vlmacc`) with ``r = oy*stride[0] - top + i``,
-    ``s = ox*stride[1] - left + j``; taps outside the image read ``pad_value``. Then
+    VLMACC per tap, :func:`hwjax.xs3.vlmacc`) with ``r = oy*stride[0] - top + i*dilation[0]``,
+    ``s = ox*stride[1] - left + j*dilation[1]``; taps outside the image read ``pad_value``. Then
     ``y = otfn_int8(acc, multipliers, biases, initial_shift, final_shr, variant)``.
 
     Args:
@@ -406,7 +407,8 @@ def depthwise_conv2d(
       multipliers, biases: (C,) int16 values (integer arrays).
       initial_shift, final_shr, pad_value: as for :func:`conv2d` (concrete values are
         range-checked; traced int32 scalars are accepted).
-      stride, pad_top_left, out_shape ((OH, OW)): as for :func:`conv2d`.
+      stride, pad_top_left, out_shape ((OH, OW)), dilation: as for :func:`conv2d` (the
+        kernel's tap offsets, xformer's dilated depthwise: its per-tap input offsets).
       variant: ``"hardware"``, ``"host"`` or ``"v2021"`` (only the output transform
         depends on it).
       return_accumulators: also return the int32 accumulators (..., OH, OW, C).
@@ -424,7 +426,7 @@ def depthwise_conv2d(
             f"x must be (..., H, W, C) and k_hwc (K_h, K_w, C) with the same C, got {xv.shape} and {k.shape}"
         )
     kh, kw, c = k.shape
-    geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, tuple(out_shape)[:2])
+    geom = _geometry(xv.shape[-3:-1], (kh, kw), stride, pad_top_left, tuple(out_shape)[:2], dilation)
     initial_shift, final_shr = _otfn.check_int8_config(initial_shift, final_shr, variant)
     _, mul, bias = _otfn._int8_operands(None, multipliers, biases, float_ok=False, channels=c)
     pad_value = V.int_scalar(pad_value, -128, 127, "pad_value", label="pad_value (int8)")
@@ -514,3 +516,54 @@ def _add_int8(a0, a1, m0, m1, b, s, *, variant):
     acc = vpu.vlmacc(acc, a0.astype(_I32), m0, mode=16, variant=variant)
     acc = vpu.vlmacc(acc, a1.astype(_I32), m1, mode=16, variant=variant)
     return vpu.vlsat(acc, s, mode=8, variant=variant, symmetric=False).astype(jnp.int8)
+
+
+def add_elementwise_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant = "hardware"):
+    """One call of the current-API ``add_elementwise`` (§6.4) per row of the last axis, as
+    xformer's ``XC_add`` makes it for an example (one thread).
+
+    The first ``16 * (N // 16)`` values of a row of ``N`` are :func:`add_int8`'s full
+    16-lane groups. On ``variant="host"`` the last ``N % 16`` are lib_nn's C code, in int32
+    arithmetic that wraps: ``acc = bias + x0 * multiplier0 + x1 * multiplier1``, then
+    ``(acc + 2**(shift - 1)) >> shift`` clamped to [-128, 127]. At ``shift = 0`` the C
+    rounding term is ``1 << -1``, which x86 computes as ``1 << 31``: the host interpreter of
+    xmos-ai-tools 1.4.2 gives ``acc + 2**31`` wrapped (the sign flipped, so 127 where VLSAT
+    gives -128 and the reverse; random-graph seed 581,
+    tests/data/randgraph_xs3/regress_add_shift_zero_tail). A ``shift`` read as 32 or more
+    (a negative stored shift) keeps VLSAT's value (the one such file seen agrees). Other
+    variants compute every value as :func:`add_int8` (the chip's assembly is not modelled
+    here separately). Arguments as for :func:`add_int8`; ``x0``, ``x1`` of shape (..., N).
+    Returns int8 (..., N).
+    """
+    a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
+    if a0.shape != a1.shape or a0.ndim < 1:
+        raise ShapeError(f"x0 and x1 must have one shape (..., N), got {a0.shape} and {a1.shape}")
+    m0 = V.int_scalar(multiplier0, -(2**15), 2**15 - 1, "multiplier0")
+    m1 = V.int_scalar(multiplier1, -(2**15), 2**15 - 1, "multiplier1")
+    b = V.int_scalar(bias, -(2**31), 2**31 - 1, "bias")
+    s = V.int_scalar(shift, -(2**15), 2**16 - 1, "shift")
+    V.check_choice(variant, vpu.VARIANTS, "variant")
+    return _add_elementwise_int8(a0, a1, m0, m1, b, s, variant=variant)
+
+
+@eager_program(static_argnames=("variant",))
+def _add_elementwise_int8(a0, a1, m0, m1, b, s, *, variant):
+    """:func:`add_elementwise_int8` after its checks (one program when called eagerly)."""
+    y = _add_int8(a0, a1, m0, m1, b, s, variant=variant)
+    n = a0.shape[-1]
+    if variant != "host" or n % 16 == 0:
+        return y
+    t0 = 16 * (n // 16)
+    c_tail = _add_c_tail(a0[..., t0:], a1[..., t0:], m0, m1, b, s)
+    tail = jnp.where((jnp.asarray(s, _I32) & 0xFFFF) <= 31, c_tail, y[..., t0:])  # the element as VLSAT reads it
+    return jnp.concatenate([y[..., :t0], tail.astype(jnp.int8)], axis=-1)
+
+
+def _add_c_tail(a0, a1, m0, m1, b, shift):
+    """lib_nn's C code for the last ``N % 16`` values (int32 arithmetic, wrapping; x86's
+    shift-count masking for ``1 << (shift - 1)`` at ``shift = 0``). Valid for shifts in
+    [0, 31]."""
+    acc = jnp.asarray(b, _I32) + a0.astype(_I32) * jnp.asarray(m0, _I32) + a1.astype(_I32) * jnp.asarray(m1, _I32)
+    s = jnp.clip(jnp.asarray(shift, _I32) & 0xFFFF, 0, 31)
+    rnd = jnp.left_shift(jnp.int32(1), (s - 1) & 31)  # 1 << 31 = -2**31 at s = 0
+    return jnp.clip(jnp.right_shift(acc + rnd, s), -128, 127)
