@@ -19,9 +19,8 @@ import numpy as np
 from hwjax import xs3
 from hwjax.core import evaluated_if_concrete, stored_value
 from hwjax.errors import ArgTypeError, UnsupportedOpError
-from hwjax.graph import PRE_ACTIVATION, Attrs, geometry
+from hwjax.graph import PRE_ACTIVATION, Attrs, Quant, geometry
 from hwjax.targets._base import no_acc, pytree, register, static
-from hwjax.graph import Quant
 from hwjax.targets._tflite import TFLite, host_recipe
 from hwjax.targets._xs3 import conv_kernel_sums, xformer_host_otfn
 from hwjax.litert import activation_range
@@ -78,9 +77,13 @@ class XS3Compiled(XS3Runtime):
     transform, the channel-wise transform and leaving the TFLM op (computed on the host;
     all three results are computed and one is selected).
     ADD and MEAN become ``XC_add`` / ``XC_mean``; TANH and LOGISTIC ``XC_lookup``
-    (:func:`xformer_lut_table`), SOFTMAX ``XC_softmax`` (:func:`xformer_softmax_table`), MUL
-    ``XC_mul`` (:func:`xformer_mul_params`), CONCATENATION ``XC_concat`` (a byte copy) and
-    AVERAGE_POOL_2D a depthwise ``XC_conv2d_v2`` of ones (:func:`xformer_avgpool_as_depthwise`).
+    (:func:`xformer_lut_table`), SOFTMAX ``XC_softmax`` / ``XC_batched_softmax`` per row
+    (:func:`xformer_softmax_table`), MUL ``XC_mul`` (:func:`xformer_mul_params`; a fused
+    RELU / RELU6 of ADD or MUL an ``XC_lookup`` after it), an ADD's or MUL's constant operand
+    ``XC_broadcast`` to the input's shape, CONCATENATION ``XC_concat`` (a byte copy) and
+    AVERAGE_POOL_2D a depthwise ``XC_conv2d_v2`` of ones (:func:`xformer_avgpool_as_depthwise`;
+    with SAME padding after an ``XC_pad`` of the input zero point; a padded MAX_POOL_2D gives
+    TFLite's values).
     A standalone RELU / RELU6 is an ``XC_lookup`` too, RELU_N1_TO_1 TFLM's kernel.
     :func:`check_xformer_lowering` says what is not covered
     (``Model.run(runtime="xs3")`` calls it).
