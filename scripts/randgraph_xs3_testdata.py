@@ -482,6 +482,29 @@ REGRESSIONS = {
         ],
         "output": 3,
     },
+    # seed 30 minimised: a depthwise convolution with channel multiplier 2 on 3 channels,
+    # which xformer leaves to TFLM (after an XC_pad for SAME); on a multiple of 4 channels it
+    # writes an XC_conv2d_v2 instead (regress_depthwise_multiplier, refused)
+    "regress_depthwise_multiplier_3ch": {
+        "seed": 30,
+        "input": {"shape": [1, 6, 3, 3], "scale": 0.015625, "zp": 72},
+        "ops": [
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [0],
+                "mult": 2,
+                "kernel": [3, 4],
+                "stride": [1, 1],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 30001, "max": 127, "scale": 0.002078381, "per_channel": False, "spread": 0.0},
+                "bias": {"seed": 30002, "max": 1000},
+                "act": "NONE",
+                "out": [0.011642771, -32],
+            }
+        ],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},
