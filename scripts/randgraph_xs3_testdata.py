@@ -505,6 +505,46 @@ REGRESSIONS = {
         ],
         "output": 1,
     },
+    # seed 1602: an XC_batched_softmax at input scale 2.0 whose row sums exceed 2**126: the
+    # host's 1/S is a float32 subnormal, which XLA flushed to zero (-128 for 127)
+    "regress_softmax_subnormal_reciprocal": {
+        "seed": 1602,
+        "input": {"shape": [1, 1, 9, 2], "scale": 0.09885076433420181, "zp": -110},
+        "ops": [
+            {
+                "op": "CONV_2D",
+                "in": [0],
+                "out_ch": 12,
+                "kernel": [3, 3],
+                "stride": [1, 1],
+                "dilation": [1, 2],
+                "padding": "SAME",
+                "w": {"seed": 1602001, "max": 20, "scale": 0.10251127928495407, "per_channel": False, "spread": 0.0},
+                "bias": {"seed": 1602002, "max": 6631},
+                "act": "NONE",
+                "out": [2.0, 15],
+            },
+            {
+                "op": "AVERAGE_POOL_2D",
+                "in": [1],
+                "kernel": [1, 2],
+                "stride": [2, 1],
+                "padding": "VALID",
+                "act": "RELU",
+                "out": None,
+            },
+            {"op": "SOFTMAX", "in": [2], "beta": 1.0, "out": [0.00390625, -128]},
+        ],
+        "output": 3,
+    },
+    # a SOFTMAX whose exp table holds subnormals (input scale 0.5, zero point 56: -128 gives
+    # exp(-92)): a row of them sums to a subnormal on the host, 127 everywhere (XLA flushes)
+    "regress_softmax_subnormal_table": {
+        "seed": 3002,
+        "input": {"shape": [1, 3, 10], "scale": 0.5, "zp": 56},
+        "ops": [{"op": "SOFTMAX", "in": [0], "beta": 1.0, "out": [0.00390625, -128]}],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -34,7 +34,7 @@ from hwjax.targets._xformer import (
     xformer_softmax_table,
     xformer_transform_choice,
 )
-from hwjax.targets._xs3_runtime import XS3Runtime, _I32, _xc_mul, _xc_softmax, mean_f32
+from hwjax.targets._xs3_runtime import XS3Runtime, _I32, _xc_mul, _xc_softmax, mean_f32, softmax_lowered
 
 
 #: the op kinds of an original model that :class:`XS3Compiled` lowers as xformer does
@@ -626,7 +626,8 @@ def _lut(target, attrs, p, x, return_acc: bool = False):
 
 
 def _softmax_params(target, attrs, portable, q_in, q_out):
-    return host_recipe(lambda si, zi: {"table": xformer_softmax_table(si, zi)}, q_in[0].scale, q_in[0].zero_point)
+    p = host_recipe(lambda si, zi: {"table": xformer_softmax_table(si, zi)}, q_in[0].scale, q_in[0].zero_point)
+    return softmax_lowered(p["table"], 2**24)  # rows of up to 2**24 values (the shape is not known here)
 
 
 @XS3Compiled.implements("softmax", params=_softmax_params, host_params=_softmax_params)

@@ -23,7 +23,7 @@ from hwjax import xs3
 from hwjax.core import mul_rn
 from hwjax.errors import RangeError
 from hwjax.graph.ops.xcore import xc_conv2d_out_hw
-from hwjax.targets._base import Target, no_acc, register
+from hwjax.targets._base import Target, no_acc, pytree, register, static
 from hwjax.targets._tflite import TFLite
 
 
@@ -274,7 +274,48 @@ def _xc_mul(target, attrs, p, *xs, return_acc: bool = False):
     return no_acc(_shaped(y, attrs), return_acc)
 
 
-@XS3Runtime.implements("xc_softmax", params=_stored)
+@pytree
+@dataclass(frozen=True)
+class SoftmaxTable:
+    """Whether an ``XC_softmax`` table can meet float32 subnormals (known at lowering,
+    static): an entry below 2**-126, or a row sum above 2**126 (whose reciprocal is
+    subnormal). XLA flushes subnormals to zero (on CPU, inputs and results), where the host
+    interpreter computes them; such a table takes :func:`softmax_rows_subnormal`, which
+    does no float operation on a subnormal value."""
+
+    subnormals: bool = static()
+
+
+def softmax_table_form(table, row_size: int):
+    """The :class:`SoftmaxTable` marker of a concrete ``table`` (NumPy does not flush
+    subnormals) for rows of ``row_size`` values; None for a traced table (the run then takes
+    the subnormal-safe form)."""
+    if isinstance(table, jax.core.Tracer):
+        return None
+    t = np.asarray(table, np.float32)
+    finite = t[np.isfinite(t)]
+    tiny = bool(np.any((finite != 0) & (np.abs(finite) < np.finfo(np.float32).tiny)))
+    big = finite.size > 0 and float(finite.max()) * row_size >= 2.0**126
+    return SoftmaxTable(subnormals=tiny or bool(big))
+
+
+def softmax_lowered(table, row_size: int) -> dict:
+    """An ``XC_softmax`` table's lowered parameters: ``table``, its :class:`SoftmaxTable`
+    marker where it is concrete, and, where that says subnormals, its bits as int32
+    (``bits``: the subnormal-safe form reads them as integers, never as floats)."""
+    form = softmax_table_form(table, row_size)
+    if form is None:
+        return {"table": table}
+    extra = {"bits": np.asarray(table, np.float32).view(np.int32)} if form.subnormals else {}
+    return {"table": table, "form": form, **extra}
+
+
+def _softmax_params(target, attrs, portable, q_in, q_out):
+    n = attrs.get("row_size") or int(np.prod(attrs["out_shape"]))
+    return {**portable, **softmax_lowered(portable["table"], n)}
+
+
+@XS3Runtime.implements("xc_softmax", params=_softmax_params, host_params=_softmax_params)
 def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
     """lib_nn's float32 softmax over every value of an example (with ``row_size``, over each
     row of that many values: ``XC_batched_softmax``), as lib_tflite_micro runs it
@@ -286,24 +327,112 @@ def _xc_softmax(target, attrs, p, x, return_acc: bool = False):
     streaming-wakeword models). The table is not shifted by the row's maximum: where an
     entry overflows to inf (a large input scale), the sum is inf, ``inv`` 0 and that entry's
     product NaN, which reads 0 (the others -128; observed on the host interpreter:
-    tests/data/randgraph_xs3/regress_softmax_exp_overflow). The product feeds no addition,
-    so XLA has nothing to contract it with into a fused multiply-add."""
+    tests/data/randgraph_xs3/regress_softmax_exp_overflow); an infinite product (``inv``
+    inf) reads 127. The host computes with float32 subnormals: a table that can meet them
+    (:class:`SoftmaxTable`) takes :func:`softmax_rows_subnormal`. The product feeds no
+    addition, so XLA has nothing to contract it with into a fused multiply-add."""
     f32 = jnp.float32
     rows = _per_example(x)
     if attrs.get("row_size") is not None:  # XC_batched_softmax: every row on its own
         rows = rows.reshape(-1, attrs["row_size"])
-    e = jnp.take(jnp.asarray(p["table"], f32), rows.astype(_I32) + 128, axis=0)
-    total = jax.lax.fori_loop(1, e.shape[1], lambda i, t: t + e[:, i], e[:, 0])  # in order, no reassociation
-    inv = f32(1.0) / total
-    inv = inv * f32(256.0)  # exact (a power of two)
-    # roundf of the product (>= 0, or NaN): its floor, plus 1 from t + 1/2 on; the product
-    # only feeds the floor and comparisons, so no addition can be contracted with it
-    prod = e * inv[:, None]
-    t = jnp.floor(prod)
-    r = t + (prod >= t + f32(0.5)).astype(f32)
-    y = jnp.clip(r.astype(_I32) - 128, -128, 127)  # r in [0, 256]: only 256 saturates
-    y = jnp.where(jnp.isnan(prod), 0, y)  # an overflowed entry: inf * 0
+    idx = rows.astype(_I32) + 128
+    form = p.get("form")
+    if form is None or form.subnormals:
+        bits = p["bits"] if "bits" in p else jax.lax.bitcast_convert_type(jnp.asarray(p["table"], f32), _I32)
+        y = softmax_rows_subnormal(jnp.take(jnp.asarray(bits, _I32), idx, axis=0))
+    else:
+        e = jnp.take(jnp.asarray(p["table"], f32), idx, axis=0)
+        total = jax.lax.fori_loop(1, e.shape[1], lambda i, t: t + e[:, i], e[:, 0])  # in order, no reassociation
+        inv = f32(1.0) / total
+        inv = inv * f32(256.0)  # exact (a power of two)
+        y = _softmax_round(e * inv[:, None])
     return no_acc(_shaped(y.reshape(x.shape[0], -1), attrs), return_acc)
+
+
+def _softmax_round(prod):
+    """``sat8(roundf(prod) - 128)`` as lib_nn converts it: ``roundf`` as its floor plus 1
+    from ``t + 1/2`` on (the product only feeds the floor and comparisons, so no addition
+    can be contracted with it); NaN (``inf * 0``) reads 0 and inf 127, as the host's
+    float-to-int8 conversion gives them."""
+    f32 = jnp.float32
+    finite = jnp.where(jnp.isfinite(prod), prod, f32(0))
+    t = jnp.floor(finite)
+    r = t + (finite >= t + f32(0.5)).astype(f32)
+    y = jnp.clip(r.astype(_I32) - 128, -128, 127)  # r in [0, 256]: only 256 saturates
+    return jnp.where(jnp.isnan(prod), 0, jnp.where(jnp.isinf(prod), 127, y))
+
+
+def _float_parts(bits):
+    """``(E, M)`` of non-negative float32 values given as int32 bits: value ``M * 2**(E -
+    150)`` with ``M`` in [2**23, 2**24) for every nonzero finite value, subnormals
+    renormalised in integers (``E`` then below 1); ``E`` is the biased exponent of a
+    normal value."""
+    e, m = (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    lz = jax.lax.clz(jnp.maximum(m, 1)) - 8  # a subnormal's shift that brings its top bit to bit 23
+    return jnp.where(e == 0, 1 - lz, e), jnp.where(e == 0, m << lz, m | 0x800000)
+
+
+def softmax_rows_subnormal(b: jax.Array) -> jax.Array:
+    """:func:`_xc_softmax`'s int8 values for rows (R, n) of float32 table entries (>= 0,
+    possibly subnormal or inf) given as their int32 bits ``b``, computed as the host does
+    with float32 subnormals but without a float operation on a subnormal value (XLA
+    flushes them, and LLVM turns a test of a float's bits for zero into a float comparison,
+    which a flushed subnormal passes: the entries come in as integers):
+
+    * each row is scaled by the power of two ``2**K`` that brings its maximum to [1, 2),
+      on the bits (exact; entries that would fall below 2**-126 there are dropped: they are
+      below 2**-126 of the maximum, so every sum that meets one rounds as without it, and
+      their products round to 0). The in-order sum of the scaled row is the host's sum
+      times ``2**K``; the host's sum overflows to inf where the scaled one reaches
+      ``2**(128 + K)``.
+    * ``fl(1/S) * 256`` is ``2**K fl(1/S') * 256`` (the reciprocal of the scaled sum ``S'``
+      scaled back, inf where that leaves float32). Where ``S >= 2**126`` the host's
+      reciprocal is subnormal, ``RNE(2**149 / S) * 2**-149``: the integer quotient of
+      ``2**k`` by ``S``'s 24-bit significand, rounded to nearest even from the exact int32
+      remainder, then scaled by 2**-141 on the exponent bits.
+    * products ``e * inv`` as ``e' * fl(1/S') * 256`` (the scalings cancel), or ``e * inv``
+      with the subnormal reciprocal (a product too small to count rounds to 0 either way).
+    """
+    f32, i32 = jnp.float32, jnp.int32
+    e = jax.lax.bitcast_convert_type(b, f32)  # read only where the host's reciprocal is subnormal
+    bmax = jnp.max(b, axis=1)  # non-negative floats order as their bits, subnormals included
+    has_inf = bmax >= 0x7F800000
+    zero_row = bmax == 0
+    emax, _ = _float_parts(bmax)
+    k = jnp.where(has_inf | zero_row, 0, 127 - emax)[:, None]
+    ee, mm = _float_parts(b)
+    ek = ee + k
+    scaled = jax.lax.bitcast_convert_type((jnp.clip(ek, 1, 254) << 23) | (mm & 0x7FFFFF), f32)
+    zero = (b & 0x7FFFFFFF) == 0
+    es = jnp.where(zero | (ek < 1), f32(0), scaled)
+    s1 = jax.lax.fori_loop(1, es.shape[1], lambda i, t: t + es[:, i], es[:, 0])  # in order
+    k1 = k[:, 0]
+    threshold = jax.lax.bitcast_convert_type(jnp.clip(255 + k1, 1, 255) << 23, f32)  # 2**(128 + K) (inf for K >= 0)
+    s_inf = has_inf | ((k1 < 0) & (s1 >= threshold))
+    r1 = f32(1.0) / jnp.where(zero_row | s_inf, f32(1), s1)
+    w = r1 * f32(256.0)  # exact
+    er = ((jax.lax.bitcast_convert_type(r1, i32) >> 23) & 0xFF) - 127  # fl(1/S) = 2**(er + K) * 1.x
+    inv_inf = zero_row | (er + k1 + 8 >= 128)
+    # the host's sum S = S' 2**-K, where S >= 2**126: its reciprocal is subnormal
+    es1, ms1 = _float_parts(jax.lax.bitcast_convert_type(s1, i32))
+    e_s = es1 - k1
+    sub = ~(s_inf | zero_row) & (e_s >= 253)
+    kq = jnp.where(e_s == 253, f32(2.0**46), f32(2.0**45))  # 2**149 / S = 2**(299 - E_S) / M
+    m = jnp.where(sub, ms1, 1 << 23)
+    n = jnp.floor(kq / m.astype(f32)).astype(i32)  # within 1 of the quotient (< 2**24)
+    rem = -(n * m)  # 2**k - n m: 2**k is 0 modulo 2**32 and |2**k - n m| < 2**31 (int32 wraps)
+    for _ in range(2):
+        n, rem = jnp.where(rem < 0, n - 1, n), jnp.where(rem < 0, rem + m, rem)
+        n, rem = jnp.where(rem >= m, n + 1, n), jnp.where(rem >= m, rem - m, rem)
+    n = n + ((2 * rem > m) | ((2 * rem == m) & ((n & 1) == 1))).astype(i32)  # to nearest, ties to even
+    # n 2**-149 * 256 = n 2**-141, normal (n >= 2**21), made on the bits: XLA would fold two
+    # constant factors into one, 2**-141, which it flushes to zero
+    nb = jax.lax.bitcast_convert_type(n.astype(f32), i32)
+    inv_sub = jax.lax.bitcast_convert_type(nb - (141 << 23), f32)
+    prod = jnp.where(sub[:, None], e * inv_sub[:, None], es * w[:, None])
+    y = _softmax_round(prod)
+    y = jnp.where(inv_inf[:, None], jnp.where(zero, 0, 127), y)
+    return jnp.where(s_inf[:, None], jnp.where(b >= 0x7F800000, 0, -128), y)
 
 
 XS3Runtime.native = frozenset(XS3Runtime._impls) - frozenset(TFLite._impls) | {"reshape"}
