@@ -545,6 +545,13 @@ REGRESSIONS = {
         "ops": [{"op": "SOFTMAX", "in": [0], "beta": 1.0, "out": [0.00390625, -128]}],
         "output": 1,
     },
+    # seed 40 minimised: a SOFTMAX with beta 0.5, which xformer leaves to TFLM
+    "regress_softmax_beta_half": {
+        "seed": 40,
+        "input": {"shape": [1, 6, 1, 17], "scale": 0.17462819814682007, "zp": -128},
+        "ops": [{"op": "SOFTMAX", "in": [0], "beta": 0.5, "out": [0.00390625, -128]}],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -625,16 +625,34 @@ def _lut(target, attrs, p, x, return_acc: bool = False):
     return no_acc(jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0), return_acc)
 
 
+def xformer_keeps_softmax(attrs, q_out) -> bool:
+    """Whether xformer 1.4.2 leaves a SOFTMAX to TFLM (a builtin): beta other than 1, or an
+    output quantisation other than 1/256 at -128; it makes the others ``XC_softmax`` /
+    ``XC_batched_softmax``. Concrete quantisation (host values)."""
+    return (
+        float(attrs.get("beta", 1.0)) != 1.0
+        or float(np.asarray(q_out.scale)) != 1 / 256
+        or int(np.asarray(q_out.zero_point)) != -128
+    )
+
+
+_TFLM_SOFTMAX = TFLite._impls["softmax"]
+
+
 def _softmax_params(target, attrs, portable, q_in, q_out):
+    if not isinstance(q_out.scale, jax.core.Tracer) and xformer_keeps_softmax(attrs, q_out):
+        return {"tflm": _TFLM_SOFTMAX.params(target, attrs, portable, q_in, q_out)}
     p = host_recipe(lambda si, zi: {"table": xformer_softmax_table(si, zi)}, q_in[0].scale, q_in[0].zero_point)
     return softmax_lowered(p["table"], 2**24)  # rows of up to 2**24 values (the shape is not known here)
 
 
 @XS3Compiled.implements("softmax", params=_softmax_params, host_params=_softmax_params)
 def _softmax(target, attrs, p, x, return_acc: bool = False):
-    """SOFTMAX (beta 1, output 1/256 - 128; :func:`check_xformer_lowering`) over the last
-    axis as ``XC_softmax`` (one row) or ``XC_batched_softmax`` (several: xformer reshapes
-    the input to (1, rows, n)), the same arithmetic on every row."""
+    """SOFTMAX (beta 1, output 1/256 - 128) over the last axis as ``XC_softmax`` (one row) or
+    ``XC_batched_softmax`` (several: xformer reshapes the input to (1, rows, n)), the same
+    arithmetic on every row; any other as TFLM's builtin (:func:`xformer_keeps_softmax`)."""
+    if "tflm" in p:
+        return _TFLM_SOFTMAX.run(target, attrs, p["tflm"], x, return_acc=return_acc)
     y = _xc_softmax(target, {"out_shape": x.shape[1:], "row_size": x.shape[-1]}, p, x)
     return no_acc(y, return_acc)
 
@@ -717,26 +735,12 @@ def _check_xformer_lowering(graph) -> None:
                 f"node {node.name!r}: MEAN over non-contiguous axes {axes} stays a TFLM op "
                 "in xformer, which is not implemented here"
             )
-        q_out = graph.tensors[node.outputs[0]].quant if node.outputs[0] in graph.tensors else None
         if node.op == "lut" and node.attrs["fn"] not in ("tanh", "sigmoid"):
             raise UnsupportedOpError(f"node {node.name!r}: lut {node.attrs['fn']!r} is not compiled as xformer does")
         if node.op in ("lut", "softmax", "mul", "mul_const", "add_const", "concat", "avgpool", "activation") and any(
             graph.tensors[t].dtype != "int8" for t in (*node.inputs, *node.outputs)
         ):
             raise UnsupportedOpError(f"node {node.name!r} ({node.op}): only int8 tensors are compiled as xformer does")
-        if node.op == "softmax":
-            shape = graph.tensors[node.inputs[0]].shape
-            if (
-                float(node.attrs.get("beta", 1.0)) != 1.0
-                or float(np.asarray(q_out.scale)) != 1 / 256
-                or int(np.asarray(q_out.zero_point)) != -128
-            ):
-                raise UnsupportedOpError(
-                    f"node {node.name!r}: only a SOFTMAX with beta 1 and output quantisation "
-                    "1/256, -128 becomes XC_softmax / XC_batched_softmax; xformer keeps this one "
-                    f"(beta {node.attrs.get('beta', 1.0)}, shape {shape}) as a TFLM op, which is "
-                    "not implemented here"
-                )
         if node.op in ("mul", "mul_const"):
             shapes = [graph.tensors[t].shape for t in (*node.inputs, *node.outputs)]
             if node.attrs.get("activation") not in (None, "relu", "relu6") or len(set(shapes)) != 1:
