@@ -552,6 +552,42 @@ REGRESSIONS = {
         "ops": [{"op": "SOFTMAX", "in": [0], "beta": 0.5, "out": [0.00390625, -128]}],
         "output": 1,
     },
+    # seed 2208: an XC_add with stored shift -1 over 8 values (all in the C tail): x86
+    # shifts by -1 mod 32, (acc + 2**30) >> 31, 0 where VLSAT gives -1
+    "regress_add_negative_shift_tail": {
+        "seed": 2208,
+        "input": {"shape": [1, 8, 4, 1], "scale": 0.3268930912017822, "zp": 0},
+        "ops": [
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [0],
+                "mult": 1,
+                "kernel": [1, 2],
+                "stride": [2, 2],
+                "dilation": [1, 1],
+                "padding": "VALID",
+                "w": {"seed": 2208001, "max": 20, "scale": 0.0015007838374003768, "per_channel": False, "spread": 0.0},
+                "bias": {"seed": 2208002, "max": 67108864},
+                "act": "RELU",
+                "out": [257.2135314941406, 127],
+            },
+            {
+                "op": "DEPTHWISE_CONV_2D",
+                "in": [1],
+                "mult": 1,
+                "kernel": [1, 3],
+                "stride": [1, 1],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 2208003, "max": 127, "scale": 0.0078125, "per_channel": True, "spread": 1.0},
+                "bias": {"seed": 2208004, "max": 1},
+                "act": "NONE",
+                "out": [0.029665052890777588, -11],
+            },
+            {"op": "ADD", "in": [1, 2], "act": "RELU", "out": [0.012522290460765362, -128]},
+        ],
+        "output": 3,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -520,6 +520,9 @@ XS3_CASES = [
     # also two dilated depthwise convolutions, read and compiled with their dilation)
     ("regress_add_shift_zero_tail", "xs3-converted", None),
     ("regress_add_shift_zero_tail", "xs3-original", None),
+    # XC_add with stored shift -1 over 8 values: the C code shifts by -1 mod 32 (seed 2208)
+    ("regress_add_negative_shift_tail", "xs3-converted", None),
+    ("regress_add_negative_shift_tail", "xs3-original", None),
     # a depthwise convolution with a channel multiplier on 3 channels: xformer leaves it to
     # TFLM (seed 30); on a multiple of 4 channels it is refused (XS3_REFUSED)
     ("regress_depthwise_multiplier_3ch", "xs3-converted", None),

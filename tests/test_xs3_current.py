@@ -730,10 +730,10 @@ def test_add_elementwise_int8_tail_is_lib_nns_c_code():
     def c_code(shift):  # lib_nn's C tail written out in NumPy (int64, wrapped to int32)
         acc = args["bias"] + x0.astype(np.int64) * args["multiplier0"] + x1.astype(np.int64) * args["multiplier1"]
         wrap = lambda v: (v + 2**31) % 2**32 - 2**31
-        rnd = -(2**31) if shift == 0 else 2 ** (shift - 1)
-        return np.clip(wrap(wrap(acc) + rnd) >> shift, -128, 127)
+        rnd = wrap(1 << ((shift - 1) % 32))  # x86 shift counts are taken modulo 32
+        return np.clip(wrap(wrap(acc) + rnd) >> (shift % 32), -128, 127)
 
-    for shift in (0, 1, 7, 20):
+    for shift in (0, 1, 7, 20, -1, -3):
         vpu = np.asarray(xs3.add_int8(x0, x1, shift=shift, variant="host", **args))
         got = np.asarray(xs3.add_elementwise_int8(x0, x1, shift=shift, variant="host", **args))
         np.testing.assert_array_equal(got[:, :32], vpu[:, :32])

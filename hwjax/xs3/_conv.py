@@ -525,15 +525,17 @@ def add_elementwise_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, varia
     The first ``16 * (N // 16)`` values of a row of ``N`` are :func:`add_int8`'s full
     16-lane groups. On ``variant="host"`` the last ``N % 16`` are lib_nn's C code, in int32
     arithmetic that wraps: ``acc = bias + x0 * multiplier0 + x1 * multiplier1``, then
-    ``(acc + 2**(shift - 1)) >> shift`` clamped to [-128, 127]. At ``shift = 0`` the C
-    rounding term is ``1 << -1``, which x86 computes as ``1 << 31``: the host interpreter of
-    xmos-ai-tools 1.4.2 gives ``acc + 2**31`` wrapped (the sign flipped, so 127 where VLSAT
-    gives -128 and the reverse; random-graph seed 581,
-    tests/data/randgraph_xs3/regress_add_shift_zero_tail). A ``shift`` read as 32 or more
-    (a negative stored shift) keeps VLSAT's value (the one such file seen agrees). Other
-    variants compute every value as :func:`add_int8` (the chip's assembly is not modelled
-    here separately). Arguments as for :func:`add_int8`; ``x0``, ``x1`` of shape (..., N).
-    Returns int8 (..., N).
+    ``(acc + (1 << (shift - 1))) >> shift`` clamped to [-128, 127], with ``shift`` the
+    stored 16-bit element as a signed value and both shift counts taken modulo 32, as x86
+    computes the C code's out-of-range shifts. At ``shift = 0`` the rounding term
+    ``1 << -1`` is ``1 << 31``: the host interpreter of xmos-ai-tools 1.4.2 gives ``acc +
+    2**31`` wrapped (the sign flipped, so 127 where VLSAT gives -128 and the reverse;
+    random-graph seed 581, tests/data/randgraph_xs3/regress_add_shift_zero_tail). A
+    negative stored shift ``-1`` gives ``(acc + 2**30) >> 31`` (0 where VLSAT's ``acc >>
+    31`` gives -1 for ``-2**30 <= acc < 0``; seed 2208, regress_add_negative_shift_tail).
+    Other variants compute every value as :func:`add_int8` (the chip's assembly is not
+    modelled here separately). Arguments as for :func:`add_int8`; ``x0``, ``x1`` of shape
+    (..., N). Returns int8 (..., N).
     """
     a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
     if a0.shape != a1.shape or a0.ndim < 1:
@@ -554,16 +556,15 @@ def _add_elementwise_int8(a0, a1, m0, m1, b, s, *, variant):
     if variant != "host" or n % 16 == 0:
         return y
     t0 = 16 * (n // 16)
-    c_tail = _add_c_tail(a0[..., t0:], a1[..., t0:], m0, m1, b, s)
-    tail = jnp.where((jnp.asarray(s, _I32) & 0xFFFF) <= 31, c_tail, y[..., t0:])  # the element as VLSAT reads it
+    tail = _add_c_tail(a0[..., t0:], a1[..., t0:], m0, m1, b, s)
     return jnp.concatenate([y[..., :t0], tail.astype(jnp.int8)], axis=-1)
 
 
 def _add_c_tail(a0, a1, m0, m1, b, shift):
-    """lib_nn's C code for the last ``N % 16`` values (int32 arithmetic, wrapping; x86's
-    shift-count masking for ``1 << (shift - 1)`` at ``shift = 0``). Valid for shifts in
-    [0, 31]."""
+    """lib_nn's C code for the last ``N % 16`` values: int32 arithmetic that wraps, the
+    16-bit shift element signed, and x86's shift counts modulo 32 (``1 << (shift - 1)`` at
+    ``shift = 0`` is ``1 << 31``; a negative shift ``s`` shifts by ``s mod 32``)."""
     acc = jnp.asarray(b, _I32) + a0.astype(_I32) * jnp.asarray(m0, _I32) + a1.astype(_I32) * jnp.asarray(m1, _I32)
-    s = jnp.clip(jnp.asarray(shift, _I32) & 0xFFFF, 0, 31)
-    rnd = jnp.left_shift(jnp.int32(1), (s - 1) & 31)  # 1 << 31 = -2**31 at s = 0
-    return jnp.clip(jnp.right_shift(acc + rnd, s), -128, 127)
+    s16 = ((jnp.asarray(shift, _I32) & 0xFFFF) ^ 0x8000) - 0x8000  # the element as int16
+    rnd = jnp.left_shift(jnp.int32(1), (s16 - 1) & 31)  # 1 << 31 = -2**31 at s = 0
+    return jnp.clip(jnp.right_shift(acc + rnd, s16 & 31), -128, 127)
