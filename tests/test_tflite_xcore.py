@@ -359,3 +359,15 @@ def test_xc_add_with_a_constant_operand_is_one_input_and_a_parameter():
             Builder([_tensor(0, (1, 12), c), _tensor(1, (1, 12), c), _tensor(2, (1, 12))]),
             OpContext("CUSTOM(XC_add)", 0, None, opts, (0, 1), (2,)),
         )
+
+
+def test_xc_broadcast_to_a_huge_declared_shape_is_refused_before_allocating():
+    import flatbuffers.flexbuffers as fx
+
+    from hwjax.tflite._import import Builder, OpContext
+    from hwjax.tflite._xcore import _broadcast
+
+    opts = bytes(fx.Dumps({"b": 1, "n": 2**31 - 1, "s": 1}))
+    huge = Builder([_tensor(0, (1,), np.int8([3])), _tensor(1, (1, 2**16, 2**15, 1))])
+    with pytest.raises(UnsupportedOpError, match="is not folded"):
+        _broadcast(huge, OpContext("CUSTOM(XC_broadcast)", 0, None, opts, (0,), (1,)))

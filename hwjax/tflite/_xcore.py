@@ -474,6 +474,10 @@ def _binary_operands(b: Builder, op: OpContext, *, same_shape: bool):
     return (x,), k, params
 
 
+#: the most values an ``XC_broadcast`` is folded into at import (a file's shapes are untrusted)
+_MAX_FOLDED = 1 << 24
+
+
 @converts("CUSTOM(XC_broadcast)")
 def _broadcast(b: Builder, op: OpContext) -> None:
     """``XC_broadcast`` of a constant (xformer's ``broadcast_to`` of an ADD's or MUL's
@@ -492,7 +496,10 @@ def _broadcast(b: Builder, op: OpContext) -> None:
     if t.dtype != "int8" or out.dtype != "int8":
         raise UnsupportedOpError(f"{where}: only int8 tensors are supported")
     src = np.asarray(t.data).reshape(-1)
-    if min(blocks, copies, size) < 1 or blocks * size != src.size or blocks * copies * size != int(np.prod(out.shape)):
+    total = int(np.prod(out.shape, dtype=np.int64))
+    if total > _MAX_FOLDED:
+        raise UnsupportedOpError(f"{where}: a broadcast to {total} values (more than {_MAX_FOLDED}) is not folded")
+    if min(blocks, copies, size) < 1 or blocks * size != src.size or blocks * copies * size != total:
         raise FormatError(
             f"{where}: {blocks} blocks of {size} bytes repeated {copies} times do not map input "
             f"{t.shape} to output {out.shape}"
