@@ -588,6 +588,23 @@ REGRESSIONS = {
         ],
         "output": 3,
     },
+    # seed 856: an ADD of a constant with a fused RELU6 at output scale 1/32 (zero point -128:
+    # the clamp at 6.0 is 64, not the int8 range), which xformer writes as XC_add and an
+    # XC_lookup of RELU6 (refused on the original route before)
+    "regress_add_const_fused_relu6": {
+        "seed": 856,
+        "input": {"shape": [1, 1, 11, 16], "scale": 0.058507658541202545, "zp": 126},
+        "ops": [
+            {
+                "op": "ADD",
+                "in": [0],
+                "const": {"shape": "1c", "seed": 856001, "scale": 0.010085558518767357, "zp": 67},
+                "act": "RELU6",
+                "out": [0.03125, -128],
+            }
+        ],
+        "output": 1,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -535,6 +535,10 @@ XS3_CASES = [
         for name in ("regress_softmax_subnormal_reciprocal", "regress_softmax_subnormal_table")
         for key in ("xs3-converted", "xs3-original")
     ),
+    # an ADD of a constant with a fused RELU6 at output scale 1/32: XC_add, then xformer's
+    # XC_lookup of RELU6 (seed 856)
+    ("regress_add_const_fused_relu6", "xs3-converted", None),
+    ("regress_add_const_fused_relu6", "xs3-original", None),
     # a SOFTMAX with beta 0.5: xformer leaves it to TFLM (seed 40)
     ("regress_softmax_beta_half", "xs3-converted", None),
     ("regress_softmax_beta_half", "xs3-original", None),

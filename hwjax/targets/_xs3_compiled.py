@@ -431,8 +431,13 @@ def _add_params(target, attrs, portable, q_in, q_out):
 def _activation_table(attrs, q_out) -> dict:
     """``{"table": ...}`` for a fused RELU / RELU6: the separate ``XC_lookup`` xformer puts
     after an ``XC_add`` / ``XC_mul`` (the table of :func:`xformer_lut_table` between equal
-    quantisations, the output's); ``{}`` without an activation."""
+    quantisations, the output's); ``{}`` without an activation. An ADD's RELU6 is the
+    ``activation`` node after it (``clamp_after``): the ADD applies its lookup, so that node
+    may run as the identity where xformer's rule for a fused linear op drops it (the table
+    applied twice gives the same values)."""
     act = attrs.get("activation")
+    if act is None and attrs.get("clamp_after") == "relu6":
+        act = "relu6"
     if act is None:
         return {}
     return {
@@ -820,8 +825,15 @@ def _check_activations(graph, xc_linear: set) -> None:
         if q_in is None or q_out is None:
             continue
         fused = src.endswith(PRE_ACTIVATION) and src in xc_linear
+        by_add = (  # an ADD's RELU6: the ADD applies xformer's XC_lookup itself (_activation_table)
+            fn == "relu6"
+            and src in producer
+            and producer[src].op in ("add", "add_const")
+            and producer[src].attrs.get("clamp_after") == "relu6"
+        )
         if (
-            not fused
+            not by_add
+            and not fused
             and bool(xformer_drops_activation(fn, q_in.scale, q_in.zero_point, q_out.scale, q_out.zero_point))
             and activation_range(fn, q_out.scale, q_out.zero_point) != (-128, 127)
         ):
