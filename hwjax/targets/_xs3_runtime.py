@@ -95,26 +95,16 @@ def _xc_conv2d(target, attrs, p, x, return_acc: bool = False):
         out_shape=ohw,
         variant=target.variant,
     )
-    if attrs["kernel_type"] == "depthwise":
-        y, acc = xs3.depthwise_conv2d(
-            x,
-            p["kernel"],
-            p["multipliers"],
-            p["biases"],
-            dilation=attrs["dilation"],
-            return_accumulators=True,
-            **common,
-        )
-    else:
-        y, acc = xs3.conv2d(
-            x,
-            p["kernel"],
-            p["multipliers"],
-            p["biases"],
-            dilation=attrs["dilation"],
-            return_accumulators=True,
-            **common,
-        )
+    kernel = xs3.depthwise_conv2d if attrs["kernel_type"] == "depthwise" else xs3.conv2d
+    y, acc = kernel(
+        x,
+        p["kernel"],
+        p["multipliers"],
+        p["biases"],
+        dilation=attrs["dilation"],
+        return_accumulators=True,
+        **common,
+    )
     if attrs.get("transform", "group") == "channelwise":  # same accumulators, the §4.2 transform
         y = xs3.otfn_int8_channelwise(
             acc, p["shifts"], p["multipliers"], p["biases"], final_shr=attrs["final_shr"], variant=target.variant
