@@ -9,6 +9,7 @@ parameters, dropped activations) and runs the result with the XC kernels of
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -645,18 +646,23 @@ _TFLM_SOFTMAX = TFLite._impls["softmax"]
 
 
 def _softmax_params(target, attrs, portable, q_in, q_out):
+    tflm = {"tflm": _TFLM_SOFTMAX.params(target, attrs, portable, q_in, q_out)}
     if not isinstance(q_out.scale, jax.core.Tracer) and xformer_keeps_softmax(attrs, q_out):
-        return {"tflm": _TFLM_SOFTMAX.params(target, attrs, portable, q_in, q_out)}
+        return tflm
     p = host_recipe(lambda si, zi: {"table": xformer_softmax_table(si, zi)}, q_in[0].scale, q_in[0].zero_point)
-    return softmax_lowered(p["table"], 2**24)  # rows of up to 2**24 values (the shape is not known here)
+    # rows of up to 2**24 values (the shape is not known here); TFLM's for a (1, 1, n) input
+    return {**softmax_lowered(p["table"], 2**24), **tflm}
 
 
 @XS3Compiled.implements("softmax", params=_softmax_params, host_params=_softmax_params)
 def _softmax(target, attrs, p, x, return_acc: bool = False):
-    """SOFTMAX (beta 1, output 1/256 - 128) over the last axis as ``XC_softmax`` (one row) or
-    ``XC_batched_softmax`` (several: xformer reshapes the input to (1, rows, n)), the same
-    arithmetic on every row; any other as TFLM's builtin (:func:`xformer_keeps_softmax`)."""
-    if "tflm" in p:
+    """SOFTMAX (beta 1, output 1/256 - 128) over the last axis as ``XC_softmax`` (an example
+    of one axis: a (1, n) tensor) or ``XC_batched_softmax`` (several rows: xformer reshapes
+    the input to (1, rows, n)), the same arithmetic on every row; one row of a tensor of
+    more axes ((1, 1, n), (1, 1, 1, n)) stays TFLM's builtin, as does any other SOFTMAX
+    (:func:`xformer_keeps_softmax`; verified on the xs3 probe: seed 3215)."""
+    one_row = x.ndim > 2 and math.prod(x.shape[1:-1]) == 1
+    if "table" not in p or one_row:
         return _TFLM_SOFTMAX.run(target, attrs, p["tflm"], x, return_acc=return_acc)
     y = _xc_softmax(target, {"out_shape": x.shape[1:], "row_size": x.shape[-1]}, p, x)
     return no_acc(y, return_acc)
