@@ -614,6 +614,49 @@ REGRESSIONS = {
         "ops": [{"op": "SOFTMAX", "in": [0], "beta": 1.0, "out": [0.00390625, -128]}],
         "output": 1,
     },
+    # seed 3171: a 1x1 CONV_2D with stride 2 whose one output pixel steps over its (1, 2)
+    # input: its memcpy params look like a fully connected layer's flattened input (read as
+    # malformed: "inconsistent parameter structs"); the patch size tells them apart
+    "regress_conv_1x1_strided_one_pixel": {
+        "seed": 3171,
+        "input": {"shape": [1, 1, 4, 17], "scale": 0.16332489252090454, "zp": -128},
+        "ops": [
+            {
+                "op": "CONV_2D",
+                "in": [0],
+                "out_ch": 9,
+                "kernel": [3, 1],
+                "stride": [1, 2],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 3171001, "max": 127, "scale": 0.04871804267168045, "per_channel": True, "spread": 4.0},
+                "bias": {"seed": 3171002, "max": 37220},
+                "act": "NONE",
+                "out": [79.06250762939453, -34],
+            },
+            {
+                "op": "ADD",
+                "in": [1],
+                "const": {"shape": "c", "seed": 3171003, "scale": 8.34752368927002, "zp": -128},
+                "act": "NONE",
+                "out": [54.80600357055664, 1],
+            },
+            {
+                "op": "CONV_2D",
+                "in": [2],
+                "out_ch": 4,
+                "kernel": [1, 1],
+                "stride": [2, 2],
+                "dilation": [1, 1],
+                "padding": "SAME",
+                "w": {"seed": 3171004, "max": 64, "scale": 0.029550081118941307, "per_channel": True, "spread": 4.0},
+                "bias": {"seed": 3171005, "max": 32203},
+                "act": "NONE",
+                "out": [2612.02490234375, -36],
+            },
+        ],
+        "output": 3,
+    },
     "regress_logistic_large_input_scale": {
         "seed": 21,
         "input": {"shape": [1, 1, 1, 1], "scale": 170.72467041015625, "zp": -22},

@@ -539,6 +539,9 @@ XS3_CASES = [
     # XC_lookup of RELU6 (seed 856)
     ("regress_add_const_fused_relu6", "xs3-converted", None),
     ("regress_add_const_fused_relu6", "xs3-original", None),
+    # a strided 1x1 conv with one output pixel, not a flattened fully connected input (seed 3171)
+    ("regress_conv_1x1_strided_one_pixel", "xs3-converted", None),
+    ("regress_conv_1x1_strided_one_pixel", "xs3-original", None),
     # a SOFTMAX over one row of a (1, 1, n) tensor: xformer leaves it to TFLM (seed 3215)
     ("regress_softmax_one_row_3d", "xs3-converted", None),
     ("regress_softmax_one_row_3d", "xs3-original", None),

@@ -211,7 +211,10 @@ def _conv2d_v2(b: Builder, op: OpContext) -> None:
     if kind == "indirect" and OH == OW == 1 and isinstance(opts["mp"], bytes) and len(opts["mp"]) >= 16:
         # a fully connected layer: xformer reads the whole input as one pixel of H*W*C bytes
         mp = _struct(op, opts, "mp", "4i")
-        if mp[2] == mp[3] == 0 and mp[1] == H * W * C and (H, W) != (1, 1):
+        patch = _struct(op, opts, "a", "2i")[1] if isinstance(opts.get("a"), bytes) and len(opts["a"]) == 8 else None
+        # (a 1x1 conv with a stride whose one output pixel steps over the whole input has the
+        # same memcpy params: its patch is one pixel of C bytes; probe seed 3171)
+        if mp[2] == mp[3] == 0 and mp[1] == H * W * C and (H, W) != (1, 1) and patch == H * W * C:
             hwc = (H, W, C) = (1, 1, H * W * C)
     if (
         kind == "direct"
