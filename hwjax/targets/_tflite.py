@@ -499,25 +499,32 @@ def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     return no_acc(add_int(x1, x2, p, p["z1"], p["z2"], p["zout"], p["act_min"], p["act_max"]), return_acc)
 
 
-def _add_const_operands(attrs, p, x):
-    """``(x1, x2)`` of an ``add_const``: the constant broadcast to ``x``'s shape, in the
-    file's operand order."""
-    v = p["value"].astype(jnp.int32)
+def const_operands(attrs, p, x):
+    """``(x1, x2)`` of a node with a constant operand (``add_const``, ``mul_const``): the
+    constant ``p["value"]`` broadcast to ``x``'s shape, in the file's operand order
+    (``const_first``)."""
+    v = jnp.asarray(p["value"]).astype(jnp.int32)
     v = jnp.broadcast_to(v.reshape((1,) * (x.ndim - v.ndim) + v.shape), x.shape)
     return (v, x) if attrs.get("const_first") else (x, v)
 
 
+def const_operand_quants(attrs, portable, q_in) -> list:
+    """The two operands' quantisations of a node with a constant operand, in the file's
+    operand order: the input's and the constant's (``scale``, ``zero_point``)."""
+    q_const = Quant.of(portable["scale"], portable["zero_point"])
+    return [q_const, q_in[0]] if attrs.get("const_first") else [q_in[0], q_const]
+
+
 def _add_const_params(target, attrs, portable, q_in, q_out):
     """ADD with a constant operand: the ``add`` recipe with the constant's quantisation."""
-    q_const = Quant.of(portable["scale"], portable["zero_point"])
-    q = [q_const, q_in[0]] if attrs.get("const_first") else [q_in[0], q_const]
+    q = const_operand_quants(attrs, portable, q_in)
     return {**_add_params(target, attrs, portable, q, q_out), "value": portable["value"]}
 
 
 @TFLite.implements("add_const", params=_add_const_params)
 def _add_const(target, attrs, p, x, return_acc: bool = False):
     """ADD of a tensor and a constant broadcast against it: ``add`` on the broadcast operands."""
-    return _add(target, attrs, p, *_add_const_operands(attrs, p, x), return_acc=return_acc)
+    return _add(target, attrs, p, *const_operands(attrs, p, x), return_acc=return_acc)
 
 
 register("tflite", TFLite)

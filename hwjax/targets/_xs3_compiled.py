@@ -20,9 +20,9 @@ import numpy as np
 from hwjax import xs3
 from hwjax.core import evaluated_if_concrete, stored_value
 from hwjax.errors import ArgTypeError, UnsupportedOpError
-from hwjax.graph import PRE_ACTIVATION, Attrs, Quant, geometry
+from hwjax.graph import PRE_ACTIVATION, Attrs, geometry
 from hwjax.targets._base import no_acc, pytree, register, static
-from hwjax.targets._tflite import TFLite, host_recipe
+from hwjax.targets._tflite import TFLite, const_operand_quants, const_operands, host_recipe
 from hwjax.targets._xs3 import conv_kernel_sums, xformer_host_otfn
 from hwjax.litert import activation_range
 from hwjax.targets._xformer import (
@@ -462,23 +462,9 @@ def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     return no_acc(_looked_up(p, y).reshape(x1.shape), return_acc)
 
 
-def _const_quants(attrs, portable, q_in):
-    """The operands' quantisations of an ``add_const`` / ``mul_const`` in the file's order."""
-    q_const = Quant.of(portable["scale"], portable["zero_point"])
-    return [q_const, q_in[0]] if attrs.get("const_first") else [q_in[0], q_const]
-
-
-def _const_operands(attrs, p, x):
-    """``(x1, x2)``: ``x`` and the constant ``p["value"]`` broadcast to its shape (xformer's
-    ``XC_broadcast``), in the file's operand order."""
-    v = jnp.asarray(p["value"]).astype(x.dtype)
-    v = jnp.broadcast_to(v.reshape((1,) * (x.ndim - v.ndim) + v.shape), x.shape)
-    return (v, x) if attrs.get("const_first") else (x, v)
-
-
 def _add_const_params(target, attrs, portable, q_in, q_out):
     return {
-        **_add_params(target, attrs, portable, _const_quants(attrs, portable, q_in), q_out),
+        **_add_params(target, attrs, portable, const_operand_quants(attrs, portable, q_in), q_out),
         "value": portable["value"],
     }
 
@@ -487,7 +473,7 @@ def _add_const_params(target, attrs, portable, q_in, q_out):
 def _add_const(target, attrs, p, x, return_acc: bool = False):
     """ADD with a constant as xformer compiles it: the constant broadcast to the input's
     shape (``XC_broadcast``, or a constant of that shape), then ``XC_add`` as for ``add``."""
-    return _add(target, attrs, p, *_const_operands(attrs, p, x), return_acc=return_acc)
+    return _add(target, attrs, p, *const_operands(attrs, p, x), return_acc=return_acc)
 
 
 def xformer_avgpool_as_depthwise(attrs, channels: int):
@@ -691,7 +677,7 @@ def _mul(target, attrs, p, x1, x2, return_acc: bool = False):
 
 def _mul_const_params(target, attrs, portable, q_in, q_out):
     return {
-        **_mul_params(target, attrs, portable, _const_quants(attrs, portable, q_in), q_out),
+        **_mul_params(target, attrs, portable, const_operand_quants(attrs, portable, q_in), q_out),
         "value": portable["value"],
     }
 
@@ -700,7 +686,7 @@ def _mul_const_params(target, attrs, portable, q_in, q_out):
 def _mul_const(target, attrs, p, x, return_acc: bool = False):
     """MUL by a constant as xformer compiles it: the constant broadcast to the input's shape,
     then ``XC_mul`` as for ``mul``."""
-    return _mul(target, attrs, p, *_const_operands(attrs, p, x), return_acc=return_acc)
+    return _mul(target, attrs, p, *const_operands(attrs, p, x), return_acc=return_acc)
 
 
 def check_xformer_lowering(graph) -> None:

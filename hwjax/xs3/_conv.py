@@ -490,10 +490,9 @@ def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant 
       multiplier0, multiplier1: int16 scalars; bias: int32 scalar; shift: VLSAT shift,
         the 16-bit memory element as int16 or uint16 value, read unsigned as VLSAT reads it
         (xformer may store a negative shift: -3 is 65533, a shift >= 32, which gives
-        ``acc >> 31``; the C model's tail would shift by a negative amount, undefined, and
-        the host interpreter agrees with VLSAT on the one such file seen,
-        tests/data/randgraph_xs3/regress_add_negative_shift). Integer scalars; concrete
-        values are range-checked, traced ones accepted.
+        ``acc >> 31``; lib_nn's C code for the last values of a call reads it signed:
+        :func:`add_elementwise_int8`). Integer scalars; concrete values are range-checked,
+        traced ones accepted.
       variant: ``"hardware"``, ``"host"`` or ``"v2021"``.
 
     Returns:
@@ -502,11 +501,18 @@ def add_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: Variant 
     a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
     if a0.shape != a1.shape:
         raise ShapeError(f"x0 and x1 must have the same shape, got {a0.shape} and {a1.shape}")
-    m0 = V.int_scalar(multiplier0, -(2**15), 2**15 - 1, "multiplier0")
-    m1 = V.int_scalar(multiplier1, -(2**15), 2**15 - 1, "multiplier1")
-    b = V.int_scalar(bias, -(2**31), 2**31 - 1, "bias")
-    s = V.int_scalar(shift, -(2**15), 2**16 - 1, "shift")
-    return _add_int8(a0, a1, m0, m1, b, s, variant=variant)
+    return _add_int8(a0, a1, *_add_scalars(multiplier0, multiplier1, bias, shift), variant=variant)
+
+
+def _add_scalars(multiplier0, multiplier1, bias, shift) -> tuple:
+    """``add_elementwise``'s scalars checked: int16 multipliers, an int32 bias, the shift's
+    16-bit element as int16 or uint16 (RangeError naming the argument)."""
+    return (
+        V.int_scalar(multiplier0, -(2**15), 2**15 - 1, "multiplier0"),
+        V.int_scalar(multiplier1, -(2**15), 2**15 - 1, "multiplier1"),
+        V.int_scalar(bias, -(2**31), 2**31 - 1, "bias"),
+        V.int_scalar(shift, -(2**15), 2**16 - 1, "shift"),
+    )
 
 
 @eager_program(static_argnames=("variant",))
@@ -540,12 +546,8 @@ def add_elementwise_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, varia
     a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
     if a0.shape != a1.shape or a0.ndim < 1:
         raise ShapeError(f"x0 and x1 must have one shape (..., N), got {a0.shape} and {a1.shape}")
-    m0 = V.int_scalar(multiplier0, -(2**15), 2**15 - 1, "multiplier0")
-    m1 = V.int_scalar(multiplier1, -(2**15), 2**15 - 1, "multiplier1")
-    b = V.int_scalar(bias, -(2**31), 2**31 - 1, "bias")
-    s = V.int_scalar(shift, -(2**15), 2**16 - 1, "shift")
     V.check_choice(variant, vpu.VARIANTS, "variant")
-    return _add_elementwise_int8(a0, a1, m0, m1, b, s, variant=variant)
+    return _add_elementwise_int8(a0, a1, *_add_scalars(multiplier0, multiplier1, bias, shift), variant=variant)
 
 
 @eager_program(static_argnames=("variant",))
