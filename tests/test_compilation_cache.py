@@ -206,7 +206,7 @@ def test_embedded_leaves_are_constants_of_the_program(tmp_path, monkeypatch, sto
 
 def test_stored_programs_compile_with_hwjax_compiler_options(tmp_path, monkeypatch):
     """stored_program compiles with compiler_options() (on CPU, XLA's classic emitters at
-    LLVM level 1), part
+    LLVM level 1, 512-bit vectors, one code-generation part where one core is usable), part
     of the program's key; an option this XLA does not know falls back to its defaults."""
     import jax
     import numpy as np
@@ -215,6 +215,7 @@ def test_stored_programs_compile_with_hwjax_compiler_options(tmp_path, monkeypat
     from hwjax.core._stored import stored_program
 
     monkeypatch.setattr(_stored, "program_folder", lambda: tmp_path / "programs")
+    monkeypatch.setattr(_stored, "_usable_cores", lambda: 2)
     seen = []
     real = jax.stages.Lowered.compile
 
@@ -227,11 +228,15 @@ def test_stored_programs_compile_with_hwjax_compiler_options(tmp_path, monkeypat
     thunk = stored_program(lambda v: v * 3 + 1, (x,), ("test_options", str(tmp_path)))
     assert np.asarray(thunk()).tolist() == (x * 3 + 1).tolist()
     want = (
-        {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+        {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1, "xla_cpu_prefer_vector_width": 512}
         if jax.default_backend() == "cpu"
         else {}
     )
     assert _stored.compiler_options() == want and seen == [want or None]
+    monkeypatch.setattr(_stored, "_usable_cores", lambda: 1)  # one core: code generation in one part
+    one_core = {**want, "xla_cpu_parallel_codegen_split_count": 1} if want else {}
+    assert _stored.compiler_options() == one_core
+    monkeypatch.setattr(_stored, "_usable_cores", lambda: 2)
 
     seen.clear()
     monkeypatch.setattr(_stored, "CPU_COMPILER_OPTIONS", (("xla_no_such_option_anywhere", True),))
