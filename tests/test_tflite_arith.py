@@ -251,3 +251,21 @@ def test_kernel_sums_per_output_channel():
     assert kernel_sums(dw, depthwise=True).tolist() == want_dw
     dev = jax.jit(lambda k: kernel_sums(k, depthwise=True))(jax.device_put(dw))
     assert isinstance(dev, jax.Array) and dev.tolist() == want_dw
+
+
+@pytest.mark.parametrize("channels", [3, 8, 13, 24])
+def test_lanes8_is_ruy_on_whole_groups_of_eight_and_double_on_the_rest(channels):
+    """LiteRT's optimized per-channel depthwise output stage: channels in whole groups of 8
+    take R3 (ties toward +inf), the rest R1 (ties away from zero). Accumulators at exact
+    negative ties (multiplier 2**30, shift -1: acc / 4, ties where acc = 2 mod 4) make the
+    two differ, so a form that used one convention everywhere fails."""
+    params = {"multiplier": np.full(channels, 2**30, np.int32), "shift": np.full(channels, -1, np.int32)}
+    acc = np.arange(-40, 40, dtype=np.int32).repeat(channels).reshape(-1, channels)
+    whole = channels - channels % 8
+    kw = dict(output_zero_point=0, act_min=-128, act_max=127)
+    got = np.asarray(jax.jit(lambda a: tfl.requantize(a, params, "lanes8", **kw))(acc))
+    ruy = np.asarray(tfl.requantize(acc, params, "ruy", **kw))
+    double = np.asarray(tfl.requantize(acc, params, "double", **kw))
+    assert np.array_equal(got[:, :whole], ruy[:, :whole]) and np.array_equal(got[:, whole:], double[:, whole:])
+    assert not np.array_equal(ruy, double)  # ties: -2 / 4 is 0 in R3, -1 in R1
+    assert int(ruy[38, 0]) == 0 and int(double[38, 0]) == -1  # acc = -2

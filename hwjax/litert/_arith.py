@@ -351,10 +351,14 @@ def shift_half_up32(x, e):
     return q + rb
 
 
+def _high_mul(x, m, s):
+    """The SRDHM of ``x`` shifted left by ``max(s, 0)`` (wrapping) with ``m``, and the right
+    shift ``max(-s, 0)`` still to apply: the first step of R1 and R3."""
+    return srdhm32(x << jnp.clip(s, 0, 31), m), jnp.maximum(-s, 0)
+
+
 def _mbqm_double(x, m, s):
-    ls = jnp.clip(s, 0, 31)
-    rs = jnp.maximum(-s, 0)
-    return rdbpot32(srdhm32(x << ls, m), rs)
+    return rdbpot32(*_high_mul(x, m, s))
 
 
 def _mbqm_single(x, m, s):
@@ -366,9 +370,7 @@ def _mbqm_single(x, m, s):
 def _ruy(x, m, s):
     """R3: SRDHM of the wrapped left shift, then a right shift rounding ties toward +inf
     (the exact quotient, which is what ruy's overflow guard returns at the top)."""
-    ls = jnp.clip(s, 0, 31)
-    rs = jnp.maximum(-s, 0)
-    return shift_half_up32(srdhm32(x << ls, m), rs)
+    return shift_half_up32(*_high_mul(x, m, s))
 
 
 def _float64_bits(eff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -602,11 +604,16 @@ def _requantize(acc, params, output_zero_point, act_min, act_max, requant: str) 
         # output pixel the channels run in whole groups of 8 through the vector
         # MultiplyByQuantizedMultiplier4Rows (vqrdmulh + vrshl: R3, ties toward +inf), the
         # remaining channels through the scalar MBQM (R1, ties away from zero). The two
-        # differ only on negative ties, by one.
-        m, e = jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32)
+        # differ only on negative ties, by one, and share their first step (the SRDHM).
+        high, rs = _high_mul(acc, jnp.asarray(params["multiplier"], _I32), jnp.asarray(params["shift"], _I32))
         c = acc.shape[-1]
-        vector = jnp.arange(c) < c - c % LANES8
-        v = jnp.where(vector, _ruy(acc, m, e), _mbqm_double(acc, m, e))
+        whole = c - c % LANES8  # static: a layer whose channels are all in groups takes one form
+        if whole == c:
+            v = shift_half_up32(high, rs)
+        elif whole == 0:
+            v = rdbpot32(high, rs)
+        else:
+            v = jnp.where(np.arange(c) < whole, shift_half_up32(high, rs), rdbpot32(high, rs))
     elif requant == "float64":
         v = _r2(acc, jnp.asarray(params["eff_hi"], jnp.uint32), jnp.asarray(params["eff_lo"], jnp.uint32))
     elif requant == "xnnpack":
