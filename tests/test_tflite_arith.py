@@ -269,3 +269,61 @@ def test_lanes8_is_ruy_on_whole_groups_of_eight_and_double_on_the_rest(channels)
     assert np.array_equal(got[:, :whole], ruy[:, :whole]) and np.array_equal(got[:, whole:], double[:, whole:])
     assert not np.array_equal(ruy, double)  # ties: -2 / 4 is 0 in R3, -1 in R1
     assert int(ruy[38, 0]) == 0 and int(double[38, 0]) == -1  # acc = -2
+
+
+@pytest.mark.parametrize("bits", [1, 7, 12, 19, 23, 29])
+def test_srdhm_bounded_is_the_exact_rounded_high_product(bits):
+    """floor((d*b + low) / 2**31) against Python integers, at the ends of every range."""
+    rng = np.random.default_rng(bits)
+    lim = 2**bits - 1
+    d = np.concatenate([[lim, -lim, 0, -1, 1, lim], rng.integers(-lim, lim + 1, 20000)])
+    b = np.concatenate([[2**31 - 1, 2**31 - 1, 0, 2**30, 1, 0], rng.integers(0, 2**31, 20000)])
+    low = np.concatenate([[2**31 - 1, 0, 2**31 - 1, 2**30, 0, 2**31 - 1], rng.integers(0, 2**31, 20000)])
+    want = [(int(x) * int(y) + int(z)) >> 31 for x, y, z in zip(d, b, low)]
+    got = jax.jit(lambda *a: tfl.srdhm_bounded(*a, bits))(*(v.astype(np.int32) for v in (d, b, low)))
+    assert np.asarray(got).tolist() == want
+
+
+def test_accumulator_range_holds_the_extreme_inputs():
+    """The range's ends are reached: every weight's product at the end of [-128 - zin,
+    255 - zin] that makes it smallest (largest)."""
+    k = np.array([[3, -2, 0], [-1, -1, 5]], np.int8)
+    lo, hi = tfl.accumulator_range(k, np.array([10, -7]), 3)
+    u = np.array([-131, 252])  # x - zin at x = -128 and x = 255
+    brute = [[int(np.dot(row, [u[i], u[j], u[l]])) for i in (0, 1) for j in (0, 1) for l in (0, 1)] for row in k]
+    assert lo.tolist() == [10 + min(brute[0]), -7 + min(brute[1])]
+    assert hi.tolist() == [10 + max(brute[0]), -7 + max(brute[1])]
+
+
+@pytest.mark.parametrize("requant", ["double", "ruy", "lanes8"])
+def test_requantize_with_an_accumulator_bound_gives_the_same_values(requant):
+    """R1 / R3 through srdhm_bounded (with_acc_bound) equal the general form on every
+    accumulator of the proven range, shifts left and right, ties included."""
+    rng = np.random.default_rng(7)
+    c = 12
+    params = {"multiplier": rng.integers(2**30, 2**31, c).astype(np.int32), "shift": np.arange(-9, 3).astype(np.int32)}
+    params["multiplier"][0] = 2**30  # ties at shift -9
+    lo = rng.integers(-(2**20), 2**18, c)
+    hi = lo + rng.integers(0, 2**19, c)
+    bounded = tfl.with_acc_bound(params, lo, hi)
+    assert "acc_bound" in bounded and "acc_bound" not in params
+    acc = np.concatenate([lo[None], hi[None], rng.integers(lo, hi + 1, (4000, c))]).astype(np.int32)
+    kw = dict(output_zero_point=-3, act_min=-128, act_max=127)
+    want = np.asarray(tfl.requantize(acc, params, requant, **kw))
+    got = np.asarray(jax.jit(lambda a, p: tfl.requantize(a, p, requant, **kw))(acc, bounded))
+    assert np.array_equal(got, want)
+    assert np.any((want > -128) & (want < 127))  # the values are not all clamped
+
+
+def test_with_acc_bound_leaves_params_alone_where_it_cannot_promise():
+    """A negative multiplier, an accumulator whose left shift would wrap, or a range too
+    wide for BOUNDED_MAX_BITS: no AccBound (the general form)."""
+    p = {"multiplier": np.array([2**30, 2**30], np.int32), "shift": np.array([-3, 0], np.int32)}
+    assert "acc_bound" in tfl.with_acc_bound(p, [-1000, -5], [1000, 5])
+    assert "acc_bound" not in tfl.with_acc_bound({**p, "multiplier": np.array([2**30, -1], np.int32)}, 0, 10)
+    assert "acc_bound" not in tfl.with_acc_bound({**p, "shift": np.array([-3, 12], np.int32)}, -(2**20), 2**20)
+    assert "acc_bound" not in tfl.with_acc_bound(p, -(2**30), 2**30)
+    with pytest.raises(Exception, match="acc_bound"):
+        tfl.requantize(
+            np.zeros((1, 2), np.int32), {**p, "acc_bound": 5}, "double", output_zero_point=0, act_min=-128, act_max=127
+        )

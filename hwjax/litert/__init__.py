@@ -6,7 +6,9 @@ these kernels into a target):
 
 * requantisation: :func:`quantize_multiplier`, :func:`multiply_by_quantized_multiplier`,
   :func:`requantize` with the conventions of :data:`REQUANT` (``"double"`` R1,
-  ``"float64"`` R2, ``"ruy"`` R3, ``"xnnpack"`` R4, ``"single"``);
+  ``"float64"`` R2, ``"ruy"`` R3, ``"xnnpack"`` R4, ``"single"``); a layer's proven
+  accumulator range (:func:`accumulator_range`, :func:`with_acc_bound`) lets R1 / R3 take
+  a cheaper exact form (:func:`srdhm_bounded`);
 * linear and pool kernels: :func:`fully_connected`, :func:`conv2d`,
   :func:`depthwise_conv2d` (user-facing), and the ``*_int`` forms the target runs;
 * ADD and element-wise requantisation as LiteRT's x86 vector loops and XNNPACK compute
@@ -23,14 +25,18 @@ integer parameters its recipe derives; concrete arguments are range-checked and 
 from hwjax.litert._arith import (
     ACTIVATIONS,
     REQUANT,
+    AccBound,
     activation_range,
     mbqm_double,
     multiply_by_quantized_multiplier,
     quantize_multiplier,
     requant_params,
     requantize,
+    srdhm_bounded,
+    with_acc_bound,
 )
 from hwjax.litert._kernels import (
+    accumulator_range,
     add_int,
     add_params,
     avgpool_int,
@@ -74,9 +80,11 @@ from hwjax.litert._xnnpack import add_jax, add_recipe, requant_jax, requant_reci
 
 __all__ = [
     "ACTIVATIONS",
+    "AccBound",
     "REFERENCE_MAX_DEPTH",
     "REQUANT",
     "SIGMOID_OUTPUT_SCALE",
+    "accumulator_range",
     "activation_range",
     "add_int",
     "add_jax",
@@ -118,7 +126,9 @@ __all__ = [
     "softmax_quant_error",
     "softmax_reference",
     "softmax_reference_params",
+    "srdhm_bounded",
     "square_lut",
     "tflm_logistic",
     "tflm_tanh",
+    "with_acc_bound",
 ]

@@ -139,6 +139,23 @@ def kernel_sums(kernel, *, depthwise: bool = False):
     return xp.sum(rows.astype(xp.int32), axis=1, dtype=xp.int32)
 
 
+def accumulator_range(kernel, bias, input_zero_point, *, depthwise: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per output channel, bounds ``(lo, hi)`` of the accumulator of :func:`fc_int`,
+    :func:`conv_int` and :func:`depthwise_int`, ``bias + SUM w (x - zin)`` over the
+    channel's weights, for every int8 or uint8 input ``x`` (``x - zin`` in ``[-128 - zin,
+    255 - zin]``; a padded tap reads ``zin`` and adds 0): each weight takes the end of that
+    interval that makes its product smallest (``lo``) or largest (``hi``). Host function on
+    concrete values (kernel as in :func:`kernel_sums`); int64. For
+    :func:`hwjax.litert.with_acc_bound`."""
+    k = np.asarray(kernel).astype(np.int64)
+    rows = k.reshape(-1, k.shape[-1]).T if depthwise else k.reshape(k.shape[0], -1)
+    z = int(np.asarray(input_zero_point).reshape(-1)[0])
+    u_lo, u_hi = -128 - z, 255 - z
+    pos, neg = np.maximum(rows, 0).sum(axis=1), np.minimum(rows, 0).sum(axis=1)
+    b = np.asarray(bias).astype(np.int64).reshape(-1)
+    return b + pos * u_lo + neg * u_hi, b + pos * u_hi + neg * u_lo
+
+
 # ------------------------------------------------------------------ internal (params given)
 
 

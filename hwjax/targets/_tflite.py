@@ -27,6 +27,7 @@ from hwjax.targets._base import Target, host_array, no_acc, register
 from hwjax.litert import (
     activation_range,
     add_int,
+    accumulator_range,
     add_jax,
     add_params,
     add_recipe,
@@ -41,6 +42,7 @@ from hwjax.litert import (
     requant_jax,
     requant_params,
     requant_recipe,
+    with_acc_bound,
 )
 
 RUNTIMES = ("reference", "optimized", "xnnpack", "tflm")
@@ -181,6 +183,14 @@ def _linear_params(op):
             return {"rq": rq, "act_min": np.int32(lo), "act_max": np.int32(hi)}
 
         r = host_recipe(recipe, q_in[0].scale, w_scale, q_out.scale, q_out.zero_point)
+        bound_from = (kernel, portable["bias"], q_in[0].zero_point, r["rq"])
+        if requant in ("double", "ruy", "lanes8") and _is_concrete(bound_from):
+            # the layer's accumulators are bounded by its weights (host work): R1 / R3 then
+            # take the cheaper exact SRDHM (hwjax.litert.with_acc_bound)
+            acc_range = accumulator_range(
+                host_array(kernel), host_array(portable["bias"]), q_in[0].zero_point, depthwise=op == "depthwise_conv"
+            )
+            r = {**r, "rq": with_acc_bound(r["rq"], *acc_range)}
         # the kernel's weight sums per output channel (the input zero point's term of the
         # accumulator), derived once here instead of by the model's program on every call
         return {
