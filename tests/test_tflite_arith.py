@@ -323,7 +323,25 @@ def test_with_acc_bound_leaves_params_alone_where_it_cannot_promise():
     assert "acc_bound" not in tfl.with_acc_bound({**p, "multiplier": np.array([2**30, -1], np.int32)}, 0, 10)
     assert "acc_bound" not in tfl.with_acc_bound({**p, "shift": np.array([-3, 12], np.int32)}, -(2**20), 2**20)
     assert "acc_bound" not in tfl.with_acc_bound(p, -(2**30), 2**30)
+    top = {"multiplier": np.array([2**31 - 1], np.int32), "shift": np.array([-2], np.int32)}
+    assert "acc_bound" in tfl.with_acc_bound(top, 2**31 - 2**22, 2**31 - 2**21)
+    assert "acc_bound" not in tfl.with_acc_bound(top, 2**31 - 2**22, 2**31 - 1)  # SRDHM + 2**(e-1) leaves int32
     with pytest.raises(Exception, match="acc_bound"):
         tfl.requantize(
             np.zeros((1, 2), np.int32), {**p, "acc_bound": 5}, "double", output_zero_point=0, act_min=-128, act_max=127
         )
+
+
+def test_rdbpot32_unwrapped_equals_rdbpot32_where_it_applies():
+    """Every shift 0-31, ties of both signs, the ends of the range where x + 2**(e-1) fits."""
+    from hwjax.litert._arith import rdbpot32, rdbpot32_unwrapped
+
+    rng = np.random.default_rng(3)
+    for e in range(32):
+        top = 2**31 - 1 - ((1 << e) >> 1)
+        ties = np.array([(1 << e) >> 1, -((1 << e) >> 1), 3 * ((1 << e) >> 1), -3 * ((1 << e) >> 1)])
+        x = np.concatenate([[top, -(2**31), 0, -1, 1], ties, rng.integers(-(2**31), top + 1, 3000)]).astype(np.int32)
+        x = np.clip(x.astype(np.int64), -(2**31), top).astype(np.int32)
+        got = np.asarray(jax.jit(rdbpot32_unwrapped)(x, np.int32(e)))
+        want = np.asarray(jax.jit(rdbpot32)(x, np.int32(e)))
+        assert np.array_equal(got, want), e

@@ -351,6 +351,22 @@ def rdbpot32(x, e) -> jax.Array:
     return (x >> e) + ((x & mask) > threshold).astype(_I32)
 
 
+def rdbpot32_unwrapped(x, e) -> jax.Array:
+    """:func:`rdbpot32` for int32 ``x`` with ``x + 2**(e-1)`` within int32 (``0 <= e <=
+    31``)::
+
+        floor((x + 2**(e-1) - [x < 0 and e > 0]) / 2**e)
+
+    the same value: with ``x = q 2**e + r`` (``0 <= r < 2**e``) both are ``q + [r >=
+    2**(e-1) + [x < 0]]`` (ties away from zero); at ``e = 0`` both are ``x``. Five int32
+    operations against eight (the per-channel ``half`` and mask fold away). Jittable; no
+    checks (the caller proves the range)."""
+    x, e = jnp.asarray(x, _I32), jnp.asarray(e, _I32)
+    rounds = -(e > 0).astype(_I32)  # all ones where e > 0
+    half = (jnp.int32(1) << jnp.maximum(e - 1, 0)) & rounds
+    return (x + half + ((x >> 31) & rounds)) >> e  # x >> 31: -1 where x < 0
+
+
 def shift_half_up32(x, e):
     """``floor(x / 2**e + 1/2)`` for int32 ``x`` and ``e >= 0`` (any size), without overflow:
     the floor quotient plus bit ``e - 1`` (a sign bit when ``e > 32``). Ties toward +inf:
@@ -361,7 +377,9 @@ def shift_half_up32(x, e):
     return q + rb
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["center", "high", "low"], meta_fields=["bits"])
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["center", "high", "low"], meta_fields=["bits", "shifts_left"]
+)
 @dataclasses.dataclass(frozen=True)
 class AccBound:
     """An entry of R1 / R3 parameters (key ``"acc_bound"``, made by :func:`with_acc_bound`):
@@ -371,16 +389,20 @@ class AccBound:
     * ``|acc - center[c]| * 2**ls <= 2**bits - 1`` with ``ls = max(shift[c], 0)``,
     * ``acc * 2**ls`` fits int32 (the left shift does not wrap), and
     * ``multiplier[c] >= 0``;
+    * the SRDHM ``h`` plus ``2**(e-1)`` fits int32, ``e = max(-shift[c], 0)`` (R1's
+      rounding shift then takes :func:`rdbpot32_unwrapped`);
 
     with ``high``, ``low`` the floor quotient and remainder of ``center * 2**ls * m +
     2**30`` by ``2**31``. The SRDHM of R1 / R3 is then ``high + srdhm_bounded((acc -
-    center) * 2**ls, m, low, bits)``: the same value in fewer operations. ``bits`` is
-    static (the program's form); the three arrays (int32, one per channel) are leaves."""
+    center) * 2**ls, m, low, bits)``: the same value in fewer operations. ``bits`` and
+    ``shifts_left`` (whether any ``ls > 0``) are static (the program's form); the three
+    arrays (int32, one per channel) are leaves."""
 
     center: Any
     high: Any
     low: Any
     bits: int
+    shifts_left: bool = True
 
 
 #: the widest centred accumulator bound for which :func:`srdhm_bounded` is used (five
@@ -405,8 +427,8 @@ def srdhm_bounded(d, b, low, bits: int) -> jax.Array:
     integers, applied from the lowest piece up. No int32 wraps: ``|d b_k| <= (2**bits - 1)
     (2**p - 1)``, ``l_k < 2**p`` and ``|c_k| <= 2**bits + 1``, so every sum stays below
     ``2**30 + 2**bits + 2**p`` in magnitude. ``3n`` int32 operations against about 18 for
-    :func:`srdhm32` (2M R1 requantisations of 19-bit accumulators: 0.95 against 1.39 ms,
-    one AMD EPYC core). Jittable; no checks (the caller proves the bounds)."""
+    :func:`srdhm32` (2M R1 requantisations of 19-bit accumulators: 0.88-0.95 against
+    1.06-1.39 ms, one AMD EPYC core). Jittable; no checks (the caller proves the bounds)."""
     d, b, low = (jnp.asarray(v, _I32) for v in (d, b, low))
     p = 30 - bits
     n = -(-31 // p)
@@ -442,9 +464,11 @@ def with_acc_bound(params: Mapping, acc_min, acc_max) -> dict:
         return dict(params)
     center, high, low, widest = [], [], [], 0
     for mc, sc, lc, hc in zip(m.tolist(), s.tolist(), lo.tolist(), hi.tolist()):
-        ls = max(sc, 0)
+        ls, e = max(sc, 0), max(-sc, 0)
         if max(abs(lc), abs(hc)) << ls > 2**31 - 1:
             return dict(params)
+        if e and ((hc << ls) * mc + 2**30 >> 31) + (1 << (e - 1)) > 2**31 - 1:
+            return dict(params)  # the SRDHM is non-decreasing in acc (m >= 0): hc gives its top
         c = (lc + hc) // 2
         widest = max(widest, max(hc - c, c - lc) << ls)
         k = (c << ls) * mc + 2**30
@@ -455,7 +479,7 @@ def with_acc_bound(params: Mapping, acc_min, acc_max) -> dict:
     if bits > BOUNDED_MAX_BITS:
         return dict(params)
     arrays = (np.asarray(v, np.int64).astype(np.int32) for v in (center, high, low))
-    return {**params, "acc_bound": AccBound(*arrays, bits=bits)}
+    return {**params, "acc_bound": AccBound(*arrays, bits=bits, shifts_left=bool(np.any(s > 0)))}
 
 
 def _high_mul(x, m, s, bound: AccBound | None = None):
@@ -465,12 +489,13 @@ def _high_mul(x, m, s, bound: AccBound | None = None):
     ls = jnp.clip(s, 0, 31)
     if bound is None:
         return srdhm32(x << ls, m), jnp.maximum(-s, 0)
-    d = (x - jnp.asarray(bound.center, _I32)) << ls
+    d = x - jnp.asarray(bound.center, _I32)
+    d = d << ls if bound.shifts_left else d
     return jnp.asarray(bound.high, _I32) + srdhm_bounded(d, m, bound.low, bound.bits), jnp.maximum(-s, 0)
 
 
 def _mbqm_double(x, m, s, bound: AccBound | None = None):
-    return rdbpot32(*_high_mul(x, m, s, bound))
+    return (rdbpot32 if bound is None else rdbpot32_unwrapped)(*_high_mul(x, m, s, bound))
 
 
 def _mbqm_single(x, m, s):
