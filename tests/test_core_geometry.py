@@ -424,3 +424,50 @@ def test_map_chunks_is_fn_on_the_whole_batch(n_lead, lead, whole):
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert g.shape == w.shape
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+@pytest.mark.parametrize(
+    "in_hw,kernel,stride,padding,c",
+    [
+        ((49, 10), (10, 4), (2, 2), "SAME", 1),  # KWS's first layer
+        ((9, 7), (4, 2), (2, 2), "VALID", 3),
+        ((11, 8), (6, 3), (3, 1), ((2, 1), (0, 2)), 2),
+        ((8, 8), (2, 2), (2, 2), "SAME", 5),
+    ],
+)
+def test_space_to_depth_patches_hold_the_strided_products(in_hw, kernel, stride, padding, c):
+    """SUM over the unit-stride patches of the blocked image times the rearranged kernel is
+    the strided convolution (an independent int64 loop over output pixels and taps)."""
+    from hwjax.core import space_to_depth, space_to_depth_geometry, space_to_depth_kernel
+
+    geom = ConvGeometry.make(in_hw, kernel, stride, padding)
+    unit = space_to_depth_geometry(geom)
+    assert unit is not None and unit.out_hw == geom.out_hw and unit.stride == (1, 1)
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (2, *in_hw, c)).astype(np.int32)
+    k = rng.integers(-128, 128, (3, *kernel, c)).astype(np.int32)
+    pad = 7
+    p = extract_patches(space_to_depth(x, geom, pad_value=pad), unit, pad_value=pad)
+    got = np.asarray(p).astype(np.int64) @ np.asarray(space_to_depth_kernel(k, geom)).reshape(3, -1).T.astype(np.int64)
+    (pt, _), (pl, _) = geom.padding
+    want = np.zeros((2, *geom.out_hw, 3), np.int64)
+    for oy in range(geom.out_hw[0]):
+        for ox in range(geom.out_hw[1]):
+            for i in range(kernel[0]):
+                for j in range(kernel[1]):
+                    r, q = oy * stride[0] - pt + i, ox * stride[1] - pl + j
+                    v = x[:, r, q, :] if 0 <= r < in_hw[0] and 0 <= q < in_hw[1] else np.full((2, c), pad)
+                    want[:, oy, ox, :] += v.astype(np.int64) @ k[:, i, j, :].T.astype(np.int64)
+    assert np.array_equal(got, want)
+
+
+def test_space_to_depth_applies_only_to_whole_blocks():
+    from hwjax.core import space_to_depth, space_to_depth_geometry
+
+    assert space_to_depth_geometry(ConvGeometry.make((9, 9), (3, 3), (2, 2), "SAME")) is None  # 3 % 2
+    assert space_to_depth_geometry(ConvGeometry.make((9, 9), (4, 4), (1, 1), "SAME")) is None  # unit stride
+    assert space_to_depth_geometry(ConvGeometry.make((9, 9), (4, 4), (2, 2), "SAME", dilation=2)) is None
+    from hwjax.errors import RangeError
+
+    with pytest.raises(RangeError, match="space_to_depth"):
+        space_to_depth(np.zeros((9, 9, 1), np.int32), ConvGeometry.make((9, 9), (3, 3), (2, 2)), pad_value=0)

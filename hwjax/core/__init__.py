@@ -10,7 +10,16 @@ from hwjax.core import _wide as wide
 from hwjax.core._checked import checked
 from hwjax.core._dot import int_dot, lhs8_dtype, u8s8_dot
 from hwjax.core._float import div_rn, mul_rn, quantize_affine, to_float16
-from hwjax.core._geometry import ConvGeometry, extract_patches, pool_out_hw, window_products_sum, window_taps
+from hwjax.core._geometry import (
+    ConvGeometry,
+    extract_patches,
+    pool_out_hw,
+    space_to_depth,
+    space_to_depth_geometry,
+    space_to_depth_kernel,
+    window_products_sum,
+    window_taps,
+)
 from hwjax.core._mac import mac, mac_reference
 from hwjax.core._program import (
     ONE_PASS_EXAMPLES,
@@ -64,6 +73,9 @@ __all__ = [
     "mul_rn",
     "magnitude_bits",
     "pool_out_hw",
+    "space_to_depth",
+    "space_to_depth_geometry",
+    "space_to_depth_kernel",
     "saturate",
     "shift_right",
     "surrogate",

@@ -425,3 +425,59 @@ def _patches_by_loop(x: jax.Array, *, origins, geom: ConvGeometry) -> jax.Array:
 
     out = jax.lax.fori_loop(0, t, write, jnp.zeros((*lead, oh, ow, t, c), x.dtype))
     return out.reshape(*lead, oh, ow, t * c)
+
+
+# ------------------------------------------------------------- strided windows as unit-stride ones
+
+
+def space_to_depth_geometry(geom: ConvGeometry) -> ConvGeometry | None:
+    """The unit-stride geometry of :func:`space_to_depth`'s image, or None where the
+    transform does not apply: a stride above 1, each kernel side a multiple of its
+    stride, no dilation and no cropping padding.
+
+    Output ``(oy, ox)``, tap ``(a, c)`` of the new geometry reads block ``(oy + a, ox +
+    c)``, whose ``(b, d)`` entry is row ``(oy + a) sv + b - pt`` and column ``(ox + c) sh
+    + d - pl`` of the image: the original tap ``(a sv + b, c sh + d)``. So patches of the
+    new image (``(kh / sv) (kw / sh)`` taps of ``sv sh C`` values) hold every original
+    product once, in the order of :func:`space_to_depth_kernel`; fewer, wider taps (a
+    one-channel 10x4 window at stride 2: 10 taps of 4 values instead of 40 of 1)."""
+    (sv, sh), (kh, kw) = geom.stride, geom.kernel
+    if (sv, sh) == (1, 1) or kh % sv or kw % sh or geom.dilation != (1, 1):
+        return None
+    if min(p for pair in geom.padding for p in pair) < 0:
+        return None
+    (pt, pb), (pl, pr) = geom.padding
+    blocks = (-(-(geom.in_hw[0] + pt + pb) // sv), -(-(geom.in_hw[1] + pl + pr) // sh))
+    return ConvGeometry.from_window(blocks, (kh // sv, kw // sh), (0, 0), (1, 1), geom.out_hw)
+
+
+def space_to_depth(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
+    """``x`` (..., H, W, C) padded as ``geom`` says (``pad_value``; and at the bottom and
+    right up to whole blocks, positions no window reads) and cut into ``sv x sh`` blocks:
+    (..., H' / sv, W' / sh, sv * sh * C), block entry ``(b, d, ch)`` at ``(b * sh + d) * C +
+    ch``. Requires :func:`space_to_depth_geometry` ``(geom)`` not None. Jit- and
+    vmap-safe; the values are ``x``'s (a layout change)."""
+    x = _check_image(x, geom)
+    unit = space_to_depth_geometry(geom)
+    if unit is None:
+        raise RangeError(f"space_to_depth needs a stride > 1 dividing the kernel, no dilation or cropping, got {geom}")
+    (sv, sh), ((pt, _), (pl, _)) = geom.stride, geom.padding
+    (bh, bw), lead, c = unit.in_hw, x.shape[:-3], x.shape[-1]
+    h, w = geom.in_hw
+    pads = [(0, 0, 0)] * len(lead) + [(pt, bh * sv - h - pt, 0), (pl, bw * sh - w - pl, 0), (0, 0, 0)]
+    x = jax.lax.pad(x, _pad_scalar(pad_value, x.dtype), pads)
+    x = x.reshape(*lead, bh, sv, bw, sh, c)
+    n = len(lead)
+    x = jnp.transpose(x, (*range(n), n, n + 2, n + 1, n + 3, n + 4))
+    return x.reshape(*lead, bh, bw, sv * sh * c)
+
+
+def space_to_depth_kernel(kernel, geom: ConvGeometry):
+    """An OHWI ``kernel`` (O, kh, kw, C) as the (O, kh / sv, kw / sh, sv * sh * C) kernel of
+    :func:`space_to_depth_geometry`: tap ``(i, j)`` = ``(a sv + b, c sh + d)`` moves to
+    tap ``(a, c)``, entry ``(b, d, ch)``. NumPy or JAX arrays alike."""
+    xp = jnp if isinstance(kernel, jax.Array) else np
+    o, kh, kw, c = kernel.shape
+    sv, sh = geom.stride
+    k = kernel.reshape(o, kh // sv, sv, kw // sh, sh, c)
+    return xp.transpose(k, (0, 1, 3, 2, 4, 5)).reshape(o, kh // sv, kw // sh, sv * sh * c)

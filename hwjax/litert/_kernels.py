@@ -25,6 +25,9 @@ from hwjax.core import (
     int_dot,
     lhs8_dtype,
     map_chunks,
+    space_to_depth,
+    space_to_depth_geometry,
+    space_to_depth_kernel,
     window_products_sum,
     window_taps,
 )
@@ -226,11 +229,20 @@ def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: Co
 
 @eager_program(static_argnames=("requant", "geom"))
 def _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom: ConvGeometry):
+    # A strided window whose sides are multiples of the stride reads the image cut into
+    # stride-sized blocks at unit stride (space_to_depth): the same products, in fewer,
+    # wider taps (KWS's one-channel 10x4 first layer: 10 taps instead of 40, 1.1x the model)
+    unit = space_to_depth_geometry(geom)
+    if unit is not None:
+        kernel = space_to_depth_kernel(kernel, geom)
     k = kernel.reshape(kernel.shape[0], -1)
 
     def one(x):
         x8, z8, c = _int8_operand(x, zin)
-        p = extract_patches(x8, geom, pad_value=z8)
+        if unit is None:
+            p = extract_patches(x8, geom, pad_value=z8)
+        else:
+            p = extract_patches(space_to_depth(x8, geom, pad_value=z8), unit, pad_value=z8)
         acc = _dot8(p, k) + _folded_bias(k, bias, jnp.asarray(zin, _I32), c, wsum)
         return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
 
