@@ -168,6 +168,10 @@ GEOMS = [
     # legacy windows: starting inside the image, stopping before its end, running past it
     ((7, 6), 3, ConvGeometry.from_window((7, 6), (2, 2), (1, 2), (2, 1), (2, 3))),
     ((7, 6), 3, ConvGeometry.from_window((7, 6), (3, 3), (-2, 3), (3, 2), (3, 2))),
+    # one output pixel (one slice): the whole image, a padded dilated window, a cropped one
+    ((7, 6), 3, ConvGeometry.make((7, 6), (7, 6), (1, 1), "VALID")),
+    ((7, 6), 3, ConvGeometry.make((7, 6), (3, 4), (5, 5), ((1, 0), (2, 0)), dilation=(3, 2))),
+    ((7, 6), 3, ConvGeometry.from_window((7, 6), (2, 3), (4, 1), (1, 1), (1, 1))),
 ]
 
 
