@@ -325,20 +325,35 @@ def test_both_ways_of_reading_the_patches(path):
     under vmap, equals the Python loop."""
     from hwjax.core import _geometry
 
-    def patches(x, p, g):
+    def patches(x, p, g, width):
         grown, first = _geometry._grown(x, p, g)
-        return getattr(_geometry, path)(grown, origins=_geometry._tap_origins(g, first), geom=g)
+        return getattr(_geometry, path)(grown, origins=_geometry._tap_origins(g, first), geom=g, width=width)
+
+    def want(x, g, pad, extra):
+        p = py_geometry_patches(x, g, pad)
+        return np.concatenate([p, np.zeros((*p.shape[:-1], extra), p.dtype)], axis=-1)
 
     rng = np.random.default_rng(5)
     for hw, c, g in GEOMS:
         if g.kernel == (1, 1):
             continue  # a single tap is one slice either way
         x = rng.integers(-128, 128, (3, *hw, c)).astype(np.int8)
-        f = jax.jit(functools.partial(patches, g=g))
-        np.testing.assert_array_equal(np.asarray(f(x, jnp.int8(-7))), py_geometry_patches(x, g, -7))
-        y = jax.jit(jax.vmap(functools.partial(patches, g=g)))(x, jnp.asarray([-128, 0, 127], jnp.int8))
-        for b, pad in enumerate((-128, 0, 127)):
-            np.testing.assert_array_equal(np.asarray(y[b]), py_geometry_patches(x[b], g, pad))
+        for extra in (0, 5):  # the patches' width: the taps, then zeros
+            f = jax.jit(functools.partial(patches, g=g, width=g.kernel[0] * g.kernel[1] * c + extra))
+            np.testing.assert_array_equal(np.asarray(f(x, jnp.int8(-7))), want(x, g, -7, extra))
+            y = jax.jit(jax.vmap(f))(x, jnp.asarray([-128, 0, 127], jnp.int8))
+            for b, pad in enumerate((-128, 0, 127)):
+                np.testing.assert_array_equal(np.asarray(y[b]), want(x[b], g, pad, extra))
+
+
+def test_extract_patches_width_appends_zeros():
+    hw, c, g = GEOMS[1]
+    x = np.random.default_rng(2).integers(-128, 128, (2, *hw, c)).astype(np.int8)
+    k = g.kernel[0] * g.kernel[1] * c
+    y = np.asarray(extract_patches(x, g, pad_value=3, width=k + 4))
+    assert np.array_equal(y[..., :k], py_geometry_patches(x, g, 3)) and not y[..., k:].any()
+    with pytest.raises(Exception, match="width"):
+        extract_patches(x, g, pad_value=3, width=k - 1)
 
 
 def test_the_loop_is_for_small_patches():

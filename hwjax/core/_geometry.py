@@ -339,7 +339,7 @@ def window_products_sum(x, k, geom: ConvGeometry, *, pad_value) -> jax.Array:
 UNROLLED_TAPS = 16
 
 
-def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
+def extract_patches(x, geom: ConvGeometry, *, pad_value, width: int | None = None) -> jax.Array:
     """The im2col patches of ``x``: (..., H, W, C) -> (..., OH, OW, kh*kw*C).
 
     ``patches[..., oy, ox, (i*kw + j)*C + ch] = x[..., r, c, ch]`` with ``r``, ``c`` as
@@ -348,27 +348,32 @@ def extract_patches(x, geom: ConvGeometry, *, pad_value) -> jax.Array:
     (no gathers: static slices and one concatenation, or, on XLA:CPU for patches of at most
     2**20 elements, a loop that writes one tap per iteration; the same values either way;
     under ``vmap`` an integer image's size counts the whole batch). Same arguments as
-    :func:`window_taps`; the result has ``x``'s dtype.
+    :func:`window_taps`; the result has ``x``'s dtype. ``width`` (static, at least
+    ``kh*kw*C``): the patches' last axis that long, zeros after the taps (for a dot whose
+    library kernel runs faster on a longer contraction; the loop writes its taps into the
+    wider buffer directly).
     """
     x = _check_image(x, geom)
-    return _patches_jit(x, _pad_scalar(pad_value, x.dtype), geom)
+    k = geom.kernel[0] * geom.kernel[1] * x.shape[-1]
+    width = k if width is None else V.check_static_int(width, k, 2**30, "width")
+    return _patches_jit(x, _pad_scalar(pad_value, x.dtype), geom, width)
 
 
-@functools.partial(jax.jit, static_argnums=2)
-def _patches_jit(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _patches_jit(x: jax.Array, pad: jax.Array, geom: ConvGeometry, width: int) -> jax.Array:
     if jnp.issubdtype(x.dtype, jnp.integer):  # no gradient: the vmap rule may see the batch
-        return _batched_patches(geom)(x, pad)
-    return _patches(x, pad, geom)
+        return _batched_patches(geom, width)(x, pad)
+    return _patches(x, pad, geom, width)
 
 
 @functools.lru_cache(maxsize=None)
-def _batched_patches(geom: ConvGeometry):
+def _batched_patches(geom: ConvGeometry, width: int):
     """:func:`_patches` as a ``custom_vmap`` function (integer images; ``custom_vmap`` has
     no reverse-mode rule). Under ``vmap`` the mapped axis becomes a leading axis of the
     image, so the choice between the loop and the slices sees the whole batch, as a
     batched call does (a vmapped loop over a large batch ran 1.3-1.4x slower than the
     slices). A pad value per example maps the plain implementation instead."""
-    impl = functools.partial(_patches, geom=geom)
+    impl = functools.partial(_patches, geom=geom, width=width)
     f = jax.custom_batching.custom_vmap(lambda x, pad: impl(x, pad))
 
     @f.def_vmap
@@ -381,10 +386,29 @@ def _batched_patches(geom: ConvGeometry):
     return f
 
 
-def _patches(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> jax.Array:
-    """The patches of :func:`extract_patches` (``x`` checked, ``pad`` in its dtype)."""
+def _patches(x: jax.Array, pad: jax.Array, geom: ConvGeometry, width: int) -> jax.Array:
+    """The patches of :func:`extract_patches` (``x`` checked, ``pad`` in its dtype), the
+    last axis ``width`` long."""
     x, first = _grown(x, pad, geom)
     origins = _tap_origins(geom, first)
+    big = math.prod(x.shape[:-3]) * math.prod(geom.out_hw) * len(origins) * x.shape[-1] > _LOOP_MAX_ELEMENTS
+    if len(origins) > 1 and geom.out_hw != (1, 1) and not big:
+        loop, slices = (
+            functools.partial(f, origins=origins, geom=geom, width=width)
+            for f in (_patches_by_loop, _patches_by_slices)
+        )
+        return jax.lax.platform_dependent(x, cpu=loop, default=slices)
+    return _widened(_patches_at_once(x, first, origins, geom), width)
+
+
+def _widened(p: jax.Array, width: int) -> jax.Array:
+    """``p`` with zeros after its last axis's entries, up to ``width``."""
+    extra = width - p.shape[-1]
+    return p if extra == 0 else jnp.pad(p, [(0, 0)] * (p.ndim - 1) + [(0, extra)])
+
+
+def _patches_at_once(x: jax.Array, first, origins, geom: ConvGeometry) -> jax.Array:
+    """The patches without a loop: one tap, one window, or static slices (large patches)."""
     if len(origins) == 1:
         return _tap(x, origins[0], geom)
     if geom.out_hw == (1, 1):
@@ -397,10 +421,7 @@ def _patches(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> jax.Array:
         limit = x.shape[:-3] + (first[0] + (kh - 1) * dv + 1, first[1] + (kw - 1) * dh + 1, x.shape[-1])
         window = jax.lax.slice(x, start, limit, (1,) * len(lead) + (dv, dh, 1))
         return window.reshape(*lead, 1, 1, kh * kw * x.shape[-1])
-    if math.prod(x.shape[:-3]) * math.prod(geom.out_hw) * len(origins) * x.shape[-1] > _LOOP_MAX_ELEMENTS:
-        return _patches_by_slices(x, origins=origins, geom=geom)
-    loop, slices = (functools.partial(f, origins=origins, geom=geom) for f in (_patches_by_loop, _patches_by_slices))
-    return jax.lax.platform_dependent(x, cpu=loop, default=slices)
+    return jnp.concatenate([_tap(x, o, geom) for o in origins], axis=-1)
 
 
 # Patches larger than this (elements, as traced) are read by static slices on every
@@ -409,13 +430,13 @@ def _patches(x: jax.Array, pad: jax.Array, geom: ConvGeometry) -> jax.Array:
 _LOOP_MAX_ELEMENTS = 2**20
 
 
-def _patches_by_slices(x: jax.Array, *, origins, geom: ConvGeometry) -> jax.Array:
+def _patches_by_slices(x: jax.Array, *, origins, geom: ConvGeometry, width: int) -> jax.Array:
     """The taps as static slices, concatenated (large patches on XLA:CPU; every size on
     other platforms, unchanged there)."""
-    return jnp.concatenate([_tap(x, o, geom) for o in origins], axis=-1)
+    return _widened(jnp.concatenate([_tap(x, o, geom) for o in origins], axis=-1), width)
 
 
-def _patches_by_loop(x: jax.Array, *, origins, geom: ConvGeometry) -> jax.Array:
+def _patches_by_loop(x: jax.Array, *, origins, geom: ConvGeometry, width: int) -> jax.Array:
     """The taps written one per iteration of a loop into the patches (XLA:CPU).
 
     The same values as :func:`_patches_by_slices`. XLA:CPU does not fuse a
@@ -430,11 +451,10 @@ def _patches_by_loop(x: jax.Array, *, origins, geom: ConvGeometry) -> jax.Array:
 
     def write(k, out):
         tap = _tap(x, (rows[k], cols[k]), geom)
-        at = [jnp.asarray(v, jnp.int32) for v in (0,) * len(lead) + (0, 0, k, 0)]
-        return jax.lax.dynamic_update_slice(out, tap[..., None, :], at)
+        at = [jnp.asarray(v, jnp.int32) for v in (0,) * len(lead) + (0, 0, k * c)]
+        return jax.lax.dynamic_update_slice(out, tap, at)
 
-    out = jax.lax.fori_loop(0, t, write, jnp.zeros((*lead, oh, ow, t, c), x.dtype))
-    return out.reshape(*lead, oh, ow, t * c)
+    return jax.lax.fori_loop(0, t, write, jnp.zeros((*lead, oh, ow, width), x.dtype))
 
 
 # ------------------------------------------------------------- strided windows as unit-stride ones
