@@ -19,8 +19,8 @@ seed; ``--models mlp,cnn,deep`` or ``shapes``, ``all`` for both sets), timed at
 
 For each shape and batch, the same int8 batch runs in
 
-* hwjax: ``jax.jit(lambda x: model.run(x, runtime=r))`` for ``r`` in ``"optimized"`` and
-  ``"xnnpack"`` (warm: compiled before timing);
+* hwjax: ``model.run(x, runtime=r)`` for ``r`` in ``"optimized"`` and ``"xnnpack"`` (warm:
+  compiled before timing, with hwjax's XLA options);
 * LiteRT (``ai_edge_litert``): ``Interpreter(num_threads=1)`` with the resolver
   ``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` (builtin optimized kernels) and ``AUTO`` (the
   default XNNPACK delegate); the input is resized to the whole batch
@@ -31,7 +31,7 @@ Every hwjax output is first compared with LiteRT's on that batch (exact equality
 the candidates of a (shape, batch) are timed in ``--repeats`` interleaved rounds (each
 round one sample of at least ``--min-time`` seconds per candidate; the best sample is
 kept), so that load from other processes falls on all of them alike. LiteRT is charged
-set_tensor + invoke + get_tensor; hwjax its jitted call on a device array.
+set_tensor + invoke + get_tensor; hwjax its call on a device array.
 
 Threads: LiteRT runs on one thread. By default the benchmark re-runs itself in a child
 process with ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` (set before JAX is
@@ -283,10 +283,8 @@ def time_interleaved(fns: dict, repeats: int, min_time: float = 0.2) -> dict:
 
 
 def _hwjax_fn(model, runtime):
-    import jax
-
-    model.lowered(runtime)  # lowered (and cached) outside the trace: the jitted call reuses it
-    return jax.jit(lambda x: model.run(x, runtime=runtime))
+    model.lowered(runtime)
+    return lambda x: model.run(x, runtime=runtime)  # the call README shows: hwjax's compiled program
 
 
 def _hwjax_chunked_fn(model, runtime, chunk: int):

@@ -16,7 +16,9 @@ xformer's recipe; ``NAME.xc.tflite`` is what xformer itself made of it):
   the first ``--check`` examples (default 32). xs3 has no live peer (xcore.ai's kernels):
   not checked on the batch; its first-result output below is compared with the outputs
   xmos' host interpreter gave on the stored inputs (``y_xs3`` of ``NAME.npz``);
-* **images/s**: hwjax ``jax.jit(lambda x: model.run(x, runtime=r))`` on the batch, warm;
+* **images/s**: hwjax ``model.run(x, runtime=r)`` on the batch (a device array), warm: the
+  program ``Model.run`` compiles with hwjax's XLA options (``hwjax.core.compiler_options``;
+  inside a caller's own ``jax.jit`` the caller's options apply);
   LiteRT optimized and XNNPACK, ``num_threads=1``, as a batch-1 loop (one
   set_tensor + invoke + get_tensor per example over the first 64 examples) and, where the
   model allows it, the file resized to the batch (``resize_tensor_input``; a file whose
@@ -321,8 +323,8 @@ def bench_mlperf(
         exact: dict = {}
         for rt in runtimes:
             t0 = time.perf_counter()
-            model.lowered(rt)  # outside the trace: the jitted call reuses it
-            fn = jax.jit(lambda v, rt=rt: model.run(v, runtime=rt))
+            model.lowered(rt)
+            fn = lambda v, rt=rt: model.run(v, runtime=rt)  # the call README shows
             got = np.asarray(fn(xd))
             prep = time.perf_counter() - t0
             if rt not in PEERS:

@@ -29,7 +29,7 @@ from hwjax.core._program import (
     map_chunks,
     one_pass,
 )
-from hwjax.core._stored import call_stored, stored_program, stored_value
+from hwjax.core._stored import call_stored, compiler_options, stored_program, stored_value
 from hwjax.core._surrogate import SaturationGrad
 from hwjax.core._ops import (
     ROUNDING_MODES,
@@ -53,6 +53,7 @@ __all__ = [
     "one_pass",
     "call_stored",
     "stored_program",
+    "compiler_options",
     "stored_value",
     "ConvGeometry",
     "SaturationGrad",

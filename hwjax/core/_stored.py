@@ -289,7 +289,11 @@ def _compile(jitted, leaves: list) -> tuple[Any, bool]:
 
 
 def compiler_options() -> dict[str, Any]:
-    """XLA options of the programs compiled here (none off CPU).
+    """XLA options of the programs compiled here (none off CPU): what ``Model.run`` compiles
+    with. A program of your own ``jax.jit`` gets them with
+    ``jax.jit(f).lower(*args).compile(compiler_options=compiler_options())`` (a plain
+    ``jax.jit`` compiles with XLA's defaults: KWS on ``"reference"`` at batch 256, one
+    core, 15.9k images/s against 20.9k with these options).
 
     On CPU, options that change how long XLA compiles or how wide the vectors of its
     loop kernels are, not what a program computes: no fast-math either way, and the
