@@ -746,3 +746,18 @@ def test_add_elementwise_int8_tail_is_lib_nns_c_code():
     eager = np.asarray(xs3.add_elementwise_int8(x0, x1, shift=0, variant="host", **args))
     jitted = jax.jit(lambda a, b: xs3.add_elementwise_int8(a, b, shift=0, variant="host", **args))
     np.testing.assert_array_equal(np.asarray(jitted(x0, x1)), eager)
+
+
+def test_add_per_example_is_one_call_per_flattened_example():
+    """add_per_example equals add_elementwise_int8 on each example's values in row-major
+    order, on every variant, with and without a C tail (16 * 3 and 5 * 7 values)."""
+    from hwjax import xs3
+
+    rng = np.random.default_rng(11)
+    kw = dict(multiplier0=1234, multiplier1=-2345, bias=-3456, shift=9)
+    for shape in ((3, 4, 2, 6), (2, 5, 7)):
+        x0, x1 = (rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2))
+        for variant in ("hardware", "host", "v2021"):
+            got = np.asarray(jax.jit(lambda a, b, v=variant: xs3.add_per_example(a, b, **kw, variant=v))(x0, x1))
+            flat = xs3.add_elementwise_int8(x0.reshape(shape[0], -1), x1.reshape(shape[0], -1), **kw, variant=variant)
+            assert got.shape == shape and np.array_equal(got, np.asarray(flat).reshape(shape))

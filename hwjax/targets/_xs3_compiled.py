@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax import xs3
-from hwjax.core import evaluated_if_concrete, stored_value
+from hwjax.core import evaluated_if_concrete, lookup_u8, stored_value
 from hwjax.errors import ArgTypeError, UnsupportedOpError
 from hwjax.graph import PRE_ACTIVATION, Attrs, geometry
 from hwjax.targets._base import no_acc, pytree, register, static
@@ -448,18 +448,17 @@ def _activation_table(attrs, q_out) -> dict:
 
 def _looked_up(p, y):
     """``y`` through the fused activation's ``XC_lookup`` table, where there is one."""
-    return jnp.take(p["table"], y & 0xFF, axis=0) if "table" in p else y
+    return lookup_u8(p["table"], y) if "table" in p else y
 
 
 @XS3Compiled.implements("add", params=_add_params, host_params=_add_params)
 def _add(target, attrs, p, x1, x2, return_acc: bool = False):
     """TFLite ADD as ``XC_add``; a fused RELU as xformer's ``XC_lookup`` after it (the
     table of :func:`xformer_lut_table` between equal quantisations: ``max(v, z_out)``)."""
-    flat = [x.reshape(x.shape[0], -1) for x in (x1, x2)]  # one call over an example's values
-    y = xs3.add_elementwise_int8(
-        *flat, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"], variant=target.variant
+    y = xs3.add_per_example(  # one call over an example's values
+        x1, x2, multiplier0=p["m1"], multiplier1=p["m2"], bias=p["bias"], shift=p["shift"], variant=target.variant
     ).astype(_I32)
-    return no_acc(_looked_up(p, y).reshape(x1.shape), return_acc)
+    return no_acc(_looked_up(p, y), return_acc)
 
 
 def _add_const_params(target, attrs, portable, q_in, q_out):
@@ -605,7 +604,7 @@ def _activation(target, attrs, p, x, return_acc: bool = False):
     identity where xformer drops a fused activation (:func:`xformer_drops_activation`), else
     (RELU_N1_TO_1, a TFLM op) TFLM's kernel."""
     if "table" in p:
-        y = jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0)
+        y = lookup_u8(p["table"], x)
     else:
         y = _TFLM_ACTIVATION.run(target, attrs, p["tflm"], x)
     return no_acc(jnp.where(p["drop"], x.astype(_I32), y), return_acc)
@@ -614,7 +613,7 @@ def _activation(target, attrs, p, x, return_acc: bool = False):
 @XS3Compiled.implements("lut", params=_lut_params, host_params=_lut_params)
 def _lut(target, attrs, p, x, return_acc: bool = False):
     """TANH / LOGISTIC as ``XC_lookup`` with xformer's table (:func:`xformer_lut_table`)."""
-    return no_acc(jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0), return_acc)
+    return no_acc(lookup_u8(p["table"], x), return_acc)
 
 
 def xformer_keeps_softmax(attrs, q_out) -> bool:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax import xs3
-from hwjax.core import mul_rn
+from hwjax.core import lookup_u8, mul_rn
 from hwjax.errors import RangeError
 from hwjax.graph.ops.xcore import xc_conv2d_out_hw
 from hwjax.targets._base import Target, no_acc, pytree, register, static
@@ -74,7 +74,8 @@ def _per_example(x: jax.Array) -> jax.Array:
 
 
 def _shaped(y: jax.Array, attrs) -> jax.Array:
-    return y.astype(_I32).reshape(y.shape[0], *attrs["out_shape"])
+    shape = (y.shape[0], *attrs["out_shape"])
+    return y.astype(_I32) if y.shape == shape else y.astype(_I32).reshape(shape)
 
 
 # ------------------------------------------------------------------------ XC_conv2d_v2
@@ -161,7 +162,7 @@ def _reshape(target, attrs, p, x, return_acc: bool = False):
 @XS3Runtime.implements("xc_lookup", params=_stored)
 def _xc_lookup(target, attrs, p, x, return_acc: bool = False):
     """``y = table[u8(x)]`` (lookup8, xs3.md §6.6)."""
-    y = jnp.take(jnp.asarray(p["table"], _I32), x.astype(_I32) & 0xFF, axis=0)
+    y = lookup_u8(jnp.asarray(p["table"], _I32), x)
     return no_acc(_shaped(y, attrs), return_acc)
 
 
@@ -180,9 +181,9 @@ def binary_operands(attrs, p, xs) -> tuple[jax.Array, jax.Array]:
 @XS3Runtime.implements("xc_add", params=_stored)
 def _xc_add(target, attrs, p, *xs, return_acc: bool = False):
     """``add_elementwise`` (xs3.md §6.4) over an example's values, one call:
-    :func:`hwjax.xs3.add_elementwise_int8`."""
-    x1, x2 = (_per_example(x) for x in binary_operands(attrs, p, xs))
-    y = xs3.add_elementwise_int8(
+    :func:`hwjax.xs3.add_per_example`."""
+    x1, x2 = binary_operands(attrs, p, xs)
+    y = xs3.add_per_example(
         x1,
         x2,
         multiplier0=attrs["multiplier1"],

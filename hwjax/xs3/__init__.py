@@ -38,6 +38,7 @@ from hwjax.xs3._params import otfn_params, otfn_params_many
 from hwjax.xs3._conv import (
     add_elementwise_int8,
     add_int8,
+    add_per_example,
     conv2d,
     depthwise_conv2d,
     im2col,
