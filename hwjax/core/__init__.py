@@ -26,7 +26,6 @@ from hwjax.core._program import (
     compute_once,
     eager_program,
     evaluated_if_concrete,
-    lookup_u8,
     map_chunks,
     one_pass,
 )
@@ -47,7 +46,6 @@ from hwjax.core._ops import (
 __all__ = [
     "checked",
     "compute_once",
-    "lookup_u8",
     "eager_program",
     "evaluated_if_concrete",
     "map_chunks",

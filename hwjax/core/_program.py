@@ -50,26 +50,6 @@ def compute_once(fn: Callable[..., Any], operands: tuple, trigger) -> Any:
     return jax.tree.unflatten(tree, jax.lax.cond(live, lambda ops: list(ops), other, flat))
 
 
-def lookup_u8(table, x) -> jax.Array:
-    """``table[x & 255]`` for a 256-entry ``table`` and an integer array ``x`` (an 8-bit
-    table lookup: LUT activations, xcore's ``XC_lookup``), the same values as
-    ``jnp.take(table, x & 255, axis=0)``.
-
-    Under tracing, the 8-bit index is materialised (:func:`compute_once`, with the index's
-    first element as the trigger) before the gather reads it. XLA fuses an index's
-    producer into the gather's loop, and XLA:CPU's loop emitter runs a loop holding a
-    gather one element at a time: ResNet-large on ``"xs3"`` spent 98 ms per batch of 256 in
-    its XC_add + XC_lookup kernels against 13 ms with the lookup apart (the add's
-    arithmetic then runs in vectors). Jit- and vmap-safe (under ``vmap`` the barrier may
-    become a select: the same values); no gradient (integers)."""
-    table = jnp.asarray(table)
-    idx = (jnp.asarray(x).astype(jnp.int32) & 255).astype(jnp.uint8)
-    flat = idx.reshape(-1)
-    if flat.size:
-        idx = compute_once(lambda v: v, (idx,), flat[0])
-    return jnp.take(table, idx.astype(jnp.int32), axis=0)
-
-
 #: bytes of a kernel's intermediates (int8 patches, int32 accumulators) per batch chunk
 CHUNK_BYTES = 1 << 20
 

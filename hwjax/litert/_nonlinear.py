@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import eager_program, lookup_u8
+from hwjax.core import eager_program
 from hwjax.errors import RangeError, ShapeError, UnsupportedOpError
 from hwjax.litert._arith import (
     INT32_MAX as _I32_MAX,
@@ -172,7 +172,8 @@ def lut_lookup(x, table) -> jax.Array:
 
 @eager_program
 def _lut_lookup(x, table) -> jax.Array:
-    return lookup_u8(jnp.asarray(table, _I32), jnp.asarray(x, _I32))
+    idx = jnp.bitwise_and(jnp.asarray(x, _I32), 255)
+    return jnp.take(jnp.asarray(table, _I32), idx, axis=0)
 
 
 # ------------------------------------------------------------ SOFTMAX: host recipes

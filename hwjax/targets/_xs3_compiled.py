@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax import xs3
-from hwjax.core import evaluated_if_concrete, lookup_u8, stored_value
+from hwjax.core import evaluated_if_concrete, stored_value
 from hwjax.errors import ArgTypeError, UnsupportedOpError
 from hwjax.graph import PRE_ACTIVATION, Attrs, geometry
 from hwjax.targets._base import no_acc, pytree, register, static
@@ -448,7 +448,7 @@ def _activation_table(attrs, q_out) -> dict:
 
 def _looked_up(p, y):
     """``y`` through the fused activation's ``XC_lookup`` table, where there is one."""
-    return lookup_u8(p["table"], y) if "table" in p else y
+    return jnp.take(p["table"], y & 0xFF, axis=0) if "table" in p else y
 
 
 @XS3Compiled.implements("add", params=_add_params, host_params=_add_params)
@@ -604,7 +604,7 @@ def _activation(target, attrs, p, x, return_acc: bool = False):
     identity where xformer drops a fused activation (:func:`xformer_drops_activation`), else
     (RELU_N1_TO_1, a TFLM op) TFLM's kernel."""
     if "table" in p:
-        y = lookup_u8(p["table"], x)
+        y = jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0)
     else:
         y = _TFLM_ACTIVATION.run(target, attrs, p["tflm"], x)
     return no_acc(jnp.where(p["drop"], x.astype(_I32), y), return_acc)
@@ -613,7 +613,7 @@ def _activation(target, attrs, p, x, return_acc: bool = False):
 @XS3Compiled.implements("lut", params=_lut_params, host_params=_lut_params)
 def _lut(target, attrs, p, x, return_acc: bool = False):
     """TANH / LOGISTIC as ``XC_lookup`` with xformer's table (:func:`xformer_lut_table`)."""
-    return no_acc(lookup_u8(p["table"], x), return_acc)
+    return no_acc(jnp.take(p["table"], x.astype(_I32) & 0xFF, axis=0), return_acc)
 
 
 def xformer_keeps_softmax(attrs, q_out) -> bool:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hwjax import xs3
-from hwjax.core import lookup_u8, mul_rn
+from hwjax.core import mul_rn
 from hwjax.errors import RangeError
 from hwjax.graph.ops.xcore import xc_conv2d_out_hw
 from hwjax.targets._base import Target, no_acc, pytree, register, static
@@ -162,7 +162,7 @@ def _reshape(target, attrs, p, x, return_acc: bool = False):
 @XS3Runtime.implements("xc_lookup", params=_stored)
 def _xc_lookup(target, attrs, p, x, return_acc: bool = False):
     """``y = table[u8(x)]`` (lookup8, xs3.md §6.6)."""
-    y = lookup_u8(jnp.asarray(p["table"], _I32), x)
+    y = jnp.take(jnp.asarray(p["table"], _I32), x.astype(_I32) & 0xFF, axis=0)
     return no_acc(_shaped(y, attrs), return_acc)
 
 
