@@ -138,6 +138,15 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
     "avgpool_int": (T.avgpool_int, dict(x=XI, geom=POOL, act_min=-128, act_max=127)),
     "maxpool_int": (T.maxpool_int, dict(x=XI, geom=POOL, act_min=-128, act_max=127)),
     "kernel_sums": (T.kernel_sums, dict(kernel=np.ones((3, 2, 2, 2), I32))),
+    "accumulator_range": (
+        T.accumulator_range,
+        dict(kernel=np.ones((3, 2, 2, 2), I32), bias=np.array([1, -2, 3], I32), input_zero_point=-5),
+    ),
+    "with_acc_bound": (
+        T.with_acc_bound,
+        dict(params=T.requant_params(0.5, [0.1, 0.2], 0.7, "double"), acc_min=[-500, -9], acc_max=[700, 9]),
+    ),
+    "srdhm_bounded": (T.srdhm_bounded, dict(d=np.array([5, -7, 1000], I32), b=I32(2**30 + 3), low=I32(2**30), bits=12)),
     "fc_int": (
         T.fc_int,
         dict(
@@ -430,6 +439,19 @@ CASES = [
     ("fc_int", "x", dict(x=np.ones((2, 5), I32)), S),
     *[(f, "wsum", dict(wsum=np.zeros(5, I32)), S) for f in ("fc_int", "conv_int", "depthwise_int")],
     ("kernel_sums", "kernel", dict(kernel=np.ones((3, 2), np.float32)), A),
+    ("accumulator_range", "kernel", dict(kernel=np.full((3, 4), 200, I32)), R),
+    ("accumulator_range", "kernel", dict(kernel=np.ones((3, 4), I32), depthwise=True), S),
+    ("accumulator_range", "bias", dict(bias=np.ones(2, I32)), S),
+    ("accumulator_range", "bias", dict(bias=np.ones(3, np.float32)), A),
+    ("accumulator_range", "input_zero_point", dict(input_zero_point=300), R),
+    ("with_acc_bound", "params", dict(params={"multiplier": I32(2**30)}), A),
+    ("with_acc_bound", "params['shift']", dict(params={"multiplier": I32(2**30), "shift": I32(40)}), R),
+    ("with_acc_bound", "acc_min", dict(acc_min=[1.5, 2.0]), A),
+    ("with_acc_bound", "acc_min", dict(acc_min=[1, 2, 3]), S),
+    ("srdhm_bounded", "bits", dict(bits=30), R),
+    ("srdhm_bounded", "d", dict(d=np.array([5000], I32)), R),
+    ("srdhm_bounded", "b", dict(b=I32(-1)), R),
+    ("srdhm_bounded", "low", dict(low=np.float32(3)), A),
     ("kernel_sums", "kernel", dict(kernel=np.ones((3, 2), I32), depthwise=True), S),
     ("conv_int", "geom", dict(geom=None), A),
     ("depthwise_int", "geom", dict(geom=(2, 2)), A),
@@ -686,14 +708,34 @@ def test_traced_values_are_not_checked(fname, args):
 
 def test_jit_with_every_array_and_parameter_argument_traced():
     """Every array and parameter-dict argument traced at once (the TFLite target's form):
-    the checks let tracers through and the result is the eager one."""
+    the checks let tracers through and the result is the eager one. Except two host
+    recipes whose result differs by design when traced: ``accumulator_range`` (exact int64
+    bounds on concrete values, int32 traced) and ``with_acc_bound`` (a bound is static: it
+    returns the parameters unchanged when they are traced); their traced forms are tested
+    below."""
     for name, (fn, kw) in FUNCS.items():
+        if name in ("accumulator_range", "with_acc_bound"):
+            continue
         traced = {k: v for k, v in kw.items() if isinstance(v, (np.ndarray, dict)) or (name, k) == ("concat_int", "xs")}
         static = {k: v for k, v in kw.items() if k not in traced}
         if not traced:
             continue
         got = jax.jit(lambda a, fn=fn, static=static: fn(**static, **a))(traced)
         jax.tree_util.tree_map(same, got, call(name))
+
+
+def test_the_accumulator_bound_recipes_traced():
+    """accumulator_range traced: the same bounds in int32; with_acc_bound on traced
+    parameters: the parameters unchanged (the general requantisation)."""
+    fn, kw = FUNCS["accumulator_range"]
+    lo, hi = jax.jit(lambda k, b: fn(kernel=k, bias=b, input_zero_point=kw["input_zero_point"]))(
+        kw["kernel"], kw["bias"]
+    )
+    want_lo, want_hi = call("accumulator_range")
+    assert lo.dtype == np.int32 and np.array_equal(lo, want_lo) and np.array_equal(hi, want_hi)
+    fn, kw = FUNCS["with_acc_bound"]
+    got = jax.jit(lambda p: fn(params=p, acc_min=kw["acc_min"], acc_max=kw["acc_max"]))(kw["params"])
+    assert set(got) == {"multiplier", "shift"} and "acc_bound" in call("with_acc_bound")
 
 
 def test_errors_are_hwjax_errors():

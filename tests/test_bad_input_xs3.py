@@ -129,6 +129,10 @@ FUNCS = {  # name -> (function, canonical keyword arguments)
         xs3.add_elementwise_int8,
         dict(x0=V8, x1=V8R, multiplier0=300, multiplier1=-200, bias=1000, shift=4, variant="host"),
     ),
+    "add_per_example": (
+        xs3.add_per_example,
+        dict(x0=V8.reshape(2, 2), x1=V8R.reshape(2, 2), multiplier0=300, multiplier1=-200, bias=1000, shift=4),
+    ),
     # ---- BSO
     "make_bso": (
         xs3.make_bso,
@@ -381,6 +385,10 @@ CASES = [
     ("add_elementwise_int8", "bias", dict(bias=2**40), R),
     ("add_elementwise_int8", "shift", dict(shift=2**16), R),
     ("add_elementwise_int8", "variant", dict(variant="fast"), R),
+    ("add_per_example", "x0", dict(x0=_with(V8.reshape(2, 2), 0, 200)), R),
+    ("add_per_example", "x1", dict(x1=np.ones((2, 3), I32)), S),
+    ("add_per_example", "shift", dict(shift=2**16), R),
+    ("add_per_example", "variant", dict(variant="fast"), R),
     # ---- BSO
     *[
         ("make_bso", arg, {arg: v}, k)

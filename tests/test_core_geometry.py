@@ -490,3 +490,8 @@ def test_space_to_depth_applies_only_to_whole_blocks():
 
     with pytest.raises(RangeError, match="space_to_depth"):
         space_to_depth(np.zeros((9, 9, 1), np.int32), ConvGeometry.make((9, 9), (3, 3), (2, 2)), pad_value=0)
+    from hwjax.core import space_to_depth_kernel
+    from hwjax.errors import ShapeError
+
+    with pytest.raises(ShapeError, match="kernel"):
+        space_to_depth_kernel(np.zeros((2, 3, 4, 1)), ConvGeometry.make((9, 9), (4, 4), (2, 2)))

@@ -507,6 +507,11 @@ def space_to_depth_kernel(kernel, geom: ConvGeometry):
     :func:`space_to_depth_geometry`: tap ``(i, j)`` = ``(a sv + b, c sh + d)`` moves to
     tap ``(a, c)``, entry ``(b, d, ch)``. NumPy or JAX arrays alike."""
     xp = jnp if isinstance(kernel, jax.Array) else np
+    kernel = kernel if isinstance(kernel, (jax.Array, np.ndarray)) else np.asarray(kernel)
+    if space_to_depth_geometry(geom) is None:
+        raise RangeError(f"space_to_depth needs a stride > 1 dividing the kernel, no dilation or cropping, got {geom}")
+    if kernel.ndim != 4 or tuple(kernel.shape[1:3]) != geom.kernel:
+        raise ShapeError(f"kernel must be OHWI with (H, W) = geom.kernel = {geom.kernel}, got shape {kernel.shape}")
     o, kh, kw, c = kernel.shape
     sv, sh = geom.stride
     k = kernel.reshape(o, kh // sv, sv, kw // sh, sh, c)

@@ -428,7 +428,17 @@ def srdhm_bounded(d, b, low, bits: int) -> jax.Array:
     (2**p - 1)``, ``l_k < 2**p`` and ``|c_k| <= 2**bits + 1``, so every sum stays below
     ``2**30 + 2**bits + 2**p`` in magnitude. ``3n`` int32 operations against about 18 for
     :func:`srdhm32` (2M R1 requantisations of 19-bit accumulators: 0.88-0.95 against
-    1.06-1.39 ms, one AMD EPYC core). Jittable; no checks (the caller proves the bounds)."""
+    1.06-1.39 ms, one AMD EPYC core). Jittable; concrete arguments are range-checked,
+    traced ones are not (the caller proves their bounds)."""
+    bits = V.check_static_int(bits, 1, 29, "bits")
+    d = check_int_array(d, "d", -(2**bits - 1), 2**bits - 1)
+    b = check_int_array(b, "b", 0, INT32_MAX)
+    low = check_int_array(low, "low", 0, INT32_MAX)
+    return _srdhm_bounded_jit(d, b, low, bits)
+
+
+def _srdhm_bounded(d, b, low, bits: int) -> jax.Array:
+    """:func:`srdhm_bounded` without its checks (the form traced into a kernel)."""
     d, b, low = (jnp.asarray(v, _I32) for v in (d, b, low))
     p = 30 - bits
     n = -(-31 // p)
@@ -444,6 +454,9 @@ def srdhm_bounded(d, b, low, bits: int) -> jax.Array:
     return c
 
 
+_srdhm_bounded_jit = eager_program(_srdhm_bounded, static_argnames=("bits",))
+
+
 def with_acc_bound(params: Mapping, acc_min, acc_max) -> dict:
     """``params`` of R1 / R3 (``"double"``, ``"ruy"``, ``"lanes8"``: concrete
     ``multiplier`` and ``shift``) with an :class:`AccBound` entry where one applies.
@@ -454,12 +467,25 @@ def with_acc_bound(params: Mapping, acc_min, acc_max) -> dict:
     distance from the middle of each channel's range, shifted, fits
     :data:`BOUNDED_MAX_BITS` bits; otherwise ``params`` is returned unchanged (the general
     form). Host function (NumPy, exact Python integers); the result is only as true as the
-    bounds."""
-    m = np.asarray(params["multiplier"], np.int64).reshape(-1)
-    s = np.asarray(params["shift"], np.int64).reshape(-1)
-    lo = np.asarray(acc_min, np.int64).reshape(-1)
-    hi = np.asarray(acc_max, np.int64).reshape(-1)
-    m, s, lo, hi = np.broadcast_arrays(m, s, lo, hi)
+    bounds. Each of ``params``' arrays, ``acc_min`` and ``acc_max`` holds one value or one
+    per channel (ShapeError otherwise); where any is traced, ``params`` is returned
+    unchanged (the bound is a static property of the program)."""
+    check_params(params, "params", ("multiplier", "shift"))
+    named = {"params['multiplier']": params["multiplier"], "params['shift']": params["shift"]}
+    named.update(acc_min=acc_min, acc_max=acc_max)
+    if any(_traced(v) for v in named.values()):
+        for name, v in named.items():
+            check_ints(v, name)
+        return dict(params)
+    check_ints(params["multiplier"], "params['multiplier']")
+    check_ints(params["shift"], "params['shift']", -31, 31)
+    check_ints(acc_min, "acc_min", -(2**62), 2**62)
+    check_ints(acc_max, "acc_max", -(2**62), 2**62)
+    arrays = [np.asarray(v, np.int64).reshape(-1) for v in named.values()]
+    sizes = {a.size for a in arrays} - {1}
+    if len(sizes) > 1:
+        raise ShapeError(f"params, acc_min and acc_max must hold 1 or one common number of channels, got {sizes}")
+    m, s, lo, hi = np.broadcast_arrays(*arrays)
     if np.any(m < 0) or np.any(lo > hi):
         return dict(params)
     center, high, low, widest = [], [], [], 0
@@ -491,7 +517,7 @@ def _high_mul(x, m, s, bound: AccBound | None = None):
         return srdhm32(x << ls, m), jnp.maximum(-s, 0)
     d = x - jnp.asarray(bound.center, _I32)
     d = d << ls if bound.shifts_left else d
-    return jnp.asarray(bound.high, _I32) + srdhm_bounded(d, m, bound.low, bound.bits), jnp.maximum(-s, 0)
+    return jnp.asarray(bound.high, _I32) + _srdhm_bounded(d, m, bound.low, bound.bits), jnp.maximum(-s, 0)
 
 
 def _mbqm_double(x, m, s, bound: AccBound | None = None):

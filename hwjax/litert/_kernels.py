@@ -142,20 +142,32 @@ def kernel_sums(kernel, *, depthwise: bool = False):
     return xp.sum(rows.astype(xp.int32), axis=1, dtype=xp.int32)
 
 
-def accumulator_range(kernel, bias, input_zero_point, *, depthwise: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def accumulator_range(kernel, bias, input_zero_point, *, depthwise: bool = False):
     """Per output channel, bounds ``(lo, hi)`` of the accumulator of :func:`fc_int`,
     :func:`conv_int` and :func:`depthwise_int`, ``bias + SUM w (x - zin)`` over the
     channel's weights, for every int8 or uint8 input ``x`` (``x - zin`` in ``[-128 - zin,
     255 - zin]``; a padded tap reads ``zin`` and adds 0): each weight takes the end of that
-    interval that makes its product smallest (``lo``) or largest (``hi``). Host function on
-    concrete values (kernel as in :func:`kernel_sums`); int64. For
-    :func:`hwjax.litert.with_acc_bound`."""
-    k = np.asarray(kernel).astype(np.int64)
+    interval that makes its product smallest (``lo``) or largest (``hi``).
+
+    ``kernel`` as in :func:`kernel_sums` (int8 values), ``bias`` one int32 per output
+    channel, the zero point in [-128, 255]. Concrete arguments give NumPy int64 bounds (the
+    host recipe: :func:`hwjax.litert.with_acc_bound` reads them); traced ones int32 arrays,
+    exact while ``|bias| + 383 SUM |w|`` stays below ``2**31``."""
+    check_int_array(kernel, "kernel", -128, 127)
+    check_int_array(bias, "bias", -(2**31), 2**31 - 1)
+    check_zero_point(input_zero_point, "input_zero_point")
+    traced = any(isinstance(v, jax.core.Tracer) for v in (kernel, bias, input_zero_point))
+    xp, dt = (jnp, jnp.int32) if traced else (np, np.int64)
+    k = xp.asarray(kernel).astype(dt)
+    if (k.ndim != 3) if depthwise else (k.ndim < 2):
+        raise ShapeError(f"kernel must be {'(kh, kw, C)' if depthwise else '(O, ...)'}, got shape {k.shape}")
     rows = k.reshape(-1, k.shape[-1]).T if depthwise else k.reshape(k.shape[0], -1)
-    z = int(np.asarray(input_zero_point).reshape(-1)[0])
+    b = xp.asarray(bias).astype(dt).reshape(-1)
+    if b.shape[0] != rows.shape[0]:
+        raise ShapeError(f"bias must have {rows.shape[0]} entries (one per output channel), got {b.shape[0]}")
+    z = xp.asarray(input_zero_point).astype(dt).reshape(-1)[0]
     u_lo, u_hi = -128 - z, 255 - z
-    pos, neg = np.maximum(rows, 0).sum(axis=1), np.minimum(rows, 0).sum(axis=1)
-    b = np.asarray(bias).astype(np.int64).reshape(-1)
+    pos, neg = xp.maximum(rows, 0).sum(axis=1), xp.minimum(rows, 0).sum(axis=1)
     return b + pos * u_lo + neg * u_hi, b + pos * u_hi + neg * u_lo
 
 
