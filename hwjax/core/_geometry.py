@@ -391,26 +391,8 @@ def _patches(x: jax.Array, pad: jax.Array, geom: ConvGeometry, width: int) -> ja
     last axis ``width`` long."""
     x, first = _grown(x, pad, geom)
     origins = _tap_origins(geom, first)
-    big = math.prod(x.shape[:-3]) * math.prod(geom.out_hw) * len(origins) * x.shape[-1] > _LOOP_MAX_ELEMENTS
-    if len(origins) > 1 and geom.out_hw != (1, 1) and not big:
-        loop, slices = (
-            functools.partial(f, origins=origins, geom=geom, width=width)
-            for f in (_patches_by_loop, _patches_by_slices)
-        )
-        return jax.lax.platform_dependent(x, cpu=loop, default=slices)
-    return _widened(_patches_at_once(x, first, origins, geom), width)
-
-
-def _widened(p: jax.Array, width: int) -> jax.Array:
-    """``p`` with zeros after its last axis's entries, up to ``width``."""
-    extra = width - p.shape[-1]
-    return p if extra == 0 else jnp.pad(p, [(0, 0)] * (p.ndim - 1) + [(0, extra)])
-
-
-def _patches_at_once(x: jax.Array, first, origins, geom: ConvGeometry) -> jax.Array:
-    """The patches without a loop: one tap, one window, or static slices (large patches)."""
     if len(origins) == 1:
-        return _tap(x, origins[0], geom)
+        return _widened(_tap(x, origins[0], geom), width)
     if geom.out_hw == (1, 1):
         # one window (a global pool run as a depthwise convolution): the patch is that
         # window of the image, rows and columns in (kh, kw, C) order, one slice instead of
@@ -420,8 +402,19 @@ def _patches_at_once(x: jax.Array, first, origins, geom: ConvGeometry) -> jax.Ar
         start = (0,) * len(lead) + (*first, 0)
         limit = x.shape[:-3] + (first[0] + (kh - 1) * dv + 1, first[1] + (kw - 1) * dh + 1, x.shape[-1])
         window = jax.lax.slice(x, start, limit, (1,) * len(lead) + (dv, dh, 1))
-        return window.reshape(*lead, 1, 1, kh * kw * x.shape[-1])
-    return jnp.concatenate([_tap(x, o, geom) for o in origins], axis=-1)
+        return _widened(window.reshape(*lead, 1, 1, kh * kw * x.shape[-1]), width)
+    loop, slices = (
+        functools.partial(f, origins=origins, geom=geom, width=width) for f in (_patches_by_loop, _patches_by_slices)
+    )
+    if math.prod(x.shape[:-3]) * math.prod(geom.out_hw) * len(origins) * x.shape[-1] > _LOOP_MAX_ELEMENTS:
+        return slices(x)
+    return jax.lax.platform_dependent(x, cpu=loop, default=slices)
+
+
+def _widened(p: jax.Array, width: int) -> jax.Array:
+    """``p`` with zeros after its last axis's entries, up to ``width``."""
+    extra = width - p.shape[-1]
+    return p if extra == 0 else jnp.pad(p, [(0, 0)] * (p.ndim - 1) + [(0, extra)])
 
 
 # Patches larger than this (elements, as traced) are read by static slices on every
