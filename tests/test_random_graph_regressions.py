@@ -311,6 +311,56 @@ CASES = [
         )
         for r in rg.RUNTIMES
     ],
+    # ADD of a constant broadcast against the input with a tiny output scale (random graphs
+    # 3949 and 4066, minimised): LiteRT's optimized broadcast loops gave -128 where hwjax's
+    # model of its element-wise loop gave 127 (the int16 output sum overflows, and the
+    # broadcast loops split vector and scalar lanes differently). hwjax now refuses such an
+    # ADD on "optimized", and on "xnnpack" where XNNPACK does not take it (4066); exact on
+    # the other runtimes
+    *[
+        (
+            f"add-constant-broadcast-int16-overflow-{seed}-{r}",
+            r,
+            f"{r}: hwjax refuses a broadcast ADD whose int16 sum can overflow" if r in refused else None,
+            {
+                "seed": seed,
+                "input": {"shape": shape, "scale": s_in, "zp": 0},
+                "ops": [
+                    {
+                        "op": "ADD",
+                        "in": [0],
+                        "const": {"shape": "c", "seed": cseed, "scale": s_c, "zp": z_c},
+                        "act": "NONE",
+                        "out": [s_out, 0],
+                    },
+                ],
+                "output": 1,
+            },
+        )
+        for seed, shape, s_in, cseed, s_c, z_c, s_out, refused in (
+            (
+                3949,
+                [1, 2, 4, 1],
+                0.03455003723502159,
+                3949001,
+                0.027409574016928673,
+                -128,
+                0.00018382353300694376,
+                ("optimized",),
+            ),
+            (
+                4066,
+                [1, 1, 2, 8],
+                9.546557426452637,
+                4066003,
+                3.907068967819214,
+                -107,
+                0.0235294122248888,
+                ("optimized", "xnnpack"),
+            ),
+        )
+        for r in rg.RUNTIMES
+    ],
     # FULLY_CONNECTED with keep_num_dims on a 4-D input of several rows ([1, H, W, C] ->
     # [1, H, W, units], weights over C) (hwjax refused it until 2026-11-28)
     *[

@@ -310,10 +310,30 @@ def xnn_clamp_disagrees(s_out, z_out) -> list[str]:
     return out
 
 
-def add_recipe(runtime: str, activation, s1, z1, s2, z2, s_out, z_out, *, clamp_after=None) -> dict[str, np.ndarray]:
+def _neon_add_sum_fits_int16(s1, z1, s2, z2, s_out) -> bool:
+    """Whether LiteRT's optimized int8 ADD keeps its output sum (the value narrowed to int16
+    before the output zero point is added, :func:`neon_add_int`) within int16 for every pair
+    of int8 inputs: ``(max|x1 - z1| s1 + max|x2 - z2| s2) / s_out``, with a margin for the
+    fixed-point roundings (0.1% and 8), below ``2**15 - 1 - 128``. Host function."""
+    reach = [max(abs(-128 - int(z)), abs(127 - int(z))) for z in (z1, z2)]
+    bound = (reach[0] * float(_f32(s1)) + reach[1] * float(_f32(s2))) / float(_f32(s_out))
+    return bound * (1 + 2**-10) + 8 <= 2**15 - 1 - 128
+
+
+def add_recipe(
+    runtime: str, activation, s1, z1, s2, z2, s_out, z_out, *, clamp_after=None, broadcast: bool = False
+) -> dict[str, np.ndarray]:
     """Host recipe of ADD on ``"optimized"`` / ``"xnnpack"``: :func:`litert_add_params`, the
     LiteRT activation range, and on ``"xnnpack"`` :func:`xnn_add_params` (``xnn_``-prefixed,
     zeros when not delegated) with the flag ``xnn``.
+
+    ``broadcast``: one operand (a constant) is broadcast against the other. LiteRT's
+    optimized kernels (``"optimized"``, and ``"xnnpack"`` where XNNPACK does not take the
+    node) then run their broadcast loops, which split the vector and scalar lanes
+    differently from the element-wise loop :func:`neon_add_int` models; the two agree while
+    the int16 output sum cannot overflow. Where it can (a tiny output scale),
+    UnsupportedOpError: random graphs 3949 and 4066 gave 127 where LiteRT gives -128
+    (tests/test_random_graph_regressions.py).
 
     A delegated ADD whose fused RELU6 / RELU_N1_TO_1 the importer made a separate
     ``activation`` node (LiteRT's bounds) while XNNPACK clamps with its own is exact
@@ -326,7 +346,15 @@ def add_recipe(runtime: str, activation, s1, z1, s2, z2, s_out, z_out, *, clamp_
         check_scale(v, n)
     for v, n in ((z1, "z1"), (z2, "z2"), (z_out, "z_out")):
         check_zero_point(v, n)
+    V.check_flag(broadcast, "broadcast")
     p = dict(litert_add_params(s1, s2, s_out))
+    builtin = runtime == "optimized" or not xnn_add_delegated(s1, s2, s_out)
+    if broadcast and builtin and not _neon_add_sum_fits_int16(s1, z1, s2, z2, s_out):
+        raise UnsupportedOpError(
+            f"ADD with a broadcast operand on {runtime!r}: scales {float(_f32(s1)):.6g}, {float(_f32(s2)):.6g} -> "
+            f"{float(_f32(s_out)):.6g} let the int16 sum of LiteRT's optimized broadcast loops overflow, whose "
+            "vector and scalar lanes hwjax does not model"
+        )
     lo, hi = activation_range(activation, s_out, int(z_out))
     p.update(act_min=np.int32(lo), act_max=np.int32(hi))
     if runtime == "xnnpack":

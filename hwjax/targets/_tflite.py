@@ -476,7 +476,7 @@ def _pool(target, attrs, p, x, return_acc: bool = False):
 # ---------------------------------------------------------------------------------- add
 
 
-def _add_params(target, attrs, portable, q_in, q_out):
+def _add_params(target, attrs, portable, q_in, q_out, *, broadcast: bool = False):
     """ADD: LiteRT's ``add.cc`` parameters; on ``"optimized"`` / ``"xnnpack"`` those of
     :func:`hwjax.litert.add_recipe` (with XNNPACK's when it takes the node)."""
     act, clamp_after = attrs.get("activation"), attrs.get("clamp_after")
@@ -484,7 +484,7 @@ def _add_params(target, attrs, portable, q_in, q_out):
 
     def recipe(s1, z1, s2, z2, s_out, z_out):
         if rt in ("optimized", "xnnpack"):
-            return add_recipe(rt, act, s1, z1, s2, z2, s_out, z_out, clamp_after=clamp_after)
+            return add_recipe(rt, act, s1, z1, s2, z2, s_out, z_out, clamp_after=clamp_after, broadcast=broadcast)
         p = add_params(s1, s2, s_out)
         lo, hi = activation_range(act, s_out, int(z_out))
         return {**p, "act_min": np.int32(lo), "act_max": np.int32(hi)}
@@ -526,9 +526,11 @@ def const_operand_quants(attrs, portable, q_in) -> list:
 
 
 def _add_const_params(target, attrs, portable, q_in, q_out):
-    """ADD with a constant operand: the ``add`` recipe with the constant's quantisation."""
+    """ADD with a constant operand: the ``add`` recipe with the constant's quantisation,
+    the constant broadcast against the input (:func:`hwjax.litert.add_recipe`'s
+    ``broadcast``)."""
     q = const_operand_quants(attrs, portable, q_in)
-    return {**_add_params(target, attrs, portable, q, q_out), "value": portable["value"]}
+    return {**_add_params(target, attrs, portable, q, q_out, broadcast=True), "value": portable["value"]}
 
 
 @TFLite.implements("add_const", params=_add_const_params)
