@@ -544,11 +544,18 @@ def add_elementwise_int8(x0, x1, *, multiplier0, multiplier1, bias, shift, varia
     modelled here separately). Arguments as for :func:`add_int8`; ``x0``, ``x1`` of shape
     (..., N). Returns int8 (..., N).
     """
+    a0, a1 = _call_operands(x0, x1, variant, "..., N")
+    return _add_elementwise_int8(a0, a1, *_add_scalars(multiplier0, multiplier1, bias, shift), variant=variant)
+
+
+def _call_operands(x0, x1, variant, layout: str):
+    """The int8 operands of :func:`add_elementwise_int8` / :func:`add_per_example`: one
+    shape with at least one axis (``layout`` names it in the error), and the variant."""
     a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
     if a0.shape != a1.shape or a0.ndim < 1:
-        raise ShapeError(f"x0 and x1 must have one shape (..., N), got {a0.shape} and {a1.shape}")
+        raise ShapeError(f"x0 and x1 must have one shape ({layout}), got {a0.shape} and {a1.shape}")
     V.check_choice(variant, vpu.VARIANTS, "variant")
-    return _add_elementwise_int8(a0, a1, *_add_scalars(multiplier0, multiplier1, bias, shift), variant=variant)
+    return a0, a1
 
 
 @eager_program(static_argnames=("variant",))
@@ -573,10 +580,7 @@ def add_per_example(x0, x1, *, multiplier0, multiplier1, bias, shift, variant: V
     shape: flattening the examples puts a reshape inside the add's loop kernel, which
     XLA:CPU's classic emitter ran 13x slower (ResNet-large on ``"xs3"``: 98 ms per batch of
     256 in one add). The same values either way."""
-    a0, a1 = _int8_operand(x0, "x0"), _int8_operand(x1, "x1")
-    if a0.shape != a1.shape or a0.ndim < 1:
-        raise ShapeError(f"x0 and x1 must have one shape (B, ...), got {a0.shape} and {a1.shape}")
-    V.check_choice(variant, vpu.VARIANTS, "variant")
+    a0, a1 = _call_operands(x0, x1, variant, "B, ...")
     scalars = _add_scalars(multiplier0, multiplier1, bias, shift)
     if variant != "host" or math.prod(a0.shape[1:]) % 16 == 0:
         return _add_int8(a0, a1, *scalars, variant=variant)
