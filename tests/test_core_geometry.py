@@ -468,16 +468,53 @@ def test_space_to_depth_patches_hold_the_strided_products(in_hw, kernel, stride,
     pad = 7
     p = extract_patches(space_to_depth(x, geom, pad_value=pad), unit, pad_value=pad)
     got = np.asarray(p).astype(np.int64) @ np.asarray(space_to_depth_kernel(k, geom)).reshape(3, -1).T.astype(np.int64)
+    assert np.array_equal(got, _direct_conv(x, k, geom, pad))
+
+
+def _direct_conv(x, k, geom, pad):
+    """The convolution by an int64 loop over output pixels and taps (pad outside the image)."""
     (pt, _), (pl, _) = geom.padding
-    want = np.zeros((2, *geom.out_hw, 3), np.int64)
+    (h, w), (sv, sh), (kh, kw) = geom.in_hw, geom.stride, geom.kernel
+    want = np.zeros((x.shape[0], *geom.out_hw, k.shape[0]), np.int64)
     for oy in range(geom.out_hw[0]):
         for ox in range(geom.out_hw[1]):
-            for i in range(kernel[0]):
-                for j in range(kernel[1]):
-                    r, q = oy * stride[0] - pt + i, ox * stride[1] - pl + j
-                    v = x[:, r, q, :] if 0 <= r < in_hw[0] and 0 <= q < in_hw[1] else np.full((2, c), pad)
+            for i in range(kh):
+                for j in range(kw):
+                    r, q = oy * sv - pt + i * geom.dilation[0], ox * sh - pl + j * geom.dilation[1]
+                    inside = 0 <= r < h and 0 <= q < w
+                    v = x[:, r, q, :] if inside else np.full((x.shape[0], x.shape[-1]), pad)
                     want[:, oy, ox, :] += v.astype(np.int64) @ k[:, i, j, :].T.astype(np.int64)
-    assert np.array_equal(got, want)
+    return want
+
+
+@pytest.mark.parametrize(
+    "in_hw,kernel,stride,padding,c,n_out",
+    [
+        ((49, 10), (10, 4), (2, 2), "SAME", 1, 64),  # KWS's first layer: space_to_depth
+        ((12, 12), (3, 3), (2, 2), ((0, 1), (0, 1)), 3, 8),  # VWW's first layer: K 27 -> 32
+        ((7, 7), (1, 1), (1, 1), "VALID", 8, 16),  # a pointwise layer with 8 inputs
+        ((9, 7), (4, 2), (2, 2), "VALID", 3, 16),
+        ((8, 9), (3, 3), (1, 1), "SAME", 5, 40),
+    ],
+)
+def test_conv_dot_operands_give_the_convolution(in_hw, kernel, stride, padding, c, n_out):
+    """``conv_dot_patches @ conv_dot_kernel.T`` is the convolution (an independent int64
+    loop), whichever layout and contraction width the pair chose."""
+    from hwjax.core import conv_dot_kernel, conv_dot_patches, dot_width
+
+    geom = ConvGeometry.make(in_hw, kernel, stride, padding)
+    rng = np.random.default_rng(1)
+    x = rng.integers(-128, 128, (2, *in_hw, c)).astype(np.int8)
+    k = rng.integers(-128, 128, (n_out, *kernel, c)).astype(np.int8)
+    w = conv_dot_kernel(k, geom)
+    assert isinstance(w, np.ndarray) and w.shape[0] == n_out and w.shape[1] >= kernel[0] * kernel[1] * c
+    assert w.shape[1] == dot_width(n_out, kernel[0] * kernel[1] * c)
+    p = conv_dot_patches(jnp.asarray(x), geom, pad_value=np.int8(-5), width=w.shape[1])
+    assert p.shape == (2, *geom.out_hw, w.shape[1]) and p.dtype == jnp.int8
+    got = np.asarray(p).astype(np.int64) @ w.T.astype(np.int64)
+    assert np.array_equal(got, _direct_conv(x, k, geom, -5))
+    wj = conv_dot_kernel(jnp.asarray(k), geom)  # a JAX kernel: the same weights
+    assert isinstance(wj, jax.Array) and np.array_equal(np.asarray(wj), w)
 
 
 def test_space_to_depth_applies_only_to_whole_blocks():
@@ -495,3 +532,20 @@ def test_space_to_depth_applies_only_to_whole_blocks():
 
     with pytest.raises(ShapeError, match="kernel"):
         space_to_depth_kernel(np.zeros((2, 3, 4, 1)), ConvGeometry.make((9, 9), (4, 4), (2, 2)))
+
+
+def test_conv_dot_operands_reject_bad_arguments():
+    from hwjax.core import conv_dot_kernel, conv_dot_patches, dot_width
+    from hwjax.errors import ArgTypeError, RangeError, ShapeError
+
+    geom = ConvGeometry.make((9, 9), (3, 3), (2, 2))
+    with pytest.raises(ShapeError, match="kernel must be OHWI"):
+        conv_dot_kernel(np.zeros((4, 3, 2, 1), np.int8), geom)
+    with pytest.raises(ArgTypeError, match="geom"):
+        conv_dot_kernel(np.zeros((4, 3, 3, 1), np.int8), (3, 3))
+    with pytest.raises(RangeError, match="width"):
+        conv_dot_patches(np.zeros((9, 9, 2), np.int8), geom, pad_value=0, width=17)  # 3 * 3 * 2 = 18 taps
+    with pytest.raises(RangeError, match="n_out"):
+        dot_width(0, 8)
+    with pytest.raises(RangeError, match="k"):
+        dot_width(8, 0)

@@ -12,6 +12,9 @@ from hwjax.core._dot import int_dot, lhs8_dtype, u8s8_dot
 from hwjax.core._float import div_rn, mul_rn, quantize_affine, to_float16
 from hwjax.core._geometry import (
     ConvGeometry,
+    conv_dot_kernel,
+    conv_dot_patches,
+    dot_width,
     extract_patches,
     pool_out_hw,
     space_to_depth,
@@ -64,6 +67,9 @@ __all__ = [
     "div_rn",
     "quantize_affine",
     "extract_patches",
+    "conv_dot_kernel",
+    "conv_dot_patches",
+    "dot_width",
     "fixed_mul",
     "int_bounds",
     "int_dot",

@@ -20,14 +20,12 @@ import numpy as np
 
 from hwjax.core import (
     ConvGeometry,
+    conv_dot_kernel,
+    conv_dot_patches,
     eager_program,
-    extract_patches,
     int_dot,
     lhs8_dtype,
     map_chunks,
-    space_to_depth,
-    space_to_depth_geometry,
-    space_to_depth_kernel,
     window_products_sum,
     window_taps,
 )
@@ -230,17 +228,6 @@ def _fc_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum=None
     return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
 
 
-def _dot_padding(n_out: int, k: int) -> int:
-    """Zero columns to append to a convolution's patches and weights (the same sums): on
-    XLA:CPU, YNNPACK's uint8 x int8 dot with at most 32 output channels ran at half speed
-    or less when the contraction length was not a multiple of 16 (one AMD EPYC core, 18,432
-    rows: K = 27 -> 32 with 8 outputs 0.186 -> 0.098 ms, with 16 outputs 0.373 -> 0.151 ms;
-    K = 72 -> 80 with 16 outputs 0.328 -> 0.218 ms; with 64 outputs K = 40 ran as fast as 48)."""
-    if n_out > 32 or k % 16 == 0 or jax.default_backend() != "cpu":
-        return 0
-    return -k % 16
-
-
 def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: ConvGeometry, *, wsum=None):
     """x (..., H, W, I), kernel OHWI -> (..., OH, OW, O): int8 im2col patches (padded taps
     read the input zero point) and one int8 dot. ``wsum``: :func:`kernel_sums` of ``kernel``
@@ -252,23 +239,15 @@ def conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, geom: Co
 
 @eager_program(static_argnames=("requant", "geom"))
 def _conv_int(x, kernel, bias, zin, rq, requant, zout, act_min, act_max, wsum, geom: ConvGeometry):
-    # A strided window whose sides are multiples of the stride reads the image cut into
-    # stride-sized blocks at unit stride (space_to_depth): the same products, in fewer,
-    # wider taps (KWS's one-channel 10x4 first layer: 10 taps instead of 40, 1.1x the model)
-    unit = space_to_depth_geometry(geom)
-    if unit is not None:
-        kernel = space_to_depth_kernel(kernel, geom)
-    k = kernel.reshape(kernel.shape[0], -1)
-    extra = _dot_padding(*k.shape)
-    if extra:
-        k = jnp.pad(k, ((0, 0), (0, extra)))  # zero weights: the padded columns add nothing
+    # one dot in hwjax.core's fastest patch layout for the geometry (space_to_depth blocks
+    # for a strided window whose sides are multiples of the stride: KWS's one-channel 10x4
+    # first layer reads 10 taps instead of 40, 1.1x the model); the layout reorders the
+    # products and adds zero ones, which an int32 dot sums to the same bits
+    k = conv_dot_kernel(kernel, geom)
 
     def one(x):
         x8, z8, c = _int8_operand(x, zin)
-        if unit is None:
-            p = extract_patches(x8, geom, pad_value=z8, width=k.shape[1])
-        else:
-            p = extract_patches(space_to_depth(x8, geom, pad_value=z8), unit, pad_value=z8, width=k.shape[1])
+        p = conv_dot_patches(x8, geom, pad_value=z8, width=k.shape[1])
         acc = _dot8(p, k) + _folded_bias(k, bias, jnp.asarray(zin, _I32), c, wsum)
         return requantize(acc, rq, requant, output_zero_point=zout, act_min=act_min, act_max=act_max)
 

@@ -30,6 +30,8 @@ from hwjax.core import validate as V
 from hwjax.core import (
     ConvGeometry,
     eager_program,
+    conv_dot_kernel,
+    conv_dot_patches,
     extract_patches,
     int_dot,
     lhs8_dtype,
@@ -352,12 +354,15 @@ def _conv2d(
             off = 128 if lhs == np.uint8 else 0
             sums = jnp.sum(w.astype(_I32), axis=1, dtype=_I32) if kernel_sums is None else kernel_sums
             taken = off * jnp.asarray(sums, _I32) if off else 0
+            # in hwjax.core's fastest patch layout: the products reordered (and zero ones
+            # added), which the wrapping dot sums to the same bits
+            wd = conv_dot_kernel(k.astype(jnp.int8), geom)
 
         def one(v):  # examples are independent: chunks of the batch give the same values
             if unclipped:
                 u = (v.astype(_I32) + off).astype(lhs)
-                p = patches_of(u, pad_value=(jnp.asarray(pad, _I32) + off).astype(lhs))
-                acc = int_dot(p, w, (((p.ndim - 1,), (1,)), ((), ()))) - taken
+                p = conv_dot_patches(u, geom, pad_value=(jnp.asarray(pad, _I32) + off).astype(lhs), width=wd.shape[1])
+                acc = int_dot(p, wd, (((p.ndim - 1,), (1,)), ((), ()))) - taken
             else:
                 acc = mac(np.zeros((), np.int32), patches_of(v.astype(jnp.int8), pad_value=pad), w, chunk=CHUNK)
             return (*otfn_forward(acc, mul, bias, s1, s2), *((acc,) if return_accumulators else ()))
