@@ -511,7 +511,6 @@ def space_to_depth_kernel(kernel, geom: ConvGeometry):
     return xp.transpose(k, (0, 1, 3, 2, 4, 5)).reshape(o, kh // sv, kw // sh, sv * sh * c)
 
 
-
 def dot_width(n_out: int, k: int) -> int:
     """The contraction length at which an 8-bit dot of ``k`` products per output and
     ``n_out`` outputs runs fastest here: ``k``, or ``k`` rounded up to a multiple of 16 (the
