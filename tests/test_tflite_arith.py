@@ -271,16 +271,25 @@ def test_lanes8_is_ruy_on_whole_groups_of_eight_and_double_on_the_rest(channels)
     assert int(ruy[38, 0]) == 0 and int(double[38, 0]) == -1  # acc = -2
 
 
-@pytest.mark.parametrize("bits", [1, 7, 12, 19, 23, 29])
-def test_srdhm_bounded_is_the_exact_rounded_high_product(bits):
-    """floor((d*b + low) / 2**31) against Python integers, at the ends of every range."""
+@pytest.mark.parametrize("form", ["public", "pieces", "wide"])
+@pytest.mark.parametrize("bits", [1, 7, 12, 19, 20, 23, 29])
+def test_srdhm_bounded_is_the_exact_rounded_high_product(bits, form):
+    """floor((d*b + low) / 2**31) against Python integers, at the ends of every range: the
+    public function and both of its forms (int32 pieces; one int64 product, also vmapped)."""
+    from hwjax.litert import _arith
+
+    fn = {
+        "public": lambda *a: tfl.srdhm_bounded(*a, bits),
+        "pieces": lambda *a: _arith._srdhm_pieces(*a, bits),
+        "wide": lambda d, b, low: jax.vmap(_arith._floor_mul_add_wide)(d[:, None], b[:, None], low[:, None])[:, 0],
+    }[form]
     rng = np.random.default_rng(bits)
     lim = 2**bits - 1
     d = np.concatenate([[lim, -lim, 0, -1, 1, lim], rng.integers(-lim, lim + 1, 20000)])
     b = np.concatenate([[2**31 - 1, 2**31 - 1, 0, 2**30, 1, 0], rng.integers(0, 2**31, 20000)])
     low = np.concatenate([[2**31 - 1, 0, 2**31 - 1, 2**30, 0, 2**31 - 1], rng.integers(0, 2**31, 20000)])
     want = [(int(x) * int(y) + int(z)) >> 31 for x, y, z in zip(d, b, low)]
-    got = jax.jit(lambda *a: tfl.srdhm_bounded(*a, bits))(*(v.astype(np.int32) for v in (d, b, low)))
+    got = jax.jit(fn)(*(v.astype(np.int32) for v in (d, b, low)))
     assert np.asarray(got).tolist() == want
 
 

@@ -226,20 +226,25 @@ def run(graph: Graph, inputs, target=None, *, intermediates: bool = False, retur
         # reshape (OpSpec.layout_only) nothing to recompute.
         materialise = consumed.intersection(node.outputs) and not get_op(node.op).layout_only
         once = compute_once if materialise else _direct
-        if return_stats:
-            y, acc = once(
-                lambda p, *a: _stored_outputs(impl.run(target, node.attrs, p, *a, return_acc=True), out_dtypes, True),
-                (node.params, *args),
-                trigger,
-            )
-            if acc is not None:
-                stats[node.name] = acc
-        else:
-            y = once(
-                lambda p, *a: _stored_outputs(impl.run(target, node.attrs, p, *a), out_dtypes),
-                (node.params, *args),
-                trigger,
-            )
+        # the node's name in the operations' metadata: a profile of the compiled program
+        # (jax.profiler, XLA's dumps) attributes each kernel to the node it computes
+        with jax.named_scope(f"{node.op}:{node.name}"):
+            if return_stats:
+                y, acc = once(
+                    lambda p, *a: _stored_outputs(
+                        impl.run(target, node.attrs, p, *a, return_acc=True), out_dtypes, True
+                    ),
+                    (node.params, *args),
+                    trigger,
+                )
+                if acc is not None:
+                    stats[node.name] = acc
+            else:
+                y = once(
+                    lambda p, *a: _stored_outputs(impl.run(target, node.attrs, p, *a), out_dtypes),
+                    (node.params, *args),
+                    trigger,
+                )
         ys = y if isinstance(y, tuple) else (y,)
         for t, v in zip(node.outputs, ys):
             env[t] = v
