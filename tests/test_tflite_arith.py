@@ -305,21 +305,36 @@ def test_accumulator_range_holds_the_extreme_inputs():
 
 
 @pytest.mark.parametrize("requant", ["double", "ruy", "lanes8"])
-def test_requantize_with_an_accumulator_bound_gives_the_same_values(requant):
-    """R1 / R3 through srdhm_bounded (with_acc_bound) equal the general form on every
-    accumulator of the proven range, shifts left and right, ties included."""
+@pytest.mark.parametrize(
+    "shifts", [np.arange(-9, 3), np.arange(-12, 0), np.r_[0, np.arange(-11, 0)]], ids=["mixed", "right", "zero"]
+)
+@pytest.mark.parametrize("width", [2**13, 2**21], ids=["narrow", "wide"])
+@pytest.mark.parametrize("int32_only", [False, True], ids=["platform", "int32"])
+def test_requantize_with_an_accumulator_bound_gives_the_same_values(requant, shifts, width, int32_only, monkeypatch):
+    """R1 / R3 through an AccBound (with_acc_bound) equal the general form on every
+    accumulator of the proven range: shifts left and right (every channel right: the
+    shorter rounding shift and tail), narrow and wide ranges (int32 pieces; from
+    WIDE_PIECES on one int64 product on CPU), and the int32 form other platforms take
+    (WIDE_PIECES out of reach), ties included."""
+    from hwjax.litert import _arith
+
+    if int32_only:
+        monkeypatch.setattr(_arith, "WIDE_PIECES", 99)
     rng = np.random.default_rng(7)
     c = 12
-    params = {"multiplier": rng.integers(2**30, 2**31, c).astype(np.int32), "shift": np.arange(-9, 3).astype(np.int32)}
-    params["multiplier"][0] = 2**30  # ties at shift -9
+    params = {"multiplier": rng.integers(2**30, 2**31, c).astype(np.int32), "shift": shifts.astype(np.int32)}
+    params["multiplier"][0] = 2**30  # ties
     lo = rng.integers(-(2**20), 2**18, c)
-    hi = lo + rng.integers(0, 2**19, c)
+    hi = lo + rng.integers(width // 2, width, c)
     bounded = tfl.with_acc_bound(params, lo, hi)
     assert "acc_bound" in bounded and "acc_bound" not in params
+    bound = bounded["acc_bound"]
+    assert bound.shifts_right == bool(np.all(shifts < 0))
+    assert (_arith._pieces(bound.bits) >= 4) == (width > 2**13)  # both forms of srdhm_bounded
     acc = np.concatenate([lo[None], hi[None], rng.integers(lo, hi + 1, (4000, c))]).astype(np.int32)
     kw = dict(output_zero_point=-3, act_min=-128, act_max=127)
     want = np.asarray(tfl.requantize(acc, params, requant, **kw))
-    got = np.asarray(jax.jit(lambda a, p: tfl.requantize(a, p, requant, **kw))(acc, bounded))
+    got = np.asarray(jax.jit(lambda a, p: _arith._requantize.__wrapped__(a, p, -3, -128, 127, requant))(acc, bounded))
     assert np.array_equal(got, want)
     assert np.any((want > -128) & (want < 127))  # the values are not all clamped
 

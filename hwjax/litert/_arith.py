@@ -378,7 +378,9 @@ def shift_half_up32(x, e):
 
 
 @functools.partial(
-    jax.tree_util.register_dataclass, data_fields=["center", "high", "low"], meta_fields=["bits", "shifts_left"]
+    jax.tree_util.register_dataclass,
+    data_fields=["center", "high", "low"],
+    meta_fields=["bits", "shifts_left", "shifts_right"],
 )
 @dataclasses.dataclass(frozen=True)
 class AccBound:
@@ -394,15 +396,20 @@ class AccBound:
 
     with ``high``, ``low`` the floor quotient and remainder of ``center * 2**ls * m +
     2**30`` by ``2**31``. The SRDHM of R1 / R3 is then ``high + srdhm_bounded((acc -
-    center) * 2**ls, m, low, bits)``: the same value in fewer operations. ``bits`` and
-    ``shifts_left`` (whether any ``ls > 0``) are static (the program's form); the three
-    arrays (int32, one per channel) are leaves."""
+    center) * 2**ls, m, low, bits)``: the same value in fewer operations (on CPU and GPU,
+    from :data:`WIDE_PIECES` pieces on, the SRDHM of ``acc * 2**ls`` as one 64-bit product).
+    Where ``shifts_right`` (every channel's ``e >= 1``), R1's rounding shift needs no
+    per-channel case for ``e = 0`` and its result is within ``2**30`` in magnitude, so the
+    zero point is added without a clamp. ``bits``, ``shifts_left`` (whether any ``ls >
+    0``) and ``shifts_right`` are static (the program's form); the three arrays (int32, one
+    per channel) are leaves."""
 
     center: Any
     high: Any
     low: Any
     bits: int
     shifts_left: bool = True
+    shifts_right: bool = False
 
 
 #: the widest centred accumulator bound for which :func:`srdhm_bounded` is used (five
@@ -445,17 +452,8 @@ def _srdhm_bounded(d, b, low, bits: int) -> jax.Array:
     integer vectors (CPU, GPU), one 64-bit product (:func:`_floor_mul_add_wide`). The same
     value either way."""
     d, b, low = (jnp.asarray(v, _I32) for v in (d, b, low))
-    if _pieces(bits) >= WIDE_PIECES:
-        return jax.lax.platform_dependent(
-            d,
-            b,
-            low,
-            cpu=_floor_mul_add_wide,
-            cuda=_floor_mul_add_wide,
-            rocm=_floor_mul_add_wide,
-            default=functools.partial(_srdhm_pieces, bits=bits),
-        )
-    return _srdhm_pieces(d, b, low, bits)
+    pieces = functools.partial(_srdhm_pieces, bits=bits)
+    return _on_wide_platforms(_floor_mul_add_wide if _pieces(bits) >= WIDE_PIECES else pieces, pieces, d, b, low)
 
 
 def _pieces(bits: int) -> int:
@@ -583,7 +581,8 @@ def with_acc_bound(params: Mapping, acc_min, acc_max) -> dict:
     if bits > BOUNDED_MAX_BITS:
         return dict(params)
     arrays = (np.asarray(v, np.int64).astype(np.int32) for v in (center, high, low))
-    return {**params, "acc_bound": AccBound(*arrays, bits=bits, shifts_left=bool(np.any(s > 0)))}
+    bound = AccBound(*arrays, bits=bits, shifts_left=bool(np.any(s > 0)), shifts_right=bool(np.all(s < 0)))
+    return {**params, "acc_bound": bound}
 
 
 def _high_mul(x, m, s, bound: AccBound | None = None):
@@ -593,13 +592,36 @@ def _high_mul(x, m, s, bound: AccBound | None = None):
     ls = jnp.clip(s, 0, 31)
     if bound is None:
         return srdhm32(x << ls, m), jnp.maximum(-s, 0)
-    d = x - jnp.asarray(bound.center, _I32)
-    d = d << ls if bound.shifts_left else d
-    return jnp.asarray(bound.high, _I32) + _srdhm_bounded(d, m, bound.low, bound.bits), jnp.maximum(-s, 0)
+    center, high, low = (jnp.asarray(v, _I32) for v in (bound.center, bound.high, bound.low))
+
+    def centred(x, m, center, high, low):
+        d = x - center
+        return high + _srdhm_pieces(d << ls if bound.shifts_left else d, m, low, bound.bits)
+
+    def direct(x, m, center, high, low):
+        # SRDHM(x << ls, m) = floor(((x << ls) m + 2**30) / 2**31): one exact int64 product
+        # (m >= 0, so not the saturating pair; the shift does not wrap, by the promise)
+        return _floor_mul_add_wide(x << ls if bound.shifts_left else x, m, jnp.int32(1 << 30))
+
+    wide_ok = _pieces(bound.bits) >= WIDE_PIECES
+    return _on_wide_platforms(direct if wide_ok else centred, centred, x, m, center, high, low), jnp.maximum(-s, 0)
+
+
+def _on_wide_platforms(wide_form, int32_form, *args):
+    """``wide_form(*args)`` in programs for CPU and GPU (64-bit integer vectors), else
+    ``int32_form(*args)``; the two give the same values."""
+    if wide_form is int32_form:
+        return int32_form(*args)
+    return jax.lax.platform_dependent(*args, cpu=wide_form, cuda=wide_form, rocm=wide_form, default=int32_form)
 
 
 def _mbqm_double(x, m, s, bound: AccBound | None = None):
-    return (rdbpot32 if bound is None else rdbpot32_unwrapped)(*_high_mul(x, m, s, bound))
+    if bound is None:
+        return rdbpot32(*_high_mul(x, m, s))
+    h, e = _high_mul(x, m, s, bound)
+    if bound.shifts_right:  # every e >= 1: the e = 0 case of rdbpot32_unwrapped does not arise
+        return (h + (jnp.int32(1) << (e - 1)) + (h >> 31)) >> e
+    return rdbpot32_unwrapped(h, e)
 
 
 def _mbqm_single(x, m, s):
@@ -865,6 +887,8 @@ def _requantize(acc, params, output_zero_point, act_min, act_max, requant: str) 
         # int32 arithmetic (LiteRT's reference FULLY_CONNECTED, XNNPACK's AVX-512 kernels):
         # with a negative zero point it wraps to the top of the range
         v = v + zp
+    elif bound is not None and bound.shifts_right:
+        v = v + zp  # |v| <= 2**30 (a right shift of an int32 by at least one): no wrap
     else:
         # v + zp may exceed int32 only far outside the int8 range: clamp v first (exact).
         v = jnp.clip(v, -(2**30), 2**30) + zp
