@@ -139,6 +139,31 @@ def test_otfn_model(data, variant, s0, shr):
         assert [int(steps[k][i]) for k in STEPS] == want
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_otfn_tail_with_clamps_moved_to_the_end(variant):
+    """The fewer-operations form of steps 2-5 for a known final shift (the clamps moved
+    past the non-decreasing steps) equals the instruction-by-instruction steps on every
+    VLMUL product a 16-bit lane and a 16-bit multiplier can give, for final shifts from
+    -14 (left) to 15 and biases at the ends of the 16-bit range."""
+    from hwjax.xs3 import _otfn
+
+    p = jnp.arange(-(2**16) - 1, 2**16 + 2, dtype=jnp.int32)[:, None]
+    bias = jnp.array([-32768, -32767, -20000, -129, 0, 1, 127, 5000, 32767], jnp.int32)
+
+    @jax.jit
+    def both(p, bias):
+        out = []
+        for shr in (-14, -9, -4, -3, -1, 0, 1, 2, 7, 8, 14, 15):
+            out.append(_otfn._tail_y(p, bias, shr, variant))
+            out.append(_otfn._tail_from_product(p, bias, shr, variant)["y_int8"])
+        return out
+
+    got = both(p, bias)
+    for fast, steps in zip(got[::2], got[1::2]):
+        np.testing.assert_array_equal(np.asarray(fast), np.asarray(steps))
+    assert len(np.unique(np.asarray(got[11]))) == 256  # shift 0: every int8 value occurs
+
+
 def test_otfn_channelwise_matches_groupwise(chain):
     cols = {k: np.asarray(v) for k, v in chain["host2024"].items()}
     for s0, shr, sel, (acc, mul, bias) in _chain_groups(cols):

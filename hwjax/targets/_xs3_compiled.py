@@ -202,6 +202,15 @@ class KnownShifts:
     final_shr: int = static()
 
 
+@pytree
+@dataclass(frozen=True)
+class KnownFinalShift:
+    """The ``final_shr`` of xformer's per-channel output transform (mode 1), known at
+    lowering: static, so that the transform takes the form that shift needs."""
+
+    final_shr: int = static()
+
+
 def _tflm_builtin(op: str, attrs, portable) -> tuple:
     """``(op, attrs, portable)`` of the builtin that TFLM runs where xformer leaves a layer
     unconverted: the layer itself, except that a FULLY_CONNECTED is a 1x1 CONV_2D by then
@@ -257,6 +266,8 @@ def _compiled_params(op: str, prune: bool = True):
             choice = {**choice, "known": KnownMode(mode)}
         if not isinstance(p["shifts"], jax.core.Tracer):  # a concrete lowering: static shifts
             p = {**p, "shifts": KnownShifts(*(int(v) for v in np.asarray(p["shifts"])))}
+        if mode == 1 and not isinstance(choice["final_shr"], jax.core.Tracer):
+            choice = {**choice, "final_shr": KnownFinalShift(int(np.asarray(choice["final_shr"])))}
         return {**p, "choice": choice, "tflm": tflm}
 
     return params
@@ -362,9 +373,10 @@ def _compiled_run(op: str):
 
         def channelwise(x):  # mode 1: xformer's per-channel output transform
             acc = accumulate(x)[1]
+            final_shr = c["final_shr"].final_shr if isinstance(c["final_shr"], KnownFinalShift) else c["final_shr"]
             return finish(
                 xs3.otfn_int8_channelwise(
-                    acc, c["shifts"], c["multipliers"], c["biases"], final_shr=c["final_shr"], variant=target.variant
+                    acc, c["shifts"], c["multipliers"], c["biases"], final_shr=final_shr, variant=target.variant
                 )
             )
 

@@ -134,25 +134,61 @@ def _output_clipped(t: jax.Array) -> jax.Array:
 
 
 def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, variant: Variant) -> dict:
-    """Steps 2–5 of §4.1 (shared by every int8 transform), with their clip flags."""
+    """Steps 2–5 of §4.1 (shared by every int8 transform), with their clip flags; ``t``
+    holds 16-bit lane values (step 1's saturated result)."""
     # each saturating step as its exact result saturated (what vlmul / vlashr compute on
     # int32 lanes), so that the exact result serves the value and its clip flag alike
     p = vpu.vlmul_raw(t, mul, mode=16, variant=variant)
-    t_mul = vpu._sat_clipped(p, 16)[0]
-    t_add = vpu.vladd(t_mul, bias, mode=16, variant=variant)
-    shr = final_shr if vpu.static_shift(final_shr) is not None else jnp.asarray(final_shr, _I32)
-    raw_fin = vpu.vlashr_raw(t_add, shr, mode=16, variant=variant)
-    t_fin = vpu._sat_clipped(raw_fin, 16)[0]
+    known = vpu.static_shift(final_shr)
+    shr = final_shr if known is not None else jnp.asarray(final_shr, _I32)
+    steps = _tail_from_product(p, bias, shr, variant)
+    t_mul, t_add, t_fin, raw_fin = (steps[k] for k in ("after_vlmul", "after_vladd", "after_final_vlashr", "raw_fin"))
+    y = _tail_y(p, bias, known, variant) if known is not None and known >= -14 else steps["y_int8"]
     return {
         "after_vlmul": t_mul,
         "after_vladd": t_add,
         "after_final_vlashr": t_fin,
-        "y_int8": _vdepth8_fixed(t_fin, variant),
+        "y_int8": y,
         "mul_clipped": p != t_mul,
         "bias_clipped": (t_mul + bias) != t_add,
         "final_clipped": raw_fin != t_fin,  # only left shifts can clip here
         "output_clipped": _output_clipped(t_fin),
     }
+
+
+def _tail_from_product(p: jax.Array, bias: jax.Array, shr, variant: Variant) -> dict:
+    """Steps 2 (its saturation) to 5 of §4.1, instruction by instruction, from VLMUL's
+    exact rounded product ``p``."""
+    t_mul = vpu._sat_clipped(p, 16)[0]
+    t_add = vpu.vladd(t_mul, bias, mode=16, variant=variant)
+    raw_fin = vpu.vlashr_raw(t_add, shr, mode=16, variant=variant)
+    t_fin = vpu._sat_clipped(raw_fin, 16)[0]
+    y = _vdepth8_fixed(t_fin, variant)
+    return {"after_vlmul": t_mul, "after_vladd": t_add, "raw_fin": raw_fin, "after_final_vlashr": t_fin, "y_int8": y}
+
+
+def _tail_y(p: jax.Array, bias: jax.Array, shr: int, variant: Variant) -> jax.Array:
+    """Step 5's int8 value for a known final shift ``shr >= -14``, in fewer operations:
+    ``clip(D(S(p + bias)), Y(-32767), Y(32767))`` with ``D(x) = floor((x + 128) / 256)``,
+    ``S`` the final VLASHR's shift (:func:`hwjax.xs3._vpu.vlashr_raw`) and ``Y`` the
+    instruction-by-instruction steps (:func:`_tail_from_product`) on two products per
+    channel.
+
+    Exact: ``Y(p) = c4(D(c3(S(c2(c1(p) + bias)))))``, each ``c`` a clamp (16-bit
+    saturation, step 5's int8 range: :func:`_vdepth8_fixed` is ``c4(D(t))`` on 16-bit
+    ``t``) and every other map non-decreasing in its argument (an add, a flooring or
+    half-up right shift or a left shift that does not overflow, ``D``). For a
+    non-decreasing ``g``, ``g(clip(x, lo, hi)) = clip(g(x), g(lo), g(hi))``, so every
+    clamp moves to the end: ``Y(p) = clip(F(p), L, H)`` with ``F`` the composition
+    without clamps and ``[L, H]`` the image of the clamps, which ``Y`` itself reaches at
+    the first clamp's ends (``L = Y(-32767)``, ``H = Y(32767)``). No int32 overflow:
+    ``|p| <= 2**16`` (16-bit lanes times a 16-bit multiplier over ``2**14``), so ``|p +
+    bias| <= 98305`` and a left shift by up to 14 stays below ``2**31``. (XS3's
+    compiled models shift left here: KWS's layers by 3 and 4.)"""
+    lo = _tail_from_product(jnp.full_like(bias, -32767), bias, shr, variant)["y_int8"]
+    hi = _tail_from_product(jnp.full_like(bias, 32767), bias, shr, variant)["y_int8"]
+    f = (vpu.vlashr_raw(p + bias, shr, mode=16, variant=variant) + 128) >> 8
+    return jnp.clip(f, lo, hi)
 
 
 def _initial_int8(acc: jax.Array, initial_shift: jax.Array, variant: Variant) -> dict:
@@ -425,7 +461,7 @@ def otfn_int8_channelwise(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("variant", "return_stats", "saturation_grad"))
+@eager_program(static_argnames=("variant", "return_stats", "saturation_grad"))
 def _otfn_int8_channelwise_impl(acc, shifts, multipliers, biases, final_shr, *, variant, return_stats, saturation_grad):
     vpu._check_variant(variant)
     final_shr = _shift(final_shr, *FINAL_SHR_RANGE, "final_shr")
@@ -446,7 +482,7 @@ def _otfn_int8_channelwise_impl(acc, shifts, multipliers, biases, final_shr, *, 
     def surrogate(a, sh, mul, bias, final_shr):
         return _tail_affine(a * S.exp2(-sh, a), mul, bias, final_shr)
 
-    return S.call(forward, surrogate, a, sh, mul, bias, final_shr, saturation_grad=saturation_grad)
+    return call_with_shifts(forward, surrogate, (a, sh, mul, bias), (final_shr,), saturation_grad=saturation_grad)
 
 
 # ------------------------------------------------------------ §4.3 otfn_int8_clamped
