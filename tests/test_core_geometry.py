@@ -224,8 +224,8 @@ def test_window_taps_are_the_patch_blocks():
     ],
 )
 def test_window_products_sum_is_the_loop_sum(hw, g):
-    """Both forms (unrolled taps up to UNROLLED_TAPS, here 9; patches summed a window row
-    at a time above it, here 20 and 125) against int64 sums of the loop model's patches;
+    """Both forms (unrolled taps up to UNROLLED_TAPS, here 9; patches summed in one
+    reduction above it, here 20 and 125) against int64 sums of the loop model's patches;
     8-bit extremes, a batch axis, under jit."""
     assert 9 <= UNROLLED_TAPS < 20
     c = 5
