@@ -171,8 +171,8 @@ def _tail_y(p: jax.Array, bias: jax.Array, shr: int, variant: Variant) -> jax.Ar
     """Step 5's int8 value for a known final shift ``shr >= -14``, in fewer operations:
     ``clip(D(S(p + bias)), Y(-32767), Y(32767))`` with ``D(x) = floor((x + 128) / 256)``,
     ``S`` the final VLASHR's shift (:func:`hwjax.xs3._vpu.vlashr_raw`) and ``Y`` the
-    instruction-by-instruction steps (:func:`_tail_from_product`) on two products per
-    channel.
+    instruction-by-instruction steps (:func:`_tail_from_product`, here in their raw
+    integer forms) on two products per channel.
 
     Exact: ``Y(p) = c4(D(c3(S(c2(c1(p) + bias)))))``, each ``c`` a clamp (16-bit
     saturation, step 5's int8 range: :func:`_vdepth8_fixed` is ``c4(D(t))`` on 16-bit
@@ -185,8 +185,12 @@ def _tail_y(p: jax.Array, bias: jax.Array, shr: int, variant: Variant) -> jax.Ar
     ``|p| <= 2**16`` (16-bit lanes times a 16-bit multiplier over ``2**14``), so ``|p +
     bias| <= 98305`` and a left shift by up to 14 stays below ``2**31``. (XS3's
     compiled models shift left here: KWS's layers by 3 and 4.)"""
-    lo = _tail_from_product(jnp.full_like(bias, -32767), bias, shr, variant)["y_int8"]
-    hi = _tail_from_product(jnp.full_like(bias, 32767), bias, shr, variant)["y_int8"]
+    # Y at both ends in one pass of the steps' raw forms (VLADD and step 5 as their
+    # integer values: sat16 of the sum, clip(floor((t + 128) / 256)) on 16-bit t)
+    ends = jnp.stack([jnp.full_like(bias, -32767), jnp.full_like(bias, 32767)])
+    t_add = vpu._sat_sum32(ends, bias, 16)[0]
+    t_fin = vpu._sat_clipped(vpu.vlashr_raw(t_add, shr, mode=16, variant=variant), 16)[0]
+    lo, hi = jnp.clip((t_fin + 128) >> 8, -128, 127)
     f = (vpu.vlashr_raw(p + bias, shr, mode=16, variant=variant) + 128) >> 8
     return jnp.clip(f, lo, hi)
 
