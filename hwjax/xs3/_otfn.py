@@ -141,9 +141,10 @@ def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, v
     p = vpu.vlmul_raw(t, mul, mode=16, variant=variant)
     known = vpu.static_shift(final_shr)
     shr = final_shr if known is not None else jnp.asarray(final_shr, _I32)
-    steps = _tail_from_product(p, bias, shr, variant)
+    fast = known is not None and known >= -14
+    steps = _tail_from_product(p, bias, shr, variant, with_y=not fast)
     t_mul, t_add, t_fin, raw_fin = (steps[k] for k in ("after_vlmul", "after_vladd", "after_final_vlashr", "raw_fin"))
-    y = _tail_y(p, bias, known, variant) if known is not None and known >= -14 else steps["y_int8"]
+    y = _tail_y(p, bias, known, variant) if fast else steps["y_int8"]
     return {
         "after_vlmul": t_mul,
         "after_vladd": t_add,
@@ -156,15 +157,15 @@ def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, v
     }
 
 
-def _tail_from_product(p: jax.Array, bias: jax.Array, shr, variant: Variant) -> dict:
+def _tail_from_product(p: jax.Array, bias: jax.Array, shr, variant: Variant, *, with_y: bool = True) -> dict:
     """Steps 2 (its saturation) to 5 of §4.1, instruction by instruction, from VLMUL's
-    exact rounded product ``p``."""
+    exact rounded product ``p`` (step 5 only ``with_y``: the caller may form it otherwise)."""
     t_mul = vpu._sat_clipped(p, 16)[0]
     t_add = vpu.vladd(t_mul, bias, mode=16, variant=variant)
     raw_fin = vpu.vlashr_raw(t_add, shr, mode=16, variant=variant)
     t_fin = vpu._sat_clipped(raw_fin, 16)[0]
-    y = _vdepth8_fixed(t_fin, variant)
-    return {"after_vlmul": t_mul, "after_vladd": t_add, "raw_fin": raw_fin, "after_final_vlashr": t_fin, "y_int8": y}
+    steps = {"after_vlmul": t_mul, "after_vladd": t_add, "raw_fin": raw_fin, "after_final_vlashr": t_fin}
+    return {**steps, "y_int8": _vdepth8_fixed(t_fin, variant)} if with_y else steps
 
 
 def _tail_y(p: jax.Array, bias: jax.Array, shr: int, variant: Variant) -> jax.Array:
