@@ -308,29 +308,32 @@ def test_accumulator_range_holds_the_extreme_inputs():
 @pytest.mark.parametrize(
     "shifts", [np.arange(-9, 3), np.arange(-12, 0), np.r_[0, np.arange(-11, 0)]], ids=["mixed", "right", "zero"]
 )
-@pytest.mark.parametrize("width", [2**13, 2**21], ids=["narrow", "wide"])
-@pytest.mark.parametrize("int32_only", [False, True], ids=["platform", "int32"])
-def test_requantize_with_an_accumulator_bound_gives_the_same_values(requant, shifts, width, int32_only, monkeypatch):
+@pytest.mark.parametrize("width", [2**13, 2**18, 2**21], ids=["narrow", "mid", "wide"])
+@pytest.mark.parametrize("form", ["platform", "int32", "in_loop"])
+def test_requantize_with_an_accumulator_bound_gives_the_same_values(requant, shifts, width, form, monkeypatch):
     """R1 / R3 through an AccBound (with_acc_bound) equal the general form on every
     accumulator of the proven range: shifts left and right (every channel right: the
     shorter rounding shift and tail), narrow and wide ranges (int32 pieces; from
-    WIDE_PIECES on one int64 product on CPU), and the int32 form other platforms take
-    (WIDE_PIECES out of reach), ties included."""
+    WIDE_PIECES on one int64 product on CPU), the int32 form other platforms take
+    (WIDE_PIECES out of reach) and a depthwise layer's (in_product_loop), ties included."""
     from hwjax.litert import _arith
 
-    if int32_only:
+    if form == "int32":
         monkeypatch.setattr(_arith, "WIDE_PIECES", 99)
+        monkeypatch.setattr(_arith, "WIDE_PIECES_IN_PRODUCT_LOOP", 99)
     rng = np.random.default_rng(7)
     c = 12
     params = {"multiplier": rng.integers(2**30, 2**31, c).astype(np.int32), "shift": shifts.astype(np.int32)}
     params["multiplier"][0] = 2**30  # ties
     lo = rng.integers(-(2**20), 2**18, c)
     hi = lo + rng.integers(width // 2, width, c)
-    bounded = tfl.with_acc_bound(params, lo, hi)
+    bounded = tfl.with_acc_bound(params, lo, hi, in_product_loop=form == "in_loop")
     assert "acc_bound" in bounded and "acc_bound" not in params
     bound = bounded["acc_bound"]
+    assert bound.in_product_loop == (form == "in_loop")
     assert bound.shifts_right == bool(np.all(shifts < 0))
-    assert (_arith._pieces(bound.bits) >= 4) == (width > 2**13)  # both forms of srdhm_bounded
+    pieces = _arith._pieces(bound.bits)  # every form: two pieces, three (int64 unless in the loop), four+
+    assert {2**13: pieces == 2, 2**18: pieces in (3, 4), 2**21: pieces >= 4}[width]
     acc = np.concatenate([lo[None], hi[None], rng.integers(lo, hi + 1, (4000, c))]).astype(np.int32)
     kw = dict(output_zero_point=-3, act_min=-128, act_max=127)
     want = np.asarray(tfl.requantize(acc, params, requant, **kw))

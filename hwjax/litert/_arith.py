@@ -380,7 +380,7 @@ def shift_half_up32(x, e):
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["center", "high", "low"],
-    meta_fields=["bits", "shifts_left", "shifts_right"],
+    meta_fields=["bits", "shifts_left", "shifts_right", "in_product_loop"],
 )
 @dataclasses.dataclass(frozen=True)
 class AccBound:
@@ -400,9 +400,12 @@ class AccBound:
     from :data:`WIDE_PIECES` pieces on, the SRDHM of ``acc * 2**ls`` as one 64-bit product).
     Where ``shifts_right`` (every channel's ``e >= 1``), R1's rounding shift needs no
     per-channel case for ``e = 0`` and its result is within ``2**30`` in magnitude, so the
-    zero point is added without a clamp. ``bits``, ``shifts_left`` (whether any ``ls >
-    0``) and ``shifts_right`` are static (the program's form); the three arrays (int32, one
-    per channel) are leaves."""
+    zero point is added without a clamp. ``in_product_loop``: the requantisation shares its
+    loop with the layer's products (a depthwise convolution), where 64-bit lanes would halve
+    that loop's vector width: the 64-bit form then takes over from
+    :data:`WIDE_PIECES_IN_PRODUCT_LOOP` pieces on instead of :data:`WIDE_PIECES`. ``bits``,
+    ``shifts_left`` (whether any ``ls > 0``), ``shifts_right`` and ``in_product_loop`` are
+    static (the program's form); the three arrays (int32, one per channel) are leaves."""
 
     center: Any
     high: Any
@@ -410,6 +413,7 @@ class AccBound:
     bits: int
     shifts_left: bool = True
     shifts_right: bool = False
+    in_product_loop: bool = False
 
 
 #: the widest centred accumulator bound for which :func:`srdhm_bounded` is used (five
@@ -461,12 +465,18 @@ def _pieces(bits: int) -> int:
     return -(-31 // (30 - bits))
 
 
-#: from this many int32 pieces on, :func:`srdhm_bounded` takes one 64-bit product on CPU and
-#: GPU. Measured in the KWS model on one AMD EPYC Zen 4 core (batch 256, per layer): its
-#: 20-bit pointwise layers (four pieces) requantised in 1.21-1.26 ms against 1.40-1.43;
-#: its 18-bit depthwise layers (three pieces) took 1.47-1.52 ms against 1.24-1.32 (64-bit
+#: from this many int32 pieces on, :func:`srdhm_bounded` and R1 / R3 under an
+#: :class:`AccBound` take one 64-bit product on CPU and GPU. Measured in the KWS model on
+#: one AMD EPYC Zen 4 core (batch 256, per layer): its 20-bit pointwise layers (four pieces)
+#: requantised in 1.21-1.26 ms against 1.40-1.43, and its 19-bit first layer's
+#: requantisation (three pieces) took 0.45-0.46 ms against 0.53-0.55.
+WIDE_PIECES = 3
+
+#: :data:`WIDE_PIECES` where the requantisation shares its loop with a depthwise layer's
+#: products (:attr:`AccBound.in_product_loop`): KWS's 18-bit depthwise layers (three
+#: pieces) took 1.47-1.52 ms with the 64-bit form against 1.24-1.32 with the pieces (64-bit
 #: lanes halve the vector width of the loop that also forms the products).
-WIDE_PIECES = 4
+WIDE_PIECES_IN_PRODUCT_LOOP = 4
 
 
 def _srdhm_pieces(d, b, low, bits: int) -> jax.Array:
@@ -533,7 +543,7 @@ batching.primitive_batchers[_fma_wide_p] = _elementwise_batch(_fma_wide_p)
 _srdhm_bounded_jit = eager_program(_srdhm_bounded, static_argnames=("bits",))
 
 
-def with_acc_bound(params: Mapping, acc_min, acc_max) -> dict:
+def with_acc_bound(params: Mapping, acc_min, acc_max, *, in_product_loop: bool = False) -> dict:
     """``params`` of R1 / R3 (``"double"``, ``"ruy"``, ``"lanes8"``: concrete
     ``multiplier`` and ``shift``) with an :class:`AccBound` entry where one applies.
 
@@ -545,8 +555,10 @@ def with_acc_bound(params: Mapping, acc_min, acc_max) -> dict:
     form). Host function (NumPy, exact Python integers); the result is only as true as the
     bounds. Each of ``params``' arrays, ``acc_min`` and ``acc_max`` holds one value or one
     per channel (ShapeError otherwise); where any is traced, ``params`` is returned
-    unchanged (the bound is a static property of the program)."""
+    unchanged (the bound is a static property of the program). ``in_product_loop``: see
+    :class:`AccBound` (the form only, never a value)."""
     check_params(params, "params", ("multiplier", "shift"))
+    in_product_loop = V.check_flag(in_product_loop, "in_product_loop")
     named = {"params['multiplier']": params["multiplier"], "params['shift']": params["shift"]}
     named.update(acc_min=acc_min, acc_max=acc_max)
     if any(_traced(v) for v in named.values()):
@@ -581,7 +593,13 @@ def with_acc_bound(params: Mapping, acc_min, acc_max) -> dict:
     if bits > BOUNDED_MAX_BITS:
         return dict(params)
     arrays = (np.asarray(v, np.int64).astype(np.int32) for v in (center, high, low))
-    bound = AccBound(*arrays, bits=bits, shifts_left=bool(np.any(s > 0)), shifts_right=bool(np.all(s < 0)))
+    bound = AccBound(
+        *arrays,
+        bits=bits,
+        shifts_left=bool(np.any(s > 0)),
+        shifts_right=bool(np.all(s < 0)),
+        in_product_loop=in_product_loop,
+    )
     return {**params, "acc_bound": bound}
 
 
@@ -603,7 +621,7 @@ def _high_mul(x, m, s, bound: AccBound | None = None):
         # (m >= 0, so not the saturating pair; the shift does not wrap, by the promise)
         return _floor_mul_add_wide(x << ls if bound.shifts_left else x, m, jnp.int32(1 << 30))
 
-    wide_ok = _pieces(bound.bits) >= WIDE_PIECES
+    wide_ok = _pieces(bound.bits) >= (WIDE_PIECES_IN_PRODUCT_LOOP if bound.in_product_loop else WIDE_PIECES)
     return _on_wide_platforms(direct if wide_ok else centred, centred, x, m, center, high, low), jnp.maximum(-s, 0)
 
 

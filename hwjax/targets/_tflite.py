@@ -190,7 +190,7 @@ def _linear_params(op):
             acc_range = accumulator_range(
                 host_array(kernel), host_array(portable["bias"]), q_in[0].zero_point, depthwise=op == "depthwise_conv"
             )
-            r = {**r, "rq": with_acc_bound(r["rq"], *acc_range)}
+            r = {**r, "rq": with_acc_bound(r["rq"], *acc_range, in_product_loop=op == "depthwise_conv")}
         # the kernel's weight sums per output channel (the input zero point's term of the
         # accumulator), derived once here instead of by the model's program on every call
         return {
