@@ -1,5 +1,7 @@
 """hwjax.tflite requantisation and kernels against the golden vectors (gemmlowp.md §2.4-§2.9)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -360,7 +362,8 @@ def test_with_acc_bound_leaves_params_alone_where_it_cannot_promise():
 
 
 def test_rdbpot32_unwrapped_equals_rdbpot32_where_it_applies():
-    """Every shift 0-31, ties of both signs, the ends of the range where x + 2**(e-1) fits."""
+    """Every shift 0-31 (1-31 with e_positive), ties of both signs, the ends of the range where
+    x + 2**(e-1) fits."""
     from hwjax.litert._arith import rdbpot32, rdbpot32_unwrapped
 
     rng = np.random.default_rng(3)
@@ -372,3 +375,6 @@ def test_rdbpot32_unwrapped_equals_rdbpot32_where_it_applies():
         got = np.asarray(jax.jit(rdbpot32_unwrapped)(x, np.int32(e)))
         want = np.asarray(jax.jit(rdbpot32)(x, np.int32(e)))
         assert np.array_equal(got, want), e
+        if e:  # the form for shifts known to be positive
+            positive = jax.jit(functools.partial(rdbpot32_unwrapped, e_positive=True))(x, np.int32(e))
+            assert np.array_equal(np.asarray(positive), want), e

@@ -351,7 +351,7 @@ def rdbpot32(x, e) -> jax.Array:
     return (x >> e) + ((x & mask) > threshold).astype(_I32)
 
 
-def rdbpot32_unwrapped(x, e) -> jax.Array:
+def rdbpot32_unwrapped(x, e, *, e_positive: bool = False) -> jax.Array:
     """:func:`rdbpot32` for int32 ``x`` with ``x + 2**(e-1)`` within int32 (``0 <= e <=
     31``)::
 
@@ -359,9 +359,12 @@ def rdbpot32_unwrapped(x, e) -> jax.Array:
 
     the same value: with ``x = q 2**e + r`` (``0 <= r < 2**e``) both are ``q + [r >=
     2**(e-1) + [x < 0]]`` (ties away from zero); at ``e = 0`` both are ``x``. Five int32
-    operations against eight (the per-channel ``half`` and mask fold away). Jittable; no
-    checks (the caller proves the range)."""
+    operations against eight (the per-channel ``half`` and mask fold away); four with
+    ``e_positive`` (static: the caller knows every ``e >= 1``, so the ``e = 0`` case needs
+    no mask). Jittable; no checks (the caller proves the range)."""
     x, e = jnp.asarray(x, _I32), jnp.asarray(e, _I32)
+    if e_positive:
+        return (x + (jnp.int32(1) << (e - 1)) + (x >> 31)) >> e
     rounds = -(e > 0).astype(_I32)  # all ones where e > 0
     half = (jnp.int32(1) << jnp.maximum(e - 1, 0)) & rounds
     return (x + half + ((x >> 31) & rounds)) >> e  # x >> 31: -1 where x < 0
@@ -499,8 +502,9 @@ def _floor_mul_add_wide(d, b, low):
     """``floor((d*b + low) / 2**31)`` of int32 ``d``, ``b``, ``low`` (shapes equal or
     broadcastable) through one int64 product in the program, whatever
     ``jax_enable_x64`` says (a primitive lowered to 64-bit HLO). Exact for every int32
-    operand: ``|d*b + low| <= 2**62 + 2**31 < 2**63``, and the quotient fits int32 when
-    ``|d| <= 2**bits - 1`` and ``0 <= b < 2**31`` (``|quotient| < 2**bits``). Returns int32."""
+    operand: ``|d*b + low| <= 2**62 + 2**31 < 2**63``; with ``0 <= b, low < 2**31`` (the
+    callers' multipliers and remainders) the quotient lies in ``[-2**31 + 1, 2**31 - 1]``
+    and fits int32 for every int32 ``d``. Returns int32."""
     shape = jnp.broadcast_shapes(jnp.shape(d), jnp.shape(b), jnp.shape(low))
     return _fma_wide_p.bind(*(jnp.broadcast_to(jnp.asarray(v, _I32), shape) for v in (d, b, low)))
 
@@ -636,10 +640,7 @@ def _on_wide_platforms(wide_form, int32_form, *args):
 def _mbqm_double(x, m, s, bound: AccBound | None = None):
     if bound is None:
         return rdbpot32(*_high_mul(x, m, s))
-    h, e = _high_mul(x, m, s, bound)
-    if bound.shifts_right:  # every e >= 1: the e = 0 case of rdbpot32_unwrapped does not arise
-        return (h + (jnp.int32(1) << (e - 1)) + (h >> 31)) >> e
-    return rdbpot32_unwrapped(h, e)
+    return rdbpot32_unwrapped(*_high_mul(x, m, s, bound), e_positive=bound.shifts_right)
 
 
 def _mbqm_single(x, m, s):
