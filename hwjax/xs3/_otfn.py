@@ -161,7 +161,7 @@ def _tail_from_product(p: jax.Array, bias: jax.Array, shr, variant: Variant, *, 
     """Steps 2 (its saturation) to 5 of §4.1, instruction by instruction, from VLMUL's
     exact rounded product ``p`` (step 5 only ``with_y``: the caller may form it otherwise)."""
     t_mul = vpu._sat_clipped(p, 16)[0]
-    t_add = vpu.vladd(t_mul, bias, mode=16, variant=variant)
+    t_add = vpu._sat_sum32(t_mul, bias, 16)[0]  # VLADD's value (integer lanes)
     raw_fin = vpu.vlashr_raw(t_add, shr, mode=16, variant=variant)
     t_fin = vpu._sat_clipped(raw_fin, 16)[0]
     steps = {"after_vlmul": t_mul, "after_vladd": t_add, "raw_fin": raw_fin, "after_final_vlashr": t_fin}
@@ -172,8 +172,8 @@ def _tail_y(p: jax.Array, bias: jax.Array, shr: int, variant: Variant) -> jax.Ar
     """Step 5's int8 value for a known final shift ``shr >= -14``, in fewer operations:
     ``clip(D(S(p + bias)), Y(-32767), Y(32767))`` with ``D(x) = floor((x + 128) / 256)``,
     ``S`` the final VLASHR's shift (:func:`hwjax.xs3._vpu.vlashr_raw`) and ``Y`` the
-    instruction-by-instruction steps (:func:`_tail_from_product`, here in their raw
-    integer forms) on two products per channel.
+    instruction-by-instruction steps (:func:`_tail_from_product`) on two products per
+    channel.
 
     Exact: ``Y(p) = c4(D(c3(S(c2(c1(p) + bias)))))``, each ``c`` a clamp (16-bit
     saturation, step 5's int8 range: :func:`_vdepth8_fixed` is ``c4(D(t))`` on 16-bit
@@ -186,11 +186,9 @@ def _tail_y(p: jax.Array, bias: jax.Array, shr: int, variant: Variant) -> jax.Ar
     ``|p| <= 2**16`` (16-bit lanes times a 16-bit multiplier over ``2**14``), so ``|p +
     bias| <= 98305`` and a left shift by up to 14 stays below ``2**31``. (XS3's
     compiled models shift left here: KWS's layers by 3 and 4.)"""
-    # Y at both ends in one pass of the steps' raw forms (VLADD and step 5 as their
-    # integer values: sat16 of the sum, clip(floor((t + 128) / 256)) on 16-bit t)
+    # Y at both ends in one pass (step 5 as its value on 16-bit t: clip(floor((t + 128) / 256)))
     ends = jnp.stack([jnp.full_like(bias, -32767), jnp.full_like(bias, 32767)])
-    t_add = vpu._sat_sum32(ends, bias, 16)[0]
-    t_fin = vpu._sat_clipped(vpu.vlashr_raw(t_add, shr, mode=16, variant=variant), 16)[0]
+    t_fin = _tail_from_product(ends, bias, shr, variant, with_y=False)["after_final_vlashr"]
     lo, hi = jnp.clip((t_fin + 128) >> 8, -128, 127)
     f = (vpu.vlashr_raw(p + bias, shr, mode=16, variant=variant) + 128) >> 8
     return jnp.clip(f, lo, hi)
