@@ -296,6 +296,25 @@ def test_otfn_int8(initial_shift, final_shr, variant):
     np.testing.assert_array_equal(ga_int, ga)
 
 
+@pytest.mark.parametrize("return_stats", [False, True])
+def test_otfn_forward_without_clip_flags(return_stats):
+    """An integer call's forward leaves the clip flags out (S.call drops them): the same
+    int8 values; ``return_stats`` still counts them."""
+    from hwjax.xs3 import _otfn
+
+    acc, mul, bias, _ = _otfn_data(90, 22)
+    args = (acc.astype(np.int32), mul.astype(np.int32), bias.astype(np.int32), 6, -2)
+    full = _otfn.int8_forward("hardware", return_stats)(*args)
+    lean = _otfn.int8_forward("hardware", return_stats, flags=False)(*args)
+    np.testing.assert_array_equal(np.asarray(lean[0]), np.asarray(full[0]))
+    assert full[1] is not None and bool(np.asarray(full[1]).any())  # the data clip
+    if return_stats:
+        assert lean[1] is not None and all(np.array_equal(lean[2][k], full[2][k]) for k in full[2])
+    else:
+        assert lean[1] is None and _otfn.clip_flags(*args[:3]) is False
+    assert _otfn.clip_flags(f32(acc), *args[1:3]) is True
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_otfn_int8_channelwise(variant):
     rng = np.random.default_rng(80)

@@ -334,7 +334,7 @@ def _conv2d(
     """:func:`conv2d` after its checks (one program when called eagerly)."""
     c_out = k.shape[0]
     patches_of = functools.partial(extract_patches, geom=geom)
-    otfn_forward = _otfn.int8_forward(variant, return_stats)
+    otfn_forward = _otfn.int8_forward(variant, return_stats, flags=_otfn.clip_flags(xv, k, mul, bias, pad_value))
 
     def forward(xv, k, mul, bias, pad, s1, s2):
         w = k.astype(jnp.int8).reshape(c_out, -1)

@@ -133,9 +133,11 @@ def _output_clipped(t: jax.Array) -> jax.Array:
     return (q > 127) | (q < -128)
 
 
-def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, variant: Variant) -> dict:
-    """Steps 2–5 of §4.1 (shared by every int8 transform), with their clip flags; ``t``
-    holds 16-bit lane values (step 1's saturated result)."""
+def _tail(
+    t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, variant: Variant, *, flags: bool = True
+) -> dict:
+    """Steps 2–5 of §4.1 (shared by every int8 transform), with their clip flags unless
+    ``flags`` is False; ``t`` holds 16-bit lane values (step 1's saturated result)."""
     # each saturating step as its exact result saturated (what vlmul / vlashr compute on
     # int32 lanes), so that the exact result serves the value and its clip flag alike
     p = vpu.vlmul_raw(t, mul, mode=16, variant=variant)
@@ -145,11 +147,11 @@ def _tail(t: jax.Array, mul: jax.Array, bias: jax.Array, final_shr: jax.Array, v
     steps = _tail_from_product(p, bias, shr, variant, with_y=not fast)
     t_mul, t_add, t_fin, raw_fin = (steps[k] for k in ("after_vlmul", "after_vladd", "after_final_vlashr", "raw_fin"))
     y = _tail_y(p, bias, known, variant) if fast else steps["y_int8"]
+    values = {"after_vlmul": t_mul, "after_vladd": t_add, "after_final_vlashr": t_fin, "y_int8": y}
+    if not flags:
+        return values
     return {
-        "after_vlmul": t_mul,
-        "after_vladd": t_add,
-        "after_final_vlashr": t_fin,
-        "y_int8": y,
+        **values,
         "mul_clipped": p != t_mul,
         "bias_clipped": (t_mul + bias) != t_add,
         "final_clipped": raw_fin != t_fin,  # only left shifts can clip here
@@ -219,10 +221,14 @@ def _count_per_channel(flags: jax.Array) -> jax.Array:
     return flags.reshape((-1, flags.shape[-1])).sum(axis=0, dtype=_I32)
 
 
-def _outputs(steps: dict, return_stats: bool) -> tuple:
+def _outputs(steps: dict, return_stats: bool, flags: bool = True) -> tuple:
     """``(y int8, clipped, [stats])`` of an int8 transform, the forward result of
-    :func:`hwjax.core._surrogate.call`: ``clipped`` marks lanes that any step clipped."""
+    :func:`hwjax.core._surrogate.call`: ``clipped`` marks lanes that any step clipped;
+    None without ``flags`` (an integer call, whose result drops it; ``return_stats``
+    needs the flags)."""
     y = steps["y_int8"].astype(jnp.int8)
+    if not (flags or return_stats):
+        return y, None
     clipped = functools.reduce(operator.or_, (steps[k] for k in STAT_KEYS))
     if not return_stats:
         return y, clipped
@@ -254,21 +260,33 @@ def int8_surrogate(acc, mul, bias, initial_shift, final_shr):
     return _tail_affine(acc * _initial_scale(initial_shift, acc), mul, bias, final_shr)
 
 
-def int8_steps(a, mul, bias, initial_shift, final_shr, *, variant: Variant) -> dict:
-    """Steps 1–5 of §4.1 on checked int32 operands (see :func:`otfn_int8_steps`)."""
+def int8_steps(a, mul, bias, initial_shift, final_shr, *, variant: Variant, flags: bool = True) -> dict:
+    """Steps 1–5 of §4.1 on checked int32 operands (see :func:`otfn_int8_steps`); the
+    clip flags of steps 2-5 only with ``flags``."""
     a, mul, bias = vpu._i32(a, mul, bias)
     head = _initial_int8(a, initial_shift, variant)
-    return {**head, **_tail(head["after_initial_vlashr"], mul, bias, final_shr, variant)}
+    return {**head, **_tail(head["after_initial_vlashr"], mul, bias, final_shr, variant, flags=flags)}
 
 
-def int8_forward(variant: Variant, return_stats: bool):
+def int8_forward(variant: Variant, return_stats: bool, *, flags: bool = True):
     """The forward function ``(acc, mul, bias, initial_shift, final_shr)`` of
-    :func:`otfn_int8` for :func:`hwjax.core._surrogate.call`."""
+    :func:`otfn_int8` for :func:`hwjax.core._surrogate.call`. ``flags=False`` (a call
+    whose operands are all integers: :func:`clip_flags`) leaves the clip flags out
+    unless ``return_stats`` counts them: the values are the same, the program shorter."""
+    flags = flags or return_stats
 
     def forward(a, mul, bias, initial_shift, final_shr):
-        return _outputs(int8_steps(a, mul, bias, initial_shift, final_shr, variant=variant), return_stats)
+        steps = int8_steps(a, mul, bias, initial_shift, final_shr, variant=variant, flags=flags)
+        return _outputs(steps, return_stats, flags)
 
     return forward
+
+
+def clip_flags(*operands) -> bool:
+    """Whether a transform's forward needs its clip flags: only for the gradient of
+    float (differentiable) operands; :func:`hwjax.core._surrogate.call` drops them for
+    integer ones."""
+    return S.has_float(*operands)
 
 
 # --------------------------------------------------------------------- §4.1 otfn_int8
@@ -389,7 +407,7 @@ def _otfn_int8_impl(acc, multipliers, biases, initial_shift, final_shr, *, varia
     initial_shift, final_shr = check_int8_config(initial_shift, final_shr, variant)
     a, mul, bias = _int8_operands(acc, multipliers, biases, float_ok=True)
     return call_with_shifts(
-        int8_forward(variant, return_stats),
+        int8_forward(variant, return_stats, flags=clip_flags(a, mul, bias)),
         int8_surrogate,
         (a, mul, bias),
         (initial_shift, final_shr),
@@ -473,14 +491,15 @@ def _otfn_int8_channelwise_impl(acc, shifts, multipliers, biases, final_shr, *, 
     sh = _channel_param(shifts, "shifts", c, -(2**15), 2**16 - 1) & 0xFFFF
     _, mul, bias = _int8_operands(None, multipliers, biases, float_ok=True, channels=c)
 
+    flags = return_stats or clip_flags(a, mul, bias)
+
     def forward(a, sh, mul, bias, final_shr):
         a, mul, bias = vpu._i32(a, mul, bias)
         t = vpu.vlsat(a, sh, mode=16, variant=variant)
-        steps = {
-            "initial_clipped": vpu.vlsat_raw(a, sh, variant=variant) != t,
-            **_tail(t, mul, bias, final_shr, variant),
-        }
-        return _outputs(steps, return_stats)
+        steps = _tail(t, mul, bias, final_shr, variant, flags=flags)
+        if flags:
+            steps["initial_clipped"] = vpu.vlsat_raw(a, sh, variant=variant) != t
+        return _outputs(steps, return_stats, flags)
 
     def surrogate(a, sh, mul, bias, final_shr):
         return _tail_affine(a * S.exp2(-sh, a), mul, bias, final_shr)

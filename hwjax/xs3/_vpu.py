@@ -191,7 +191,10 @@ def _sat_clipped(raw: jax.Array, bits: int, symmetric: bool = True) -> tuple[jax
     """``(saturate(raw, bits), clipped)`` for an exact int32 ``raw`` (the clamp itself: the
     bounds are static)."""
     hi = 2 ** (bits - 1) - 1
-    y = jnp.clip(raw, -hi if symmetric else -hi - 1, hi)
+    raw = jnp.asarray(raw)
+    # lax.clamp with bounds of raw's dtype: one operation in the trace (jnp.clip is a
+    # nested program converting its bounds; this runs for every step of every transform)
+    y = jax.lax.clamp(np.asarray(-hi if symmetric else -hi - 1, raw.dtype), raw, np.asarray(hi, raw.dtype))
     return y, y != raw
 
 
