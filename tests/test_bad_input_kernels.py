@@ -434,8 +434,11 @@ CASES = [
             ("zout", "3", A),
             ("x", None, A),
             ("act_max", 2**40, R),
+            ("out_dtype", "float32", A),
+            ("out_dtype", None, A),
         )
     ],
+    *[(f, "out_dtype", dict(out_dtype="int8", act_max=200), R) for f in ("fc_int", "conv_int", "depthwise_int")],
     ("fc_int", "x", dict(x=np.ones((2, 5), I32)), S),
     *[(f, "wsum", dict(wsum=np.zeros(5, I32)), S) for f in ("fc_int", "conv_int", "depthwise_int")],
     ("kernel_sums", "kernel", dict(kernel=np.ones((3, 2), np.float32)), A),

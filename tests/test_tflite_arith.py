@@ -378,3 +378,35 @@ def test_rdbpot32_unwrapped_equals_rdbpot32_where_it_applies():
         if e:  # the form for shifts known to be positive
             positive = jax.jit(functools.partial(rdbpot32_unwrapped, e_positive=True))(x, np.int32(e))
             assert np.array_equal(np.asarray(positive), want), e
+
+
+@pytest.mark.parametrize("kind", ["fc", "conv", "depthwise"])
+def test_out_dtype_gives_the_int32_values(kind):
+    """``out_dtype`` stores each chunk of examples (and the result) in a narrower type: the
+    int32 result's values, bit for bit, on a batch the kernel loops over in chunks with a
+    remainder (41 examples of 32x32 images)."""
+    rng = np.random.default_rng(7)
+    c, o = 4, 8
+    x = rng.integers(-128, 128, (41, 32, 32, c)).astype(np.int32)
+    rq = tfl.requant_params(0.05, rng.uniform(0.002, 0.01, o if kind != "depthwise" else c), 0.03, "double")
+    bias = rng.integers(-2000, 2000, o if kind != "depthwise" else c).astype(np.int32)
+    common = (bias, 3, rq, "double", -5, -128, 127)
+    if kind == "fc":
+        call = lambda dt: tfl.fc_int(x[:, 0, 0], rng_k.astype(np.int32), *common, out_dtype=dt)
+        rng_k = rng.integers(-127, 128, (o, c))
+    elif kind == "conv":
+        geom = tfl.conv_geometry((32, 32), (3, 3), stride=1, padding="SAME")
+        k = rng.integers(-127, 128, (o, 3, 3, c)).astype(np.int32)
+        call = lambda dt: tfl.conv_int(x, k, *common, geom, out_dtype=dt)
+    else:
+        geom = tfl.conv_geometry((32, 32), (3, 3), stride=1, padding="SAME")
+        k = rng.integers(-127, 128, (3, 3, c)).astype(np.int32)
+        call = lambda dt: tfl.depthwise_int(x, k, *common, geom, out_dtype=dt)
+    wide = np.asarray(jax.jit(lambda: call("int32"))())
+    for dt in ("int8", "int16"):
+        got = jax.jit(lambda: call(dt))()
+        assert got.dtype == np.dtype(dt)
+        np.testing.assert_array_equal(np.asarray(got).astype(np.int32), wide)
+    assert wide.min() == -128 and wide.max() == 127  # both clamps reached
+    with pytest.raises(RangeError, match="out_dtype=uint8"):
+        call("uint8")

@@ -210,15 +210,19 @@ def _linear_run(op):
         requant = target.requant(op)
         args = (p["bias"], p["zin"], p["rq"], requant, p["zout"], p["act_min"], p["act_max"])
         wsum = p.get("wsum")  # (graphs lowered before it was a parameter: computed in the kernel)
+        # int8 results: the activation range lies in [-128, 127] (activation_range's
+        # defaults), and the graph stores the output tensor in 8 bits anyway; the kernels
+        # then store their chunks of examples in int8 too
+        kw = dict(wsum=wsum, out_dtype="int8")
         if op == "dense":
-            y = fc_int(x, p["kernel"], *args, wsum=wsum)
+            y = fc_int(x, p["kernel"], *args, **kw)
         elif op == "conv":
-            y = conv_int(x, p["kernel"], *args, geometry(attrs, x.shape), wsum=wsum)
+            y = conv_int(x, p["kernel"], *args, geometry(attrs, x.shape), **kw)
         else:
             mult = int(attrs.get("depth_multiplier", 1))
             if mult != 1:  # output channel c * M + m reads input channel c
                 x = jnp.repeat(x, mult, axis=-1)
-            y = depthwise_int(x, p["kernel"], *args, geometry(attrs, x.shape), wsum=wsum)
+            y = depthwise_int(x, p["kernel"], *args, geometry(attrs, x.shape), **kw)
         return no_acc(y, return_acc)
 
     return run

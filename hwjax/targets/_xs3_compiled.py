@@ -382,7 +382,7 @@ def _compiled_run(op: str):
 
         def tflm(x):  # mode 2: xformer leaves the builtin op, which TFLM runs (dense: a 1x1 conv)
             b_op, b_attrs, _ = _tflm_builtin(op, attrs, {"kernel": k})
-            y = TFLite._impls[b_op].run(target, b_attrs, p["tflm"], x)
+            y = TFLite._impls[b_op].run(target, b_attrs, p["tflm"], x).astype(_I32)  # as the other modes
             return y[:, 0, 0, :] if op == "dense" else y
 
         # one branch runs (a conditional, not a select of all of them): the mode is the
