@@ -437,7 +437,7 @@ def _patches_by_loop(x: jax.Array, *, origins, geom: ConvGeometry, width: int) -
     compiled separately (about 10 ms each; 9 per 3x3 layer), while the loop's body is
     compiled once for every tap. Up to ``_LOOP_MAX_ELEMENTS`` both ran equally fast.
     """
-    (oh, ow), c, t = geom.out_hw, x.shape[-1], len(origins)
+    c, t = x.shape[-1], len(origins)
     lead = x.shape[:-3]
     rows = jnp.asarray([o[0] for o in origins], jnp.int32)
     cols = jnp.asarray([o[1] for o in origins], jnp.int32)
@@ -447,7 +447,10 @@ def _patches_by_loop(x: jax.Array, *, origins, geom: ConvGeometry, width: int) -
         at = [jnp.asarray(v, jnp.int32) for v in (0,) * len(lead) + (0, 0, k * c)]
         return jax.lax.dynamic_update_slice(out, tap, at)
 
-    return jax.lax.fori_loop(0, t, write, jnp.zeros((*lead, oh, ow, width), x.dtype))
+    # the first tap, zeros after it, is the loop's initial value: one kernel writes the whole
+    # buffer and the first tap at once (zeros, then the first tap written over them, took
+    # 6% longer per 3x3 layer of ResNet-8)
+    return jax.lax.fori_loop(1, t, write, _widened(_tap(x, origins[0], geom), width))
 
 
 # ------------------------------------------------------------- strided windows as unit-stride ones
