@@ -196,7 +196,9 @@ def test_embedded_leaves_are_constants_of_the_program(tmp_path, monkeypatch, sto
 
     seen = []
     real = _stored._compile
-    monkeypatch.setattr(_stored, "_compile", lambda jitted, passed: seen.append(len(passed)) or real(jitted, passed))
+    monkeypatch.setattr(
+        _stored, "_compile", lambda jitted, passed, options: seen.append(len(passed)) or real(jitted, passed, options)
+    )
     for shift in (1, 2, 1):
         params = {"shift": np.int32(shift), "w": w}
         thunk = stored_program(fn, (params, x), ("test_embedded", str(tmp_path)), embed=(0,))
@@ -237,6 +239,13 @@ def test_stored_programs_compile_with_hwjax_compiler_options(tmp_path, monkeypat
     one_core = {**want, "xla_cpu_parallel_codegen_split_count": 1} if want else {}
     assert _stored.compiler_options() == one_core
     monkeypatch.setattr(_stored, "_usable_cores", lambda: 2)
+
+    # a looping (data-set) program: LLVM level 2, a program of its own
+    seen.clear()
+    looping = {**want, "xla_backend_optimization_level": 2} if want else {}
+    assert _stored.compiler_options(looping=True) == looping
+    thunk = stored_program(lambda v: v * 3 + 1, (x,), ("test_options", str(tmp_path)), looping=True)
+    assert np.asarray(thunk()).tolist() == (x * 3 + 1).tolist() and seen == [looping or None]
 
     seen.clear()
     monkeypatch.setattr(_stored, "CPU_COMPILER_OPTIONS", (("xla_no_such_option_anywhere", True),))

@@ -65,7 +65,7 @@ _LOADED: dict[str, Callable[..., Any]] = {}
 
 
 def stored_program(
-    fn: Callable[..., Any], args: tuple, key: Sequence[Any], *, embed: Sequence[int] = ()
+    fn: Callable[..., Any], args: tuple, key: Sequence[Any], *, embed: Sequence[int] = (), looping: bool = False
 ) -> Optional[Callable[[], Any]]:
     """``fn(*args)`` through a compiled program stored on disk: returns a thunk giving that
     value, or None where programs are not stored (:func:`program_folder`), or ``args`` holds
@@ -90,14 +90,16 @@ def stored_program(
     and what is derived from them (a model's shifts, zero points, branch choices,
     per-channel requantisation parameters); the other leaves stay arguments. With
     ``embed``, the program is compiled and kept for this process also where programs are
-    not stored."""
+    not stored. ``looping``: the program loops over chunks of a large batch; it is compiled
+    with :func:`compiler_options` ``(looping=True)``."""
     folder = program_folder()
     if folder is None and not embed:
         return None
     leaves, treedef = jax.tree.flatten(args)
     if any(isinstance(a, jax.core.Tracer) for a in leaves):
         return None  # inside the caller's own trace: its program, not a stored one
-    found = _identify(args, leaves, treedef, key, embed)
+    options = compiler_options(looping=looping)
+    found = _identify(args, leaves, treedef, key, embed, options)
     if found is None:
         return None
     digest, constants = found
@@ -122,7 +124,7 @@ def stored_program(
                 # named as fn (a partial's function), as JAX's logs and profiles name programs
                 program.__name__ = getattr(fn, "__name__", getattr(getattr(fn, "func", None), "__name__", "program"))
                 jitted = jax.jit(program)
-            call, fresh = _compile(jitted, passed)
+            call, fresh = _compile(jitted, passed, options)
             if folder is None:
                 pass  # kept for this process only
             elif fresh:  # e.g. a host callback or hoisted constants cannot be serialised: not stored
@@ -141,7 +143,7 @@ def stored_program(
 _IDENTIFIED: dict[str, tuple[tuple, tuple[str, dict]]] = {}
 
 
-def _identify(args: tuple, leaves: list, treedef, key: Sequence[Any], embed: Sequence[int]):
+def _identify(args: tuple, leaves: list, treedef, key: Sequence[Any], embed: Sequence[int], options: dict):
     """``(digest, constants)`` of a call of :func:`stored_program`: the program's key (a
     SHA-256 over everything its executable depends on) and the embedded leaves
     (:func:`_embedded`); None where the call has no stable key. Remembered for a call whose
@@ -153,7 +155,7 @@ def _identify(args: tuple, leaves: list, treedef, key: Sequence[Any], embed: Seq
         others = [
             i if i in embed else (str(jax.tree.structure(a)), _avals(jax.tree.leaves(a))) for i, a in enumerate(args)
         ]
-        memo = repr((tuple(key), others, bool(jax.config.jax_enable_x64)))
+        memo = repr((tuple(key), others, bool(jax.config.jax_enable_x64), sorted(options.items())))
         hit = _IDENTIFIED.get(memo)
         if hit is not None and all(h is args[i] for h, i in zip(hit[0], embed)):
             found = hit[1]
@@ -176,7 +178,7 @@ def _identify(args: tuple, leaves: list, treedef, key: Sequence[Any], embed: Seq
             [d.device_kind for d in jax.local_devices()],
             host_processor(),
             os.environ.get("XLA_FLAGS", ""),  # the compiler's options (an executable depends on them)
-            sorted(compiler_options().items()),
+            sorted(options.items()),
             jax.__version__,
             jax.lib.__version__,
             bool(jax.config.jax_enable_x64),
@@ -258,10 +260,11 @@ def host_processor() -> str:
 _CACHE_HIT = "/jax/compilation_cache/cache_hits"
 
 
-def _compile(jitted, leaves: list) -> tuple[Any, bool]:
+def _compile(jitted, leaves: list, options: dict) -> tuple[Any, bool]:
     """``jitted`` compiled for ``leaves`` (lowered with the arguments themselves, so that the
     executable takes exactly their types, weak types included), and whether the compiler
-    made it (False: JAX's persistent cache answered).
+    made it (False: JAX's persistent cache answered). ``options``: XLA's, as
+    :func:`compiler_options` gives them.
 
     Only an executable the compiler made is stored: one that JAX's cache answered was itself
     deserialised, and serialising it again gives a program that fails when run ("Function
@@ -276,7 +279,6 @@ def _compile(jitted, leaves: list) -> tuple[Any, bool]:
     jax.monitoring.register_event_listener(listen)
     try:
         lowered = jitted.lower(*leaves)
-        options = compiler_options()
         try:
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
         except Exception:  # an XLA without the option: its defaults
@@ -288,7 +290,7 @@ def _compile(jitted, leaves: list) -> tuple[Any, bool]:
     return compiled, not hits
 
 
-def compiler_options() -> dict[str, Any]:
+def compiler_options(*, looping: bool = False) -> dict[str, Any]:
     """XLA options of the programs compiled here (none off CPU): what ``Model.run`` compiles
     with. A program of your own ``jax.jit`` gets them with
     ``jax.jit(f).lower(*args).compile(compiler_options=compiler_options())`` (a plain
@@ -327,10 +329,19 @@ def compiler_options() -> dict[str, Any]:
       (``xla_cpu_parallel_codegen_split_count=1``) instead of several parts meant for
       parallel threads: with one core the parts are compiled one after the other, each with
       its own setup. VWW xs3's batch-32 program, one pinned core: XLA compile 1.11-1.18 ->
-      0.97-0.98 s. With two cores the parts pay (0.78-0.89 s split, 1.01-1.05 s not)."""
+      0.97-0.98 s. With two cores the parts pay (0.78-0.89 s split, 1.01-1.05 s not).
+    * ``looping=True`` (a program that loops over chunks of a large batch, which
+      ``Model.run`` compiles for batches above :data:`hwjax.core.ONE_PASS_EXAMPLES`): LLVM's
+      level 2 after all. At level 1 LLVM leaves some byte-granular kernels unvectorised: a
+      96x96 RGB image's pad ran 9x slower (2.87 against 0.33 ms for 64 chunks of 4
+      images). Batch 256, one AMD EPYC core: VWW 3-7% and ResNet-8 3% more images/s, KWS,
+      str_ww and ResNet-large the same; VWW xs3's batch-32 program compiled 0.06-0.1 s
+      later at level 2, which is why the small (first-result) programs keep level 1."""
     if jax.default_backend() != "cpu":
         return {}
     options = dict(CPU_COMPILER_OPTIONS)
+    if looping:
+        options["xla_backend_optimization_level"] = 2
     if _usable_cores() == 1:
         options["xla_cpu_parallel_codegen_split_count"] = 1
     return options
@@ -418,9 +429,12 @@ def stored_value(make: Callable[[], Any], inputs: Any, key: Sequence[Any]) -> An
     return value
 
 
-def call_stored(fn: Callable[..., Any], args: tuple, name: str, *, embed: Sequence[int] = (), **options) -> Any:
+def call_stored(
+    fn: Callable[..., Any], args: tuple, name: str, *, embed: Sequence[int] = (), looping: bool = False, **options
+) -> Any:
     """``fn(*args, **options)``, through a program stored on disk (:func:`stored_program`,
-    keyed by ``name`` and the static ``options``; ``embed`` as there) where one can be;
-    ``fn`` itself otherwise."""
-    thunk = stored_program(functools.partial(fn, **options), args, (name, sorted(options.items())), embed=embed)
+    keyed by ``name`` and the static ``options``; ``embed`` and ``looping`` as there) where
+    one can be; ``fn`` itself otherwise."""
+    key = (name, sorted(options.items()))
+    thunk = stored_program(functools.partial(fn, **options), args, key, embed=embed, looping=looping)
     return thunk() if thunk is not None else fn(*args, **options)

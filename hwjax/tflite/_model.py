@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hwjax.core import evaluated_if_concrete, call_stored, stored_value
+from hwjax.core import ONE_PASS_EXAMPLES, evaluated_if_concrete, call_stored, stored_value
 from hwjax.core import validate as V
 from hwjax.errors import ArgTypeError, FileError, FormatError, RangeError, ShapeError, UnsupportedOpError
 from hwjax.graph import Graph, jit_run, lower
@@ -204,7 +204,11 @@ class Model:
         else:  # a later process loads this program from disk instead of tracing it; the
             # graph's scalars are constants of the program (XLA folds shifts, zero points,
             # branch choices), its arrays arguments
-            res = call_stored(_run_file, (g, tuple(arrays)), "hwjax.tflite.Model.run", embed=(0,), **options)
+            # a batch that runs in chunks is a data set's: compiled for speed, not for its first result
+            looping = bool(arrays) and arrays[0].ndim > 0 and arrays[0].shape[0] > ONE_PASS_EXAMPLES
+            res = call_stored(
+                _run_file, (g, tuple(arrays)), "hwjax.tflite.Model.run", embed=(0,), looping=looping, **options
+            )
         out = res[0] if intermediates else res
         y = out[0] if len(out) == 1 else out
         return (y, res[1]) if intermediates else y
