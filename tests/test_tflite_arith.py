@@ -392,8 +392,8 @@ def test_out_dtype_gives_the_int32_values(kind):
     bias = rng.integers(-2000, 2000, o if kind != "depthwise" else c).astype(np.int32)
     common = (bias, 3, rq, "double", -5, -128, 127)
     if kind == "fc":
-        call = lambda dt: tfl.fc_int(x[:, 0, 0], rng_k.astype(np.int32), *common, out_dtype=dt)
-        rng_k = rng.integers(-127, 128, (o, c))
+        k = rng.integers(-127, 128, (o, c)).astype(np.int32)
+        call = lambda dt: tfl.fc_int(x[:, 0, 0], k, *common, out_dtype=dt)
     elif kind == "conv":
         geom = tfl.conv_geometry((32, 32), (3, 3), stride=1, padding="SAME")
         k = rng.integers(-127, 128, (o, 3, 3, c)).astype(np.int32)

@@ -117,12 +117,11 @@ def _out_dtype(out_dtype, act_min, act_max) -> np.dtype:
     """``out_dtype`` checked: one of :data:`OUT_DTYPES`, holding every value of
     ``[act_min, act_max]`` where the bounds are concrete (traced bounds are the caller's
     promise, as for the clamp itself)."""
-    names = {np.dtype(d).name: np.dtype(d) for d in OUT_DTYPES}
     try:
         dt = np.dtype(out_dtype)
     except TypeError:
         dt = None
-    if dt is None or dt.name not in names:
+    if dt is None or dt.name not in OUT_DTYPES:
         raise ArgTypeError(f"out_dtype must be one of {OUT_DTYPES}, got {out_dtype!r}")
     if not (_traced(act_min) or _traced(act_max)):
         lo, hi = np.asarray(act_min).min(), np.asarray(act_max).max()

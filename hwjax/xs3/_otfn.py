@@ -224,10 +224,10 @@ def _count_per_channel(flags: jax.Array) -> jax.Array:
 def _outputs(steps: dict, return_stats: bool, flags: bool = True) -> tuple:
     """``(y int8, clipped, [stats])`` of an int8 transform, the forward result of
     :func:`hwjax.core._surrogate.call`: ``clipped`` marks lanes that any step clipped;
-    None without ``flags`` (an integer call, whose result drops it; ``return_stats``
-    needs the flags)."""
+    None without ``flags`` (an integer call, whose result drops it; callers that count
+    ``return_stats`` pass ``flags=True``, and their steps hold the flags)."""
     y = steps["y_int8"].astype(jnp.int8)
-    if not (flags or return_stats):
+    if not flags:
         return y, None
     clipped = functools.reduce(operator.or_, (steps[k] for k in STAT_KEYS))
     if not return_stats:
